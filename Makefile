@@ -1,0 +1,30 @@
+# Two commands from a fresh clone: `make demo` and `make test` (each sets itself up).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+OUT    ?= results/smoke
+
+.PHONY: setup demo test bench clean
+
+$(BIN)/benchsuite: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# The CPU build of torch first, so pip never pulls a multi-GB CUDA build here.
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+setup: $(BIN)/benchsuite
+
+demo: setup
+	$(BIN)/benchsuite run workloads/smoke.toml --out $(OUT)
+	$(BIN)/benchsuite report $(OUT)
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+bench: setup
+	$(BIN)/python -m pytest benchmarks --benchmark-enable -q
+
+clean:
+	rm -rf $(VENV) results site .pytest_cache

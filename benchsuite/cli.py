@@ -1,0 +1,198 @@
+"""The `benchsuite` command: parse, call, print. Nothing here measures anything.
+
+Exit codes: 0 success, 1 a run failed, 2 bad input (nothing launched), 130 Ctrl-C.
+Under --json, stdout holds exactly one JSON document; progress and warnings go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from pathlib import Path
+
+from rich.console import Console
+
+from benchsuite.config import ConfigError, load_suite
+
+err = Console(stderr=True, highlight=False)
+out = Console(highlight=False, soft_wrap=True)
+
+
+class UsageError(Exception):
+    """Bad command-line input: printed as one line, exit code 2."""
+
+
+def _print_json(doc) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2, allow_nan=False, default=str) + "\n")
+
+
+def cmd_run(args) -> int:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from benchsuite.launch import Rendezvous, run_suite
+
+    suite = load_suite(args.suite)
+    if args.nnodes > 1 and not args.rdzv_endpoint:
+        raise UsageError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (the first node's address)")
+    rdzv = Rendezvous(nnodes=args.nnodes, node_rank=args.node_rank, endpoint=args.rdzv_endpoint,
+                      rdzv_id=args.rdzv_id)
+    runs_here = [r for r in suite.runs if r.nodes == rdzv.nnodes]
+    if not runs_here:
+        raise UsageError(f"{args.suite}: no run of this suite has nodes = {rdzv.nnodes}")
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                        TimeElapsedColumn(), console=err, transient=True, disable=args.json)
+    task = progress.add_task(suite.name, total=len(suite.runs))
+
+    def on_event(kind, i, total, payload):
+        if kind == "start":
+            progress.update(task, description=f"{payload.workload} · world {payload.world_size} · {payload.scaling}")
+            return
+        progress.advance(task)
+        if not args.json:
+            progress.console.print(_outcome_line(payload))
+
+    with progress:
+        outcomes = run_suite(suite, args.out, resume=args.resume, peak_tflops=args.peak_tflops, rdzv=rdzv,
+                             on_event=on_event)
+    summary = {"suite": suite.name, "out": str(args.out),
+               "runs": [{"workload": o.run.workload, "world_size": o.run.world_size, "scaling": o.run.scaling,
+                         "run_key": o.run_key, "status": o.status, "record": o.record_path, "error": o.error}
+                        for o in outcomes]}
+    if args.json:
+        _print_json(summary)
+    else:
+        counts = {s: sum(o.status == s for o in outcomes) for s in ("ok", "failed", "skipped")}
+        err.print(f"{counts['ok']} ok, {counts['failed']} failed, {counts['skipped']} skipped (already recorded)"
+                  f" → {args.out}   next: benchsuite report {args.out}")
+    return 1 if any(o.status == "failed" for o in outcomes) else 0
+
+
+def _outcome_line(o) -> str:
+    from rich.markup import escape
+
+    name = escape(f"{o.run.workload} · world {o.run.world_size} · {o.run.scaling}")
+    if o.status == "failed":
+        return f"[red]✗[/red] {name}: {escape(o.error['type'])}: {escape(o.error['message'][:300])}"
+    if o.status == "skipped":
+        return f"[dim]↷ {name}: already recorded ({o.run_key})[/dim]"
+    rec = json.loads(Path(o.record_path).read_text())
+    m = rec["metrics"]
+    mfu = f"{m['mfu']:.1%}" if m.get("mfu") is not None else "n/a"
+    return f"[green]✓[/green] {name}: {m['tokens_per_s']:,.0f} tok/s, MFU {mfu}, {o.duration_s:.1f} s"
+
+
+def _load_df(path):
+    from benchsuite.results.store import records_dataframe
+
+    if not Path(path).exists():
+        raise UsageError(f"{path}: no such results folder (run `benchsuite run SUITE.toml --out {path}` first)")
+    return records_dataframe(path)
+
+
+def cmd_list(args) -> int:
+    df = _load_df(args.dir)
+    cols = ["run_key", "suite", "workload", "world_size", "nodes", "scaling", "status", "started_at", "path"]
+    rows = [] if df.empty else df[cols].to_dict("records")
+    if args.json:
+        _print_json(rows)
+        return 0
+    for r in rows:
+        out.print(f"{r['run_key']}  {r['status']:6}  {r['suite']}/{r['workload']}  w{r['world_size']} "
+                  f"n{r['nodes']} {r['scaling']}  {r['started_at']}", markup=False)
+    if not rows:
+        err.print(f"no records in {args.dir}")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from benchsuite.results.report import report_rows, report_table
+
+    df = _load_df(args.dir)
+    if args.json:
+        _print_json(report_rows(df))
+        return 0
+    if df.empty:
+        err.print(f"no records in {args.dir}")
+        return 0
+    out.print(report_table(df))
+    return 0
+
+
+def cmd_flops(args) -> int:
+    from benchsuite.metrics.flops import flops_per_token
+
+    suite = load_suite(args.suite)
+    rows = []
+    for run in suite.runs:
+        f = flops_per_token(run)
+        rows.append({"workload": run.workload, "kind": run.kind, "router": run.moe.router if run.moe else None,
+                     "world_size": run.world_size, "scaling": run.scaling, "params": f["params"],
+                     "params_active": f["params_active"], "model_flops_per_token": f["model_per_token"],
+                     "executed_flops_per_token": f["executed_per_token"]})
+    if args.json:
+        _print_json({"suite": suite.name, "runs": rows})
+    else:
+        for r in rows:
+            out.print(f"{r['workload']:<24} w{r['world_size']:<3} params {r['params'] / 1e6:9.2f} M  "
+                      f"active {r['params_active'] / 1e6:9.2f} M  model {r['model_flops_per_token'] / 1e9:8.3f} "
+                      f"GFLOP/tok  executed {r['executed_flops_per_token'] / 1e9:8.3f} GFLOP/tok", markup=False)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="benchsuite", description="What training a transformer really costs: "
+                                "throughput, FLOPs/MFU, scaling, memory, energy and CO2e.")
+    sub = p.add_subparsers(dest="verb", required=True)
+
+    r = sub.add_parser("run", help="run a suite (one torchrun per run) and write one record per run")
+    r.add_argument("suite", help="suite TOML file, e.g. workloads/smoke.toml")
+    r.add_argument("--out", default="results", help="results folder (default: results)")
+    r.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
+                   help="skip runs already recorded ok (default: on)")
+    r.add_argument("--peak-tflops", type=float, default=None,
+                   help="peak FLOP/s of one device (TFLOP/s) for MFU where the device is not in the table")
+    r.add_argument("--nnodes", type=int, default=1, help="nodes in this job (multi-node: one launcher per node)")
+    r.add_argument("--node-rank", type=int, default=0, help="this node's rank; node 0 writes the records")
+    r.add_argument("--rdzv-endpoint", default=None, help="HOST:PORT of the c10d rendezvous (multi-node)")
+    r.add_argument("--rdzv-id", default="benchsuite", help="job id shared by every node's launcher")
+    r.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
+    r.set_defaults(fn=cmd_run)
+
+    ls = sub.add_parser("list", help="list the records in a results folder")
+    ls.add_argument("dir", nargs="?", default="results")
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(fn=cmd_list)
+
+    rp = sub.add_parser("report", help="table of results: throughput, MFU, step time, scaling")
+    rp.add_argument("dir", nargs="?", default="results")
+    rp.add_argument("--json", action="store_true")
+    rp.set_defaults(fn=cmd_report)
+
+    f = sub.add_parser("flops", help="parameters and FLOPs per token of every run of a suite")
+    f.add_argument("suite")
+    f.add_argument("--json", action="store_true")
+    f.set_defaults(fn=cmd_flops)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "json", False):
+        warnings.simplefilter("ignore")
+    try:
+        return args.fn(args)
+    except ConfigError as e:
+        err.print(str(e), markup=False)
+        return 2
+    except UsageError as e:
+        err.print(f"benchsuite: {e}", markup=False)
+        return 2
+    except KeyboardInterrupt:
+        err.print("interrupted: completed records are kept; rerun the same command to resume")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

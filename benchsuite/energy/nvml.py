@@ -1,0 +1,239 @@
+"""NVML GPU energy: the total-energy counter per device, sampled power where it is missing.
+
+The NVML handle is found by UUID, never by index: NVML enumerates every GPU in its own
+(PCI) order and ignores CUDA_VISIBLE_DEVICES, so cuda:i and NVML index i can be
+different chips. pynvml is imported lazily and its errors become EnergyError.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable
+
+from benchsuite.energy.meters import EmptyGpuMeter, EnergyError, Figure
+
+# Power sampling period when integrating. 20 ms is 5 samples per counter update
+# (~100 ms); on an H200 20 ms samples matched the counter within 0.1-1.5 % over
+# 10 s windows (ANCHORS.md).
+SAMPLE_INTERVAL_S = 0.02
+
+# c_nvmlValue_t member per nvmlValueType_t (nvml.h: NVML_VALUE_TYPE_*).
+_VALUE_MEMBER = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+
+
+def load_nvml():
+    """The pynvml module, imported only when a GPU meter is built."""
+    try:
+        import pynvml
+    except ImportError as e:
+        raise EnergyError(f"pynvml (nvidia-ml-py) not importable: {e}") from e
+    return pynvml
+
+
+def normalize_uuid(uuid: Any) -> str:
+    """Comparable form: torch gives '58a7...', NVML 'GPU-58a7...' (bytes in old pynvml)."""
+    text = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+    text = text.strip().lower()
+    for prefix in ("gpu-", "mig-"):
+        if text.startswith(prefix):
+            text = text[len(prefix):]
+    return text
+
+
+def cuda_device_uuid(index: int) -> str:
+    """UUID of CUDA ordinal `index` as this process sees it (after CUDA_VISIBLE_DEVICES)."""
+    import torch
+    return str(torch.cuda.get_device_properties(index).uuid)
+
+
+class Nvml:
+    """pynvml with its errors translated; one nvmlInit per instance."""
+
+    def __init__(self, lib=None):
+        self.lib = lib if lib is not None else load_nvml()
+        self.call(self.lib.nvmlInit)
+
+    def call(self, fn: Callable, *args):
+        try:
+            return fn(*args)
+        except self.lib.NVMLError as e:
+            raise EnergyError(f"{getattr(fn, '__name__', 'nvml')}: {e}") from e
+
+    def handle_for_uuid(self, uuid: str):
+        """(handle, NVML's UUID string) of the device whose UUID matches."""
+        want = normalize_uuid(uuid)
+        seen = []
+        for i in range(self.call(self.lib.nvmlDeviceGetCount)):
+            h = self.call(self.lib.nvmlDeviceGetHandleByIndex, i)
+            got = self.call(self.lib.nvmlDeviceGetUUID, h)
+            got = got.decode() if isinstance(got, bytes) else str(got)
+            if normalize_uuid(got) == want:
+                return h, got
+            seen.append(got)
+        raise EnergyError(f"no NVML device has UUID {uuid} (NVML sees {', '.join(seen) or 'none'})")
+
+    def shutdown(self) -> None:
+        try:
+            self.lib.nvmlShutdown()
+        except Exception:
+            pass
+
+
+class PowerSampler:
+    """Background power samples (t, W) while any window is open; windows integrate
+    their own slice with the trapezoid rule, so windows may overlap."""
+
+    def __init__(self, read_w: Callable[[], float], interval_s: float = SAMPLE_INTERVAL_S):
+        self.read_w, self.interval_s = read_w, interval_s
+        self._samples: list[tuple[float, float]] = []
+        self._lock = threading.Lock()
+        self._stop: threading.Event | None = None
+        self._thread: threading.Thread | None = None
+        self._open = 0
+        self.error: str | None = None
+
+    def _take(self) -> None:
+        try:
+            w = self.read_w()
+        except Exception as e:
+            self.error = self.error or f"power sample failed: {e}"
+            return
+        with self._lock:
+            self._samples.append((time.monotonic(), w))
+
+    def _run(self, stop: threading.Event) -> None:
+        while not stop.wait(self.interval_s) and self.error is None:
+            self._take()
+
+    def open(self) -> int:
+        """Start sampling if needed, take a sample now; returns the window's first index."""
+        with self._lock:
+            self._open += 1
+            if self._thread is None:
+                self._stop = threading.Event()   # one per thread: a stopping thread keeps its own
+                self._thread = threading.Thread(target=self._run, args=(self._stop,),
+                                                name="gpu-power-sampler", daemon=True)
+                self._thread.start()
+            start = len(self._samples)
+        self._take()
+        return start
+
+    def close(self, start: int) -> float:
+        """Energy (J) from the window's samples; stops the thread when no window is open."""
+        self._take()
+        with self._lock:
+            window = self._samples[start:]
+            self._open -= 1
+            last = self._open == 0
+            thread = self._thread
+            if last:
+                self._thread = None
+                self._stop.set()
+        if last and thread is not None:
+            thread.join()
+            with self._lock:
+                if self._thread is None:
+                    self._samples.clear()
+        if self.error:
+            raise EnergyError(self.error)
+        if len(window) < 2:
+            raise EnergyError("fewer than 2 power samples in the window")
+        return trapezoid(window)
+
+
+def trapezoid(samples: list[tuple[float, float]]) -> float:
+    """Integral of watts over seconds: sum of 0.5 (w0 + w1) (t1 - t0)."""
+    return sum(0.5 * (w0 + w1) * (t1 - t0) for (t0, w0), (t1, w1) in zip(samples, samples[1:]))
+
+
+class NvmlGpuMeter:
+    """Energy of one CUDA device: counter difference (measured), or integrated power
+    samples (sampled) where the counter is unsupported; both when sample_power=True."""
+
+    def __init__(self, cuda_index: int, *, sample_power: bool = False, lib=None,
+                 interval_s: float = SAMPLE_INTERVAL_S, uuid: str | None = None):
+        self.cuda_index = cuda_index
+        self.nvml = Nvml(lib)
+        self.handle, self.uuid = self.nvml.handle_for_uuid(uuid or cuda_device_uuid(cuda_index))
+        name = self.nvml.call(self.nvml.lib.nvmlDeviceGetName, self.handle)
+        self.name = name.decode() if isinstance(name, bytes) else str(name)
+        self.counter_reason = None
+        try:
+            self._counter_mj()
+        except EnergyError as e:
+            self.counter_reason = f"NVML energy counter unsupported ({e}); power integrated"
+        self.power_api: str | None = None   # "instant" field or "average" nvmlDeviceGetPowerUsage
+        want_samples = sample_power or self.counter_reason is not None
+        self.sampler = PowerSampler(self._power_w, interval_s) if want_samples else None
+        self._open: dict[str, dict[str, Any]] = {}
+
+    def _counter_mj(self) -> int:
+        return self.nvml.call(self.nvml.lib.nvmlDeviceGetTotalEnergyConsumption, self.handle)
+
+    def _power_w(self) -> float:
+        """Instantaneous power where the field exists (the plain reading is a 1 s average on
+        Ampere and newer, per the NVML docs), else nvmlDeviceGetPowerUsage. mW -> W."""
+        lib = self.nvml.lib
+        if self.power_api in (None, "instant") and hasattr(lib, "NVML_FI_DEV_POWER_INSTANT"):
+            try:
+                v = self.nvml.call(lib.nvmlDeviceGetFieldValues, self.handle, [lib.NVML_FI_DEV_POWER_INSTANT])[0]
+                if v.nvmlReturn != 0:
+                    raise EnergyError(f"NVML_FI_DEV_POWER_INSTANT returned {v.nvmlReturn}")
+                self.power_api = "instant"
+                return getattr(v.value, _VALUE_MEMBER[v.valueType]) / 1000.0
+            except EnergyError:
+                if self.power_api == "instant":
+                    raise
+        self.power_api = "average"
+        return self.nvml.call(lib.nvmlDeviceGetPowerUsage, self.handle) / 1000.0
+
+    def begin(self, name: str) -> None:
+        state: dict[str, Any] = {}
+        if self.counter_reason is None:
+            try:
+                state["mj"] = self._counter_mj()
+            except EnergyError as e:
+                state["counter_error"] = f"counter failed at window start: {e}"
+        if self.sampler is not None:
+            state["i0"] = self.sampler.open()
+        self._open[name] = state
+
+    def end(self, name: str) -> Figure:
+        state = self._open.pop(name)
+        counter_j, reasons = None, []
+        if self.counter_reason is not None:
+            reasons.append(self.counter_reason)
+        elif "mj" in state:
+            try:
+                counter_j = (self._counter_mj() - state["mj"]) / 1000.0
+            except EnergyError as e:
+                reasons.append(f"counter failed at window end: {e}")
+        else:
+            reasons.append(state["counter_error"])
+        sampled_j = None
+        if "i0" in state:
+            try:
+                sampled_j = self.sampler.close(state["i0"])
+            except EnergyError as e:
+                reasons.append(f"power sampling: {e}")
+        detail = {"power_api": self.power_api} if self.sampler is not None else {}
+        if counter_j is not None:
+            return Figure(counter_j, "measured", "; ".join(reasons) or None, sampled_energy_j=sampled_j, detail=detail)
+        if sampled_j is not None:
+            return Figure(sampled_j, "sampled", "; ".join(reasons), sampled_energy_j=sampled_j, detail=detail)
+        return Figure.unavailable("; ".join(reasons) or "no GPU energy source")
+
+    def close(self) -> None:
+        self.nvml.shutdown()
+
+
+def make_gpu_meter(cuda_index: int, *, sample_power: bool = False, lib=None):
+    """An NvmlGpuMeter, or an EmptyGpuMeter saying why not (no driver, no pynvml, ...)."""
+    uuid = None
+    try:
+        uuid = cuda_device_uuid(cuda_index)
+        return NvmlGpuMeter(cuda_index, sample_power=sample_power, lib=lib, uuid=uuid)
+    except Exception as e:
+        uuid = f"GPU-{normalize_uuid(uuid)}" if uuid else None   # NVML's spelling, for dedupe
+        return EmptyGpuMeter(cuda_index, f"NVML unavailable: {type(e).__name__}: {e}", uuid=uuid)

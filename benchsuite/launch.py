@@ -1,0 +1,200 @@
+"""Suite orchestration: one torchrun per run, resume, failure isolation, timeouts.
+
+A run that raises, is killed, segfaults or hangs past `train.timeout_s` becomes a failed
+record naming the rank and the reason; every process of the run is reaped; the suite goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from benchsuite.config import RunConfig, Suite
+from benchsuite.environment import hardware_identity, software_versions
+from benchsuite.results.schema import failed_record, utc_now
+from benchsuite.results.store import ok_run_keys, record_filename, write_record
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """Where this launcher sits in a multi-node job (one launcher per node, c10d rendezvous)."""
+
+    nnodes: int = 1
+    node_rank: int = 0
+    endpoint: str | None = None  # host:port of the c10d store, reachable from every node
+    rdzv_id: str = "benchsuite"
+
+    @property
+    def multi_node(self) -> bool:
+        return self.nnodes > 1
+
+
+@dataclass
+class RunOutcome:
+    run: RunConfig
+    run_key: str
+    status: str  # ok | failed | skipped | not_on_this_node
+    record_path: str | None = None
+    error: dict | None = None
+    duration_s: float = 0.0
+
+
+def _become_subreaper() -> None:
+    """Ranks live in their own sessions (torchrun starts them so); as subreaper this process
+    inherits any rank whose torchrun died, so it can reap it: no orphans, no zombies."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
+
+
+def torchrun_command(run: RunConfig, key: str, workdir: Path, rdzv: Rendezvous) -> list[str]:
+    """The worker gets one positional argument, its work folder (run.json inside): torchrun's own
+    parser would otherwise claim any --option that abbreviates one of its flags."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(run.nproc_per_node),
+           "--max-restarts", "0"]
+    if run.nodes == 1:
+        cmd += ["--standalone", "--nnodes", "1"]
+    else:
+        cmd += ["--nnodes", str(run.nodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", rdzv.endpoint,
+                "--rdzv-id", f"{rdzv.rdzv_id}-{key}"]
+    return cmd + ["-m", "benchsuite.worker", str(workdir)]
+
+
+def _kill_run(proc: subprocess.Popen, workdir: Path) -> None:
+    """SIGTERM torchrun's group (it stops its ranks), then SIGKILL everything left, ranks included."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    _reap_ranks(workdir)
+
+
+def _reap_ranks(workdir: Path) -> None:
+    for pid_file in workdir.glob("pid.*"):
+        with contextlib.suppress(ValueError, OSError):
+            pid = int(pid_file.read_text())
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+
+
+_ROOT_CAUSE = re.compile(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
+
+
+def diagnose(returncode: int, workdir: Path, log_text: str) -> dict:
+    """The failed record's error: the earliest rank that raised, else the rank torchrun saw die."""
+    errors = []
+    for f in workdir.glob("error.*.json"):
+        with contextlib.suppress(OSError, json.JSONDecodeError):
+            errors.append(json.loads(f.read_text()))
+    if errors:
+        first = min(errors, key=lambda e: e["time"])
+        return {"type": first["type"], "message": first["message"], "rank": first["rank"],
+                "traceback": first.get("traceback")}
+    cause = log_text.split("Root Cause", 1)[-1]
+    m = _ROOT_CAUSE.search(cause)
+    if m:
+        rank, code = int(m.group(1)), int(m.group(2))
+        if code < 0:
+            sig = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
+            hint = {"SIGKILL": " (killed: out of memory or an external kill)",
+                    "SIGSEGV": " (segmentation fault)"}.get(sig, "")
+            return {"type": "WorkerKilled", "message": f"rank {rank} died from {sig}{hint}", "rank": rank}
+        return {"type": "WorkerExited", "message": f"rank {rank} exited with code {code}", "rank": rank}
+    tail = log_text.strip().splitlines()[-5:]
+    return {"type": "LaunchFailed", "message": f"torchrun exited with code {returncode}: " + " | ".join(tail),
+            "rank": None}
+
+
+def launch_run(run: RunConfig, key: str, out_dir: Path, hardware: dict, rdzv: Rendezvous,
+               peak_tflops: float | None = None) -> RunOutcome:
+    """One torchrun for one run; returns when its record (ok or failed) is on disk."""
+    started_at, t0 = utc_now(), time.perf_counter()
+    stem = Path(record_filename({"suite": run.suite, "workload": run.workload, "config": run.to_dict(),
+                                 "run_key": key})).stem
+    log_dir = out_dir / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{stem}.node{rdzv.node_rank}.log"
+    with tempfile.TemporaryDirectory(prefix=f"benchsuite-{key}-") as tmp:
+        workdir = Path(tmp)
+        (workdir / "run.json").write_text(json.dumps({"run": run.to_dict(), "run_key": key, "out": str(out_dir),
+                                                      "peak_tflops": peak_tflops}))
+        cmd = torchrun_command(run, key, workdir, rdzv)
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+            try:
+                returncode = proc.wait(timeout=run.train.timeout_s)
+                error = None
+            except subprocess.TimeoutExpired:
+                _kill_run(proc, workdir)
+                returncode = proc.returncode
+                error = {"type": "Timeout", "rank": None,
+                         "message": f"run exceeded train.timeout_s = {run.train.timeout_s:g} s and was killed"}
+            except KeyboardInterrupt:
+                _kill_run(proc, workdir)
+                error = {"type": "Interrupted", "rank": None, "message": "stopped by Ctrl-C"}
+                _write_failed(run, key, out_dir, hardware, error, started_at, t0, rdzv)
+                raise
+            _reap_ranks(workdir)
+        if error is None and returncode != 0:
+            error = diagnose(returncode, workdir, log_path.read_text(errors="replace"))
+    duration = time.perf_counter() - t0
+    final = out_dir / f"{stem}.json"
+    if error is None and rdzv.node_rank == 0 and not final.exists():
+        error = {"type": "NoRecord", "rank": 0, "message": f"workers exited cleanly but wrote no record; see {log_path}"}
+    if error is not None:
+        error["log"] = str(log_path)
+        _write_failed(run, key, out_dir, hardware, error, started_at, t0, rdzv)
+        return RunOutcome(run, key, "failed", str(final), error, duration)
+    return RunOutcome(run, key, "ok", str(final), None, duration)
+
+
+def _write_failed(run, key, out_dir, hardware, error, started_at, t0, rdzv) -> None:
+    if rdzv.node_rank != 0:
+        return
+    env = {"hardware": hardware, "world_size": run.world_size, "nodes": run.nodes, **software_versions()}
+    write_record(out_dir, failed_record(key, run.to_dict(), env, error, started_at, time.perf_counter() - t0))
+
+
+def run_suite(suite: Suite, out_dir: str | Path, resume: bool = True, peak_tflops: float | None = None,
+              rdzv: Rendezvous = Rendezvous(),
+              on_event: Callable[[str, int, int, RunOutcome | RunConfig], None] | None = None) -> list[RunOutcome]:
+    """Run every run of the suite in order. on_event(kind, index, total, payload) reports
+    'start' (payload: the RunConfig) and 'done' (payload: the RunOutcome)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _become_subreaper()
+    hardware = hardware_identity()
+    done = ok_run_keys(out_dir) if resume else set()
+    outcomes = []
+    for i, run in enumerate(suite.runs):
+        key = run.run_key(hardware)
+        if key in done:
+            outcome = RunOutcome(run, key, "skipped")
+        elif run.nodes != rdzv.nnodes:
+            outcome = RunOutcome(run, key, "not_on_this_node")
+        else:
+            if on_event:
+                on_event("start", i, len(suite.runs), run)
+            outcome = launch_run(run, key, out_dir, hardware, rdzv, peak_tflops)
+        outcomes.append(outcome)
+        if on_event:
+            on_event("done", i, len(suite.runs), outcome)
+    return outcomes

@@ -1,0 +1,62 @@
+"""Step timing that respects asynchronous devices, and the statistics of step times."""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+
+import torch
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class StepTimer:
+    """Per-step durations. On CUDA: events recorded on the stream, read once after a final
+    synchronisation (no host sync inside the loop). On CPU work is synchronous, so a
+    perf_counter pair around each step is exact."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self._marks: list = []
+
+    def mark(self) -> None:
+        """Call once before the first step and once after every step."""
+        if self.device.type == "cuda":
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            self._marks.append(ev)
+        else:
+            self._marks.append(time.perf_counter())
+
+    def durations_s(self) -> list[float]:
+        if self.device.type == "cuda":
+            synchronize(self.device)
+            return [a.elapsed_time(b) / 1e3 for a, b in zip(self._marks, self._marks[1:])]
+        return [b - a for a, b in zip(self._marks, self._marks[1:])]
+
+
+def _percentile(sorted_xs: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    pos = (len(sorted_xs) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_xs) - 1)
+    return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (pos - lo)
+
+
+def bootstrap_ci_median(xs: list[float], resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """95 % percentile-bootstrap interval of the median; seeded so a record is reproducible."""
+    rng = random.Random(seed)
+    n = len(xs)
+    medians = sorted(statistics.median(rng.choices(xs, k=n)) for _ in range(resamples))
+    return _percentile(medians, 0.025), _percentile(medians, 0.975)
+
+
+def summarize(xs: list[float]) -> dict:
+    """The record's step_time_s: median, p10, p90, ci95 [lo, hi], n."""
+    s = sorted(xs)
+    return {"median": statistics.median(s), "p10": _percentile(s, 0.10), "p90": _percentile(s, 0.90),
+            "ci95": list(bootstrap_ci_median(s)), "n": len(s)}

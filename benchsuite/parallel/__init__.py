@@ -1,0 +1,73 @@
+"""Turn a plain model into the parallel one a run asks for.
+
+Order, as in torchtitan's parallelize functions: tensor parallel first (it rewrites the
+Linear weights every later step sees), then expert parallel (it replaces the expert
+weights by the local shard), then activation checkpointing (wraps the parallel blocks),
+then compile (traces the checkpointed blocks, one region per block), and data
+parallelism last (DDP or FSDP hook the final parameters and must see the compiled
+modules' parameters, not replaced ones).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from benchsuite.config import RunConfig
+from benchsuite.dist import DistContext
+
+
+@dataclass
+class Parallelized:
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    impl: dict = field(default_factory=dict)  # what was applied, by name, for the record
+    loss_parallel: bool = False  # logits are vocab-sharded DTensors (tensor parallel)
+
+    def loss_context(self):
+        if not self.loss_parallel:
+            return contextlib.nullcontext()
+        from torch.distributed.tensor.parallel import loss_parallel
+
+        return loss_parallel()
+
+
+def apply_activation_checkpointing(model: nn.Module) -> None:
+    """Full recompute: each block's activations are rebuilt in the backward pass."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    for i, block in enumerate(model.blocks):
+        model.blocks[i] = checkpoint_wrapper(block, preserve_rng_state=False)
+
+
+def apply_compile(model: nn.Module) -> None:
+    """Regional compile: one compiled graph per block, reused across identical blocks."""
+    for block in model.blocks:
+        block.compile()
+
+
+def parallelize(model: nn.Module, run: RunConfig, ctx: DistContext) -> Parallelized:
+    from benchsuite.parallel.zero import apply_data_parallel
+
+    impl: dict = {}
+    loss_parallel = False
+    if ctx.dims.tp_enabled:
+        from benchsuite.parallel.tensor import apply_tensor_parallel
+
+        impl["tensor"] = apply_tensor_parallel(model, ctx.mesh["tp"])
+        loss_parallel = True
+    if ctx.dims.ep_enabled:
+        from benchsuite.parallel.expert import apply_expert_parallel
+
+        impl["expert"] = apply_expert_parallel(model, ctx.ep_mesh["ep"].get_group())
+    if run.train.recompute == "full":
+        apply_activation_checkpointing(model)
+        impl["recompute"] = "checkpoint_wrapper per block"
+    if run.train.compile:
+        apply_compile(model)
+        impl["compile"] = "torch.compile per block"
+    model, optimizer, impl["data"] = apply_data_parallel(model, run, ctx)
+    return Parallelized(model, optimizer, impl, loss_parallel)

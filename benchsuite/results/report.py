@@ -1,0 +1,63 @@
+"""The terminal report: one row per run, the figures a reader compares first."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+from rich.markup import escape
+from rich.table import Table
+
+COLUMNS = [
+    # (header, column, format)
+    ("suite", "suite", "{}"),
+    ("workload", "workload", "{}"),
+    ("world", "world_size", "{}"),
+    ("nodes", "nodes", "{}"),
+    ("scaling", "scaling", "{}"),
+    ("tok/s", "tokens_per_s", "{:,.0f}"),
+    ("MFU", "mfu", "{:.1%}"),
+    ("step ms (95% CI)", None, None),
+    ("efficiency", "scaling_efficiency", "{:.0%}"),
+    ("status", "status", "{}"),
+]
+
+
+def _present(v) -> bool:
+    return v is not None and not (isinstance(v, float) and math.isnan(v))
+
+
+def _fmt(fmt: str, v) -> str:
+    return fmt.format(v) if _present(v) else "—"
+
+
+def _step_cell(row) -> str:
+    med, lo, hi = row.get("step_time_median_s"), row.get("step_time_ci95_lo_s"), row.get("step_time_ci95_hi_s")
+    if not _present(med):
+        return "—"
+    return f"{med * 1e3:.1f} ({lo * 1e3:.1f}–{hi * 1e3:.1f})"
+
+
+def report_rows(df: pd.DataFrame) -> list[dict]:
+    """The report as plain dicts (for --json): the same columns, unformatted, nulls as None."""
+    if df.empty:
+        return []
+    cols = [c for _, c, _ in COLUMNS if c] + ["run_key", "step_time_median_s", "step_time_ci95_lo_s",
+                                              "step_time_ci95_hi_s", "error_type", "error_message"]
+    cols = [c for c in cols if c in df]
+    return [{k: (v if _present(v) else None) for k, v in r.items()} for r in df[cols].to_dict("records")]
+
+
+def report_table(df: pd.DataFrame) -> Table:
+    table = Table(title="benchsuite results", header_style="bold")
+    for header, _, _ in COLUMNS:
+        table.add_column(header, justify="right" if header not in ("suite", "workload", "scaling", "status")
+                         else "left")
+    for _, row in df.iterrows():
+        cells = []
+        for header, col, fmt in COLUMNS:
+            cells.append(_step_cell(row) if col is None else _fmt(fmt, row.get(col)))
+        if row["status"] == "failed":
+            cells[-1] = f"failed: {row.get('error_type')}"
+        table.add_row(*[escape(c) for c in cells], style="red" if row["status"] == "failed" else None)
+    return table

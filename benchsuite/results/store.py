@@ -1,0 +1,126 @@
+"""Run records on disk: atomic writes, tolerant loading, one flat DataFrame."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import warnings
+from pathlib import Path
+
+import pandas as pd
+
+from benchsuite.results.schema import check_record
+
+
+def _slug(text: str, limit: int = 40) -> str:
+    """A file-name-safe form of a user-given name (the name itself stays in the record)."""
+    s = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.")
+    return (s or "x")[:limit]
+
+
+def record_filename(rec: dict) -> str:
+    cfg = rec["config"]
+    return (f"{_slug(rec['suite'])}__{_slug(rec['workload'])}__w{cfg['world_size']}n{cfg['nodes']}"
+            f"-{cfg['scaling']}__{rec['run_key']}.json")
+
+
+def write_record(out_dir: str | Path, rec: dict) -> Path:
+    """Temp file in the same folder, fsync, rename: a reader sees the old file or the whole new one,
+    never a partial record, even if this process is killed mid-write."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    final = out_dir / record_filename(rec)
+    data = json.dumps(rec, indent=1, sort_keys=True, allow_nan=False)
+    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{final.stem}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(out_dir, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return final
+
+
+def load_records(path: str | Path) -> list[dict]:
+    """Every readable record under path (a folder, searched recursively, or one file).
+    Unreadable, corrupt or newer-schema files are skipped with a warning naming them."""
+    path = Path(path)
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*.json") if not p.name.startswith("."))
+    records = []
+    for p in files:
+        try:
+            rec = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            warnings.warn(f"skipping {p}: not a readable record ({e})", stacklevel=2)
+            continue
+        problem = check_record(rec)
+        if problem:
+            warnings.warn(f"skipping {p}: {problem}", stacklevel=2)
+            continue
+        rec["_path"] = str(p)
+        records.append(rec)
+    return records
+
+
+def ok_run_keys(path: str | Path) -> set[str]:
+    if not Path(path).exists():
+        return set()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return {r["run_key"] for r in load_records(path) if r["status"] == "ok"}
+
+
+def _get(d, *keys):
+    for k in keys:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(k)
+    return d
+
+
+def flatten(rec: dict) -> dict:
+    """One DataFrame row: identity and the headline figures under short names, and every
+    scalar of metrics/energy/carbon under dotted names (metrics.flops.model_per_token, ...)."""
+    cfg, m, err = rec["config"], rec.get("metrics") or {}, rec.get("error") or {}
+    row = {
+        "run_key": rec["run_key"], "suite": rec["suite"], "workload": rec["workload"], "status": rec["status"],
+        "kind": cfg.get("kind"), "router": _get(cfg, "moe", "router"), "description": cfg.get("description", ""),
+        "world_size": cfg["world_size"], "nodes": cfg["nodes"], "scaling": cfg["scaling"],
+        "sweep_id": cfg.get("sweep_id"), "tensor": _get(cfg, "parallel", "tensor"),
+        "zero": _get(cfg, "parallel", "zero"), "expert": _get(cfg, "parallel", "expert"),
+        "started_at": rec["started_at"], "duration_s": rec["duration_s"],
+        "error_type": err.get("type"), "error_message": err.get("message"), "error_rank": err.get("rank"),
+        "tokens_per_s": m.get("tokens_per_s"), "mfu": m.get("mfu"),
+        "step_time_median_s": _get(m, "step_time_s", "median"),
+        "step_time_ci95_lo_s": (_get(m, "step_time_s", "ci95") or [None, None])[0],
+        "step_time_ci95_hi_s": (_get(m, "step_time_s", "ci95") or [None, None])[1],
+        "path": rec.get("_path"),
+    }
+    for section in ("metrics", "energy", "carbon"):
+        for k, v in pd.json_normalize(rec.get(section) or {}, sep=".").to_dict("records")[0].items() \
+                if rec.get(section) else []:
+            if v is None or isinstance(v, (int, float, str, bool)):
+                row[f"{section}.{k}"] = v
+    return row
+
+
+def records_dataframe(path: str | Path) -> pd.DataFrame:
+    """All records under path as one DataFrame, with scaling efficiency per sweep."""
+    from benchsuite.metrics.scaling import add_scaling_efficiency
+
+    rows = [flatten(r) for r in load_records(path)]
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return df
+    return add_scaling_efficiency(df.sort_values(["suite", "workload", "world_size", "started_at"],
+                                                 ignore_index=True))

@@ -1,0 +1,211 @@
+"""What runs inside each rank: build, parallelize, warm up, measure, report.
+
+Started by torchrun (one process per rank) as `python -m benchsuite.worker --run RUN.json ...`.
+Rank 0 gathers every rank's figures and writes the run's record; a rank that raises
+leaves an error file in the run's work folder so the launcher can name it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from benchsuite import dist as bdist
+from benchsuite.config import RunConfig
+from benchsuite.environment import device_info, software_versions
+from benchsuite.metrics import flops as fl
+from benchsuite.metrics.timing import StepTimer, summarize, synchronize
+from benchsuite.models.transformer import build_model
+from benchsuite.parallel import Parallelized, parallelize
+from benchsuite.results.schema import SCHEMA_VERSION, utc_now
+from benchsuite.results.store import write_record
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    return ("bf16" if device.type == "cuda" else "fp32") if precision == "auto" else precision
+
+
+def autocast(precision: str, device: torch.device):
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def train_step(par: Parallelized, batches, precision: str, device: torch.device) -> torch.Tensor:
+    """One optimizer step over grad_accum micro-batches; returns the mean loss, still on device."""
+    total = torch.zeros((), device=device)
+    for inputs, targets in batches:
+        with autocast(precision, device):
+            logits, aux = par.model(inputs)
+        with par.loss_context():
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+            loss = (loss + aux) / len(batches)
+            loss.backward()
+        total += loss.detach()
+    par.optimizer.step()
+    par.optimizer.zero_grad(set_to_none=True)
+    return total
+
+
+def peak_memory(device: torch.device) -> dict:
+    if device.type == "cuda":
+        return {"peak_allocated_bytes": torch.cuda.max_memory_allocated(device),
+                "peak_reserved_bytes": torch.cuda.max_memory_reserved(device), "source": "torch.cuda"}
+    import resource
+
+    # ru_maxrss is KiB on Linux: the whole process, model and framework alike.
+    return {"peak_allocated_bytes": None, "peak_reserved_bytes": None,
+            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "source": "host_rss"}
+
+
+def measure(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None) -> dict:
+    """Everything one rank measures; rank 0 turns the gathered dicts into the record."""
+    from benchsuite.data import make_source
+
+    torch.manual_seed(run.train.seed)
+    precision = resolve_precision(run.train.precision, ctx.device)
+    model = build_model(run.model, run.moe, seed=run.train.seed).to(ctx.device)
+    par = parallelize(model, run, ctx)
+    source = make_source(run.train.data, run.model.vocab, run.model.seq_len, run.train.seed)
+    mb, dp_rank, dp = run.micro_batch_per_rank, ctx.dp_rank, ctx.dims.dp
+
+    def batches(step: int):
+        out = []
+        for micro in range(run.train.grad_accum):
+            x, y = source.batch(step * run.train.grad_accum + micro, dp_rank, dp, mb)
+            out.append((x.to(ctx.device, non_blocking=True), y.to(ctx.device, non_blocking=True)))
+        return out
+
+    step = 0
+    # Step 0 is a real training step counted by FlopCounterMode (eager, so every op is seen);
+    # it and the warm-up steps (compile, allocator, caches) stay out of the measured figures.
+    with fl.flop_counter() as counter, torch.compiler.set_stance("force_eager"):
+        train_step(par, batches(step), precision, ctx.device)
+    counted_flops = counter.get_total_flops()
+    step += 1
+    for _ in range(max(0, run.train.warmup_steps - 1)):
+        train_step(par, batches(step), precision, ctx.device)
+        step += 1
+    synchronize(ctx.device)
+    ceiling = fl.measure_matmul_ceiling(ctx.device, torch.bfloat16 if precision == "bf16" else torch.float32)
+
+    if ctx.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(ctx.device)
+    timer = StepTimer(ctx.device)
+    losses = []
+    timer.mark()
+    for _ in range(run.train.steps):
+        losses.append(train_step(par, batches(step), precision, ctx.device))
+        timer.mark()
+        step += 1
+    step_times = timer.durations_s()
+    loss_values = torch.stack(losses)
+    if ctx.world_size > 1:
+        torch.distributed.all_reduce(loss_values, group=ctx.dp_group)
+        loss_values /= dp
+    return {
+        "rank": ctx.rank, "node_rank": ctx.node_rank, "device": device_info(ctx.device),
+        "step_times_s": step_times, "losses": loss_values.tolist(), "counted_flops": counted_flops,
+        "memory": peak_memory(ctx.device), "matmul_ceiling_flops": ceiling, "precision": precision,
+        "impl": par.impl, "peak_tflops": peak_tflops,
+    }
+
+
+def build_record(run: RunConfig, run_key: str, ranks: list[dict], ctx: bdist.DistContext,
+                 started_at: str, duration_s: float) -> dict:
+    """Rank 0: per-step time is the slowest rank's (a step ends when every rank is done)."""
+    r0 = ranks[0]
+    step_times = [max(ts) for ts in zip(*(r["step_times_s"] for r in ranks))]
+    summary = summarize(step_times)
+    tokens_per_step = run.global_batch * run.model.seq_len
+    tokens_per_s = tokens_per_step / summary["median"]
+    f = fl.flops_per_token(run)
+    counted_per_token = sum(r["counted_flops"] for r in ranks) / tokens_per_step
+    per_device = f["model_per_token"] * tokens_per_s / run.world_size
+    peak, peak_source = fl.peak_flops(r0["device"]["name"], r0["precision"], r0["peak_tflops"])
+    ceiling = min(r["matmul_ceiling_flops"] for r in ranks)
+    rank_medians = [statistics.median(r["step_times_s"]) for r in ranks]
+    metrics = {
+        "tokens_per_s": tokens_per_s,
+        "tokens_per_step": tokens_per_step,
+        "step_time_s": summary,
+        "flops": {"model_per_token": f["model_per_token"], "executed_per_token": f["executed_per_token"],
+                  "counted_per_token": counted_per_token, "counted_source": "FlopCounterMode, one eager step"},
+        "params": {"total": f["params"], "active": f["params_active"], "non_embedding": f["params_non_embedding"]},
+        "tflops_per_device": per_device / 1e12,
+        "mfu": fl.mfu(per_device, peak),
+        "peak_tflops": peak / 1e12 if peak else None,
+        "peak_source": peak_source,
+        "matmul_ceiling_tflops": ceiling / 1e12,
+        "mfu_vs_ceiling": fl.mfu(per_device, ceiling),
+        "memory": {
+            "peak_allocated_bytes": max((r["memory"]["peak_allocated_bytes"] or 0) for r in ranks) or None,
+            "peak_reserved_bytes": max((r["memory"]["peak_reserved_bytes"] or 0) for r in ranks) or None,
+            "source": r0["memory"]["source"],
+            "per_rank": [r["memory"] for r in ranks],
+        },
+        "per_rank": {"step_time_median_s": rank_medians,
+                     "straggler_ratio": max(rank_medians) / statistics.median(rank_medians)},
+        "precision": r0["precision"],
+        "implementation": r0["impl"],
+        "speed_valid": not ctx.shared_device,
+    }
+    devices = [dict(r["device"], rank=r["rank"], node_rank=r["node_rank"]) for r in ranks]
+    env = {"hosts": sorted({d["host"] for d in devices}), "nodes": len({r["node_rank"] for r in ranks}),
+           "world_size": ctx.world_size, "backend": ctx.backend, "devices": devices, **software_versions()}
+    steps = [{"step": i, "time_s": t, "loss": loss, "tokens": tokens_per_step}
+             for i, (t, loss) in enumerate(zip(step_times, r0["losses"]))]
+    return {"schema_version": SCHEMA_VERSION, "run_key": run_key, "suite": run.suite, "workload": run.workload,
+            "status": "ok", "error": None, "started_at": started_at, "duration_s": duration_s,
+            "config": run.to_dict(), "env": env, "metrics": metrics, "energy": None, "carbon": None,
+            "steps": steps}
+
+
+def _die_with_parent() -> None:
+    """torchrun starts ranks in their own sessions; if the launcher dies, take the rank down too."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="benchsuite.worker")
+    p.add_argument("workdir", help="the run's folder: run.json in, pid and error files out")
+    workdir = Path(p.parse_args(argv).workdir)
+    _die_with_parent()
+    rank = int(os.environ.get("RANK", "0"))
+    (workdir / f"pid.{rank}").write_text(str(os.getpid()))
+    started_at, t0 = utc_now(), time.perf_counter()
+    try:
+        spec = json.loads((workdir / "run.json").read_text())
+        run = RunConfig.from_dict(spec["run"])
+        ctx = bdist.init_distributed(run)
+        mine = measure(run, ctx, spec["peak_tflops"])
+        ranks = bdist.all_gather_objects(mine, ctx)
+        if ctx.is_main:
+            record = build_record(run, spec["run_key"], ranks, ctx, started_at, time.perf_counter() - t0)
+            write_record(spec["out"], record)
+        bdist.shutdown()
+    except BaseException as e:
+        err = {"type": type(e).__name__, "message": str(e)[:2000], "rank": rank, "time": time.time_ns(),
+               "traceback": traceback.format_exc()[-4000:]}
+        (workdir / f"error.{rank}.json").write_text(json.dumps(err))
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
