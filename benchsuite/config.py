@@ -253,9 +253,6 @@ def _check_run(run: RunConfig, where: str, problems: list) -> None:
     tag = f"{where} (world_size={run.world_size}, nodes={run.nodes})"
     if run.world_size % run.nodes:
         problems.append((f"{tag}.sweep.nodes", f"nodes ({run.nodes}) must divide world_size ({run.world_size})"))
-    if run.world_size % p.tensor:
-        problems.append((f"{tag}.parallel.tensor",
-                         f"world_size ({run.world_size}) must be divisible by tensor ({p.tensor})"))
     if p.tensor > 1:
         for name, size in (("heads", m.heads), ("ffn_hidden", m.ffn), ("vocab", m.vocab)):
             if size % p.tensor:
@@ -263,6 +260,10 @@ def _check_run(run: RunConfig, where: str, problems: list) -> None:
         if p.zero:
             problems.append((f"{tag}.parallel.zero", "ZeRO stages 1-3 with tensor > 1 are not supported; "
                                                      "set zero = 0 or tensor = 1"))
+    if run.world_size % p.tensor:
+        problems.append((f"{tag}.parallel.tensor",
+                         f"world_size ({run.world_size}) must be divisible by tensor ({p.tensor})"))
+        return  # the checks below need a whole data-parallel degree
     if p.expert > 1:
         if p.tensor > 1:
             problems.append((f"{tag}.parallel.expert", "expert parallelism with tensor > 1 is not supported; "
@@ -283,8 +284,12 @@ def _check_run(run: RunConfig, where: str, problems: list) -> None:
         problems.append((f"{where}.moe.every", f"every ({run.moe.every}) exceeds model.layers ({m.layers})"))
 
 
+SWEEP_DEFAULTS = {"world_size": [1], "nodes": [1], "scaling": ["weak"]}
+
+
 def _sweep_lists(raw: Any, where: str, problems: list) -> dict[str, list]:
-    out = {"world_size": [1], "nodes": [1], "scaling": ["weak"]}
+    """The sweep keys given in raw, each as a validated list (defaults are applied by the caller)."""
+    out: dict[str, list] = {}
     if raw is None:
         return out
     if not isinstance(raw, dict):
@@ -340,7 +345,7 @@ def parse_suite(doc: dict, path: str | Path = "<string>") -> Suite:
 
     suite_energy = _build_section(EnergyConfig, doc.get("energy", {}), "energy", problems)
     suite_carbon = _build_section(CarbonConfig, doc.get("carbon", {}), "carbon", problems)
-    suite_sweep = doc.get("sweep")
+    suite_sweep = _sweep_lists(doc.get("sweep"), "sweep", problems)
 
     workloads = doc.get("workload")
     if workloads is None:
@@ -387,12 +392,11 @@ def parse_suite(doc: dict, path: str | Path = "<string>") -> Suite:
                 built[sec] = suite_energy if sec == "energy" else suite_carbon
                 continue
             built[sec] = _build_section(cls, merged.get(sec, {}), f"{where}.{sec}", problems)
+        own_sweep = _sweep_lists(raw["sweep"], f"{where}.sweep", problems) if "sweep" in raw else {}
         if any(v is None for v in built.values()) or kind not in ("dense", "moe"):
             continue
         _check_model(built["model"], where, problems)
-        sweep_raw = _merge(suite_sweep or {}, raw.get("sweep") or {}) if isinstance(raw.get("sweep", {}), dict) \
-            else raw.get("sweep")
-        sweep = _sweep_lists(sweep_raw, f"{where}.sweep" if "sweep" in raw else "sweep", problems)
+        sweep = {**SWEEP_DEFAULTS, **suite_sweep, **own_sweep}
         sweep_id = f"{name}/{wname}"
         for ws, nodes, scaling in itertools.product(sweep["world_size"], sweep["nodes"], sweep["scaling"]):
             if not isinstance(ws, int) or not isinstance(nodes, int) or scaling not in ("weak", "strong"):

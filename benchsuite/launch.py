@@ -94,28 +94,34 @@ def _reap_ranks(workdir: Path) -> None:
                 os.waitpid(pid, 0)
 
 
-_ROOT_CAUSE = re.compile(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
+_FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank.*?exitcode\s*:\s*(-?\d+)", re.S)
+
+
+def _signal_name(code: int) -> str:
+    return signal.Signals(code).name if code in signal.valid_signals() else f"signal {code}"
 
 
 def diagnose(returncode: int, workdir: Path, log_text: str) -> dict:
-    """The failed record's error: the earliest rank that raised, else the rank torchrun saw die."""
-    errors = []
+    """The failed record's error. A rank killed by a signal writes nothing and its peers then fail
+    on broken collectives, so a signal death that torchrun reports is the root cause; otherwise
+    the earliest exception a rank wrote; otherwise torchrun's own summary."""
+    errors = {}
     for f in workdir.glob("error.*.json"):
         with contextlib.suppress(OSError, json.JSONDecodeError):
-            errors.append(json.loads(f.read_text()))
-    if errors:
-        first = min(errors, key=lambda e: e["time"])
-        return {"type": first["type"], "message": first["message"], "rank": first["rank"],
-                "traceback": first.get("traceback")}
-    cause = log_text.split("Root Cause", 1)[-1]
-    m = _ROOT_CAUSE.search(cause)
-    if m:
-        rank, code = int(m.group(1)), int(m.group(2))
-        if code < 0:
-            sig = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
+            e = json.loads(f.read_text())
+            errors[e["rank"]] = e
+    deaths = {int(r): int(c) for r, c in _FAILURE.findall(log_text.split("Failures:", 1)[-1])}
+    for rank, code in sorted(deaths.items()):
+        if code < 0 and rank not in errors:
+            sig = _signal_name(-code)
             hint = {"SIGKILL": " (killed: out of memory or an external kill)",
                     "SIGSEGV": " (segmentation fault)"}.get(sig, "")
             return {"type": "WorkerKilled", "message": f"rank {rank} died from {sig}{hint}", "rank": rank}
+    if errors:
+        first = min(errors.values(), key=lambda e: e["time"])
+        return {"type": first["type"], "message": first["message"], "rank": first["rank"],
+                "traceback": first.get("traceback")}
+    for rank, code in sorted(deaths.items()):
         return {"type": "WorkerExited", "message": f"rank {rank} exited with code {code}", "rank": rank}
     tail = log_text.strip().splitlines()[-5:]
     return {"type": "LaunchFailed", "message": f"torchrun exited with code {returncode}: " + " | ".join(tail),

@@ -70,6 +70,25 @@ def peak_memory(device: torch.device) -> dict:
             "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "source": "host_rss"}
 
 
+def inject_fault(rank: int) -> None:
+    """Deliberate failure for testing failure isolation: BENCHSUITE_INJECT_FAULT=KIND:RANK with
+    KIND raise | hang | kill | segv, applied by that rank before the first measured step."""
+    spec = os.environ.get("BENCHSUITE_INJECT_FAULT")
+    if not spec:
+        return
+    kind, _, target = spec.partition(":")
+    if target and int(target) != rank:
+        return
+    if kind == "raise":
+        raise RuntimeError(f"injected fault on rank {rank}")
+    if kind == "hang":
+        time.sleep(10**6)
+    if kind == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if kind == "segv":
+        ctypes.string_at(0)
+
+
 def measure(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None) -> dict:
     """Everything one rank measures; rank 0 turns the gathered dicts into the record."""
     from benchsuite.data import make_source
@@ -103,6 +122,7 @@ def measure(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None) -
 
     if ctx.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(ctx.device)
+    inject_fault(ctx.rank)
     timer = StepTimer(ctx.device)
     losses = []
     timer.mark()

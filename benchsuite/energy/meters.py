@@ -104,15 +104,17 @@ def codecarbon_power_model() -> PowerModel:
     else 4 W per thread (core/cpu.py DEFAULT_POWER_PER_CORE), else 85 W
     (external/hardware.py POWER_CONSTANT); times the socket count. RAM: its DIMM-count
     model (external/ram.py, 5 W per x86 DIMM). No tracker, no network, no files."""
-    cc_log = logging.getLogger("codecarbon")
-    level = cc_log.level
-    cc_log.setLevel(logging.ERROR)   # its "unknown CPU" warnings would go to stderr
     try:
         from codecarbon.core import cpu as cc_cpu
         from codecarbon.core.util import count_physical_cpus
         from codecarbon.external.hardware import POWER_CONSTANT
         from codecarbon.external.ram import RAM
-
+    except Exception as e:
+        raise EnergyError(f"codecarbon not importable: {type(e).__name__}: {e}") from e
+    cc_log = logging.getLogger("codecarbon")   # after import: importing resets its level
+    level = cc_log.level
+    cc_log.setLevel(logging.ERROR)   # its "unknown CPU" warnings would go to stderr; the reason says it
+    try:
         tdp = cc_cpu.TDP()
         sockets = count_physical_cpus() or 1
         if tdp.tdp is None:
@@ -146,6 +148,8 @@ class EstimateSensor:
     """CPU and DRAM energy = codecarbon's power model x window time, labelled estimated."""
 
     def __init__(self, model: PowerModel | None = None):
+        from codecarbon.external.hardware import SystemCPULoadMeter   # imported here: begin stays cheap
+        self._load_meter = SystemCPULoadMeter
         self._model = model          # looked up lazily: only needed when RAPL is missing
         self._open: dict[str, tuple[float, Any]] = {}
 
@@ -156,8 +160,7 @@ class EstimateSensor:
         return self._model
 
     def begin(self, name: str) -> None:
-        from codecarbon.external.hardware import SystemCPULoadMeter
-        load = SystemCPULoadMeter()
+        load = self._load_meter()    # codecarbon's system-wide load since its own baseline
         load.reset()
         self._open[name] = (time.monotonic(), load)
 
@@ -284,12 +287,10 @@ class NodeEnergyMonitor:
         notes = []
         try:
             rapl = RaplSensor(rapl_root)
-            sensors = [rapl, EstimateSensor()]
-            if not rapl.has_dram:
-                sensors[1] = _preloaded_estimate()
+            sensors = [rapl, _estimate(preload=not rapl.has_dram)]
         except EnergyError as e:
             notes.append(f"RAPL unavailable: {e}")
-            sensors = [_preloaded_estimate()]
+            sensors = [_estimate(preload=True)]
         sync = None
         if indices:
             def sync():
@@ -323,8 +324,8 @@ class NodeEnergyMonitor:
         reasons = list(self.notes)
         short = window_s < self.min_window_s
         if short:
-            reasons.append(f"window {window_s:.3f} s is shorter than min_window_s {self.min_window_s} s: the NVML "
-                           f"counter updates about every 100 ms; extend the measured region")
+            reasons.append(f"window {window_s:.3f} s is shorter than min_window_s {self.min_window_s} s: energy "
+                           f"counters (NVML) update about every 100 ms; extend the measured region")
         if not gpus:
             reasons.append("no CUDA device on this rank: GPU energy not measured")
         return WindowResult(name=name, rank=self.rank, host=self.host, window_s=window_s, short_window=short,
@@ -357,11 +358,12 @@ class NodeEnergyMonitor:
         return fig
 
 
-def _preloaded_estimate() -> EstimateSensor | EmptyCpuSensor:
+def _estimate(preload: bool) -> EstimateSensor | EmptyCpuSensor:
+    """codecarbon's estimate; its lookup (~0.5 s) is done now only when it will be used."""
     try:
-        return EstimateSensor(codecarbon_power_model())
-    except EnergyError as e:
-        return EmptyCpuSensor(str(e))
+        return EstimateSensor(codecarbon_power_model() if preload else None)
+    except Exception as e:
+        return EmptyCpuSensor(f"codecarbon estimate unavailable: {e}")
 
 
 class EmptyCpuSensor:
@@ -392,6 +394,11 @@ def _safe(fn, default_reason: str = "meter failed", many: bool = False):
 def _pick(readings: list[tuple[int, dict]]) -> tuple[int, dict]:
     """One rank's reading for a shared device/node: the best source, then the lowest rank."""
     return min(readings, key=lambda rf: (SOURCES.index(rf[1]["source"]), rf[0]))
+
+
+def _pick_device(readings: list[tuple[int, dict]]) -> tuple[int, dict]:
+    rank, _ = _pick([(rk, d["figure"]) for rk, d in readings])
+    return rank, next(d for rk, d in readings if rk == rank)
 
 
 def _sum_or_none(values: list[float | None]) -> float | None:
@@ -425,28 +432,34 @@ def attribute_energy(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
             by_uuid.setdefault(d["uuid"], []).append((r["rank"], d))
         by_host.setdefault(r["host"], []).append((r["rank"], r))
 
+    def figure(f: dict, rank: int) -> dict:
+        out = _flat(f)
+        if out["avg_w"] is None and f["energy_j"] is not None and windows[rank]:
+            out["avg_w"] = f["energy_j"] / windows[rank]
+        return out
+
     per_device = []
     for uuid, readings in by_uuid.items():
-        rank, d = _pick([(rk, d["figure"]) for rk, d in readings])
-        dev = next(dd for rk, dd in readings if rk == rank)
+        rank, dev = _pick_device(readings)
         host = next(r["host"] for r in ranks if r["rank"] == rank)
-        per_device.append({"uuid": uuid, "name": dev["name"], "host": host,
-                           "ranks": sorted(rk for rk, _ in readings), "reading_rank": rank, **_flat(d)})
-        if d["energy_j"] is None:
-            note(f"GPU {uuid} on {host}: {d['reason']}")
+        per_device.append({"uuid": uuid, "name": dev["name"], "host": host, "cuda_index": dev["cuda_index"],
+                           "ranks": sorted(rk for rk, _ in readings), "reading_rank": rank,
+                           **figure(dev["figure"], rank)})
+        if dev["figure"]["energy_j"] is None:
+            note(f"GPU {uuid} on {host}: {dev['figure']['reason']}")
 
     per_node = []
     for host, readings in by_host.items():
         entry = {"host": host, "ranks": sorted(rk for rk, _ in readings)}
         for key in ("cpu", "dram"):
             rank, f = _pick([(rk, r[key]) for rk, r in readings])
-            entry[key] = {"reading_rank": rank, **_flat(f)}
+            entry[key] = {"reading_rank": rank, **figure(f, rank)}
             if f["energy_j"] is None:
                 note(f"{key} on {host}: {f['reason']}")
         per_node.append(entry)
 
     parts = {
-        "gpu": [d for d in per_device],
+        "gpu": per_device,
         "cpu": [n["cpu"] for n in per_node],
         "dram": [n["dram"] for n in per_node],
     }

@@ -1,0 +1,285 @@
+"""Memory: analytic model-state bytes (ZeRO), an activation estimate, and measured model state.
+
+Model states (Rajbhandari et al. 2019, "ZeRO: Memory Optimizations Toward Training Trillion
+Parameter Models", §3.1 and §5): with Ψ parameters, N data-parallel ranks, mixed-precision Adam
+keeps 2Ψ bytes of fp16/bf16 parameters, 2Ψ of gradients and KΨ of optimizer state (fp32 master
+parameters, momentum and variance: K = 12). Per device:
+
+    DDP      (2 + 2 + K)Ψ
+    stage 1  4Ψ + KΨ/N            optimizer state partitioned
+    stage 2  2Ψ + (2 + K)Ψ/N      + gradients partitioned
+    stage 3  (2 + 2 + K)Ψ/N       + parameters partitioned
+
+The paper's example, Ψ = 7.5 B and N = 64: 120 GB, 31.4 GB, 16.6 GB, 1.9 GB (GB = 1e9 bytes).
+
+fp32 training has no separate master copy: parameters 4Ψ, gradients 4Ψ, Adam m and v 8Ψ, i.e.
+the same formula with constants (param 4, grad 4, K 8): DDP (4 + 4 + 8)Ψ = 16Ψ, stage 1
+8Ψ + 8Ψ/N, stage 2 4Ψ + (4 + 8)Ψ/N, stage 3 (4 + 4 + 8)Ψ/N. `zero_model_state` takes the
+constants; `PAPER` and `FP32` hold the two sets.
+
+What benchsuite's implementation (parallel/zero.py) allocates is `implementation_model_state`,
+and that is the `analytic` figure a record holds beside the measured one. It equals the paper's
+formula with the constants of the precision, except where torch allocates differently:
+
+- DDP and ZeRO-1 train fp32 parameters (autocast does bf16 compute), so their states follow
+  the fp32 constants whatever the precision: a bf16 run's stage 1 is 8Ψ + 8Ψ/N, not 4Ψ + 12Ψ/N.
+  torch's ZeroRedundancyOptimizer partitions whole tensors, so a rank's optimizer share is
+  close to, not exactly, KΨ/N. DDP uses gradient_as_bucket_view, so gradients and all-reduce
+  buckets are one allocation (without it DDP holds the gradients twice).
+- FSDP2 (stages 2 and 3) keeps each rank's fp32 parameter shard for the whole run; in stage 2
+  the gathered parameters (fp32, or bf16 under a MixedPrecisionPolicy) live beside it from
+  forward to backward. Stage 2 is therefore pΨ + (4 + 4 + 8)Ψ/N with p = 4 (fp32) or 2 (bf16):
+  the extra 4Ψ/N over the paper's fp32 figure is the shard FSDP2 does not free while gathered
+  (with bf16 it is the fp32 master, the 4 of the paper's K = 12). Gradients are reduced and kept
+  in fp32 (reduce_dtype), 4Ψ/N instead of the paper's 2Ψ/N. Stage 3 holds (4 + 4 + 8)Ψ/N.
+  Gathered parameters of one group at a time (stage 3) are transient buffers, which the paper
+  does not count as model state either.
+
+Measured (`ModelStateProbe`): during one instrumented training step, the bytes of the tensors a
+rank holds, DTensors counted by their local shard, aliases counted once:
+params at the end of forward (the parameter shards kept at rest plus any gathered parameters
+still registered on the modules, which is the peak for stage 2), gradients after the last
+backward, optimizer state after the optimizer step.
+
+Activations (`activation_bytes`): Korthikanti et al. 2022, "Reducing Activation Recomputation
+in Large Transformer Models", §4: per layer, 16-bit activations with 1-byte dropout masks,
+    no recompute         s·b·h·(34 + 5·a·s/h)
+    tensor parallel t    s·b·h·(10 + 24/t + 5·a·s/(h·t))          (no sequence parallelism)
+    selective recompute  s·b·h·(10 + 24/t)                         (attention core recomputed)
+    full recompute       2·s·b·h                                   (each layer's input only)
+plus the output layer, 4·s·b·h/t·(1 + v/h) (final norm, head input, fp32 logits for the loss).
+Fused SDPA attention (flash / memory-efficient kernels) never stores the s×s matrices, so for
+this model the selective figure is the closer one; the model has no dropout either, so the
+estimates are upper bounds of the paper's setting, not a prediction of measured memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class StateConstants:
+    """Bytes per parameter of each model state (the constants of the ZeRO formulas)."""
+
+    param: float
+    grad: float
+    k: float  # optimizer state (fp32 master, if separate, + Adam m and v)
+    name: str
+
+
+PAPER = StateConstants(param=2, grad=2, k=12, name="mixed precision (fp16/bf16 params and grads, fp32 Adam)")
+FP32 = StateConstants(param=4, grad=4, k=8, name="fp32 (params, grads, Adam m and v)")
+
+STAGE_LABELS = {0: "DDP", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"}
+
+
+def _n(x: float) -> str:
+    return f"{x:g}"
+
+
+def zero_formula(stage: int, c: StateConstants = PAPER) -> str:
+    p, g, k = _n(c.param), _n(c.grad), "K" if c is PAPER else _n(c.k)
+    return {0: f"({p}+{g}+{k})Ψ", 1: f"{_n(c.param + c.grad)}Ψ + {k}Ψ/N", 2: f"{p}Ψ + ({g}+{k})Ψ/N",
+            3: f"({p}+{g}+{k})Ψ/N"}[stage]
+
+
+def zero_model_state(psi: float, n: int, stage: int, c: StateConstants = PAPER) -> dict:
+    """Per-device model-state bytes of ZeRO `stage` (0 = DDP) for Ψ = psi parameters over n ranks."""
+    if stage not in (0, 1, 2, 3):
+        raise ValueError(f"ZeRO stage must be 0, 1, 2 or 3, got {stage!r}")
+    if n < 1:
+        raise ValueError(f"data-parallel degree must be >= 1, got {n!r}")
+    params = c.param * psi / (n if stage >= 3 else 1)
+    grads = c.grad * psi / (n if stage >= 2 else 1)
+    optimizer = c.k * psi / (n if stage >= 1 else 1)
+    return {"params": params, "grads": grads, "optimizer": optimizer, "total": params + grads + optimizer,
+            "formula": zero_formula(stage, c), "K": c.k}
+
+
+def implementation_model_state(psi: float, n: int, stage: int, precision: str = "fp32") -> dict:
+    """What parallel/zero.py allocates per rank (see the module docstring for each term).
+
+    stage is the stage actually applied (0 for a single process). precision: "fp32" | "bf16"
+    (bf16 means a GPU MixedPrecisionPolicy for FSDP2; DDP and ZeRO-1 keep fp32 states)."""
+    if stage in (0, 1):
+        out = zero_model_state(psi, n, stage, FP32)
+        out["formula"] = {0: "(4+4+8)Ψ", 1: "(4+4)Ψ + 8Ψ/N"}[stage]
+        return out
+    gathered = 2 if precision == "bf16" else 4
+    shard, grads, adam = 4 * psi / n, 4 * psi / n, 8 * psi / n
+    params = (gathered * psi + shard) if stage == 2 else shard
+    formula = f"{gathered}Ψ + (4+4+8)Ψ/N" if stage == 2 else "(4+4+8)Ψ/N"
+    return {"params": params, "grads": grads, "optimizer": adam, "total": params + grads + adam,
+            "formula": formula, "K": 8}
+
+
+def stage_table(psi: float, n: int, c: StateConstants = PAPER) -> list[dict]:
+    """All four stages (the `benchsuite memory` table)."""
+    rows = []
+    for stage in range(4):
+        r = zero_model_state(psi, n, stage, c)
+        rows.append({"stage": stage, "name": STAGE_LABELS[stage], **r, "total_gb": r["total"] / GB})
+    return rows
+
+
+# ------------------------------------------------------------------ per-rank parameter count
+
+def params_per_rank(cfg, moe=None, tp: int = 1) -> int:
+    """Ψ one rank holds before data-parallel sharding: with tensor parallelism the column/row-
+    parallel matrices, the token embedding and the LM head are split over tp ranks; position
+    embedding, norms and MoE layers (replicated under TP) are not. Exact for models/transformer.py."""
+    from benchsuite.metrics.flops import param_counts
+
+    pc = param_counts(cfg, moe)
+    if tp == 1:
+        return pc.total
+    h, f = cfg.hidden, cfg.ffn
+    mats = 3 if cfg.activation == "swiglu" else 2
+    n_moe = 0 if moe is None else cfg.layers // moe.every
+    dense_layers = cfg.layers - n_moe
+    sharded = cfg.layers * 4 * h * h + dense_layers * mats * h * f + cfg.vocab * h + pc.lm_head
+    return (pc.total - sharded) + sharded // tp
+
+
+# ------------------------------------------------------------------ activations
+
+def activation_bytes(seq_len: int, micro_batch: int, hidden: int, heads: int, layers: int, vocab: int,
+                     tp: int = 1, recompute: str = "none") -> dict:
+    """Korthikanti et al. 2022 estimate of activation bytes per micro-batch (module docstring).
+    recompute: "none" | "selective" | "full"."""
+    s, b, h, a, t, v = seq_len, micro_batch, hidden, heads, tp, vocab
+    if recompute == "none":
+        per_layer = s * b * h * (10 + 24 / t + 5 * a * s / (h * t))
+        formula = "s·b·h·(34 + 5·a·s/h)" if t == 1 else "s·b·h·(10 + 24/t + 5·a·s/(h·t))"
+    elif recompute == "selective":
+        per_layer = s * b * h * (10 + 24 / t)
+        formula = "s·b·h·34" if t == 1 else "s·b·h·(10 + 24/t)"
+    elif recompute == "full":
+        per_layer = 2 * s * b * h
+        formula = "2·s·b·h"
+    else:
+        raise ValueError(f"recompute must be none, selective or full, got {recompute!r}")
+    output = 4 * s * b * h / t * (1 + v / h)
+    return {"recompute": recompute, "tp": t, "per_layer_bytes": per_layer, "layers": layers,
+            "output_layer_bytes": output, "total_bytes": layers * per_layer + output,
+            "formula": f"L·{formula} + 4·s·b·h/t·(1 + v/h)",
+            "source": "Korthikanti et al. 2022 (16-bit activations, with dropout masks)"}
+
+
+def activation_estimates(run) -> dict:
+    """The three recompute variants for one run's micro-batch per rank; `configured` names the run's own."""
+    m = run.model
+    kw = dict(seq_len=m.seq_len, micro_batch=run.micro_batch_per_rank, hidden=m.hidden, heads=m.heads,
+              layers=m.layers, vocab=m.vocab, tp=run.parallel.tensor)
+    out = {r: activation_bytes(recompute=r, **kw)["total_bytes"] for r in ("none", "selective", "full")}
+    out["configured"] = run.train.recompute
+    out["formula"] = activation_bytes(**kw)["formula"]
+    out["source"] = "Korthikanti et al. 2022; per micro-batch per rank; fused attention stores no s×s matrices"
+    return out
+
+
+# ------------------------------------------------------------------ measured model state
+
+def local_tensor(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor's local shard; any other tensor as it is."""
+    return t.to_local() if hasattr(t, "to_local") and hasattr(t, "placements") else t
+
+
+def unique_bytes(tensors) -> int:
+    """Bytes of the given tensors (DTensor → local shard), each (address, size) counted once."""
+    seen, total = set(), 0
+    for t in tensors:
+        if t is None:
+            continue
+        t = local_tensor(t)
+        nbytes = t.numel() * t.element_size()
+        key = (t.data_ptr(), nbytes, t.device)
+        if nbytes == 0 or key in seen:
+            continue
+        seen.add(key)
+        total += nbytes
+    return total
+
+
+def optimizer_state_tensors(optimizer) -> list[torch.Tensor]:
+    """Every tensor of the optimizer's state held on this rank (ZeroRedundancyOptimizer: its local optimizer)."""
+    opt = getattr(optimizer, "optim", optimizer)
+    out = []
+    for state in opt.state.values():
+        out.extend(v for v in state.values() if isinstance(v, torch.Tensor))
+    return out
+
+
+class ModelStateProbe:
+    """Measures one training step's model-state bytes on this rank.
+
+    Create it between steps (parameters at rest), run one step that calls after_backward() and
+    after_step(), then read result(). A forward hook on the root module records the parameters
+    held at the end of forward."""
+
+    def __init__(self, model: torch.nn.Module, optimizer):
+        self.model, self.optimizer = model, optimizer
+        self.at_rest = list(model.parameters())
+        self._rest_ids = {id(p) for p in self.at_rest}
+        self.params = self.grads = self.optimizer_bytes = None
+        self.gathered = 0
+        self._handle = model.register_forward_hook(self._on_forward)
+
+    def _on_forward(self, module, args, output):
+        extra = [p for p in self.model.parameters() if id(p) not in self._rest_ids]
+        self.gathered = unique_bytes(extra)
+        self.params = unique_bytes(list(self.at_rest) + extra)
+
+    def after_backward(self) -> None:
+        self.grads = unique_bytes(p.grad for p in self.model.parameters())
+
+    def after_step(self) -> None:
+        self.optimizer_bytes = unique_bytes(optimizer_state_tensors(self.optimizer))
+
+    def close(self) -> None:
+        self._handle.remove()
+
+    def result(self) -> dict:
+        parts = {"params": self.params, "grads": self.grads, "optimizer": self.optimizer_bytes}
+        total = sum(v for v in parts.values() if v is not None) if all(v is not None for v in parts.values()) \
+            else None
+        return {**parts, "total": total, "gathered_params": self.gathered}
+
+
+def applied_stage(run, impl: dict | None) -> int:
+    """The ZeRO stage actually applied: 0 when there is a single data-parallel rank."""
+    return run.parallel.zero if run.data_parallel > 1 else 0
+
+
+def model_state_record(run, measured_per_rank: list[dict], precision: str) -> dict:
+    """metrics.memory.model_state_bytes: measured (the largest rank) beside the analytic formula."""
+    valid = [m for m in measured_per_rank if m and m.get("total") is not None]
+    measured = max(valid, key=lambda m: m["total"]) if valid else None
+    out = {"measured": ({k: measured[k] for k in ("params", "grads", "optimizer", "total")} if measured else None),
+           "measured_per_rank_total": [m.get("total") if m else None for m in measured_per_rank],
+           "method": "local tensor bytes (DTensor: local shard) during one warm-up step: params at the end of "
+                     "forward, grads after backward, optimizer state after the step; largest rank"}
+    if run.parallel.expert > 1:
+        out.update(analytic=None, formula=None, note="expert parallelism: per-rank parameters not modelled here")
+        return out
+    stage = applied_stage(run, None)
+    n = run.data_parallel
+    psi = params_per_rank(run.model, run.moe, run.parallel.tensor)
+    analytic = implementation_model_state(psi, n, stage, precision)
+    paper_c = PAPER if precision == "bf16" else FP32
+    paper = zero_model_state(psi, n, stage, paper_c)
+    label = STAGE_LABELS[stage] if n > 1 else "single process"
+    out.update({
+        "analytic": {k: analytic[k] for k in ("params", "grads", "optimizer", "total")},
+        "formula": f"{label} ({precision}): {analytic['formula']}",
+        "paper": {"total": paper["total"], "formula": paper["formula"], "K": paper["K"],
+                  "constants": paper_c.name},
+        "K": analytic["K"], "psi": psi, "N": n, "stage": stage, "tensor": run.parallel.tensor,
+        "ratio": (measured["total"] / analytic["total"]) if measured else None,
+    })
+    return out

@@ -1,0 +1,80 @@
+"""Megatron-LM tensor parallelism (Shoeybi et al. 2019) for the plain GPT of models/transformer.py.
+
+Built on ``torch.distributed.tensor.parallel`` (DTensor), which runs on gloo and NCCL alike:
+
+==========================  ===============================================  ===================
+module                      style                                            Megatron name
+==========================  ===============================================  ===================
+tok_emb (nn.Embedding)      RowwiseParallel: weight Shard(0) over the vocab  VocabParallelEmbedding
+                            out-of-range ids masked, partial sums all-reduced
+pos_emb, LayerNorms         replicated (plain tensors, identical on every rank)
+attn.qkv                    ColwiseParallel: whole heads per rank            ColumnParallelLinear
+attn.out                    RowwiseParallel                                  RowParallelLinear
+ffn.up / ffn.gate           ColwiseParallel                                  ColumnParallelLinear
+ffn.down                    RowwiseParallel                                  RowParallelLinear
+head (LM head)              ColwiseParallel, output kept Shard(-1)           ColumnParallelLinear
+loss                        loss_parallel(): vocab-parallel cross-entropy    VocabParallelCrossEntropy
+==========================  ===============================================  ===================
+
+The conjugate operators f and g of the Megatron paper are the DTensor layout changes at the
+edges of each column/row pair: a ColwiseParallel input declared Replicate is f (identity in
+forward; its gradient arrives Partial and is all-reduced in backward), and a RowwiseParallel
+output turned from Partial to Replicate is g (all-reduce in forward, identity in backward).
+So each transformer layer does two all-reduces in forward and two in backward, as in the paper.
+
+Attention.qkv's output rows are laid out per head as [q_h, k_h, v_h], so the contiguous column
+shard a rank gets holds whole heads, and Attention.forward infers the local head count from the
+shape: the model code is untouched. The LM head's logits stay sharded over the vocabulary and
+the worker computes the loss under ``loss_parallel()``: full-vocabulary logits never exist on one
+rank. Blocks whose FFN is an MoE layer keep that layer replicated on every tensor-parallel rank
+(correct, but not sharded; expert parallelism is the way to split experts).
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+IMPLEMENTATION = ("torch.distributed.tensor.parallel (DTensor): column/row-parallel Linear, "
+                  "vocab-parallel embedding, loss_parallel cross-entropy")
+
+
+def tensor_parallel_plan(model: nn.Module) -> dict:
+    """{module path: ParallelStyle} for parallelize_module."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    from benchsuite.models.transformer import MLP
+
+    plan = {
+        "tok_emb": RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
+        "head": ColwiseParallel(output_layouts=Shard(-1), use_local_output=False),
+    }
+    for i, block in enumerate(model.blocks):
+        plan[f"blocks.{i}.attn.qkv"] = ColwiseParallel()
+        plan[f"blocks.{i}.attn.out"] = RowwiseParallel()
+        if isinstance(block.ffn, MLP):
+            plan[f"blocks.{i}.ffn.up"] = ColwiseParallel()
+            if block.ffn.gate is not None:
+                plan[f"blocks.{i}.ffn.gate"] = ColwiseParallel()
+            plan[f"blocks.{i}.ffn.down"] = RowwiseParallel()
+    return plan
+
+
+def check_divisible(model: nn.Module, tp: int) -> None:
+    """The config validator rejects these before launch; this guards direct callers."""
+    cfg = model.cfg
+    for name, size in (("heads", cfg.heads), ("ffn_hidden", cfg.ffn), ("vocab", cfg.vocab)):
+        if size % tp:
+            raise ValueError(f"tensor parallel degree {tp} must divide model.{name} ({size})")
+
+
+def apply_tensor_parallel(model: nn.Module, tp_mesh) -> str:
+    """Shard `model` in place over the 1-D device mesh `tp_mesh`; returns the implementation name.
+
+    Afterwards model(idx) returns (logits, aux) with logits a DTensor sharded on the vocabulary
+    dimension: compute the loss under torch.distributed.tensor.parallel.loss_parallel()."""
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    check_divisible(model, tp_mesh.size())
+    parallelize_module(model, tp_mesh, tensor_parallel_plan(model))
+    return IMPLEMENTATION

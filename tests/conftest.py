@@ -1,0 +1,87 @@
+"""Shared helpers for tests: write suites, run the CLI in-process, find stray processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write_suite(path: Path, text: str) -> Path:
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def run_cli(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """The real `benchsuite` entry point in a child process (exit codes and streams as a user sees them)."""
+    return subprocess.run([sys.executable, "-m", "benchsuite.cli", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=timeout, cwd=REPO)
+
+
+def processes_matching(marker: str) -> list[int]:
+    """Live pids whose command line contains marker (zombies excluded: they hold no resources)."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker in cmd and state != "Z":
+            pids.append(int(d.name))
+    return pids
+
+
+TINY_SUITE = """
+[suite]
+name = "{name}"
+
+[defaults]
+model = {{ layers = 2, hidden = 32, heads = 2, vocab = 128, seq_len = 16 }}
+train = {{ micro_batch = 2, steps = 3, warmup_steps = 1, timeout_s = {timeout} }}
+
+[[workload]]
+name = "dense"
+kind = "dense"
+
+[sweep]
+world_size = {world_sizes}
+"""
+
+
+@pytest.fixture
+def tiny_suite(tmp_path):
+    def make(name="tiny", world_sizes=(1,), timeout=120, extra=""):
+        text = TINY_SUITE.format(name=name, world_sizes=list(world_sizes), timeout=timeout) + extra
+        return write_suite(tmp_path / f"{name}.toml", text)
+
+    return make
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _spawn_entry(rank, world, port, fn, args):
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    fn(rank, world, *args)
+
+
+def spawn(fn, world: int, *args) -> None:
+    """Run fn(rank, world, *args) in `world` real processes with torchrun's environment variables."""
+    import torch.multiprocessing as mp
+
+    mp.spawn(_spawn_entry, args=(world, free_port(), fn, args), nprocs=world, join=True)

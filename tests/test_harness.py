@@ -1,0 +1,127 @@
+"""The distributed harness with real processes: DDP numerics, failure isolation, resume, two nodes."""
+
+import json
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from benchsuite.config import parse_suite
+from benchsuite.results.store import load_records
+from conftest import free_port, processes_matching, run_cli, spawn
+
+DOC = {"defaults": {"model": {"layers": 2, "hidden": 32, "heads": 2, "vocab": 128, "seq_len": 16},
+                    "train": {"micro_batch": 2, "lr": 1e-2, "precision": "fp32"}},
+       "workload": [{"name": "dense"}]}
+
+
+def _train(run, steps, out_file):
+    from benchsuite.data import make_source
+    from benchsuite.dist import init_distributed, shutdown
+    from benchsuite.models.transformer import build_model
+    from benchsuite.parallel import parallelize
+    from benchsuite.worker import train_step
+
+    torch.set_default_dtype(torch.float64)  # Adam amplifies rounding in near-zero gradients; fp64 removes it
+    ctx = init_distributed(run)
+    par = parallelize(build_model(run.model, seed=1), run, ctx)
+    source = make_source("synthetic", run.model.vocab, run.model.seq_len, seed=0)
+    for step in range(steps):
+        train_step(par, [source.batch(step, ctx.dp_rank, ctx.dims.dp, run.micro_batch_per_rank)], "fp32", ctx.device)
+    if ctx.rank == 0:
+        model = getattr(par.model, "module", par.model)
+        np.savez(out_file, **{k: v.detach().numpy() for k, v in model.state_dict().items()})
+    shutdown()
+
+
+def _ddp_rank(rank, world, run_dict, out_file):
+    from benchsuite.config import RunConfig
+
+    _train(RunConfig.from_dict(run_dict), 3, out_file)
+
+
+def test_ddp_after_k_steps_equals_one_process_on_the_concatenated_batch(tmp_path):
+    runs = parse_suite({**DOC, "sweep": {"world_size": [1, 2], "scaling": "strong"},
+                        "defaults": {**DOC["defaults"], "train": {**DOC["defaults"]["train"], "micro_batch": 4}}}).runs
+    single, ddp = runs
+    spawn(_ddp_rank, 1, single.to_dict(), tmp_path / "single.npz")
+    spawn(_ddp_rank, 2, ddp.to_dict(), tmp_path / "ddp.npz")
+    a, b = np.load(tmp_path / "single.npz"), np.load(tmp_path / "ddp.npz")
+    assert set(a.files) == set(b.files)
+    for k in a.files:
+        np.testing.assert_allclose(b[k], a[k], rtol=1e-6, atol=1e-7, err_msg=k)
+    from benchsuite.models.transformer import build_model
+
+    init = build_model(single.model, seed=1).state_dict()
+    assert np.abs(a["head.weight"] - init["head.weight"].numpy()).max() > 1e-3  # training moved the weights
+
+
+def _records(out):
+    return {(r["config"]["world_size"]): r for r in load_records(out)}
+
+
+def test_a_raising_rank_is_recorded_and_the_suite_goes_on_then_resume_reruns_it(tmp_path, tiny_suite):
+    suite = tiny_suite(world_sizes=(2, 1))
+    out = tmp_path / "out"
+    res = run_cli("run", str(suite), "--out", str(out), "--json", env={"BENCHSUITE_INJECT_FAULT": "raise:1"})
+    assert res.returncode == 1
+    summary = json.loads(res.stdout)  # --json: stdout is one JSON document
+    assert [r["status"] for r in summary["runs"]] == ["failed", "ok"]
+    recs = _records(out)
+    assert recs[2]["status"] == "failed"
+    assert recs[2]["error"]["type"] == "RuntimeError" and recs[2]["error"]["rank"] == 1
+    assert "injected fault on rank 1" in recs[2]["error"]["message"]
+    assert recs[1]["status"] == "ok" and recs[1]["metrics"]["tokens_per_s"] > 0
+
+    res = run_cli("run", str(suite), "--out", str(out), "--json")
+    assert res.returncode == 0
+    assert [r["status"] for r in json.loads(res.stdout)["runs"]] == ["ok", "skipped"]
+    assert _records(out)[2]["status"] == "ok"
+    assert len(load_records(out)) == 2  # the ok record replaced the failed one
+
+
+@pytest.mark.parametrize("fault, timeout, error_type, words", [
+    ("hang:1", 25, "Timeout", "exceeded train.timeout_s = 25 s"),
+    ("kill:1", 120, "WorkerKilled", "rank 1 died from SIGKILL"),
+])
+def test_a_killed_or_hanging_run_fails_cleanly_with_no_orphans(tmp_path, tiny_suite, fault, timeout, error_type,
+                                                               words):
+    out = tmp_path / "out"
+    suite = tiny_suite(world_sizes=(2,), timeout=timeout)
+    t0 = time.perf_counter()
+    res = run_cli("run", str(suite), "--out", str(out), "--json", env={"BENCHSUITE_INJECT_FAULT": fault})
+    assert res.returncode == 1
+    rec = _records(out)[2]
+    assert rec["status"] == "failed" and rec["error"]["type"] == error_type and words in rec["error"]["message"]
+    if fault.startswith("hang"):
+        assert time.perf_counter() - t0 < timeout + 30
+    assert processes_matching(f"benchsuite-{rec['run_key']}") == []
+
+
+def test_two_nodes_on_one_host_make_one_record(tmp_path):
+    suite = tmp_path / "two.toml"
+    suite.write_text("""
+[defaults]
+model = { layers = 1, hidden = 32, heads = 2, vocab = 128, seq_len = 16 }
+train = { micro_batch = 2, steps = 3, warmup_steps = 1, timeout_s = 120 }
+[[workload]]
+name = "dense"
+[sweep]
+world_size = [4]
+nodes = [2]
+""")
+    out, port = tmp_path / "out", free_port()
+    cmd = [sys.executable, "-m", "benchsuite.cli", "run", str(suite), "--out", str(out), "--nnodes", "2",
+           "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "t"]
+    procs = [subprocess.Popen(cmd + ["--node-rank", str(n)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for n in (0, 1)]
+    for p in procs:
+        p.wait(timeout=240)
+    assert [p.returncode for p in procs] == [0, 0]
+    (rec,) = load_records(out)
+    assert rec["status"] == "ok"
+    assert rec["env"]["world_size"] == 4 and rec["env"]["nodes"] == 2
+    assert sorted(d["node_rank"] for d in rec["env"]["devices"]) == [0, 0, 1, 1]

@@ -1,0 +1,81 @@
+import json
+import signal
+import subprocess
+import sys
+import time
+import warnings
+
+import pytest
+
+from benchsuite.results.schema import SCHEMA_VERSION
+from benchsuite.results.store import load_records, records_dataframe, write_record
+
+
+def make_record(run_key="k1", workload="w", status="ok", world_size=1, tokens_per_s=100.0, step=1.0,
+                scaling="weak", steps=3):
+    return {
+        "schema_version": SCHEMA_VERSION, "run_key": run_key, "suite": "s", "workload": workload,
+        "status": status, "error": None if status == "ok" else {"type": "X", "message": "boom", "rank": 1},
+        "started_at": "2026-01-01T00:00:00+00:00", "duration_s": 1.0,
+        "config": {"suite": "s", "workload": workload, "kind": "dense", "world_size": world_size, "nodes": 1,
+                   "scaling": scaling, "sweep_id": f"s/{workload}/{scaling}"},
+        "env": {}, "metrics": {"tokens_per_s": tokens_per_s, "mfu": None,
+                               "step_time_s": {"median": step, "p10": step, "p90": step, "ci95": [step, step]}}
+        if status == "ok" else None,
+        "energy": None, "carbon": None, "steps": [{"step": i, "time_s": step} for i in range(steps)],
+    }
+
+
+WRITER = """
+import json, sys
+from benchsuite.results.store import write_record
+rec = json.load(open(sys.argv[2]))
+while True:
+    write_record(sys.argv[1], rec)
+"""
+
+
+def test_killing_the_writer_mid_write_leaves_no_truncated_record(tmp_path):
+    out = tmp_path / "out"
+    src = tmp_path / "rec.json"
+    src.write_text(json.dumps(make_record(steps=200_000)))
+    for delay in (1.0, 1.3, 1.6, 1.9, 2.2):
+        proc = subprocess.Popen([sys.executable, "-c", WRITER, str(out), str(src)])
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a corrupt record would warn
+            recs = load_records(out)
+        assert all(len(r["steps"]) == 200_000 for r in recs)
+    assert len(load_records(out)) == 1
+    leftovers = [p.name for p in out.iterdir() if p.suffix == ".tmp"]
+    assert all(name.startswith(".") for name in leftovers)  # hidden temp files only, never loaded
+
+
+def test_loader_skips_corrupt_and_future_files_and_names_them(tmp_path):
+    write_record(tmp_path, make_record("good"))
+    (tmp_path / "truncated.json").write_text(json.dumps(make_record("t"))[:50])
+    (tmp_path / "future.json").write_text(json.dumps({**make_record("f"), "schema_version": SCHEMA_VERSION + 1}))
+    (tmp_path / "list.json").write_text("[1, 2]")
+    with pytest.warns(UserWarning) as caught:
+        recs = load_records(tmp_path)
+    assert [r["run_key"] for r in recs] == ["good"]
+    messages = " ".join(str(w.message) for w in caught)
+    for name in ("truncated.json", "future.json", "list.json"):
+        assert name in messages
+    assert "newer than this benchsuite reads" in messages
+
+
+def test_dataframe_has_headline_columns_and_scaling_efficiency(tmp_path):
+    write_record(tmp_path, make_record("a1", world_size=1, tokens_per_s=100.0, step=1.0))
+    write_record(tmp_path, make_record("a2", world_size=2, tokens_per_s=180.0, step=1.1))
+    write_record(tmp_path, make_record("a4", world_size=4, status="failed"))
+    write_record(tmp_path, make_record("s1", workload="st", world_size=1, step=1.0, scaling="strong"))
+    write_record(tmp_path, make_record("s4", workload="st", world_size=4, step=0.4, scaling="strong"))
+    df = records_dataframe(tmp_path).set_index("run_key")
+    assert df.loc["a2", "scaling_efficiency"] == pytest.approx(180 / (2 * 100))
+    assert df.loc["s4", "scaling_efficiency"] == pytest.approx(1.0 / (4 * 0.4))
+    assert df.loc["a1", "scaling_efficiency"] == pytest.approx(1.0)
+    assert df.loc["a4", "status"] == "failed" and df.loc["a4", "error_rank"] == 1
+    assert df.loc["a2", "metrics.step_time_s.median"] == pytest.approx(1.1)
