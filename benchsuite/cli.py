@@ -120,6 +120,22 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_dashboard(args) -> int:
+    from dashboard import build_site
+
+    if not Path(args.dir).exists():
+        raise UsageError(f"{args.dir}: no such results folder (run `benchsuite run SUITE.toml --out {args.dir}` first)")
+    res = build_site(args.dir, args.out)
+    if args.json:
+        _print_json({"index": str(res.index), "records": res.records, "pages": res.pages})
+        return 0
+    if not res.records:
+        err.print(f"no records in {args.dir}: the site says so")
+    err.print(f"{res.records} runs, {len(res.pages)} pages, {res.bytes / 2**20:.1f} MiB → {args.out}")
+    out.print(str(res.index), markup=False)
+    return 0
+
+
 def cmd_flops(args) -> int:
     from benchsuite.metrics.flops import flops_per_token
 
@@ -138,6 +154,25 @@ def cmd_flops(args) -> int:
             out.print(f"{r['workload']:<24} w{r['world_size']:<3} params {r['params'] / 1e6:9.2f} M  "
                       f"active {r['params_active'] / 1e6:9.2f} M  model {r['model_flops_per_token'] / 1e9:8.3f} "
                       f"GFLOP/tok  executed {r['executed_flops_per_token'] / 1e9:8.3f} GFLOP/tok", markup=False)
+    return 0
+
+
+def cmd_slurm(args) -> int:
+    from benchsuite.slurm import sbatch_script
+
+    suite = load_suite(args.suite)
+    if not any(r.nodes == args.nodes for r in suite.runs):
+        raise UsageError(f"{args.suite}: no run has nodes = {args.nodes}; set [sweep] nodes to include it")
+    try:
+        script = sbatch_script(Path(args.suite).resolve(), suite.name, Path(args.out).resolve(), args.nodes,
+                               args.gpus_per_node, args.partition, args.time, args.account)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if args.output == "-":
+        sys.stdout.write(script)
+    else:
+        Path(args.output).write_text(script)
+        err.print(f"wrote {args.output}; submit with: sbatch {args.output}", markup=False)
     return 0
 
 
@@ -169,6 +204,23 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("dir", nargs="?", default="results")
     rp.add_argument("--json", action="store_true")
     rp.set_defaults(fn=cmd_report)
+
+    db = sub.add_parser("dashboard", help="build the static, offline Plotly site from a results folder")
+    db.add_argument("dir", nargs="?", default="results")
+    db.add_argument("-o", "--out", default="site", help="site folder (default: site); opens as OUT/index.html")
+    db.add_argument("--json", action="store_true", help='print {"index", "records", "pages"} on stdout')
+    db.set_defaults(fn=cmd_dashboard)
+
+    sl = sub.add_parser("slurm", help="write an sbatch script that runs the suite on a Slurm allocation")
+    sl.add_argument("suite")
+    sl.add_argument("--nodes", type=int, required=True)
+    sl.add_argument("--gpus-per-node", type=int, required=True)
+    sl.add_argument("--partition")
+    sl.add_argument("--time", help="wall-clock limit, e.g. 02:00:00")
+    sl.add_argument("--account")
+    sl.add_argument("--out", default="results", help="results folder, shared by all nodes")
+    sl.add_argument("-o", "--output", default="-", help="script file (default: stdout)")
+    sl.set_defaults(fn=cmd_slurm)
 
     f = sub.add_parser("flops", help="parameters and FLOPs per token of every run of a suite")
     f.add_argument("suite")

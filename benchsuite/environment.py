@@ -42,7 +42,7 @@ def git_commit() -> str | None:
 
 def device_info(device: torch.device) -> dict:
     """One rank's device: name, UUID (how NVML finds it), index; the host's CPU for CPU ranks."""
-    info = {"host": socket.gethostname(), "type": device.type}
+    info = {"host": socket.gethostname(), "type": device.type, "cpu_threads": torch.get_num_threads()}
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         info.update(name=props.name, uuid=f"GPU-{props.uuid}", index=device.index,

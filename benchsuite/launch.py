@@ -71,6 +71,14 @@ def torchrun_command(run: RunConfig, key: str, workdir: Path, rdzv: Rendezvous) 
     return cmd + ["-m", "benchsuite.worker", str(workdir)]
 
 
+def worker_env(run: RunConfig) -> dict:
+    """Ranks share the host's cores evenly (torchrun would pin every multi-rank run to one
+    thread per rank, a one-rank run to all cores); a user's OMP_NUM_THREADS wins."""
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // run.nproc_per_node)))
+    return env
+
+
 def _kill_run(proc: subprocess.Popen, workdir: Path) -> None:
     """SIGTERM torchrun's group (it stops its ranks), then SIGKILL everything left, ranks included."""
     with contextlib.suppress(ProcessLookupError):
@@ -144,7 +152,7 @@ def launch_run(run: RunConfig, key: str, out_dir: Path, hardware: dict, rdzv: Re
         cmd = torchrun_command(run, key, workdir, rdzv)
         with open(log_path, "w") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
+                                    start_new_session=True, env=worker_env(run))
             try:
                 returncode = proc.wait(timeout=run.train.timeout_s)
                 error = None
