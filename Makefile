@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 OUT    ?= results/smoke
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test bench clean chromium
 
 $(BIN)/benchsuite: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,8 +19,15 @@ setup: $(BIN)/benchsuite
 demo: setup
 	$(BIN)/benchsuite run workloads/smoke.toml --out $(OUT)
 	$(BIN)/benchsuite report $(OUT)
+	$(BIN)/benchsuite dashboard $(OUT) -o $(OUT)/site
 
-test: setup
+# The dashboard's browser tests drive Debian's Chromium (tests/test_dashboard_browser.py); as root
+# with apt (CI, containers) it is installed here, elsewhere those tests say why they skip.
+chromium:
+	@if [ ! -x /usr/bin/chromium ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; fi
+
+test: setup chromium
 	$(BIN)/python -m pytest -q
 
 bench: setup

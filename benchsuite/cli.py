@@ -157,6 +157,55 @@ def cmd_flops(args) -> int:
     return 0
 
 
+def cmd_memory(args) -> int:
+    """Per-device model-state bytes of DDP and ZeRO 1/2/3 (ZeRO paper formulas), and activations."""
+    from benchsuite.metrics import memory as mem
+
+    if args.suite is None and args.params is None:
+        raise UsageError("give a suite (its models' parameter counts) or --params N")
+    if args.params is not None and not args.params > 0:
+        raise UsageError(f"--params must be > 0, got {args.params:g}")
+    if args.dp is not None and args.dp < 1:
+        raise UsageError(f"--dp must be >= 1, got {args.dp}")
+    if args.suite is None and args.dp is None:
+        raise UsageError("--dp N (the data-parallel degree) is needed with --params")
+    consts = mem.PAPER if args.precision == "mixed" else mem.FP32
+    doc = {"precision": args.precision, "constants": consts.name, "K": consts.k,
+           "formulas": {mem.STAGE_LABELS[s]: mem.zero_formula(s, consts) for s in range(4)},
+           "source": "Rajbhandari et al. 2019 (ZeRO), per-device model states; GB = 1e9 bytes"}
+    if args.suite is None:
+        doc.update(params=args.params, dp=args.dp, stages=mem.stage_table(args.params, args.dp, consts))
+        rows = [("--params", args.params, args.dp, doc["stages"], None)]
+    else:
+        from benchsuite.metrics.flops import param_counts
+
+        suite = load_suite(args.suite)
+        doc.update(suite=suite.name, runs=[])
+        rows = []
+        for run in suite.runs:
+            psi = args.params or param_counts(run.model, run.moe).total
+            dp = args.dp or run.data_parallel
+            psi_rank = args.params or mem.params_per_rank(run.model, run.moe, run.parallel.tensor)
+            stages = mem.stage_table(psi_rank, dp, consts)
+            act = mem.activation_estimates(run)
+            doc["runs"].append({"workload": run.workload, "world_size": run.world_size, "tensor": run.parallel.tensor,
+                                "zero": run.parallel.zero, "params": psi, "params_per_rank": psi_rank, "dp": dp,
+                                "stages": stages, "activation_bytes_per_micro_batch": act})
+            rows.append((f"{run.workload} w{run.world_size}", psi_rank, dp, stages, act))
+    if args.json:
+        _print_json(doc)
+        return 0
+    out.print(f"model states per device, {consts.name}, K = {consts.k:g}  (GB = 1e9 bytes)", markup=False)
+    for name, psi, dp, stages, act in rows:
+        cells = "  ".join(f"{r['name']} {r['total'] / 1e9:10.4g} GB" for r in stages)
+        out.print(f"{name:<24} Ψ {psi:,.0f}  N {dp:<4} {cells}", markup=False)
+        if act:
+            out.print(f"{'':<24} activations per micro-batch (Korthikanti et al. 2022): "
+                      f"{act['none'] / 1e9:.4g} GB none, {act['selective'] / 1e9:.4g} GB selective, "
+                      f"{act['full'] / 1e9:.4g} GB full recompute", markup=False)
+    return 0
+
+
 def cmd_slurm(args) -> int:
     from benchsuite.slurm import sbatch_script
 
@@ -226,6 +275,16 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("suite")
     f.add_argument("--json", action="store_true")
     f.set_defaults(fn=cmd_flops)
+
+    mm = sub.add_parser("memory", help="per-device model-state bytes of DDP and ZeRO stages 1/2/3")
+    mm.add_argument("suite", nargs="?", default=None, help="suite TOML: use its models' parameter counts")
+    mm.add_argument("--params", type=float, default=None, help="parameter count Ψ (e.g. 7.5e9)")
+    mm.add_argument("--dp", type=int, default=None,
+                    help="data-parallel degree N (default with a suite: each run's own)")
+    mm.add_argument("--precision", choices=("mixed", "fp32"), default="mixed",
+                    help="mixed: 2+2+K with K = 12 (the paper); fp32: 4+4+8")
+    mm.add_argument("--json", action="store_true")
+    mm.set_defaults(fn=cmd_memory)
     return p
 
 

@@ -268,6 +268,9 @@ def _check_run(run: RunConfig, where: str, problems: list) -> None:
         if p.tensor > 1:
             problems.append((f"{tag}.parallel.expert", "expert parallelism with tensor > 1 is not supported; "
                                                        "set tensor = 1 or expert = 1"))
+        if p.zero:
+            problems.append((f"{tag}.parallel.zero", "ZeRO stages 1-3 would shard expert shards as if replicated; "
+                                                     "use zero = 0 with expert > 1"))
         if run.kind != "moe":
             problems.append((f"{tag}.parallel.expert", "expert parallelism needs kind = \"moe\""))
         elif run.moe and run.moe.experts % p.expert:

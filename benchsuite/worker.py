@@ -25,7 +25,11 @@ import torch.nn.functional as F
 from benchsuite import dist as bdist
 from benchsuite.config import RunConfig
 from benchsuite.environment import device_info, software_versions
+from benchsuite.metrics import comm
 from benchsuite.metrics import flops as fl
+from benchsuite.metrics import memory as mem
+from benchsuite.energy.carbon import carbon_section, derived_metrics
+from benchsuite.energy.meters import NodeEnergyMonitor, attribute_energy
 from benchsuite.metrics.timing import StepTimer, summarize, synchronize
 from benchsuite.models.transformer import build_model
 from benchsuite.parallel import Parallelized, parallelize
@@ -43,18 +47,27 @@ def autocast(precision: str, device: torch.device):
     return contextlib.nullcontext()
 
 
-def train_step(par: Parallelized, batches, precision: str, device: torch.device) -> torch.Tensor:
-    """One optimizer step over grad_accum micro-batches; returns the mean loss, still on device."""
+def train_step(par: Parallelized, batches, precision: str, device: torch.device, probe=None) -> torch.Tensor:
+    """One optimizer step over grad_accum micro-batches; returns the mean loss, still on device.
+    probe (metrics.memory.ModelStateProbe) is told when the gradients and the optimizer state exist."""
     total = torch.zeros((), device=device)
     for inputs, targets in batches:
         with autocast(precision, device):
             logits, aux = par.model(inputs)
         with par.loss_context():
             loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+            if par.loss_parallel:  # vocab-parallel cross-entropy gives a replicated DTensor scalar
+                loss = loss.full_tensor()
             loss = (loss + aux) / len(batches)
             loss.backward()
         total += loss.detach()
+    for hook in par.grad_hooks:
+        hook()
+    if probe is not None:
+        probe.after_backward()
     par.optimizer.step()
+    if probe is not None:
+        probe.after_step()
     par.optimizer.zero_grad(set_to_none=True)
     return total
 
@@ -68,6 +81,19 @@ def peak_memory(device: torch.device) -> dict:
     # ru_maxrss is KiB on Linux: the whole process, model and framework alike.
     return {"peak_allocated_bytes": None, "peak_reserved_bytes": None,
             "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "source": "host_rss"}
+
+
+def moe_stats(model) -> dict | None:
+    """Routing figures of the last measured step, averaged over MoE layers (read after timing)."""
+    from benchsuite.models.moe import moe_layers, summarize_stats
+
+    layers = moe_layers(model)
+    if not layers:
+        return None
+    stats = summarize_stats(model)
+    stats["expert_load"] = [m.last_stats["expert_load"].float().tolist() for m in layers]
+    stats["expert_impl"] = layers[0].expert_impl
+    return stats
 
 
 def inject_fault(rank: int) -> None:
@@ -114,7 +140,13 @@ def measure(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None) -
         train_step(par, batches(step), precision, ctx.device)
     counted_flops = counter.get_total_flops()
     step += 1
-    for _ in range(max(0, run.train.warmup_steps - 1)):
+    # Step 1 (warm-up too) is instrumented: model-state bytes held per rank and collective bytes sent.
+    probe = mem.ModelStateProbe(par.model, par.optimizer)
+    with comm.CommCounter() as comm_counter:
+        train_step(par, batches(step), precision, ctx.device, probe=probe)
+    probe.close()
+    step += 1
+    for _ in range(max(0, run.train.warmup_steps - 2)):
         train_step(par, batches(step), precision, ctx.device)
         step += 1
     synchronize(ctx.device)
@@ -122,14 +154,20 @@ def measure(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None) -
 
     if ctx.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(ctx.device)
+    monitor = NodeEnergyMonitor.create([ctx.device], run.energy, rank=ctx.rank)
+    if run.energy.idle_baseline_s > 0:
+        monitor.measure_idle(run.energy.idle_baseline_s)
     inject_fault(ctx.rank)
     timer = StepTimer(ctx.device)
     losses = []
+    monitor.begin("measure")  # one window around all measured steps: its edges synchronise the device
     timer.mark()
     for _ in range(run.train.steps):
         losses.append(train_step(par, batches(step), precision, ctx.device))
         timer.mark()
         step += 1
+    energy_window = monitor.end("measure").to_dict()
+    monitor.close()
     step_times = timer.durations_s()
     loss_values = torch.stack(losses)
     if ctx.world_size > 1:
@@ -140,7 +178,19 @@ def measure(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None) -
         "step_times_s": step_times, "losses": loss_values.tolist(), "counted_flops": counted_flops,
         "memory": peak_memory(ctx.device), "matmul_ceiling_flops": ceiling, "precision": precision,
         "impl": par.impl, "peak_tflops": peak_tflops,
+        "model_state": probe.result(), "comm": comm_counter.result(), "energy_window": energy_window,
+        "moe": moe_stats(par.model),
     }
+
+
+def merge_moe_stats(per_rank: list[dict]) -> dict:
+    """Scalars averaged over ranks; expert load summed (each rank routes its own tokens)."""
+    scalars = ("dropped_frac", "padding_frac", "load_max_over_mean", "aux_loss", "z_loss")
+    out = {k: statistics.fmean(r[k] for r in per_rank) for k in scalars}
+    out["expert_load"] = [[sum(vals) for vals in zip(*layer)] for layer in zip(*(r["expert_load"] for r in per_rank))]
+    out["expert_impl"] = per_rank[0]["expert_impl"]
+    out["source"] = "last measured step, mean over MoE layers and ranks"
+    return out
 
 
 def build_record(run: RunConfig, run_key: str, ranks: list[dict], ctx: bdist.DistContext,
@@ -175,13 +225,23 @@ def build_record(run: RunConfig, run_key: str, ranks: list[dict], ctx: bdist.Dis
             "peak_reserved_bytes": max((r["memory"]["peak_reserved_bytes"] or 0) for r in ranks) or None,
             "source": r0["memory"]["source"],
             "per_rank": [r["memory"] for r in ranks],
+            "model_state_bytes": mem.model_state_record(run, [r.get("model_state") for r in ranks], r0["precision"]),
+            "activation_estimate_bytes": mem.activation_estimates(run),
         },
+        "comm": comm.comm_record(run, [r.get("comm") for r in ranks], r0["precision"]),
         "per_rank": {"step_time_median_s": rank_medians,
                      "straggler_ratio": max(rank_medians) / statistics.median(rank_medians)},
         "precision": r0["precision"],
         "implementation": r0["impl"],
         "speed_valid": not ctx.shared_device,
     }
+    energy = attribute_energy([r["energy_window"] for r in ranks])
+    carbon = carbon_section(energy["total_j"], run.carbon, energy_source=energy["source"])
+    measured_tokens = tokens_per_step * len(step_times)
+    metrics["energy"] = derived_metrics(energy, tokens=measured_tokens, model_flops=measured_tokens * f["model_per_token"],
+                                        carbon=carbon)
+    if run.kind == "moe":
+        metrics["moe"] = merge_moe_stats([r["moe"] for r in ranks])
     devices = [dict(r["device"], rank=r["rank"], node_rank=r["node_rank"]) for r in ranks]
     env = {"hosts": sorted({d["host"] for d in devices}), "nodes": len({r["node_rank"] for r in ranks}),
            "world_size": ctx.world_size, "backend": ctx.backend, "devices": devices, **software_versions()}
@@ -189,7 +249,7 @@ def build_record(run: RunConfig, run_key: str, ranks: list[dict], ctx: bdist.Dis
              for i, (t, loss) in enumerate(zip(step_times, r0["losses"]))]
     return {"schema_version": SCHEMA_VERSION, "run_key": run_key, "suite": run.suite, "workload": run.workload,
             "status": "ok", "error": None, "started_at": started_at, "duration_s": duration_s,
-            "config": run.to_dict(), "env": env, "metrics": metrics, "energy": None, "carbon": None,
+            "config": run.to_dict(), "env": env, "metrics": metrics, "energy": energy, "carbon": carbon,
             "steps": steps}
 
 

@@ -262,7 +262,9 @@ def to_codecarbon_rows(records: list[dict]) -> list[dict]:
         ccfg = cfg.get("carbon") or {}
         window = energy.get("window_s") or rec.get("duration_s")
         co2e_kg = None if carbon.get("co2e_g") is None else carbon["co2e_g"] / 1000.0
-        devices = env.get("devices") or energy.get("per_device") or []
+        gpus = {d.get("uuid"): d.get("name") for d in (energy.get("per_device") or env.get("devices") or [])
+                if d.get("uuid") and d.get("type", "cuda") == "cuda"}          # physical GPUs, each once
+        cpu_models = sorted({d.get("name") for d in env.get("devices") or [] if d.get("type") == "cpu"} - {None})
         country = ccfg.get("country")
         try:
             country_name = codecarbon_data(_GLOBAL_MIX).get((country or "").upper(), {}).get("country_name")
@@ -293,9 +295,9 @@ def to_codecarbon_rows(records: list[dict]) -> list[dict]:
             "python_version": env.get("python"),
             "codecarbon_version": codecarbon.__version__,
             "cpu_count": env.get("cpu_count"),
-            "cpu_model": env.get("cpu_model"),
-            "gpu_count": len(devices) or None,
-            "gpu_model": ", ".join(sorted({d.get("name", "") for d in devices})) or None,
+            "cpu_model": env.get("cpu_model") or ", ".join(cpu_models) or None,
+            "gpu_count": len(gpus) or None,
+            "gpu_model": ", ".join(sorted(set(gpus.values()) - {None})) or None,
             "longitude": None,
             "latitude": None,
             "ram_total_size": env.get("ram_total_gb"),

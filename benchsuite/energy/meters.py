@@ -118,7 +118,8 @@ def codecarbon_power_model() -> PowerModel:
         tdp = cc_cpu.TDP()
         sockets = count_physical_cpus() or 1
         if tdp.tdp is None:
-            cpu_w, basis = float(POWER_CONSTANT), f"codecarbon POWER_CONSTANT {POWER_CONSTANT} W (CPU {tdp.model!r} unknown)"
+            cpu_w = float(POWER_CONSTANT)
+            basis = f"codecarbon POWER_CONSTANT {POWER_CONSTANT} W (CPU {tdp.model!r} unknown)"
         else:
             matched = tdp._get_cpu_power_from_registry(tdp.model) if tdp.model != "Unknown" else None
             how = ("TDP from codecarbon cpu_power.csv" if matched else

@@ -26,6 +26,7 @@ class Parallelized:
     optimizer: torch.optim.Optimizer
     impl: dict = field(default_factory=dict)  # what was applied, by name, for the record
     loss_parallel: bool = False  # logits are vocab-sharded DTensors (tensor parallel)
+    grad_hooks: list = field(default_factory=list)  # called after the last backward, before optimizer.step
 
     def loss_context(self):
         if not self.loss_parallel:
@@ -35,12 +36,14 @@ class Parallelized:
         return loss_parallel()
 
 
-def apply_activation_checkpointing(model: nn.Module) -> None:
-    """Full recompute: each block's activations are rebuilt in the backward pass."""
+def apply_activation_checkpointing(model: nn.Module, preserve_rng_state: bool) -> None:
+    """Full recompute: each block's activations are rebuilt in the backward pass. The RNG state
+    is restored for the recompute only when the forward draws random numbers (GShard's random
+    second-expert policy): otherwise the save/restore is wasted work."""
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
     for i, block in enumerate(model.blocks):
-        model.blocks[i] = checkpoint_wrapper(block, preserve_rng_state=False)
+        model.blocks[i] = checkpoint_wrapper(block, preserve_rng_state=preserve_rng_state)
 
 
 def apply_compile(model: nn.Module) -> None:
@@ -53,6 +56,7 @@ def parallelize(model: nn.Module, run: RunConfig, ctx: DistContext) -> Paralleli
     from benchsuite.parallel.zero import apply_data_parallel
 
     impl: dict = {}
+    hooks: list = []
     loss_parallel = False
     if ctx.dims.tp_enabled:
         from benchsuite.parallel.tensor import apply_tensor_parallel
@@ -60,14 +64,20 @@ def parallelize(model: nn.Module, run: RunConfig, ctx: DistContext) -> Paralleli
         impl["tensor"] = apply_tensor_parallel(model, ctx.mesh["tp"])
         loss_parallel = True
     if ctx.dims.ep_enabled:
-        from benchsuite.parallel.expert import apply_expert_parallel
+        from benchsuite.parallel import expert
 
-        impl["expert"] = apply_expert_parallel(model, ctx.ep_mesh["ep"].get_group())
+        expert.apply_expert_parallel(model, ctx.ep_mesh["ep"].get_group())
+        impl["expert"] = f"all_to_all_single over {ctx.dims.ep} ranks, padded capacity slots"
+        replicas = ctx.ep_mesh["edp"].get_group() if ctx.dims.dp > ctx.dims.ep else None
+        hooks.append(lambda: expert.sync_expert_grads(model, ctx.dims.dp, replicas))
     if run.train.recompute == "full":
-        apply_activation_checkpointing(model)
+        random_routing = run.moe is not None and run.moe.second_expert_policy == "random"
+        apply_activation_checkpointing(model, preserve_rng_state=random_routing)
         impl["recompute"] = "checkpoint_wrapper per block"
     if run.train.compile:
         apply_compile(model)
         impl["compile"] = "torch.compile per block"
+    if ctx.dims.ep_enabled:
+        expert.ignore_expert_params_in_ddp(model)  # names as the data-parallel wrapper will see them
     model, optimizer, impl["data"] = apply_data_parallel(model, run, ctx)
-    return Parallelized(model, optimizer, impl, loss_parallel)
+    return Parallelized(model, optimizer, impl, loss_parallel, hooks)

@@ -9,13 +9,14 @@ hence the same C), so no size exchange and no host sync are needed. A second
 all_to_all returns the outputs to the rank that owns the tokens, which combines them.
 
 Gradients. Non-expert parameters (router included) stay replicated: the DDP wrapper
-averages them over all data-parallel ranks. Expert parameters are left out of DDP
-(apply_expert_parallel sets `model._ddp_params_and_buffers_to_ignore` through DDP's
-own helper before the model is wrapped); after backward, an expert shard's gradient
-is the sum over the P ranks of its EP group of d(local loss)/dw. sync_expert_grads
-turns that into the gradient of the mean loss over all D data-parallel ranks: sum over
-the replicas of the same shard (the expert-data-parallel group, present when D > P),
-then divide by D. Call it after the last backward of a step, before the optimizer.
+averages them over all data-parallel ranks. Expert parameters are left out of DDP:
+ignore_expert_params_in_ddp sets `model._ddp_params_and_buffers_to_ignore` through
+DDP's own helper (apply_expert_parallel calls it; call it again if a wrapper renames
+parameters). After backward, an expert shard's gradient is the sum over the P ranks
+of its EP group of d(local loss)/dw. sync_expert_grads turns that into the gradient
+of the mean loss over all D data-parallel ranks: sum over the replicas of the same
+shard (the expert-data-parallel group, present when D > P), then divide by D. Call
+it after the last backward of a step, before the optimizer.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ class ExpertParallelExperts(Experts):
     layout match Experts (w_up [E/P, H, F], ...), so names stay `...experts.w_up`."""
 
     def __init__(self, full: Experts, group, timing: bool = False):
-        nn.Module.__init__(self)
+        nn.Module.__init__(self)  # not Experts.__init__: its random init would be thrown away and move the RNG
         self.group = group
         self.world = dist.get_world_size(group)
         experts = full.w_up.shape[0]
@@ -111,20 +112,22 @@ class ExpertParallelExperts(Experts):
 
 def apply_expert_parallel(model: nn.Module, ep_group=None, timing: bool = False) -> list[str]:
     """Shard the experts of every MoELayer over ep_group (default: the world) and return
-    the names of the expert parameters, which are also registered with DDP as ignored
-    (call this before wrapping in DDP). Every rank must have built the model with the
-    same seed: the shards are slices of the same global init."""
+    the expert parameter names, already registered with DDP as ignored. Every rank must
+    have built the model with the same seed: the shards are slices of the same global init."""
     group = ep_group if ep_group is not None else dist.group.WORLD
     for layer in moe_layers(model):
         layer.experts = ExpertParallelExperts(layer.experts, group, timing)
-    names = [name for name, _ in model.named_parameters() if _is_expert_param(model, name)]
+    return ignore_expert_params_in_ddp(model)
+
+
+def ignore_expert_params_in_ddp(model: nn.Module) -> list[str]:
+    """Tell DDP (by name, through its own helper) to leave the expert shards alone; returns
+    the names. DDP matches names, and a wrapper added later (checkpoint_wrapper) renames
+    parameters: call this again on the final module just before wrapping it in DDP."""
+    names = [f"{prefix}.{name}" for prefix, m in model.named_modules() if isinstance(m, ExpertParallelExperts)
+             for name, _ in m.named_parameters()]
     torch.nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, names)
     return names
-
-
-def _is_expert_param(model: nn.Module, name: str) -> bool:
-    owner = model.get_submodule(name.rpartition(".")[0])
-    return isinstance(owner, ExpertParallelExperts)
 
 
 def expert_parameters(model: nn.Module) -> list[nn.Parameter]:

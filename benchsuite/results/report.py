@@ -19,8 +19,11 @@ COLUMNS = [
     ("MFU", "mfu", "{:.1%}"),
     ("step ms (95% CI)", None, None),
     ("efficiency", "scaling_efficiency", "{:.0%}"),
+    ("state MiB meas/model", None, None),  # model-state bytes per rank: measured / analytic (metrics/memory.py)
     ("status", "status", "{}"),
 ]
+MEMORY_MEASURED = "metrics.memory.model_state_bytes.measured.total"
+MEMORY_ANALYTIC = "metrics.memory.model_state_bytes.analytic.total"
 
 
 def _present(v) -> bool:
@@ -38,12 +41,23 @@ def _step_cell(row) -> str:
     return f"{med * 1e3:.1f} ({lo * 1e3:.1f}–{hi * 1e3:.1f})"
 
 
+def _memory_cell(row) -> str:
+    measured, analytic = row.get(MEMORY_MEASURED), row.get(MEMORY_ANALYTIC)
+    if not _present(measured):
+        return "—"
+    return f"{measured / 2**20:.2f} / " + (f"{analytic / 2**20:.2f}" if _present(analytic) else "—")
+
+
+CELLS = {"step ms (95% CI)": _step_cell, "state MiB meas/model": _memory_cell}
+
+
 def report_rows(df: pd.DataFrame) -> list[dict]:
     """The report as plain dicts (for --json): the same columns, unformatted, nulls as None."""
     if df.empty:
         return []
     cols = [c for _, c, _ in COLUMNS if c] + ["run_key", "step_time_median_s", "step_time_ci95_lo_s",
-                                              "step_time_ci95_hi_s", "error_type", "error_message"]
+                                              "step_time_ci95_hi_s", "error_type", "error_message",
+                                              MEMORY_MEASURED, MEMORY_ANALYTIC]
     cols = [c for c in cols if c in df]
     return [{k: (v if _present(v) else None) for k, v in r.items()} for r in df[cols].to_dict("records")]
 
@@ -56,7 +70,7 @@ def report_table(df: pd.DataFrame) -> Table:
     for _, row in df.iterrows():
         cells = []
         for header, col, fmt in COLUMNS:
-            cells.append(_step_cell(row) if col is None else _fmt(fmt, row.get(col)))
+            cells.append(CELLS[header](row) if col is None else _fmt(fmt, row.get(col)))
         if row["status"] == "failed":
             cells[-1] = f"failed: {row.get('error_type')}"
         table.add_row(*[escape(c) for c in cells], style="red" if row["status"] == "failed" else None)

@@ -1,0 +1,182 @@
+"""Communication accounting: bytes each rank sends in collectives during one training step.
+
+`CommCounter` is a TorchDispatchMode that sees every collective as it is dispatched: the c10d
+ops behind torch.distributed's functions (``c10d.allreduce_`` from DDP's bucketed reducer,
+``c10d._allgather_base_`` / ``c10d._reduce_scatter_base_`` from FSDP2, ``c10d.broadcast_`` from
+ZeroRedundancyOptimizer, ``c10d.alltoall_base_`` from expert parallelism) and the functional
+collectives DTensor uses (``_c10d_functional.all_reduce`` and friends, tensor parallelism).
+As torch's own CommDebugMode does, it returns NotImplemented for DTensor arguments so DTensor
+first lowers an op to the collectives it needs, which the mode then sees on plain tensors.
+
+For each call: payload M = the full tensor of the collective (all-reduce and broadcast: the
+buffer; all-gather: the gathered output; reduce-scatter: the unreduced input; all-to-all: the
+input), and the bytes one rank sends with a ring (bandwidth-optimal) algorithm over a group of
+n ranks: all-reduce 2(n−1)/n·M, all-gather, reduce-scatter, all-to-all and broadcast (n−1)/n·M.
+The latter, summed per kind, is `bytes_per_step_by_kind`.
+
+Reference volumes (paper_bytes_per_step, same ring convention, so a ratio of 1 means "what the
+paper says"): ZeRO (Rajbhandari et al. 2019, §7): data parallelism all-reduces the gradients,
+2Ψ elements per step (reduce-scatter + all-gather); stages 1 and 2 move the same 2Ψ; stage 3
+about 3Ψ (parameters all-gathered in forward and again in backward, gradients reduce-scattered).
+torch's ZeroRedundancyOptimizer all-reduces full gradients (DDP) and then broadcasts each rank's
+updated parameters, Ψ more: about 1.5× the paper's stage-1 figure, which the ratio shows.
+Megatron (Shoeybi et al. 2019, §3): per layer two all-reduces of the b·s·h activations in forward
+and two in backward, plus one each for the vocab-parallel embedding (forward) and the LM head's
+input (backward): (4L + 2) all-reduces of b·s·h elements per micro-batch.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "other")
+
+_OP_KINDS = {
+    "all_reduce": ["c10d::allreduce_", "c10d::allreduce_coalesced_", "_c10d_functional::all_reduce",
+                   "_c10d_functional::all_reduce_", "_c10d_functional::all_reduce_coalesced",
+                   "_c10d_functional::all_reduce_coalesced_"],
+    "all_gather": ["c10d::allgather_", "c10d::_allgather_base_", "c10d::allgather_coalesced_",
+                   "c10d::allgather_into_tensor_coalesced_", "_c10d_functional::all_gather_into_tensor",
+                   "_c10d_functional::all_gather_into_tensor_out",
+                   "_c10d_functional::all_gather_into_tensor_coalesced"],
+    "reduce_scatter": ["c10d::reduce_scatter_", "c10d::_reduce_scatter_base_",
+                       "c10d::reduce_scatter_tensor_coalesced_", "_c10d_functional::reduce_scatter_tensor",
+                       "_c10d_functional::reduce_scatter_tensor_coalesced"],
+    "all_to_all": ["c10d::alltoall_", "c10d::alltoall_base_", "_c10d_functional::all_to_all_single",
+                   "_c10d_functional_autograd::all_to_all_single"],
+    "broadcast": ["c10d::broadcast_", "_c10d_functional::broadcast", "_c10d_functional::broadcast_"],
+    "other": ["c10d::reduce_", "c10d::gather_", "c10d::scatter_"],
+}
+OP_KIND = {name: kind for kind, names in _OP_KINDS.items() for name in names}
+
+
+def _tensors(x) -> list[torch.Tensor]:
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [t for item in x for t in _tensors(item)]
+    return []
+
+
+def _nbytes(ts) -> int:
+    return sum(t.numel() * t.element_size() for t in ts)
+
+
+def _group_size(args, kwargs) -> int | None:
+    """The size of the process group a collective runs on: c10d ops carry the ProcessGroup as a
+    boxed ScriptObject, functional collectives carry the group's name."""
+    import torch.distributed as dist
+    from torch.distributed.distributed_c10d import _resolve_process_group
+
+    for a in list(args) + list(kwargs.values()):
+        if isinstance(a, torch.ScriptObject):
+            try:
+                return int(dist.ProcessGroup.unbox(a).size())
+            except Exception:  # noqa: BLE001 - another boxed object (a ReduceOp): try the next argument
+                continue
+        if isinstance(a, dist.ProcessGroup):
+            return int(a.size())
+        if isinstance(a, str):
+            try:
+                return int(_resolve_process_group(a).size())
+            except Exception:  # noqa: BLE001 - a reduce-op name, not a group
+                continue
+    return dist.get_world_size() if dist.is_initialized() else None
+
+
+def ring_bytes(kind: str, payload: int, n: int) -> float:
+    """Bytes one rank sends for a collective of `payload` bytes over n ranks (ring algorithm)."""
+    if n <= 1:
+        return 0.0
+    factor = 2 * (n - 1) / n if kind == "all_reduce" else (n - 1) / n
+    return factor * payload
+
+
+class CommCounter(TorchDispatchMode):
+    """Counts collectives dispatched while active: calls, payload bytes and ring bytes by kind."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: dict[str, int] = defaultdict(int)
+        self.payload: dict[str, int] = defaultdict(int)
+        self.sent: dict[str, float] = defaultdict(float)
+        self.groups: dict[str, set] = defaultdict(set)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if isinstance(func, torch._ops.HigherOrderOperator):
+            return func(*args, **kwargs)
+        if any(getattr(t, "__name__", "") == "DTensor" for t in types):
+            return NotImplemented  # let DTensor lower the op to collectives on plain tensors first
+        out = func(*args, **kwargs)
+        kind = OP_KIND.get(func._schema.name) if hasattr(func, "_schema") else None
+        if kind is not None:
+            sides = [_tensors(a) for a in args] + [_tensors(out)]
+            payload = max((_nbytes(ts) for ts in sides if ts), default=0)
+            if kind == "all_to_all":
+                payload = _nbytes(_tensors(args[1] if func._schema.name.startswith("c10d::") else args[0]))
+            n = _group_size(args, kwargs) or 1
+            self.calls[kind] += 1
+            self.payload[kind] += payload
+            self.sent[kind] += ring_bytes(kind, payload, n)
+            self.groups[kind].add(n)
+        return out
+
+    def result(self) -> dict:
+        return {"bytes_by_kind": {k: self.sent[k] for k in KINDS if self.calls.get(k)},
+                "payload_bytes_by_kind": {k: self.payload[k] for k in KINDS if self.calls.get(k)},
+                "calls_by_kind": {k: self.calls[k] for k in KINDS if self.calls.get(k)},
+                "group_sizes_by_kind": {k: sorted(self.groups[k]) for k in KINDS if self.calls.get(k)},
+                "total_bytes": sum(self.sent.values())}
+
+
+def paper_bytes(run, precision: str) -> tuple[float | None, str]:
+    """(bytes per rank per step, formula) by the ZeRO and Megatron volumes, ring convention."""
+    from benchsuite.metrics.memory import params_per_rank
+
+    if run.parallel.expert > 1:
+        return None, "expert parallelism: no paper volume modelled"
+    n, t = run.data_parallel, run.parallel.tensor
+    psi = params_per_rank(run.model, run.moe, t)
+    stage = run.parallel.zero if n > 1 else 0
+    total, parts = 0.0, []
+    if n > 1:
+        if stage in (0, 1):
+            # DDP all-reduces fp32 gradients (autocast keeps fp32 params): 2Ψ elements.
+            total += 2 * psi * 4 * (n - 1) / n
+            parts.append("2Ψ·4B·(N−1)/N")
+        else:
+            gathered = 2 if precision == "bf16" else 4  # FSDP2 gathers in param_dtype, reduces in fp32
+            gathers = 1 if stage == 2 else 2
+            total += (gathers * gathered + 4) * psi * (n - 1) / n
+            parts.append(f"({gathers}·{gathered}B + 4B)Ψ·(N−1)/N" + (" (≈3Ψ)" if stage == 3 else " (2Ψ)"))
+    if t > 1:
+        m = run.model
+        act = 2 if precision == "bf16" else 4
+        per_micro = (4 * m.layers + 2) * run.micro_batch_per_rank * m.seq_len * m.hidden * act
+        total += per_micro * run.train.grad_accum * 2 * (t - 1) / t
+        parts.append(f"(4L+2)·b·s·h·{act}B·2(t−1)/t per micro-batch")
+    if not parts:
+        return 0.0, "single process: no collectives"
+    return total, " + ".join(parts)
+
+
+def comm_record(run, per_rank: list[dict], precision: str) -> dict:
+    """metrics.comm: rank 0's bytes by kind, the largest rank's total, and the paper's volume."""
+    valid = [r for r in per_rank if r]
+    if not valid:
+        return {"bytes_per_step_by_kind": None, "total_bytes_per_step": None, "paper_bytes_per_step": None,
+                "ratio": None}
+    r0 = valid[0]
+    total = max(r["total_bytes"] for r in valid)
+    paper, formula = paper_bytes(run, precision)
+    return {"bytes_per_step_by_kind": r0["bytes_by_kind"], "payload_bytes_per_step_by_kind": r0["payload_bytes_by_kind"],
+            "calls_per_step_by_kind": r0["calls_by_kind"], "total_bytes_per_step": total,
+            "per_rank_total_bytes": [r["total_bytes"] for r in valid],
+            "paper_bytes_per_step": paper, "paper_formula": formula,
+            "ratio": (total / paper) if paper else None,
+            "method": "TorchDispatchMode over c10d and functional collectives during one warm-up step; "
+                      "bytes sent per rank with ring algorithms"}

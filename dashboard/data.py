@@ -1,0 +1,121 @@
+"""What every page reads: the raw records and one DataFrame row per record.
+
+The DataFrame is results.store.flatten() of each record plus scaling efficiency (as
+`benchsuite report` sees it), and a few columns the pages share: stable labels, the
+energy-per-work figures wherever the record keeps them, the final validation loss, and
+the path of each run's detail page. Lists (steps, per-device energy, expert load) stay
+in the raw records; row `rec` indexes `SiteData.records`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from benchsuite.metrics.scaling import add_scaling_efficiency
+from benchsuite.results.store import flatten, load_records
+from dashboard.render import num, present
+
+# Figures the harness may keep under metrics.derived (energy sections) or at the top of metrics.
+DERIVED = ("j_per_token", "gco2e_per_mtok", "avg_w_per_device", "j_per_pflop")
+
+
+@dataclass
+class SiteData:
+    records: list[dict]
+    df: pd.DataFrame
+    source: str = ""
+
+    def record(self, row) -> dict:
+        return self.records[int(row["rec"])]
+
+    @property
+    def ok(self) -> pd.DataFrame:
+        return self.df[self.df["status"] == "ok"] if not self.df.empty else self.df
+
+
+def page_slug(run_key: str) -> str:
+    """A file name from a run key (hex in practice; anything in a hand-edited record)."""
+    return re.sub(r"[^A-Za-z0-9_-]+", "-", str(run_key)).strip("-")[:64] or "run"
+
+
+def _final_val_loss(rec: dict):
+    vals = [s.get("val_loss") for s in rec.get("steps") or [] if isinstance(s, dict)]
+    vals = [v for v in vals if num(v) is not None]
+    return vals[-1] if vals else None
+
+
+def _series_labels(df: pd.DataFrame) -> dict[str, str]:
+    """One short, unique name per sweep: the workload; with the suite and scaling only where needed."""
+    keys = df[["sweep", "suite", "workload", "scaling"]].drop_duplicates("sweep")
+    labels = {}
+    for _, k in keys.iterrows():
+        labels[k["sweep"]] = str(k["workload"])
+    for attempt in ("suite", "scaling", "sweep"):
+        counts = pd.Series(list(labels.values())).value_counts()
+        if counts.max() <= 1:
+            break
+        for _, k in keys.iterrows():
+            if counts[labels[k["sweep"]]] > 1:
+                labels[k["sweep"]] = {"suite": f"{k['suite']}/{k['workload']}",
+                                      "scaling": f"{labels[k['sweep']]} · {k['scaling']}",
+                                      "sweep": str(k["sweep"])}[attempt]
+    return labels
+
+
+def dataframe(records: list[dict]) -> pd.DataFrame:
+    rows = []
+    for i, rec in enumerate(records):
+        row = flatten(rec)
+        row["rec"] = i
+        row["val_loss_final"] = _final_val_loss(rec)
+        for name in DERIVED:
+            v = row.get(f"metrics.derived.{name}")
+            row[name] = v if num(v) is not None else row.get(f"metrics.{name}")
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return df
+    df["sweep"] = [s if present(s) else f"{a}/{b}/{c}" for s, a, b, c in
+                   zip(df["sweep_id"], df["suite"], df["workload"], df["scaling"])]
+    df = add_scaling_efficiency(df.sort_values(["suite", "workload", "world_size", "started_at"],
+                                               ignore_index=True))
+    df["kind_label"] = [f"{k}/{r}" if present(r) else str(k) for k, r in zip(df["kind"], df["router"])]
+    labels = _series_labels(df)
+    df["series"] = df["sweep"].map(labels)
+    run_labels, seen = [], {}
+    for s, w, n in zip(df["series"], df["world_size"], df["nodes"]):
+        base = f"{s} · w{w}" + (f" · {n} nodes" if num(n) and num(n) > 1 else "")
+        seen[base] = seen.get(base, 0) + 1
+        run_labels.append(base if seen[base] == 1 else f"{base} #{seen[base]}")
+    df["run_label"] = run_labels
+    pages, used = [], set()
+    for key in df["run_key"]:
+        slug = base = page_slug(key)
+        n = 1
+        while slug in used:
+            n += 1
+            slug = f"{base}-{n}"
+        used.add(slug)
+        pages.append(f"runs/{slug}.html")
+    df["page"] = pages
+    return df
+
+
+def load(results: str | Path | list[dict]) -> SiteData:
+    """From a results folder (or a list of records already loaded)."""
+    if isinstance(results, (str, Path)):
+        records, source = load_records(results), str(results)
+    else:
+        records, source = list(results), ""
+    return SiteData(records=records, df=dataframe(records), source=source)
+
+
+def latest_ok_per_size(df: pd.DataFrame) -> pd.DataFrame:
+    """One ok run per (sweep, world size): the latest, where a sweep was run again."""
+    ok = df[df["status"] == "ok"]
+    return ok.sort_values("started_at").drop_duplicates(["sweep", "world_size"], keep="last") \
+        .sort_values(["series", "world_size"])

@@ -1,0 +1,243 @@
+"""One page per run: headline figures, step-time series, loss curve (with validation loss),
+per-rank step time (stragglers), MoE expert load, model-state memory measured vs analytic,
+energy per device, carbon, environment and the resolved config. Every section a record
+lacks says so ("not measured") instead of drawing nothing or zero."""
+
+from __future__ import annotations
+
+import json
+
+from dashboard.render import (Figure, Section, esc, f_bytes, f_ms_ci, f_num, f_pct, f_sig, kv_table, layout,
+                              missing, num, present, ptext, series, short, table)
+
+SMALL = {"height": 300}
+
+
+def _get(d, *keys):
+    for k in keys:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(k)
+    return d
+
+
+def _steps(rec) -> list[dict]:
+    return [s for s in rec.get("steps") or [] if isinstance(s, dict)]
+
+
+def step_figure(rec) -> Figure | None:
+    pts = [(s.get("step", i), num(s.get("time_s"))) for i, s in enumerate(_steps(rec))]
+    pts = [(x, y) for x, y in pts if y is not None]
+    if not pts:
+        return None
+    ys = [short(y * 1e3, 4) for _, y in pts]
+    med = num(_get(rec, "metrics", "step_time_s", "median"))
+    shapes = [] if med is None else [{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": short(med * 1e3),
+                                      "y1": short(med * 1e3), "line": {"color": "#888", "dash": "dot", "width": 1}}]
+    return Figure("fig-run-steps", [{"type": "scatter", "mode": "lines+markers", "name": "step time",
+                                     **series([x for x, _ in pts], ys), "marker": {"size": 5}}],
+                  layout("Step time per measured step (dotted: median)", "step", "ms", shapes=shapes, **SMALL))
+
+
+def loss_figure(rec) -> Figure | None:
+    steps = _steps(rec)
+    data = []
+    for key, name, style in (("loss", "training loss", {"mode": "lines"}),
+                             ("val_loss", "validation loss", {"mode": "lines+markers", "marker": {"size": 8}})):
+        pts = [(s.get("step", i), num(s.get(key))) for i, s in enumerate(steps)]
+        pts = [(x, short(y)) for x, y in pts if y is not None]
+        if pts:
+            data.append({"type": "scatter", "name": name, **series([x for x, _ in pts], [y for _, y in pts]),
+                         **style})
+    if not data:
+        return None
+    return Figure("fig-run-loss", data, layout("Loss", "step", "loss", **SMALL))
+
+
+def rank_figure(rec) -> Figure | None:
+    per_rank = _get(rec, "metrics", "per_rank") or {}
+    meds = per_rank.get("step_time_median_s") if isinstance(per_rank, dict) else None
+    if not isinstance(meds, list) or not any(num(v) is not None for v in meds):
+        return None
+    ys = [None if num(v) is None else short(num(v) * 1e3, 4) for v in meds]
+    worst = max(range(len(ys)), key=lambda i: ys[i] if ys[i] is not None else -1)
+    ratio = num(per_rank.get("straggler_ratio"))
+    title = "Median step time per rank" + (f" (slowest / fastest = {ratio:.2f})" if ratio is not None else "")
+    return Figure("fig-run-ranks", [{"type": "bar", "name": "median step time", "x": list(range(len(ys))), "y": ys,
+                                     "marker": {"color": ["#d62728" if i == worst and len(ys) > 1 else "#4c6ef5"
+                                                          for i in range(len(ys))]}}],
+                  layout(title, "rank", "ms", xaxis={"type": "category"}, **SMALL))
+
+
+def expert_figure(rec) -> Figure | None:
+    load = _get(rec, "metrics", "moe", "expert_load")
+    if not isinstance(load, list) or not any(num(v) is not None for v in load):
+        return None
+    ys = [short(num(v)) for v in load]
+    vals = [v for v in ys if v is not None]
+    mean = sum(vals) / len(vals)
+    return Figure("fig-run-experts", [{"type": "bar", "name": "tokens routed", "x": list(range(len(ys))), "y": ys,
+                                       "marker": {"color": "#f08c00"}}],
+                  layout("MoE expert load (dotted: mean)", "expert", "load", xaxis={"type": "category"},
+                         shapes=[{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": short(mean), "y1": short(mean),
+                                  "line": {"color": "#555", "dash": "dot", "width": 1}}], **SMALL))
+
+
+def memory_figure(rec) -> Figure | None:
+    ms = _get(rec, "metrics", "memory", "model_state_bytes")
+    if not isinstance(ms, dict):
+        return None
+    parts = [p for p in ("measured", "analytic") if isinstance(ms.get(p), dict)]
+    if not parts:
+        return None
+    keys = []
+    for p in parts:
+        keys += [k for k in ms[p] if k not in keys and num(ms[p][k]) is not None]
+    data = [{"type": "bar", "name": p, "x": [ptext(k) for k in keys],
+             "y": [short(num(ms[p].get(k)) / 2**30 if num(ms[p].get(k)) is not None else None) for k in keys],
+             "marker": {"color": "#1971c2" if p == "measured" else "#adb5bd"}} for p in parts]
+    return Figure("fig-run-memory", data, layout("Model-state memory per device: measured vs analytic", "",
+                                                 "GiB", barmode="group", **SMALL))
+
+
+def _headline(row, rec) -> str:
+    m = rec.get("metrics") or {}
+    fl = m.get("flops") or {}
+    rows = [("tokens / s", f_num(row.get("tokens_per_s"))), ("MFU", f_pct(row.get("mfu"))),
+            ("step time (median, 95% CI)", f_ms_ci(row.get("step_time_median_s"), row.get("step_time_ci95_lo_s"),
+                                                   row.get("step_time_ci95_hi_s"))),
+            ("TFLOP/s per device", f_sig(m.get("tflops_per_device"))),
+            ("model FLOPs / token", f_sig(fl.get("model_per_token"))),
+            ("executed FLOPs / token", f_sig(fl.get("executed_per_token"))),
+            ("counted FLOPs / token", f_sig(fl.get("counted_per_token"))),
+            ("scaling efficiency", f_pct(row.get("scaling_efficiency"))),
+            ("J / token", f_sig(row.get("j_per_token"))), ("g CO2e / Mtok", f_sig(row.get("gco2e_per_mtok"))),
+            ("avg W per device (GPU)", f_sig(row.get("avg_w_per_device")))]
+    return kv_table(rows)
+
+
+def _identity(row, rec) -> str:
+    cfg = rec.get("config") or {}
+    return kv_table([("suite", rec.get("suite")), ("workload", rec.get("workload")),
+                     ("description", cfg.get("description")), ("kind", row.get("kind_label")),
+                     ("world size", cfg.get("world_size")), ("nodes", cfg.get("nodes")),
+                     ("scaling", cfg.get("scaling")), ("parallel", json.dumps(cfg.get("parallel"))),
+                     ("status", rec.get("status")), ("started", rec.get("started_at")),
+                     ("duration (s)", f_sig(rec.get("duration_s"))), ("run key", rec.get("run_key"))])
+
+
+def _error(rec) -> str:
+    e = rec.get("error")
+    if not isinstance(e, dict):
+        return ""
+    rank = f" on rank {e['rank']}" if present(e.get("rank")) else ""
+    return (f'<div class="error"><strong>failed{esc(rank)}: {esc(e.get("type") or "error")}</strong>'
+            f"<pre>{esc(e.get('message') or '')}</pre></div>")
+
+
+def _moe(rec) -> str:
+    moe = _get(rec, "metrics", "moe")
+    if not isinstance(moe, dict):
+        return ""
+    rows = [(k.replace("_", " "), f_sig(v)) for k, v in moe.items() if not isinstance(v, (list, dict))]
+    return kv_table(rows)
+
+
+def _memory_table(rec) -> str:
+    per_rank = _get(rec, "metrics", "memory", "per_rank")
+    if not isinstance(per_rank, list) or not per_rank:
+        return missing("Peak memory per rank")
+    rows = [[i, f_bytes(_get(r, "peak_allocated_bytes")), f_bytes(_get(r, "peak_reserved_bytes")),
+             f_bytes(_get(r, "peak_rss_bytes")), _get(r, "source")] for i, r in enumerate(per_rank)]
+    return table(["rank", "peak allocated", "peak reserved", "peak host RSS", "source"], rows)
+
+
+def _energy(rec) -> str:
+    e = rec.get("energy")
+    if not isinstance(e, dict):
+        return missing("Energy", "not measured for this run")
+    srcs = e.get("sources") or {}
+    html = kv_table([("GPU (J)", f"{f_sig(e.get('gpu_j'))} · {srcs.get('gpu', e.get('source', '—'))}"),
+                     ("CPU (J)", f"{f_sig(e.get('cpu_j'))} · {srcs.get('cpu', e.get('source', '—'))}"),
+                     ("DRAM (J)", f"{f_sig(e.get('dram_j'))} · {srcs.get('dram', e.get('source', '—'))}"),
+                     ("total (J)", f"{f_sig(e.get('total_j'))} · {e.get('source', '—')}"),
+                     ("includes", ", ".join(map(str, e.get("total_includes") or [])) or None),
+                     ("window (s)", f_sig(e.get("window_s"))), ("idle (W)", f_sig(e.get("idle_w"))),
+                     ("above idle (J)", f_sig(e.get("above_idle_j")))])
+    devs = [d for d in e.get("per_device") or [] if isinstance(d, dict)]
+    if devs:
+        html += table(["device", "name", "host", "ranks", "energy (J)", "source", "avg W"],
+                      [[d.get("uuid"), d.get("name"), d.get("host"), ", ".join(map(str, d.get("ranks") or [])),
+                        f_sig(d.get("energy_j")), d.get("source"), f_sig(d.get("avg_w"))] for d in devs[:64]])
+    reasons = [r for r in e.get("reasons") or [] if r]
+    if reasons:
+        html += "<ul class=reasons>" + "".join(f"<li>{esc(r)}</li>" for r in reasons[:20]) + "</ul>"
+    return html
+
+
+def _carbon(rec) -> str:
+    c = rec.get("carbon")
+    if not isinstance(c, dict):
+        return missing("Carbon", "not measured for this run")
+    return kv_table([("energy (kWh)", f_sig(c.get("kwh"))), ("PUE", f_sig(c.get("pue"))),
+                     ("grid intensity (g CO2e/kWh)", f_sig(c.get("intensity_g_per_kwh"))),
+                     ("intensity source", c.get("intensity_source")), ("note", c.get("intensity_note")),
+                     ("CO2e (g)", f_sig(c.get("co2e_g")))])
+
+
+def _quality(rec) -> str:
+    q = _get(rec, "metrics", "quality")
+    if not isinstance(q, dict):
+        return ""
+    return "<h3>Time to target loss</h3>" + kv_table([(k.replace("_", " "), f_sig(v) if num(v) is not None else v)
+                                                      for k, v in q.items() if not isinstance(v, (list, dict))])
+
+
+def _env(rec) -> str:
+    env = rec.get("env") or {}
+    if not isinstance(env, dict) or not env:
+        return missing("Environment", "not recorded")
+    rows = [(k, ", ".join(map(str, v)) if isinstance(v, list) else v) for k, v in env.items()
+            if k != "devices" and (not isinstance(v, (dict, list)) or all(not isinstance(x, (dict, list)) for x in v))]
+    html = kv_table(rows)
+    devs = [d for d in env.get("devices") or [] if isinstance(d, dict)]
+    if devs:
+        html += table(["rank", "host", "type", "name", "uuid"],
+                      [[d.get("rank"), d.get("host"), d.get("type"), d.get("name"), d.get("uuid")] for d in devs[:64]])
+        if len(devs) > 64:
+            html += f'<p class="note">… and {len(devs) - 64} more devices (see the record).</p>'
+    return html
+
+
+def render(row: dict, rec: dict) -> Section:
+    figs = []
+    kind = row.get("kind")
+    blocks = {}
+    for key, build, title, why in (
+            ("steps", step_figure, "Step time", "no per-step times recorded"),
+            ("loss", loss_figure, "Loss curve", "no loss recorded"),
+            ("ranks", rank_figure, "Per-rank step time", "not measured"),
+            ("experts", expert_figure, "MoE expert load",
+             "not applicable: dense model" if kind != "moe" else "not measured"),
+            ("memory", memory_figure, "Model-state memory: measured vs analytic", "not measured")):
+        fig = build(rec)
+        if fig:
+            figs.append(fig)
+            blocks[key] = fig.div()
+        else:
+            blocks[key] = missing(title, why if rec.get("status") == "ok" else "run failed")
+    if "fig-run-loss" in {f.id for f in figs} and not any(num(s.get("val_loss")) is not None for s in _steps(rec)):
+        blocks["loss"] = f'<div>{blocks["loss"]}<p class="note">Validation loss: not measured (no eval steps).</p></div>'
+    html = (_error(rec) +
+            f'<div class="row2"><div><h3>Run</h3>{_identity(row, rec)}</div>'
+            f'<div><h3>Headline figures</h3>{_headline(row, rec)}</div></div>'
+            f'<h2>Time and loss</h2><div class="row2">{blocks["steps"]}{blocks["loss"]}</div>'
+            f'<h2>Ranks and experts</h2><div class="row2">{blocks["ranks"]}<div>{blocks["experts"]}{_moe(rec)}'
+            f'</div></div>'
+            f'<h2>Memory</h2><div class="row2">{blocks["memory"]}<div>{_memory_table(rec)}</div></div>'
+            f'<h2>Energy and carbon</h2><div class="row2"><div>{_energy(rec)}</div><div>{_carbon(rec)}'
+            f'{_quality(rec)}</div></div>'
+            f'<h2>Environment</h2>{_env(rec)}'
+            f'<details><summary>Resolved config</summary><pre>'
+            f'{esc(json.dumps(rec.get("config"), indent=1, sort_keys=True, default=str))}</pre></details>')
+    return Section("run", str(row.get("run_label")), html, figs)

@@ -1,0 +1,100 @@
+"""Scaling: throughput vs devices against ideal linear scaling, and weak/strong scaling
+efficiency vs devices, one curve per sweep (the `scaling_efficiency` column)."""
+
+from __future__ import annotations
+
+from dashboard.data import SiteData, latest_ok_per_size
+from dashboard.pages import Page, series_colors
+from dashboard.render import Figure, Section, esc, f_num, f_pct, layout, missing, num, ptext, short
+
+
+def _hover(label, n, value, what):
+    return f"{ptext(label)}<br>{n} devices<br>{what}"
+
+
+def throughput_figure(curves, colors) -> Figure:
+    data = []
+    for series, g in curves:
+        xs = [int(n) for n in g["world_size"]]
+        ys = [short(num(v)) for v in g["tokens_per_s"]]
+        base_n, base_y = xs[0], ys[0]  # the 1-device run where the sweep has one, else its smallest
+        data.append({"type": "scatter", "mode": "lines+markers", "name": ptext(series), "x": xs, "y": ys,
+                     "legendgroup": ptext(series), "line": {"color": colors[series], "width": 2},
+                     "hovertemplate": "%{text}<extra></extra>",
+                     "text": [_hover(series, n, y, f"{f_num(y)} tok/s") for n, y in zip(xs, ys)]})
+        ideal = [short(base_y * n / base_n) for n in xs]
+        data.append({"type": "scatter", "mode": "lines", "name": ptext(f"{series} · ideal"), "x": xs, "y": ideal,
+                     "legendgroup": ptext(series), "showlegend": False,
+                     "line": {"color": colors[series], "dash": "dot", "width": 1},
+                     "hovertemplate": "%{text}<extra></extra>",
+                     "text": [_hover(series, n, y, f"ideal {f_num(y)} tok/s (linear from {base_n})")
+                              for n, y in zip(xs, ideal)]})
+    sizes = sorted({x for t in data for x in t["x"]})
+    return Figure("fig-scaling-throughput", data,
+                  layout("Throughput vs devices (dotted: ideal linear scaling)", "devices (world size)",
+                         "tokens / s", xaxis={"tickvals": sizes}, yaxis={"rangemode": "tozero"}))
+
+
+def efficiency_figure(curves, colors) -> Figure | None:
+    data = []
+    for series, g in curves:
+        g = g[g["scaling_efficiency"].map(lambda v: num(v) is not None)]
+        if g.empty:
+            continue
+        scaling = str(g["scaling"].iloc[0])
+        xs = [int(n) for n in g["world_size"]]
+        ys = [short(num(v)) for v in g["scaling_efficiency"]]
+        data.append({"type": "scatter", "mode": "lines+markers", "name": ptext(f"{series} ({scaling})"),
+                     "x": xs, "y": ys, "line": {"color": colors[series], "dash": "dash" if scaling == "strong"
+                                                else "solid"},
+                     "hovertemplate": "%{text}<extra></extra>",
+                     "text": [_hover(series, n, y, f"{scaling} efficiency {f_pct(y)}") for n, y in zip(xs, ys)]})
+    if not data:
+        return None
+    sizes = sorted({x for t in data for x in t["x"]})
+    return Figure("fig-scaling-efficiency", data,
+                  layout("Scaling efficiency vs devices (solid: weak, dashed: strong)", "devices (world size)",
+                         "efficiency", xaxis={"tickvals": sizes},
+                         yaxis={"tickformat": ".0%", "rangemode": "tozero"},
+                         shapes=[{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": 1, "y1": 1,
+                                  "line": {"color": "#888", "dash": "dot", "width": 1}}]))
+
+
+def render(data: SiteData) -> Section:
+    if data.ok.empty:
+        return Section("scaling", "Scaling", missing("Scaling", "no successful runs"))
+    df = latest_ok_per_size(data.df)
+    df = df[df["tokens_per_s"].map(lambda v: num(v) is not None)]
+    colors = series_colors(data.df)
+    curves, single, no_base = [], [], []
+    for series, g in df.groupby("series", sort=True):
+        g = g.sort_values("world_size")
+        if g["world_size"].nunique() < 2:
+            single.append(series)
+            continue
+        curves.append((series, g))
+        if not (g["world_size"] == 1).any():
+            no_base.append(series)
+    if not curves:
+        return Section("scaling", "Scaling", missing("Scaling", "no sweep has successful runs at two or more "
+                                                    "world sizes"))
+    figs = [throughput_figure(curves, colors)]
+    eff = efficiency_figure(curves, colors)
+    html = '<div class="row2">' + figs[0].div()
+    if eff:
+        figs.append(eff)
+        html += eff.div()
+    else:
+        html += missing("Scaling efficiency", "no sweep has a successful 1-device run to compare against")
+    html += "</div>"
+    notes = []
+    if no_base:
+        notes.append("No 1-device run (efficiency not computed; ideal line drawn from the smallest run): "
+                     + ", ".join(esc(s) for s in no_base) + ".")
+    if single:
+        notes.append("One world size only (no curve): " + ", ".join(esc(s) for s in single) + ".")
+    html += "".join(f'<p class="note">{n}</p>' for n in notes)
+    return Section("scaling", "Scaling", html, figs)
+
+
+PAGE = Page("scaling", "Scaling", render)

@@ -1,0 +1,227 @@
+"""HTML building blocks shared by every page: escaping, number formats, tables, figures.
+
+Two escaping rules, used everywhere a string from a record reaches the page:
+- `esc` for HTML text and attribute values (html.escape, quotes included);
+- `script_json` for JSON inside a <script> element: "<", ">" and "&" become \\u003c,
+  \\u003e and \\u0026, so no string can close the element or open a comment.
+Strings inside a figure (trace names, category labels, hover text) go through `ptext`:
+Plotly reads them as its own small HTML subset and decodes entities back to text, so an
+escaped `<img ...>` is drawn as the characters `<img ...>`, never as markup.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+NOT_MEASURED = "not measured"
+
+
+def esc(value: Any) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def ptext(value: Any) -> str:
+    """A user string for Plotly text (entities it decodes: &lt; &gt; &amp;)."""
+    return html.escape("" if value is None else str(value), quote=False)
+
+
+def present(v: Any) -> bool:
+    """A real figure: not None, not NaN/inf, not pandas' NA."""
+    if v is None or isinstance(v, bool):
+        return v is not None
+    if isinstance(v, (int, float)):
+        return math.isfinite(v)
+    try:
+        import pandas as pd
+
+        return not pd.isna(v)
+    except (TypeError, ValueError):
+        return True
+
+
+def num(v: Any) -> float | None:
+    """A finite float or None (for figure data and sort keys)."""
+    if isinstance(v, bool) or not present(v):
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def short(v: float | None, digits: int = 5) -> float | None:
+    """Fewer significant digits for figure data: the site stays small, the plot looks the same."""
+    return None if v is None else float(f"{v:.{digits}g}")
+
+
+def clean(obj: Any) -> Any:
+    """JSON-ready: NaN/inf → null, numpy scalars → Python, tuples → lists."""
+    if isinstance(obj, dict):
+        return {str(k): clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [clean(v) for v in obj]
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if obj is None or isinstance(obj, (str, int, bool)):
+        return obj
+    if hasattr(obj, "item"):  # numpy / pandas scalar
+        return clean(obj.item())
+    return str(obj)
+
+
+_SCRIPT_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028",
+                              "\u2029": "\\u2029"})
+
+
+def script_json(obj: Any) -> str:
+    """JSON that is safe inside <script type="application/json">…</script>."""
+    return json.dumps(clean(obj), separators=(",", ":"), allow_nan=False).translate(_SCRIPT_SAFE)
+
+
+# -- number formats (None/NaN → an em dash) ------------------------------------------------
+
+DASH = "—"
+
+
+def f_num(v, fmt="{:,.0f}") -> str:
+    v = num(v)
+    return DASH if v is None else fmt.format(v)
+
+
+def f_pct(v) -> str:
+    return f_num(v, "{:.1%}")
+
+
+def f_sig(v, digits=3) -> str:
+    v = num(v)
+    if v is None:
+        return DASH
+    if v != 0 and (abs(v) >= 1e6 or abs(v) < 1e-3):
+        return f"{v:.{digits}e}"
+    return f"{v:,.{digits}g}" if abs(v) < 1000 else f"{v:,.0f}"
+
+
+def f_bytes(v) -> str:
+    v = num(v)
+    if v is None:
+        return DASH
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(v) < 1024 or unit == "TiB":
+            return f"{v:,.0f} {unit}" if unit == "B" else f"{v:,.2f} {unit}"
+        v /= 1024
+    return DASH
+
+
+def f_ms(median, lo=None, hi=None) -> str:
+    """Milliseconds with the CI in brackets, compact: 420.0 (407.4–436.8)."""
+    med = num(median)
+    if med is None:
+        return DASH
+    lo, hi = num(lo), num(hi)
+    if lo is None or hi is None:
+        return f"{med * 1e3:.1f}"
+    return f"{med * 1e3:.1f} ({lo * 1e3:.1f}–{hi * 1e3:.1f})"
+
+
+def f_ms_ci(median, lo, hi) -> str:
+    med = num(median)
+    if med is None:
+        return DASH
+    lo, hi = num(lo), num(hi)
+    if lo is None or hi is None:
+        return f"{med * 1e3:.1f} ms"
+    return f"{med * 1e3:.1f} ms (+{(hi - med) * 1e3:.1f}/−{(med - lo) * 1e3:.1f})"
+
+
+# -- HTML pieces --------------------------------------------------------------------------
+
+def missing(what: str, why: str = NOT_MEASURED) -> str:
+    """The placeholder where a figure or table has no data: says what and why, never a blank."""
+    return f'<div class="missing"><strong>{esc(what)}</strong>: {esc(why)}</div>'
+
+
+def kv_table(rows: list[tuple[str, Any]], cls: str = "kv") -> str:
+    """Two-column table; values are escaped here (pass plain strings)."""
+    body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v if present(v) else DASH)}</td></tr>" for k, v in rows)
+    return f'<table class="{cls}">{body}</table>'
+
+
+def table(headers: list[str], rows: list[list[Any]], cls: str = "grid") -> str:
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{esc(c if present(c) else DASH)}</td>" for c in r) + "</tr>"
+                   for r in rows)
+    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+@dataclass
+class Figure:
+    """One Plotly figure as its JSON spec ({"data": [...], "layout": {...}}), built in Python;
+    the page draws it with Plotly.newPlot. `id` is the element id (also what tests look up)."""
+    id: str
+    data: list[dict]
+    layout: dict = field(default_factory=dict)
+
+    def spec(self) -> dict:
+        return {"data": self.data, "layout": self.layout}
+
+    def div(self, cls: str = "fig") -> str:
+        return f'<div class="{cls}" id="{esc(self.id)}" data-figure></div>'
+
+
+# Defaults shared by every figure: they travel once, in assets/theme.js (merged into Plotly's
+# "plotly_white" template at build time), not in each page's figure JSON.
+TEMPLATE_LAYOUT = {"title": {"x": 0.01, "font": {"size": 15}}, "margin": {"l": 60, "r": 20, "t": 44, "b": 40},
+                   "height": 360, "xaxis": {"automargin": True}, "yaxis": {"automargin": True},
+                   "legend": {"orientation": "h", "yanchor": "top", "y": -0.3}}
+
+
+def layout(title: str, xtitle: str = "", ytitle: str = "", **extra) -> dict:
+    """A figure's own layout: its title, axis titles and whatever else it sets (merged one level)."""
+    base = {"title": {"text": title}, "xaxis": {"title": {"text": xtitle}}, "yaxis": {"title": {"text": ytitle}}}
+    for k, v in extra.items():
+        if isinstance(v, dict) and isinstance(base.get(k), dict):
+            base[k] = {**base[k], **v}
+        else:
+            base[k] = v
+    return base
+
+
+def series(xs: list, ys: list) -> dict:
+    """x/y of a series: x0/dx in place of an x array when x is n, n+1, n+2, … (smaller pages)."""
+    if xs and all(isinstance(x, int) and x == xs[0] + i for i, x in enumerate(xs)):
+        return {"x0": xs[0], "dx": 1, "y": ys}
+    return {"x": xs, "y": ys}
+
+
+@dataclass
+class Section:
+    """What a page plug-in returns: body HTML (already escaped) and the figures it places."""
+    slug: str
+    title: str
+    html: str
+    figures: list[Figure] = field(default_factory=list)
+
+
+def page_html(title: str, body: str, figures: list[Figure], root: str, nav: list[tuple[str, str]],
+              subtitle: str = "") -> str:
+    """A whole HTML document. root is the relative path to the site root ("" or "../");
+    plotly.js, the theme, CSS and the page script are shared files under assets/."""
+    links = "".join(f'<a href="{esc(href)}">{esc(text)}</a>' for text, href in nav)
+    plotly = f'<script src="{root}assets/plotly.min.js"></script><script src="{root}assets/theme.js"></script>' \
+        if figures else ""
+    specs = script_json({f.id: f.spec() for f in figures}) if figures else "{}"
+    return (
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{esc(title)} · benchsuite</title>"
+        f'<link rel="stylesheet" href="{root}assets/dashboard.css">{plotly}</head>\n'
+        f'<body><header><a class="brand" href="{root}index.html">benchsuite</a><nav>{links}</nav></header>\n'
+        f'<main><h1>{esc(title)}</h1>{f"<p class=sub>{esc(subtitle)}</p>" if subtitle else ""}\n{body}</main>\n'
+        f'<script type="application/json" id="bs-figures">{specs}</script>\n'
+        f'<script src="{root}assets/dashboard.js"></script></body></html>\n'
+    )

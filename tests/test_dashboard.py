@@ -1,0 +1,265 @@
+"""The dashboard without a browser: the site builds from the fixture results, every page escapes
+hostile strings, pages cope with records that lack sections, and nothing loads from the network."""
+
+from __future__ import annotations
+
+import copy
+import html
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from benchsuite.results.store import load_records
+from dashboard import build_site
+from dashboard.data import load
+from dashboard.pages import summary_pages
+from dashboard.render import script_json
+from conftest import run_cli
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "results"
+HOSTILE = ["<img src=x onerror=alert(1)>", '<script>alert("suite")</script>', '"><svg onload=alert(2)>',
+           "<b onmouseover=alert(3)>r</b>", "<img src=y onerror=alert(4)>", "</script><script>alert(5)</script>",
+           "<i onclick=alert(6)>grid</i>", "<script>alert('reason')</script>", "</script><script>alert('err')"]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    out = tmp_path_factory.mktemp("site")
+    return out, build_site(FIXTURES, out, validate=True)
+
+
+def _pages(out: Path) -> list[Path]:
+    return sorted(out.rglob("*.html"))
+
+
+class _Tags(HTMLParser):
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def _parse(path: Path) -> _Tags:
+    p = _Tags()
+    p.feed(path.read_text(encoding="utf-8"))
+    return p
+
+
+def test_site_builds_from_the_fixture_folder(site):
+    out, res = site
+    n = len(list(FIXTURES.glob("*.json")))
+    assert res.records == n == 13
+    assert res.index == (out / "index.html").resolve() and res.index.exists()
+    assert res.pages[0] == "index.html" and len(res.pages) == n + 1
+    assert all((out / p).exists() for p in res.pages)
+    assert len(set(res.pages)) == len(res.pages)
+    assert {p.name for p in (out / "runs").iterdir()} == {Path(p).name for p in res.pages[1:]}
+    for name in ("plotly.min.js", "theme.js", "dashboard.css", "dashboard.js"):
+        assert (out / "assets" / name).stat().st_size > 0
+    # a run key is a file name only after it is made safe ("../hostile<1>" stays inside runs/)
+    assert "runs/hostile-1.html" in res.pages
+    index = (out / "index.html").read_text()
+    for section in ("overview", "scaling", "compare", "energy"):
+        assert f'<section id="{section}">' in index
+
+
+def test_plotly_js_is_the_installed_copy_and_nothing_loads_from_the_network(site):
+    from plotly.offline import get_plotlyjs
+
+    out, _ = site
+    assert (out / "assets" / "plotly.min.js").read_text(encoding="utf-8") == get_plotlyjs()
+    for page in _pages(out):
+        text = page.read_text(encoding="utf-8")
+        assert not re.search(r"""<script[^>]*\bsrc\s*=\s*["']?(https?:|//)""", text, re.I), page
+        refs = [a.get("src") or a.get("href") for t, a in _parse(page).tags if t in ("script", "link")]
+        for ref in filter(None, refs):
+            assert not re.match(r"(https?:)?//", ref), (page, ref)
+            assert (page.parent / ref).resolve().is_file(), (page, ref)
+    assert "cdn" not in (out / "index.html").read_text().lower()
+
+
+def test_every_page_escapes_hostile_strings(site):
+    out, _ = site
+    for page in _pages(out):
+        text = page.read_text(encoding="utf-8")
+        parsed = _parse(page)
+        for s in HOSTILE:
+            assert s not in text, (page.name, s)
+        for tag, attrs in parsed.tags:
+            assert tag not in ("img", "svg", "b", "i", "iframe", "object"), (page.name, tag, attrs)
+            assert not any(k.startswith("on") for k in attrs), (page.name, tag, attrs)
+            if tag == "script":  # only our own: shared assets and the figures' JSON data
+                assert attrs.get("type") == "application/json" or attrs.get("src", "").startswith(
+                    ("assets/", "../assets/")), (page.name, attrs)
+        figures = re.search(r'<script type="application/json" id="bs-figures">(.*?)</script>', text, re.S).group(1)
+        assert "<" not in figures and ">" not in figures and "&" not in figures.replace("\\u0026", "")
+        json.loads(figures)
+    index = (out / "index.html").read_text()
+    assert html.escape("<img src=x onerror=alert(1)>") in index  # shown as text in the table
+    hostile_page = _parse(out / "runs" / "hostile-1.html")
+    text = "".join(hostile_page.text)
+    for s in ("<img src=x onerror=alert(1)>", "<img src=y onerror=alert(4)>", "</script><script>alert(5)</script>",
+              "<i onclick=alert(6)>grid</i>", "<script>alert('reason')</script>"):
+        assert s in text, s  # the characters reach the reader as text
+    failed = "".join(_parse(out / "runs" / "s000000000000008.html").text)
+    assert "CUDA out of memory" in failed and "</script><script>alert('err')</script>" in failed
+
+
+def test_script_json_cannot_close_its_element():
+    doc = {"name": "</script><!-- <script>alert(1)</script> & \u2028", "n": float("nan")}
+    text = script_json(doc)
+    assert not set("<>&") & set(text) and "\u2028" not in text
+    assert json.loads(text) == {"name": doc["name"], "n": None}
+
+
+def _record(name: str) -> dict:
+    return next(r for r in load_records(FIXTURES) if Path(r["_path"]).name == name)
+
+
+def _strip(rec: dict, what: str) -> dict:
+    rec = copy.deepcopy(rec)
+    m = rec["metrics"]
+    if what == "energy":
+        rec["energy"] = None
+        m.pop("derived", None)
+        for k in ("j_per_token", "gco2e_per_mtok", "avg_w_per_device", "j_per_pflop"):
+            m.pop(k, None)
+    elif what == "energy-all-unavailable":
+        rec["energy"].update(gpu_j=None, cpu_j=None, dram_j=None, total_j=None, per_device=[],
+                             sources={"gpu": "unavailable", "cpu": "unavailable", "dram": "unavailable"})
+    elif what == "carbon":
+        rec["carbon"] = None
+    elif what == "moe":
+        del m["moe"]
+    elif what == "expert_load":
+        del m["moe"]["expert_load"]
+    elif what == "model_state":
+        del m["memory"]["model_state_bytes"]
+    elif what == "memory":
+        del m["memory"]
+    elif what == "val_loss":
+        for s in rec["steps"]:
+            s.pop("val_loss", None)
+        m.pop("quality", None)
+    elif what == "per_rank":
+        m.pop("per_rank", None)
+    elif what == "steps":
+        rec["steps"] = []
+    elif what == "env":
+        rec["env"] = {}
+    elif what == "metrics":
+        rec.update(status="failed", metrics=None, energy=None, carbon=None, steps=[],
+                   error={"type": "Timeout", "message": "no heartbeat", "rank": None})
+    return rec
+
+
+MISSING = {  # section taken out of a full record → what the pages say instead
+    "energy": "Energy per run</strong>: not measured",
+    "energy-all-unavailable": "Energy per run</strong>: not measured",
+    "carbon": "Carbon</strong>: not measured",
+    "moe": "MoE expert load</strong>: not measured",
+    "expert_load": "MoE expert load</strong>: not measured",
+    "model_state": "Model-state memory: measured vs analytic</strong>: not measured",
+    "memory": "Peak memory per rank</strong>: not measured",
+    "val_loss": "Validation loss: not measured",
+    "per_rank": "Per-rank step time</strong>: not measured",
+    "steps": "Step time</strong>: no per-step times recorded",
+    "env": "Environment</strong>: not recorded",
+    "metrics": "Step time</strong>: run failed",
+}
+
+
+@pytest.mark.parametrize("what", sorted(MISSING))
+def test_pages_cope_with_a_record_missing_a_section(tmp_path, what):
+    rec = _strip(_record("make_dvs-switch-w2.json"), what)
+    res = build_site([rec], tmp_path, validate=True)
+    text = (tmp_path / res.pages[1]).read_text() + (tmp_path / "index.html").read_text()
+    assert MISSING[what] in text
+
+
+def test_pages_cope_with_every_section_missing_at_once(tmp_path):
+    recs = []
+    for r in load_records(FIXTURES):
+        if r["metrics"]:
+            for what in ("energy", "carbon", "val_loss", "per_rank", "memory", "steps"):
+                r = _strip(r, what)
+            r["metrics"].pop("moe", None)
+        recs.append(r)
+    res = build_site(recs, tmp_path, validate=True)
+    index = (tmp_path / "index.html").read_text()
+    assert "Energy per run</strong>: not measured" in index
+    assert "no record has a carbon section" in index
+    assert "Energy per token</strong>: not measured" in index
+    for p in res.pages[1:]:
+        assert "not measured" in (tmp_path / p).read_text() or "run failed" in (tmp_path / p).read_text()
+
+
+def test_empty_and_all_failed_results_build(tmp_path):
+    empty = build_site([], tmp_path / "empty")
+    assert empty.records == 0 and empty.pages == ["index.html"]
+    assert "No records" in (tmp_path / "empty" / "index.html").read_text()
+    failed = [_strip(r, "metrics") for r in load_records(FIXTURES) if r["metrics"]][:3]
+    res = build_site(failed, tmp_path / "failed", validate=True)
+    index = (tmp_path / "failed" / "index.html").read_text()
+    assert "no successful runs" in index and index.count('class="status-failed"') == 3
+    assert res.records == 3
+
+
+def _figures(records) -> dict:
+    data = load(records)
+    return {f.id: f for p in summary_pages() for f in p.render(data).figures}
+
+
+def test_summary_figures_from_the_fixtures():
+    figs = _figures(FIXTURES)
+    assert list(figs) == ["fig-scaling-throughput", "fig-scaling-efficiency", "fig-compare-tokens_per_s",
+                          "fig-compare-mfu", "fig-compare-j_per_token", "fig-compare-gco2e_per_mtok",
+                          "fig-compare-pareto", "fig-energy-stacked"]
+    thr = figs["fig-scaling-throughput"].data
+    assert [(t["name"], len(t["x"])) for t in thr[::2]] == [("dense", 3), ("dense-tiny", 2), ("switch", 3),
+                                                            ("zero3", 3)]
+    dense, ideal = thr[0], thr[1]
+    assert ideal["y"] == pytest.approx([dense["y"][0] * n for n in dense["x"]], rel=1e-4)
+    eff = {t["name"]: t for t in figs["fig-scaling-efficiency"].data}
+    assert eff["zero3 (strong)"]["line"]["dash"] == "dash" and eff["dense (weak)"]["y"][0] == 1.0
+    assert "validation loss" in figs["fig-compare-pareto"].layout["title"]["text"]
+    # measured and estimated energy are drawn differently and named in the legend
+    energy = {t["name"]: t["marker"] for t in figs["fig-energy-stacked"].data}
+    assert energy["GPU · measured"]["pattern"]["shape"] == "" and energy["GPU · measured"]["opacity"] == 1.0
+    assert energy["CPU · estimated"]["pattern"]["shape"] == "x" and energy["CPU · estimated"]["opacity"] < 1
+    assert energy["GPU · sampled"]["pattern"]["shape"] == "/"
+
+
+def test_pareto_falls_back_to_throughput_without_validation_loss():
+    recs = [_strip(r, "val_loss") if r["metrics"] else r for r in load_records(FIXTURES)]
+    pareto = _figures(recs)["fig-compare-pareto"]
+    assert "throughput" in pareto.layout["title"]["text"]
+    assert sum(len(t["x"]) for t in pareto.data[:-1]) == 10  # every ok run with J/token
+
+
+def test_rebuild_removes_pages_of_records_no_longer_there(tmp_path):
+    recs = load_records(FIXTURES)
+    build_site(recs, tmp_path)
+    res = build_site(recs[:2], tmp_path)
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == sorted(Path(p).name for p in res.pages[1:])
+
+
+def test_cli_dashboard_verb(tmp_path):
+    r = run_cli("dashboard", str(FIXTURES), "-o", str(tmp_path / "s"), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["records"] == 13 and len(doc["pages"]) == 14
+    assert Path(doc["index"]) == (tmp_path / "s" / "index.html").resolve()
+    r = run_cli("dashboard", str(FIXTURES), "-o", str(tmp_path / "t"))
+    assert r.returncode == 0 and r.stdout.strip() == str((tmp_path / "t" / "index.html").resolve())
+    r = run_cli("dashboard", str(tmp_path / "nope"), "-o", str(tmp_path / "u"))
+    assert r.returncode == 2 and "no such results folder" in " ".join(r.stderr.split())

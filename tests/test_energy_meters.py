@@ -1,0 +1,404 @@
+"""Energy meters on a CPU box: NVML is replaced by an autospec double of the pynvml
+library, RAPL by a fake powercap tree; codecarbon's power model is looked up for real."""
+
+import time
+from pathlib import Path
+from unittest import mock
+
+import pynvml
+import pytest
+
+from benchsuite.energy import meters, nvml, rapl
+from benchsuite.energy.meters import (EmptyCpuSensor, EnergyError, EstimateSensor, Figure, FirstAvailable,
+                                      NodeEnergyMonitor, PowerModel, attribute_energy)
+
+# ----------------------------------------------------------------------------- NVML double
+
+UUIDS = {  # NVML's enumeration order (PCI order), NVML spelling
+    "h0": "GPU-aaaaaaaa-0000-0000-0000-000000000000",
+    "h1": "GPU-bbbbbbbb-1111-1111-1111-111111111111",
+    "h2": "GPU-cccccccc-2222-2222-2222-222222222222",
+}
+
+
+class FakeGpus:
+    """State behind the pynvml double: per-handle energy counters (mJ) and power (mW)."""
+
+    def __init__(self, counter_supported=True, instant_supported=True):
+        self.counter_mj = {"h0": 1_000_000, "h1": 2_000_000, "h2": 3_000_000}
+        self.step_mj = {"h0": 1_000, "h1": 2_000, "h2": 3_000}   # added on every counter read
+        self.power_mw = {"h0": 100_000, "h1": 200_000, "h2": 300_000}
+        self.counter_supported, self.instant_supported = counter_supported, instant_supported
+        self.fail_counter = False
+        lib = mock.create_autospec(pynvml, spec_set=True)
+        lib.NVMLError = pynvml.NVMLError
+        lib.NVML_FI_DEV_POWER_INSTANT = pynvml.NVML_FI_DEV_POWER_INSTANT
+        lib.nvmlDeviceGetCount.return_value = len(UUIDS)
+        lib.nvmlDeviceGetHandleByIndex.side_effect = lambda i: f"h{i}"
+        lib.nvmlDeviceGetUUID.side_effect = lambda h: UUIDS[h]
+        lib.nvmlDeviceGetName.side_effect = lambda h: b"NVIDIA H200"
+        lib.nvmlDeviceGetTotalEnergyConsumption.side_effect = self._counter
+        lib.nvmlDeviceGetFieldValues.side_effect = self._fields
+        lib.nvmlDeviceGetPowerUsage.side_effect = lambda h: self.power_mw[h]
+        self.lib = lib
+
+    def _counter(self, h):
+        if not self.counter_supported:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if self.fail_counter:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+        self.counter_mj[h] += self.step_mj[h]
+        return self.counter_mj[h]
+
+    def _fields(self, h, ids):
+        v = pynvml.c_nvmlFieldValue_t()
+        v.fieldId = ids[0]
+        if self.instant_supported:
+            v.valueType, v.nvmlReturn = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, pynvml.NVML_SUCCESS
+            v.value.uiVal = self.power_mw[h]
+        else:
+            v.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+        return [v]
+
+
+def torch_uuids(mapping):
+    """Patch the CUDA-side UUID lookup: torch prints UUIDs without the 'GPU-' prefix."""
+    return mock.patch.object(nvml, "cuda_device_uuid", side_effect=lambda i: mapping[i])
+
+
+def test_handle_chosen_by_uuid_under_reordered_visible_devices(monkeypatch):
+    # CUDA_VISIBLE_DEVICES=2,0: cuda:0 is NVML's third device, cuda:1 its first.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,0")
+    gpus = FakeGpus()
+    with torch_uuids({0: "cccccccc-2222-2222-2222-222222222222", 1: "AAAAAAAA-0000-0000-0000-000000000000"}):
+        m0 = nvml.NvmlGpuMeter(0, lib=gpus.lib)
+        m1 = nvml.NvmlGpuMeter(1, lib=gpus.lib)
+    assert (m0.handle, m0.uuid) == ("h2", UUIDS["h2"])
+    assert (m1.handle, m1.uuid) == ("h0", UUIDS["h0"])
+    m0.begin("w")
+    fig = m0.end("w")
+    assert fig.source == "measured" and fig.energy_j == pytest.approx(3.0)   # h2's 3000 mJ step
+    assert m0.name == "NVIDIA H200"
+
+
+def test_unknown_uuid_gives_empty_meter_with_reason():
+    gpus = FakeGpus()
+    with torch_uuids({0: "dddddddd-9999-9999-9999-999999999999"}):
+        meter = nvml.make_gpu_meter(0, lib=gpus.lib)
+    assert isinstance(meter, meters.EmptyGpuMeter)
+    assert meter.uuid == "GPU-dddddddd-9999-9999-9999-999999999999"
+    meter.begin("w")
+    fig = meter.end("w")
+    assert fig.energy_j is None and fig.source == "unavailable" and "no NVML device has UUID" in fig.reason
+
+
+def test_missing_pynvml_is_unavailable_not_an_error():
+    with torch_uuids({0: "aaaaaaaa-0000-0000-0000-000000000000"}), \
+            mock.patch.object(nvml, "load_nvml", side_effect=EnergyError("pynvml not importable")):
+        meter = nvml.make_gpu_meter(0)
+    fig = meter.end("w")
+    assert fig.energy_j is None and "pynvml not importable" in fig.reason
+
+
+def test_counter_unsupported_integrates_sampled_power_average_api():
+    gpus = FakeGpus(counter_supported=False, instant_supported=False)
+    with torch_uuids({0: UUIDS["h1"]}):
+        meter = nvml.NvmlGpuMeter(0, lib=gpus.lib, interval_s=0.005)
+    meter.begin("w")
+    t0 = time.monotonic()
+    time.sleep(0.1)
+    fig = meter.end("w")
+    dt = time.monotonic() - t0
+    assert fig.source == "sampled" and "counter unsupported" in fig.reason
+    assert fig.energy_j == pytest.approx(200.0 * dt, rel=0.2)
+    assert fig.detail["power_api"] == "average"
+
+
+def test_sample_power_beside_counter_uses_instant_field():
+    gpus = FakeGpus()
+    with torch_uuids({0: UUIDS["h0"]}):
+        meter = nvml.NvmlGpuMeter(0, lib=gpus.lib, sample_power=True, interval_s=0.005)
+    meter.begin("w")
+    time.sleep(0.05)
+    fig = meter.end("w")
+    assert fig.source == "measured" and fig.energy_j == pytest.approx(1.0)
+    assert fig.sampled_energy_j == pytest.approx(100.0 * 0.05, rel=0.5)
+    assert fig.detail["power_api"] == "instant"
+
+
+def test_counter_raising_at_end_degrades_to_sampler_then_unavailable():
+    gpus = FakeGpus()
+    with torch_uuids({0: UUIDS["h0"]}):
+        sampled = nvml.NvmlGpuMeter(0, lib=gpus.lib, sample_power=True, interval_s=0.005)
+        plain = nvml.NvmlGpuMeter(0, lib=gpus.lib)
+    sampled.begin("w")
+    plain.begin("w")
+    time.sleep(0.03)
+    gpus.fail_counter = True
+    fig = sampled.end("w")
+    assert fig.source == "sampled" and fig.energy_j > 0
+    assert "counter failed at window end" in fig.reason
+    fig = plain.end("w")
+    assert fig.source == "unavailable" and fig.energy_j is None
+    assert "counter failed at window end" in fig.reason
+
+
+def test_overlapping_windows_on_one_sampler():
+    sampler = nvml.PowerSampler(lambda: 50.0, interval_s=0.005)
+    a = sampler.open()
+    time.sleep(0.02)
+    b = sampler.open()
+    time.sleep(0.02)
+    ea = sampler.close(a)
+    eb = sampler.close(b)
+    assert ea > eb > 0
+    assert sampler._thread is None and sampler._samples == []
+
+
+def test_trapezoid_exact():
+    assert nvml.trapezoid([(0.0, 100.0), (1.0, 200.0), (3.0, 200.0)]) == pytest.approx(150.0 + 400.0)
+
+
+def test_normalize_uuid():
+    assert nvml.normalize_uuid(b"GPU-ABC") == nvml.normalize_uuid(" abc ") == "abc"
+
+
+# ----------------------------------------------------------------------------- RAPL
+
+
+def make_zone(path: Path, name: str, energy_uj: int, max_uj: int = 1_000_000):
+    path.mkdir(parents=True)
+    (path / "name").write_text(name + "\n")
+    (path / "energy_uj").write_text(f"{energy_uj}\n")
+    (path / "max_energy_range_uj").write_text(f"{max_uj}\n")
+
+
+@pytest.fixture
+def powercap(tmp_path):
+    root = tmp_path / "powercap"
+    make_zone(root / "intel-rapl:0", "package-0", 900_000)
+    make_zone(root / "intel-rapl:0" / "intel-rapl:0:0", "core", 5)
+    make_zone(root / "intel-rapl:0" / "intel-rapl:0:1", "dram", 10_000)
+    make_zone(root / "intel-rapl:1", "package-1", 100)
+    make_zone(root / "intel-rapl:2", "psys", 7)
+    return root
+
+
+def set_uj(root: Path, zone: str, value: int):
+    matches = list(root.glob(f"**/{zone}"))
+    (matches[0] / "energy_uj").write_text(f"{value}\n")
+
+
+def test_rapl_wraparound_and_zone_selection(powercap):
+    sensor = rapl.RaplSensor(powercap)
+    assert sorted(z.name for z in sensor.zones) == ["dram", "package-0", "package-1"]
+    sensor.begin("w")
+    set_uj(powercap, "intel-rapl:0", 100_000)          # wrapped: 900k -> 1M -> 100k = 200k uJ
+    set_uj(powercap, "intel-rapl:1", 50_100)           # 50k uJ
+    set_uj(powercap, "intel-rapl:0:1", 30_000)         # 20k uJ
+    figs = sensor.end("w")
+    assert figs["cpu"].source == "measured" and figs["cpu"].energy_j == pytest.approx(0.25)
+    assert figs["dram"].source == "measured" and figs["dram"].energy_j == pytest.approx(0.02)
+
+
+def test_rapl_permission_denied_is_energy_error(powercap, monkeypatch):
+    real = Path.read_text
+
+    def deny(self, *a, **k):
+        if self.name == "energy_uj":
+            raise PermissionError(13, "Permission denied")
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(Path, "read_text", deny)
+    with pytest.raises(EnergyError, match="permission denied"):
+        rapl.RaplSensor(powercap)
+
+
+def test_rapl_missing_root(tmp_path):
+    with pytest.raises(EnergyError, match="does not exist"):
+        rapl.RaplSensor(tmp_path / "nope")
+
+
+# ----------------------------------------------------------------------------- monitor
+
+FIXED = PowerModel(cpu_max_w=100.0, ram_w=10.0, cpu_basis="test TDP 100 W", ram_basis="test RAM 10 W")
+
+
+class BrokenGpu:
+    uuid, name, cuda_index = "GPU-broken", "broken", 0
+
+    def begin(self, name):
+        pass
+
+    def end(self, name):
+        raise RuntimeError("driver fell over")
+
+
+def test_cpu_only_monitor_without_rapl_is_estimated_or_unavailable_never_zero(tmp_path):
+    mon = NodeEnergyMonitor.create([], rapl_root=tmp_path / "no-powercap")
+    mon.begin("w")
+    r = mon.end("w")
+    assert r.gpus == []
+    for fig in (r.cpu, r.dram):
+        assert fig.source in ("estimated", "unavailable")
+        assert "RAPL unavailable" in fig.reason
+        assert fig.energy_j is None or fig.energy_j > 0
+    section = attribute_energy([r.to_dict()])
+    assert section["gpu_j"] is None and section["sources"]["gpu"] == "unavailable"
+
+
+def test_cpu_only_monitor_when_codecarbon_lookup_fails(tmp_path, monkeypatch):
+    monkeypatch.setattr(meters, "codecarbon_power_model", mock.Mock(side_effect=EnergyError("lookup failed")))
+    mon = NodeEnergyMonitor.create(["cpu"], rapl_root=tmp_path / "no-powercap")
+    mon.begin("w")
+    r = mon.end("w")
+    assert r.cpu.energy_j is None and r.cpu.source == "unavailable"
+    assert "RAPL unavailable" in r.cpu.reason and "lookup failed" in r.cpu.reason
+
+
+def test_rapl_failing_mid_window_degrades_to_estimate(powercap):
+    chain = FirstAvailable([rapl.RaplSensor(powercap), EstimateSensor(FIXED)])
+    mon = NodeEnergyMonitor([], chain, min_window_s=0.0)
+    mon.begin("w")
+    (powercap / "intel-rapl:1" / "energy_uj").unlink()
+    r = mon.end("w")
+    assert r.cpu.source == "estimated" and r.cpu.energy_j > 0
+    assert "RaplSensor failed at window end" in r.cpu.reason
+    assert r.dram.source == "estimated"
+
+
+def test_rapl_without_dram_zone_takes_dram_from_estimate(tmp_path):
+    root = tmp_path / "powercap"
+    make_zone(root / "intel-rapl:0", "package-0", 0)
+    mon = NodeEnergyMonitor([], FirstAvailable([rapl.RaplSensor(root), EstimateSensor(FIXED)]))
+    mon.begin("w")
+    r = mon.end("w")
+    assert r.cpu.source == "measured"
+    assert r.dram.source == "estimated" and "no RAPL dram zone" in r.dram.reason
+
+
+def test_gpu_meter_raising_is_recorded_not_raised():
+    mon = NodeEnergyMonitor([BrokenGpu()], EmptyCpuSensor("none here"))
+    mon.begin("w")
+    r = mon.end("w")
+    assert r.gpus[0].figure.energy_j is None and "driver fell over" in r.gpus[0].figure.reason
+    assert r.cpu.energy_j is None and r.cpu.reason == "none here"
+
+
+def test_short_window_flagged_and_sync_at_both_edges():
+    sync = mock.Mock()
+    mon = NodeEnergyMonitor([], EstimateSensor(FIXED), min_window_s=1.0, sync=sync)
+    mon.begin("w")
+    assert sync.call_count == 1
+    r = mon.end("w")
+    assert sync.call_count == 2
+    assert r.short_window and any("shorter than min_window_s" in t for t in r.reasons)
+    mon.min_window_s = 0.0
+    mon.begin("w")
+    assert not mon.end("w").short_window
+
+
+def test_nested_overlapping_windows_and_misuse():
+    mon = NodeEnergyMonitor([], EstimateSensor(FIXED), min_window_s=0.0)
+    mon.begin("outer")
+    mon.begin("inner")
+    with pytest.raises(ValueError):
+        mon.begin("inner")
+    inner = mon.end("inner")
+    mon.begin("late")
+    outer = mon.end("outer")
+    late = mon.end("late")
+    assert outer.window_s >= inner.window_s and late.cpu.source == "estimated"
+    with pytest.raises(ValueError):
+        mon.end("outer")
+
+
+def test_idle_baseline_reports_energy_above_idle():
+    mon = NodeEnergyMonitor([], EstimateSensor(FIXED), min_window_s=0.0)
+    idle = mon.measure_idle(0.05)
+    assert idle["dram"] == pytest.approx(10.0, rel=0.05)   # sensor edges sit inside the window
+    mon.begin("w")
+    r = mon.end("w")
+    assert r.dram.idle_w == idle["dram"]
+    assert r.dram.above_idle_j == pytest.approx(r.dram.energy_j - idle["dram"] * r.window_s)
+
+
+def test_cuda_indices_parsing():
+    import torch
+    devs = [torch.device("cuda", 1), "cuda:2", "cuda", 3, torch.device("cpu"), "cpu"]
+    assert meters._cuda_indices(devs) == [1, 2, 0, 3]
+
+
+# ----------------------------------------------------------------------------- attribution
+
+
+def fig(e, source, reason=None, idle_w=None, window=10.0):
+    f = Figure(e, source, reason, idle_w=idle_w)
+    if e is not None and idle_w is not None:
+        f.above_idle_j = e - idle_w * window
+    return f
+
+
+def rank_result(rank, host, gpus, cpu, dram, window=10.0):
+    return meters.WindowResult("measure", rank, host, window, False,
+                               [meters.DeviceEnergy(u, "NVIDIA H200", i, f) for i, (u, f) in enumerate(gpus)],
+                               cpu, dram).to_dict()
+
+
+def test_two_ranks_sharing_one_gpu_count_it_once():
+    shared = ("GPU-a", fig(700.0, "measured"))
+    per_rank = [rank_result(0, "n1", [shared], fig(50.0, "measured"), fig(5.0, "measured")),
+                rank_result(1, "n1", [("GPU-a", fig(710.0, "measured"))], fig(51.0, "measured"),
+                            fig(5.1, "measured"))]
+    s = attribute_energy(per_rank)
+    assert len(s["per_device"]) == 1
+    dev = s["per_device"][0]
+    assert dev["ranks"] == [0, 1] and dev["reading_rank"] == 0 and dev["energy_j"] == 700.0
+    assert dev["avg_w"] == pytest.approx(70.0) and dev["host"] == "n1"
+    assert s["gpu_j"] == 700.0 and s["cpu_j"] == 50.0 and s["dram_j"] == 5.0
+    assert s["total_j"] == pytest.approx(755.0) and s["source"] == "measured"
+    assert s["per_node"][0]["ranks"] == [0, 1]
+
+
+def test_shared_gpu_prefers_the_rank_that_measured_it():
+    per_rank = [rank_result(0, "n1", [("GPU-a", fig(None, "unavailable", "counter failed"))],
+                            fig(1.0, "measured"), fig(1.0, "measured")),
+                rank_result(1, "n1", [("GPU-a", fig(300.0, "measured"))], fig(1.0, "measured"), fig(1.0, "measured"))]
+    s = attribute_energy(per_rank)
+    assert s["gpu_j"] == 300.0 and s["per_device"][0]["reading_rank"] == 1
+
+
+def test_energy_section_totals_with_mixed_sources():
+    per_rank = [
+        rank_result(0, "n1", [("GPU-a", fig(100.0, "measured", idle_w=5.0))],
+                    fig(50.0, "estimated", "RAPL unavailable", idle_w=2.0), fig(None, "unavailable", "no dram")),
+        rank_result(1, "n1", [("GPU-b", fig(200.0, "measured", idle_w=5.0))],
+                    fig(52.0, "estimated", idle_w=2.0), fig(None, "unavailable", "no dram")),
+        rank_result(2, "n2", [("GPU-c", fig(300.0, "sampled", "counter unsupported", idle_w=5.0))],
+                    fig(40.0, "measured", idle_w=1.0), fig(10.0, "measured", idle_w=1.0)),
+    ]
+    s = attribute_energy(per_rank)
+    assert s["gpu_j"] == pytest.approx(600.0) and s["sources"]["gpu"] == "sampled"
+    assert s["cpu_j"] == pytest.approx(90.0) and s["sources"]["cpu"] == "estimated"   # n1 counted once
+    assert s["dram_j"] is None and s["sources"]["dram"] == "unavailable"                # n1 has none
+    assert s["total_includes"] == ["gpu", "cpu"]
+    assert s["total_j"] == pytest.approx(690.0) and s["source"] == "estimated"
+    assert s["idle_w"] == pytest.approx(15.0 + 3.0)
+    assert s["above_idle_j"] == pytest.approx(690.0 - 18.0 * 10.0)
+    assert any("no dram" in t for t in s["reasons"])
+
+
+def test_gpu_unavailable_total_is_the_cpu_estimate():
+    per_rank = [rank_result(0, "n1", [("GPU-a", fig(None, "unavailable", "NVML unavailable"))],
+                            fig(30.0, "estimated"), fig(20.0, "estimated"))]
+    s = attribute_energy(per_rank)
+    assert s["gpu_j"] is None and s["total_j"] == pytest.approx(50.0)
+    assert s["total_includes"] == ["cpu", "dram"] and s["source"] == "estimated"
+    assert s["sources"] == {"gpu": "unavailable", "cpu": "estimated", "dram": "estimated"}
+    assert s["idle_w"] is None and s["above_idle_j"] is None
+
+
+def test_nothing_measured_total_is_none():
+    r = rank_result(0, "n1", [], fig(None, "unavailable", "x"), fig(None, "unavailable", "y"))
+    s = attribute_energy([r])
+    assert s["total_j"] is None and s["source"] == "unavailable" and s["total_includes"] == []

@@ -1,0 +1,155 @@
+"""ZeRO stages 0-3 on real gloo processes: same weights as one process, measured state vs formula.
+
+One spawn per world size (2 and 4) runs every stage in turn. Each stage parallelizes the same
+plain model with benchsuite.parallel.parallelize and trains 3 AdamW steps with the worker's own
+train_step on each rank's share of a global batch; a single-process reference trains on the
+concatenated batch. Checked per stage: the implementation applied; parameters equal to the
+reference's (fp32, relative error ≤ 1e-5); model-state bytes measured on each rank within 5 % of
+metrics.memory.implementation_model_state; the collectives seen (DDP's all-reduce, FSDP2's
+all-gather and reduce-scatter, ZeroRedundancyOptimizer's broadcast) and their volume against the
+ZeRO paper's (2Ψ, about 3Ψ for stage 3).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchsuite.config import ConfigError, ModelConfig, parse_suite
+from conftest import spawn
+from test_tensor_parallel import clean_name, full, global_batch, make_ctx, make_run, rel
+
+STEPS, TOL = 3, 1e-5
+CFG = ModelConfig(layers=2, hidden=32, heads=4, vocab=64, seq_len=16, ffn_hidden=64)
+MB = 2
+
+
+def _stage(rank: int, world: int, stage: int, ref_params: dict) -> dict:
+    from benchsuite.metrics.comm import CommCounter, paper_bytes
+    from benchsuite.metrics.memory import ModelStateProbe, implementation_model_state, params_per_rank
+    from benchsuite.models.transformer import build_model
+    from benchsuite.parallel import parallelize
+    from benchsuite.worker import train_step
+
+    run = make_run(world, 1, zero=stage)
+    ctx = make_ctx(rank, world, world, 1, zero=stage)
+    par = parallelize(build_model(run.model, seed=0), run, ctx)
+    sl = slice(rank * MB, (rank + 1) * MB)
+    out = {"impl": par.impl["data"]}
+    for step in range(STEPS):
+        x, y = global_batch(step, world, run.model.vocab, run.model.seq_len)
+        if step == 1:
+            probe = ModelStateProbe(par.model, par.optimizer)
+            with CommCounter() as counter:
+                train_step(par, [(x[sl], y[sl])], "fp32", torch.device("cpu"), probe=probe)
+            probe.close()
+        else:
+            train_step(par, [(x[sl], y[sl])], "fp32", torch.device("cpu"))
+    out["params"] = max(rel(full(p), ref_params[clean_name(n)]) for n, p in par.model.named_parameters())
+    psi = params_per_rank(run.model)
+    out["measured"] = probe.result()
+    out["analytic"] = implementation_model_state(psi, world, stage, "fp32")
+    out["comm"] = counter.result()
+    out["paper_comm"] = paper_bytes(run, "fp32")[0]
+    return out
+
+
+def _rank(rank: int, world: int, out_dir: str) -> None:
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    from benchsuite.models.transformer import build_model
+    from benchsuite.parallel.zero import make_adamw
+
+    dist.init_process_group("gloo")
+    torch.set_num_threads(1)
+    run = make_run(world, 1)
+    ref = build_model(run.model, seed=0)
+    opt = make_adamw(ref.parameters(), run, torch.device("cpu"))
+    for step in range(STEPS):
+        x, y = global_batch(step, world, run.model.vocab, run.model.seq_len)
+        F.cross_entropy(ref(x)[0].flatten(0, 1), y.flatten()).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    ref_params = {n: p.detach() for n, p in ref.named_parameters()}
+    results = {stage: _stage(rank, world, stage, ref_params) for stage in (0, 1, 2, 3)}
+    (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(results))
+    dist.destroy_process_group()
+
+
+IMPL = {"0": "DistributedDataParallel", "1": "ZeroRedundancyOptimizer", "2": "reshard_after_forward=False",
+        "3": "reshard_after_forward=True"}
+REQUIRED = {"0": {"all_reduce"}, "1": {"all_reduce", "broadcast"}, "2": {"all_gather", "reduce_scatter"},
+            "3": {"all_gather", "reduce_scatter"}}
+FORBIDDEN = {"0": {"all_gather", "reduce_scatter"}, "1": {"all_gather", "reduce_scatter"}, "2": {"all_reduce"},
+             "3": {"all_reduce"}}
+# Communication volume against the ZeRO paper's (ring convention): DDP and FSDP2 match it; torch's
+# ZeRO-1 adds the parameter broadcast (≈1.5×); stage 3 gathers every group again in backward (3Ψ).
+COMM_RATIO = {"0": (0.98, 1.05), "1": (1.3, 1.6), "2": (0.98, 1.05), "3": (0.95, 1.05)}
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_zero_stages_match_single_process_and_memory_formula(world, tmp_path):
+    spawn(_rank, world, str(tmp_path))
+    for rank in range(world):
+        results = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        for stage, r in results.items():
+            where = f"stage {stage}, world {world}, rank {rank}"
+            assert IMPL[stage] in r["impl"], where
+            assert r["params"] <= TOL, f"{where}: params after {STEPS} steps rel err {r['params']:.2e}"
+            m, a = r["measured"], r["analytic"]
+            for part in ("params", "grads", "optimizer", "total"):
+                # ZeroRedundancyOptimizer assigns whole tensors to ranks: its optimizer share is only
+                # close to 8Ψ/N (a few % off at N = 4 for this tiny model); every total is within 5 %.
+                tol = 0.10 if (stage, part) == ("1", "optimizer") else 0.05
+                assert abs(m[part] / a[part] - 1) <= tol, f"{where}: {part} measured {m[part]} vs {a[part]}"
+            if stage == "2":
+                assert m["gathered_params"] > 0, f"{where}: stage 2 keeps the gathered parameters to backward"
+            if stage == "3":
+                assert m["gathered_params"] == 0, f"{where}: stage 3 frees gathered parameters after forward"
+            kinds = set(r["comm"]["calls_by_kind"])
+            assert REQUIRED[stage] <= kinds and not (FORBIDDEN[stage] & kinds), \
+                f"{where}: collectives {r['comm']['calls_by_kind']}"
+            lo, hi = COMM_RATIO[stage]
+            ratio = r["comm"]["total_bytes"] / r["paper_comm"]
+            assert lo <= ratio <= hi, f"{where}: comm volume {ratio:.3f}× the paper's"
+    # stage 3 holds about 1/N of DDP's model state; stage 1 and 2 fall in between
+    r0 = json.loads((tmp_path / "rank0.json").read_text())
+    totals = [r0[s]["measured"]["total"] for s in ("0", "1", "2", "3")]
+    assert totals[0] > totals[1] > totals[3] and totals[0] > totals[2] > totals[3]
+    assert abs(totals[3] * world / totals[0] - 1) < 0.05
+
+
+def test_zero_with_tensor_parallel_is_rejected_before_launch():
+    doc = {"defaults": {"model": {"layers": 2, "hidden": 32, "heads": 4, "vocab": 64, "seq_len": 16}},
+           "workload": [{"name": "w", "parallel": {"tensor": 2, "zero": 3}}], "sweep": {"world_size": [4]}}
+    with pytest.raises(ConfigError, match="ZeRO stages 1-3 with tensor > 1 are not supported"):
+        parse_suite(doc)
+
+
+@pytest.mark.parametrize("zero", [4, -1, "2"])
+def test_unknown_zero_stage_is_rejected(zero):
+    doc = {"workload": [{"name": "w", "parallel": {"zero": zero}}]}
+    with pytest.raises(ConfigError, match=r"parallel\.zero"):
+        parse_suite(doc)
+
+
+def test_workload_sweep_overrides_suite_sweep():
+    doc = {"workload": [{"name": "a", "parallel": {"zero": 3}, "sweep": {"world_size": [2, 4]}},
+                        {"name": "b"}], "sweep": {"world_size": [1]}}
+    suite = parse_suite(doc)
+    assert [(r.workload, r.world_size) for r in suite.runs] == [("a", 2), ("a", 4), ("b", 1)]
+
+
+def test_shipped_zero_and_megatron_suites_are_valid():
+    from benchsuite.config import load_suite
+
+    root = Path(__file__).resolve().parents[1] / "workloads"
+    zero = load_suite(root / "zero.toml")
+    assert {r.parallel.zero for r in zero.runs} == {0, 1, 2, 3}
+    assert {r.world_size for r in zero.runs} == {1, 2, 4}
+    mega = load_suite(root / "dense-megatron.toml")
+    assert {r.parallel.tensor for r in mega.runs} >= {1, 2, 4}
