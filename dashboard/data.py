@@ -19,8 +19,10 @@ from benchsuite.metrics.scaling import add_scaling_efficiency
 from benchsuite.results.store import flatten, load_records
 from dashboard.render import num, present
 
-# Figures the harness may keep under metrics.derived (energy sections) or at the top of metrics.
+# Energy per unit of work: the harness keeps them under metrics.energy; metrics.derived and the top
+# of metrics are read too (first found wins), so records of every version show them.
 DERIVED = ("j_per_token", "gco2e_per_mtok", "avg_w_per_device", "j_per_pflop")
+DERIVED_PLACES = ("metrics.energy.", "metrics.derived.", "metrics.")
 
 
 @dataclass
@@ -73,8 +75,7 @@ def dataframe(records: list[dict]) -> pd.DataFrame:
         row["rec"] = i
         row["val_loss_final"] = _final_val_loss(rec)
         for name in DERIVED:
-            v = row.get(f"metrics.derived.{name}")
-            row[name] = v if num(v) is not None else row.get(f"metrics.{name}")
+            row[name] = next((row[p + name] for p in DERIVED_PLACES if num(row.get(p + name)) is not None), None)
         rows.append(row)
     df = pd.DataFrame(rows)
     if df.empty:

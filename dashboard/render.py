@@ -128,16 +128,6 @@ def f_ms(median, lo=None, hi=None) -> str:
     return f"{med * 1e3:.1f} ({lo * 1e3:.1f}–{hi * 1e3:.1f})"
 
 
-def f_ms_ci(median, lo, hi) -> str:
-    med = num(median)
-    if med is None:
-        return DASH
-    lo, hi = num(lo), num(hi)
-    if lo is None or hi is None:
-        return f"{med * 1e3:.1f} ms"
-    return f"{med * 1e3:.1f} ms (+{(hi - med) * 1e3:.1f}/−{(med - lo) * 1e3:.1f})"
-
-
 # -- HTML pieces --------------------------------------------------------------------------
 
 def missing(what: str, why: str = NOT_MEASURED) -> str:

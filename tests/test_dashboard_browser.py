@@ -106,17 +106,20 @@ def _names(pairs):
 
 H = f"{HOSTILE} (moe/<b onmouseover=alert(3)>r</b>)"
 EXPECTED_INDEX = {
-    "fig-scaling-throughput": _names([("dense", 3), ("dense · ideal", 3), ("dense-tiny", 2), ("dense-tiny · ideal", 2),
-                                      ("switch", 3), ("switch · ideal", 3), ("zero3", 3), ("zero3 · ideal", 3)]),
+    "fig-scaling-throughput": _names([("dense", 3), ("dense · ideal", 3), ("dense-tiny", 2),
+                                      ("dense-tiny · ideal", 2), ("switch", 3), ("switch · ideal", 3), ("zero3", 3),
+                                      ("zero3 · ideal", 3)]),
     "fig-scaling-efficiency": _names([("dense (weak)", 3), ("dense-tiny (weak)", 2), ("switch (weak)", 3),
                                       ("zero3 (strong)", 3)]),
     "fig-compare-tokens_per_s": _names([(H, 1), ("dense (dense)", 3), ("dense-tiny (dense)", 2),
                                         ("switch (moe/switch)", 3), ("zero3 (dense)", 3)]),
-    **{f"fig-compare-{c}": _names([(H, 1), ("dense (dense)", 3), ("switch (moe/switch)", 3), ("zero3 (dense)", 3)])
-       for c in ("mfu", "j_per_token", "gco2e_per_mtok")},
+    "fig-compare-mfu": _names([(H, 1), ("dense (dense)", 3), ("switch (moe/switch)", 3), ("zero3 (dense)", 3)]),
+    # the smoke runs: w1 from a harness with energy (estimated), w2 from one without
+    **{f"fig-compare-{c}": _names([(H, 1), ("dense (dense)", 3), ("dense-tiny (dense)", 1), ("switch (moe/switch)", 3),
+                                   ("zero3 (dense)", 3)]) for c in ("j_per_token", "gco2e_per_mtok")},
     "fig-compare-pareto": _names([("dense", 3), ("MoE (sparse)", 3), ("Pareto front", 1)]),
     "fig-energy-stacked": _names([("GPU · measured", 7), ("GPU · sampled", 3), ("CPU · measured", 3),
-                                  ("CPU · estimated", 6), ("DRAM · measured", 3)]),
+                                  ("CPU · estimated", 7), ("DRAM · measured", 3), ("DRAM · estimated", 1)]),
 }
 
 
@@ -184,7 +187,8 @@ EXPECTED_RUN = {
                               "fig-run-memory": [["measured", 4], ["analytic", 4]]},
     "s000000000000008.html": {},
     "ee7bbe62e331231c.html": {"fig-run-steps": [["step time", 10]], "fig-run-loss": [["training loss", 10]],
-                              "fig-run-ranks": [["median step time", 1]]},
+                              "fig-run-ranks": [["median step time", 1]],
+                              "fig-run-memory": [["measured", 4], ["analytic", 4]]},
     "hostile-1.html": {"fig-run-steps": [["step time", 20]], "fig-run-loss": [["training loss", 20]],
                        "fig-run-ranks": [["median step time", 1]]},
 }

@@ -82,7 +82,7 @@ def pareto_figure(df) -> tuple[Figure | None, str]:
     data.append({"type": "scatter", "mode": "lines", "name": "Pareto front", "x": [p[0] for p in front],
                  "y": [p[1] for p in front], "line": {"color": "#555", "dash": "dot", "shape": "hv"},
                  "hoverinfo": "skip"})
-    return Figure("fig-compare-pareto", data, layout(title, "J / token", ytitle)), ycol
+    return Figure("fig-compare-pareto", data, layout(title, "J / token", ytitle, height=440)), ycol
 
 
 def render(data: SiteData) -> Section:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from dashboard.render import (Figure, Section, esc, f_bytes, f_ms_ci, f_num, f_pct, f_sig, kv_table, layout,
+from dashboard.render import (Figure, Section, esc, f_bytes, f_ms, f_num, f_pct, f_sig, kv_table, layout,
                               missing, num, present, ptext, series, short, table)
 
 SMALL = {"height": 300}
@@ -79,8 +79,8 @@ def expert_figure(rec) -> Figure | None:
     return Figure("fig-run-experts", [{"type": "bar", "name": "tokens routed", "x": list(range(len(ys))), "y": ys,
                                        "marker": {"color": "#f08c00"}}],
                   layout("MoE expert load (dotted: mean)", "expert", "load", xaxis={"type": "category"},
-                         shapes=[{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": short(mean), "y1": short(mean),
-                                  "line": {"color": "#555", "dash": "dot", "width": 1}}], **SMALL))
+                         shapes=[{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": short(mean),
+                                  "y1": short(mean), "line": {"color": "#555", "dash": "dot", "width": 1}}], **SMALL))
 
 
 def memory_figure(rec) -> Figure | None:
@@ -104,7 +104,7 @@ def _headline(row, rec) -> str:
     m = rec.get("metrics") or {}
     fl = m.get("flops") or {}
     rows = [("tokens / s", f_num(row.get("tokens_per_s"))), ("MFU", f_pct(row.get("mfu"))),
-            ("step time (median, 95% CI)", f_ms_ci(row.get("step_time_median_s"), row.get("step_time_ci95_lo_s"),
+            ("step time, ms (median, 95% CI)", f_ms(row.get("step_time_median_s"), row.get("step_time_ci95_lo_s"),
                                                    row.get("step_time_ci95_hi_s"))),
             ("TFLOP/s per device", f_sig(m.get("tflops_per_device"))),
             ("model FLOPs / token", f_sig(fl.get("model_per_token"))),
@@ -150,6 +150,26 @@ def _memory_table(rec) -> str:
     rows = [[i, f_bytes(_get(r, "peak_allocated_bytes")), f_bytes(_get(r, "peak_reserved_bytes")),
              f_bytes(_get(r, "peak_rss_bytes")), _get(r, "source")] for i, r in enumerate(per_rank)]
     return table(["rank", "peak allocated", "peak reserved", "peak host RSS", "source"], rows)
+
+
+def _memory_notes(rec) -> str:
+    ms = _get(rec, "metrics", "memory", "model_state_bytes")
+    if not isinstance(ms, dict):
+        return ""
+    rows = [(k, ms.get(k)) for k in ("formula", "K", "N", "method") if present(ms.get(k))]
+    return kv_table(rows) if rows else ""
+
+
+def _comm(rec) -> str:
+    c = _get(rec, "metrics", "comm")
+    if not isinstance(c, dict):
+        return ""
+    by_kind = c.get("bytes_per_step_by_kind") if isinstance(c.get("bytes_per_step_by_kind"), dict) else {}
+    rows = [("bytes per step (per rank)", f_bytes(c.get("total_bytes_per_step"))),
+            ("paper formula", c.get("paper_formula")), ("paper bytes per step", f_bytes(c.get("paper_bytes_per_step"))),
+            ("measured / paper", f_sig(c.get("ratio")))]
+    rows += [(f"{k} per step", f_bytes(v)) for k, v in by_kind.items()]
+    return "<h3>Communication</h3>" + kv_table(rows)
 
 
 def _energy(rec) -> str:
@@ -227,14 +247,16 @@ def render(row: dict, rec: dict) -> Section:
         else:
             blocks[key] = missing(title, why if rec.get("status") == "ok" else "run failed")
     if "fig-run-loss" in {f.id for f in figs} and not any(num(s.get("val_loss")) is not None for s in _steps(rec)):
-        blocks["loss"] = f'<div>{blocks["loss"]}<p class="note">Validation loss: not measured (no eval steps).</p></div>'
+        note = '<p class="note">Validation loss: not measured (no eval steps).</p>'
+        blocks["loss"] = f'<div>{blocks["loss"]}{note}</div>'
     html = (_error(rec) +
             f'<div class="row2"><div><h3>Run</h3>{_identity(row, rec)}</div>'
             f'<div><h3>Headline figures</h3>{_headline(row, rec)}</div></div>'
             f'<h2>Time and loss</h2><div class="row2">{blocks["steps"]}{blocks["loss"]}</div>'
             f'<h2>Ranks and experts</h2><div class="row2">{blocks["ranks"]}<div>{blocks["experts"]}{_moe(rec)}'
             f'</div></div>'
-            f'<h2>Memory</h2><div class="row2">{blocks["memory"]}<div>{_memory_table(rec)}</div></div>'
+            f'<h2>Memory and communication</h2><div class="row2"><div>{blocks["memory"]}{_memory_notes(rec)}</div>'
+            f'<div>{_memory_table(rec)}{_comm(rec)}</div></div>'
             f'<h2>Energy and carbon</h2><div class="row2"><div>{_energy(rec)}</div><div>{_carbon(rec)}'
             f'{_quality(rec)}</div></div>'
             f'<h2>Environment</h2>{_env(rec)}'
