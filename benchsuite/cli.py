@@ -225,6 +225,69 @@ def cmd_slurm(args) -> int:
     return 0
 
 
+def cmd_carbon_estimate(args) -> int:
+    from benchsuite.energy import carbon
+
+    try:
+        res = carbon.estimate(args.chips, args.hours, args.watts, args.pue, args.intensity, args.country, args.region)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if args.json:
+        _print_json(res)
+        return 0
+    out.print(f"{res['chips']:g} chips × {res['hours']:g} h × {res['watts']:g} W = {res['energy_kwh']:,.1f} kWh; "
+              f"× PUE {res['pue']:g} × {res['intensity_g_per_kwh']:.0f} g/kWh ({res['intensity_source']}) "
+              f"= {res['co2e_kg']:,.1f} kg CO2e", markup=False)
+    if res.get("intensity_note"):
+        err.print(f"note: {res['intensity_note']}", markup=False)
+    return 0
+
+
+def cmd_carbon_project(args) -> int:
+    from benchsuite.energy import carbon
+    from benchsuite.results.store import load_records
+
+    if not Path(args.records).exists():
+        raise UsageError(f"{args.records}: no such record or results folder")
+    records = [r for r in load_records(args.records) if r["status"] == "ok"]
+    if not records:
+        raise UsageError(f"{args.records}: no ok record to project from")
+    intensity = None
+    if args.intensity is not None or args.country:
+        intensity = carbon.lookup(args.intensity, args.country, args.region)
+    rows = []
+    for rec in records:
+        try:
+            proj = carbon.project_from_record(rec, args.tokens, args.devices, args.pue, intensity)
+        except ValueError as e:
+            proj = {"error": str(e)}
+        rows.append({"run_key": rec["run_key"], "suite": rec["suite"], "workload": rec["workload"],
+                     "world_size": rec["config"]["world_size"], **proj})
+    if args.json:
+        _print_json(rows)
+        return 0
+    for r in rows:
+        head = f"{r['suite']}/{r['workload']} (world {r['world_size']})"
+        if "error" in r:
+            out.print(f"{head}: cannot project: {r['error']}", markup=False)
+        else:
+            out.print(f"{head}: {r['hours']:,.1f} h on {r['devices']} devices, {r['energy_kwh']:.3g} kWh, "
+                      f"{r['co2e_t']:.3g} t CO2e (PUE {r['pue']:g}, {r['intensity_g_per_kwh']:.0f} g/kWh, "
+                      f"{r['intensity_source']})", markup=False)
+    return 0
+
+
+def cmd_export(args) -> int:
+    from benchsuite.energy.carbon import write_codecarbon_csv
+    from benchsuite.results.store import load_records
+
+    if not Path(args.dir).exists():
+        raise UsageError(f"{args.dir}: no such results folder")
+    path = write_codecarbon_csv(load_records(args.dir), Path(args.output or Path(args.dir) / "emissions.csv"))
+    err.print(f"wrote {path}", markup=False)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="benchsuite", description="What training a transformer really costs: "
                                 "throughput, FLOPs/MFU, scaling, memory, energy and CO2e.")
@@ -270,6 +333,37 @@ def build_parser() -> argparse.ArgumentParser:
     sl.add_argument("--out", default="results", help="results folder, shared by all nodes")
     sl.add_argument("-o", "--output", default="-", help="script file (default: stdout)")
     sl.set_defaults(fn=cmd_slurm)
+
+    c = sub.add_parser("carbon", help="carbon accounting: plain estimates and projections from records")
+    csub = c.add_subparsers(dest="carbon_verb", required=True)
+    ce = csub.add_parser("estimate", help="chips × hours × watts × PUE × grid intensity")
+    ce.add_argument("--chips", type=float, required=True)
+    ce.add_argument("--hours", type=float, required=True)
+    ce.add_argument("--watts", type=float, required=True, help="average power per chip")
+    ce.add_argument("--pue", type=float, default=1.0)
+    where = ce.add_mutually_exclusive_group()
+    where.add_argument("--intensity", type=float, help="grid intensity, g CO2e per kWh")
+    where.add_argument("--country", help="ISO 3166 alpha-3 code, looked up in codecarbon's offline data")
+    ce.add_argument("--region")
+    ce.add_argument("--json", action="store_true")
+    ce.set_defaults(fn=cmd_carbon_estimate)
+    cp = csub.add_parser("project", help="hours, kWh and t CO2e of a full training run from measured rates")
+    cp.add_argument("records", help="a record file or a results folder")
+    cp.add_argument("--tokens", type=float, required=True, help="tokens of the full training run")
+    cp.add_argument("--devices", type=int, help="devices of the full run (default: the record's world size)")
+    cp.add_argument("--pue", type=float, help="default: the record's")
+    where = cp.add_mutually_exclusive_group()
+    where.add_argument("--intensity", type=float, help="default: the record's")
+    where.add_argument("--country")
+    cp.add_argument("--region")
+    cp.add_argument("--json", action="store_true")
+    cp.set_defaults(fn=cmd_carbon_project)
+
+    ex = sub.add_parser("export", help="export records, e.g. as codecarbon's emissions.csv")
+    ex.add_argument("dir", nargs="?", default="results")
+    ex.add_argument("--format", choices=["codecarbon"], default="codecarbon")
+    ex.add_argument("-o", "--output", help="default: DIR/emissions.csv")
+    ex.set_defaults(fn=cmd_export)
 
     f = sub.add_parser("flops", help="parameters and FLOPs per token of every run of a suite")
     f.add_argument("suite")

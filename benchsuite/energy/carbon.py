@@ -212,7 +212,7 @@ def derived_metrics(energy_section: dict, tokens: float | None, model_flops: flo
 
 
 def project_from_record(record: dict, tokens: float, devices: int | None = None, pue: float | None = None,
-                        intensity: float | None = None) -> dict[str, Any]:
+                        intensity: float | Intensity | None = None) -> dict[str, Any]:
     """`project` with rates taken from a run record: J/token from metrics.energy.j_per_token
     when the worker stored it, else energy.total_j / (tokens_per_s x window_s); per-device
     rate = tokens_per_s / world_size. PUE and intensity default to the record's."""
@@ -226,7 +226,8 @@ def project_from_record(record: dict, tokens: float, devices: int | None = None,
                    else tps * energy["window_s"])
     if jpt is None or not tps or not world:
         raise ValueError("record lacks energy.total_j, metrics.tokens_per_s or world_size: cannot project")
-    it = (Intensity(float(intensity), "explicit") if intensity is not None else
+    it = (intensity if isinstance(intensity, Intensity) else
+          Intensity(float(intensity), "explicit") if intensity is not None else
           Intensity(carbon["intensity_g_per_kwh"], carbon.get("intensity_source", "record"))
           if carbon.get("intensity_g_per_kwh") is not None else world_average("record has no intensity"))
     out = project(tokens, devices or world, jpt, tps / world, pue if pue is not None else carbon.get("pue", 1.0), it)
