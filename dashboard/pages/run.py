@@ -93,11 +93,15 @@ def memory_figure(rec) -> Figure | None:
     keys = []
     for p in parts:
         keys += [k for k in ms[p] if k not in keys and num(ms[p][k]) is not None]
+    if not keys:
+        return None
+    top = max(num(ms[p].get(k)) or 0 for p in parts for k in keys)
+    unit, scale = next(((u, s) for u, s in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)) if top >= s), ("B", 1))
     data = [{"type": "bar", "name": p, "x": [ptext(k) for k in keys],
-             "y": [short(num(ms[p].get(k)) / 2**30 if num(ms[p].get(k)) is not None else None) for k in keys],
+             "y": [short(num(ms[p].get(k)) / scale) if num(ms[p].get(k)) is not None else None for k in keys],
              "marker": {"color": "#1971c2" if p == "measured" else "#adb5bd"}} for p in parts]
     return Figure("fig-run-memory", data, layout("Model-state memory per device: measured vs analytic", "",
-                                                 "GiB", barmode="group", **SMALL))
+                                                 unit, barmode="group", **SMALL))
 
 
 def _headline(row, rec) -> str:
@@ -189,7 +193,16 @@ def _energy(rec) -> str:
         html += table(["device", "name", "host", "ranks", "energy (J)", "source", "avg W"],
                       [[d.get("uuid"), d.get("name"), d.get("host"), ", ".join(map(str, d.get("ranks") or [])),
                         f_sig(d.get("energy_j")), d.get("source"), f_sig(d.get("avg_w"))] for d in devs[:64]])
+    nodes = [n for n in e.get("per_node") or [] if isinstance(n, dict)]
+    if nodes:
+        html += table(["node", "ranks", "CPU (J)", "CPU source", "DRAM (J)", "DRAM source"],
+                      [[n.get("host"), ", ".join(map(str, n.get("ranks") or [])),
+                        f_sig(_get(n, "cpu", "energy_j")), _get(n, "cpu", "source"),
+                        f_sig(_get(n, "dram", "energy_j")), _get(n, "dram", "source")] for n in nodes[:64]])
     reasons = [r for r in e.get("reasons") or [] if r]
+    for n in nodes[:64]:
+        reasons += [f"{part} on {n.get('host')}: {_get(n, part, 'reason')}" for part in ("cpu", "dram")
+                    if present(_get(n, part, "reason"))]
     if reasons:
         html += "<ul class=reasons>" + "".join(f"<li>{esc(r)}</li>" for r in reasons[:20]) + "</ul>"
     return html
