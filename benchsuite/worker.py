@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import gc
 import json
 import os
 import signal
@@ -28,11 +29,13 @@ from benchsuite.environment import device_info, software_versions
 from benchsuite.metrics import comm
 from benchsuite.metrics import flops as fl
 from benchsuite.metrics import memory as mem
+from benchsuite.metrics import quality as qual
 from benchsuite.energy.carbon import carbon_section, derived_metrics
 from benchsuite.energy.meters import NodeEnergyMonitor, attribute_energy
 from benchsuite.metrics.timing import StepTimer, summarize, synchronize
 from benchsuite.models.transformer import build_model
 from benchsuite.parallel import Parallelized, parallelize
+from benchsuite.results.sanity import finite_or_none, sanity_flags
 from benchsuite.results.schema import SCHEMA_VERSION, utc_now
 from benchsuite.results.store import write_record
 
@@ -70,6 +73,36 @@ def train_step(par: Parallelized, batches, precision: str, device: torch.device,
         probe.after_step()
     par.optimizer.zero_grad(set_to_none=True)
     return total
+
+
+def evaluate_loss(par: Parallelized, batches, precision: str, device: torch.device) -> torch.Tensor:
+    """Mean validation loss per token over `batches`, still on device: eval mode, no grad, the
+    training loss path (autocast; vocab-parallel cross-entropy under tensor parallel) without the
+    MoE auxiliary losses. Training mode, the MoE layers' routing statistics and the RNG state
+    (GShard's random policy draws from it) are restored, so evaluating does not change training."""
+    from benchsuite.models.moe import moe_layers
+
+    saved = [(m, m.last_stats) for m in moe_layers(par.model)]
+    was_training = par.model.training
+    total = torch.zeros((), device=device)
+    count = 0
+    par.model.eval()
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            for inputs, targets in batches:
+                with autocast(precision, device):
+                    logits, _ = par.model(inputs)
+                with par.loss_context():
+                    loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+                    if par.loss_parallel:
+                        loss = loss.full_tensor()
+                total += loss * targets.numel()
+                count += targets.numel()
+    finally:
+        par.model.train(was_training)
+        for m, stats in saved:
+            m.last_stats = stats
+    return total / count
 
 
 def peak_memory(device: torch.device) -> dict:
@@ -141,8 +174,9 @@ def measure(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None) -
     counted_flops = counter.get_total_flops()
     step += 1
     # Step 1 (warm-up too) is instrumented: model-state bytes held per rank and collective bytes sent.
+    # Eager as well: a dispatch mode sees each collective only outside compiled graphs.
     probe = mem.ModelStateProbe(par.model, par.optimizer)
-    with comm.CommCounter() as comm_counter:
+    with comm.CommCounter() as comm_counter, torch.compiler.set_stance("force_eager"):
         train_step(par, batches(step), precision, ctx.device, probe=probe)
     probe.close()
     step += 1
@@ -154,19 +188,56 @@ def measure(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None) -
 
     if ctx.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(ctx.device)
-    monitor = NodeEnergyMonitor.create([ctx.device], run.energy, rank=ctx.rank)
+    # On GPU the NVML counter is the figure; integrated power samples ride along as its cross-check.
+    monitor = NodeEnergyMonitor.create([ctx.device], run.energy, rank=ctx.rank, sample_power=ctx.device.type == "cuda")
     if run.energy.idle_baseline_s > 0:
         monitor.measure_idle(run.energy.idle_baseline_s)
     inject_fault(ctx.rank)
     timer = StepTimer(ctx.device)
     losses = []
-    monitor.begin("measure")  # one window around all measured steps: its edges synchronise the device
-    timer.mark()
-    for _ in range(run.train.steps):
-        losses.append(train_step(par, batches(step), precision, ctx.device))
+    quality = None
+    if not run.train.eval_every:
+        monitor.begin("measure")  # one window around all measured steps: its edges synchronise the device
         timer.mark()
-        step += 1
-    energy_window = monitor.end("measure").to_dict()
+        for _ in range(run.train.steps):
+            losses.append(train_step(par, batches(step), precision, ctx.device))
+            timer.mark()
+            step += 1
+        energy_window = monitor.end("measure").to_dict()
+    else:
+        # Validation after 0, E, 2E, ... measured steps and after the last, each in its own energy
+        # window "eval-k" and outside the step timer; training in windows "train-k" between them,
+        # summed into the record's "measure" window (training only). See metrics/quality.py.
+        val = [(x.to(ctx.device), y.to(ctx.device))
+               for x, y in qual.eval_rows(source.val_batches(mb))]  # same rows on every rank
+        points = qual.eval_points(run.train.steps, run.train.eval_every)
+        val_losses, train_windows, eval_windows = [], [], []
+
+        def evaluate(k: int) -> None:
+            monitor.begin(f"eval-{k}")
+            val_losses.append(evaluate_loss(par, val, precision, ctx.device))
+            eval_windows.append(monitor.end(f"eval-{k}").to_dict())
+
+        evaluate(0)
+        for start, stop in zip(points, points[1:]):
+            monitor.begin(f"train-{start}")
+            timer.mark()
+            for _ in range(start, stop):
+                losses.append(train_step(par, batches(step), precision, ctx.device))
+                timer.mark()
+                step += 1
+            timer.pause()
+            train_windows.append(monitor.end(f"train-{start}").to_dict())
+            evaluate(stop)
+        energy_window = qual.combine_windows(train_windows, "measure", run.energy.min_window_s)
+        val_values = torch.stack(val_losses)
+        if ctx.world_size > 1:  # every rank evaluated the same rows: the mean is that value
+            torch.distributed.all_reduce(val_values, group=ctx.dp_group)
+            val_values /= dp
+        quality = {"points": points, "val_losses": val_values.tolist(), "train_windows": train_windows,
+                   "eval_windows": eval_windows, "eval_rows": sum(len(y) for _, y in val),
+                   "eval_tokens": sum(y.numel() for _, y in val),
+                   "data": source.describe() if ctx.is_main else None}
     monitor.close()
     step_times = timer.durations_s()
     loss_values = torch.stack(losses)
@@ -179,7 +250,7 @@ def measure(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None) -
         "memory": peak_memory(ctx.device), "matmul_ceiling_flops": ceiling, "precision": precision,
         "impl": par.impl, "peak_tflops": peak_tflops,
         "model_state": probe.result(), "comm": comm_counter.result(), "energy_window": energy_window,
-        "moe": moe_stats(par.model),
+        "moe": moe_stats(par.model), "quality": quality,
     }
 
 
@@ -190,6 +261,36 @@ def merge_moe_stats(per_rank: list[dict]) -> dict:
     out["expert_load"] = [[sum(vals) for vals in zip(*layer)] for layer in zip(*(r["expert_load"] for r in per_rank))]
     out["expert_impl"] = per_rank[0]["expert_impl"]
     out["source"] = "last measured step, mean over MoE layers and ranks"
+    return out
+
+
+def quality_section(run: RunConfig, ranks: list[dict], step_times: list[float], tokens_per_step: int,
+                    model_flops_per_token: float, energy: dict, carbon: dict) -> dict:
+    """metrics.quality: the validation curve with cumulative training figures, what it took to reach
+    train.target_loss, and evaluation time / energy kept apart (metrics/quality.py)."""
+    q0 = ranks[0]["quality"]
+
+    def attributed(key: str, j: int) -> dict:
+        return attribute_energy([r["quality"][key][j] for r in ranks])
+
+    segments = [attributed("train_windows", j) for j in range(len(q0["train_windows"]))]
+    evals = [attributed("eval_windows", j) for j in range(len(q0["eval_windows"]))]
+    points = qual.curve(q0["points"], q0["val_losses"], step_times, tokens_per_step, model_flops_per_token,
+                        [s["total_j"] for s in segments])
+    why = "; ".join(energy.get("reasons") or []) or energy.get("source")
+    out = qual.to_target(points, run.train.target_loss, carbon, energy_reason=why)
+    best = min(points, key=lambda p: p["val_loss"])
+    out.update({
+        "initial_val_loss": points[0]["val_loss"], "final_val_loss": points[-1]["val_loss"],
+        "best_val_loss": best["val_loss"], "best_step": best["step"],
+        "eval_every": run.train.eval_every, "eval_count": len(points), "eval_rows": q0["eval_rows"],
+        "eval_tokens": q0["eval_tokens"],
+        "eval_seconds": sum(e["window_s"] for e in evals),
+        "eval_energy_j": qual.sum_or_none(e["total_j"] for e in evals),
+        "energy_source": energy.get("source"),
+        "counting": qual.COUNTING, "interpolation": qual.INTERPOLATION,
+        "data": q0.get("data"), "curve": points,
+    })
     return out
 
 
@@ -247,10 +348,19 @@ def build_record(run: RunConfig, run_key: str, ranks: list[dict], ctx: bdist.Dis
            "world_size": ctx.world_size, "backend": ctx.backend, "devices": devices, **software_versions()}
     steps = [{"step": i, "time_s": t, "loss": loss, "tokens": tokens_per_step}
              for i, (t, loss) in enumerate(zip(step_times, r0["losses"]))]
-    return {"schema_version": SCHEMA_VERSION, "run_key": run_key, "suite": run.suite, "workload": run.workload,
-            "status": "ok", "error": None, "started_at": started_at, "duration_s": duration_s,
-            "config": run.to_dict(), "env": env, "metrics": metrics, "energy": energy, "carbon": carbon,
-            "steps": steps}
+    if r0.get("quality"):
+        metrics["quality"] = quality_section(run, ranks, step_times, tokens_per_step, f["model_per_token"],
+                                             energy, carbon)
+        for point in metrics["quality"]["curve"][1:]:  # steps[i]: the loss after step i's update
+            steps[point["step"] - 1]["val_loss"] = point["val_loss"]
+    record = {"schema_version": SCHEMA_VERSION, "run_key": run_key, "suite": run.suite, "workload": run.workload,
+              "status": "ok", "error": None, "started_at": started_at, "duration_s": duration_s,
+              "config": run.to_dict(), "env": env, "metrics": metrics, "energy": energy, "carbon": carbon,
+              "steps": steps}
+    # Impossible figures (MFU > 1, NaN loss, negative energy, ...) are flagged, not published silently;
+    # then non-finite floats become null so the record stays strict JSON (a NaN loss must not fail the run).
+    record["flags"] = sanity_flags(record)
+    return finite_or_none(record)
 
 
 def _die_with_parent() -> None:
@@ -277,6 +387,9 @@ def main(argv: list[str] | None = None) -> int:
         if ctx.is_main:
             record = build_record(run, spec["run_key"], ranks, ctx, started_at, time.perf_counter() - t0)
             write_record(spec["out"], record)
+        # FSDP2 / DeviceMesh state sits in reference cycles that hold process groups: free them now,
+        # not at interpreter exit, where gloo's threads releasing tensors abort the process.
+        gc.collect()
         bdist.shutdown()
     except BaseException as e:
         err = {"type": type(e).__name__, "message": str(e)[:2000], "rank": rank, "time": time.time_ns(),

@@ -34,6 +34,10 @@ formula with the constants of the precision, except where torch allocates differ
   in fp32 (reduce_dtype), 4Ψ/N instead of the paper's 2Ψ/N. Stage 3 holds (4 + 4 + 8)Ψ/N.
   Gathered parameters of one group at a time (stage 3) are transient buffers, which the paper
   does not count as model state either.
+- Tensor parallel: Ψ is the parameters one tensor rank holds (`params_per_rank`). Data
+  parallelism over tensor-parallel ranks uses replicate_with_fsdp (torch's DDP refuses DTensor
+  parameters), FSDP2's machinery on a replicate-only mesh: like stage 2 it keeps a gathered copy
+  of the parameters from forward to backward beside the stored (here full) ones, (4+4+4+8)Ψ.
 
 Measured (`ModelStateProbe`): during one instrumented training step, the bytes of the tensors a
 rank holds, DTensors counted by their local shard, aliases counted once:
@@ -101,11 +105,17 @@ def zero_model_state(psi: float, n: int, stage: int, c: StateConstants = PAPER) 
             "formula": zero_formula(stage, c), "K": c.k}
 
 
-def implementation_model_state(psi: float, n: int, stage: int, precision: str = "fp32") -> dict:
+def implementation_model_state(psi: float, n: int, stage: int, precision: str = "fp32",
+                               replicate: bool = False) -> dict:
     """What parallel/zero.py allocates per rank (see the module docstring for each term).
 
     stage is the stage actually applied (0 for a single process). precision: "fp32" | "bf16"
-    (bf16 means a GPU MixedPrecisionPolicy for FSDP2; DDP and ZeRO-1 keep fp32 states)."""
+    (bf16 means a GPU MixedPrecisionPolicy for FSDP2; DDP and ZeRO-1 keep fp32 states).
+    replicate: data parallelism over tensor-parallel DTensors (replicate_with_fsdp), which keeps a
+    gathered copy of the (replicated) parameters from forward to backward: (4+4+4+8)Ψ."""
+    if replicate and n > 1:
+        return {"params": 8 * psi, "grads": 4 * psi, "optimizer": 8 * psi, "total": 20 * psi,
+                "formula": "(4+4+4+8)Ψ", "K": 8}
     if stage in (0, 1):
         out = zero_model_state(psi, n, stage, FP32)
         out["formula"] = {0: "(4+4+8)Ψ", 1: "(4+4)Ψ + 8Ψ/N"}[stage]
@@ -270,10 +280,13 @@ def model_state_record(run, measured_per_rank: list[dict], precision: str) -> di
     stage = applied_stage(run, None)
     n = run.data_parallel
     psi = params_per_rank(run.model, run.moe, run.parallel.tensor)
-    analytic = implementation_model_state(psi, n, stage, precision)
+    replicate = run.parallel.tensor > 1 and n > 1
+    analytic = implementation_model_state(psi, n, stage, precision, replicate=replicate)
     paper_c = PAPER if precision == "bf16" else FP32
     paper = zero_model_state(psi, n, stage, paper_c)
-    label = STAGE_LABELS[stage] if n > 1 else "single process"
+    label = ("DDP via replicate_with_fsdp" if replicate else STAGE_LABELS[stage]) if n > 1 else "single process"
+    if run.parallel.tensor > 1:
+        label += f", TP {run.parallel.tensor} (Ψ per tensor rank)"
     out.update({
         "analytic": {k: analytic[k] for k in ("params", "grads", "optimizer", "total")},
         "formula": f"{label} ({precision}): {analytic['formula']}",

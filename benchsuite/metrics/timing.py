@@ -17,26 +17,41 @@ def synchronize(device: torch.device) -> None:
 class StepTimer:
     """Per-step durations. On CUDA: events recorded on the stream, read once after a final
     synchronisation (no host sync inside the loop). On CPU work is synchronous, so a
-    perf_counter pair around each step is exact."""
+    perf_counter pair around each step is exact.
+
+    Marks are chained: each mark() ends the interval opened by the previous one (one event
+    per step). pause() breaks the chain, so work done before the next mark() (evaluation,
+    logging) belongs to no step: mark(), step, mark(), step, mark(), pause(), eval, mark(), step, mark()
+    gives three step intervals and leaves the evaluation out."""
 
     def __init__(self, device: torch.device):
         self.device = device
-        self._marks: list = []
+        self._intervals: list[tuple] = []  # (start, end) marks of each timed step
+        self._last = None  # the mark that opens the next interval; None after pause()
 
-    def mark(self) -> None:
-        """Call once before the first step and once after every step."""
+    def _stamp(self):
         if self.device.type == "cuda":
             ev = torch.cuda.Event(enable_timing=True)
             ev.record()
-            self._marks.append(ev)
-        else:
-            self._marks.append(time.perf_counter())
+            return ev
+        return time.perf_counter()
+
+    def mark(self) -> None:
+        """Call once before the first step (and after a pause) and once after every step."""
+        t = self._stamp()
+        if self._last is not None:
+            self._intervals.append((self._last, t))
+        self._last = t
+
+    def pause(self) -> None:
+        """End the chain: the time until the next mark() is not counted in any step."""
+        self._last = None
 
     def durations_s(self) -> list[float]:
         if self.device.type == "cuda":
             synchronize(self.device)
-            return [a.elapsed_time(b) / 1e3 for a, b in zip(self._marks, self._marks[1:])]
-        return [b - a for a, b in zip(self._marks, self._marks[1:])]
+            return [a.elapsed_time(b) / 1e3 for a, b in self._intervals]
+        return [b - a for a, b in self._intervals]
 
 
 def _percentile(sorted_xs: list[float], q: float) -> float:

@@ -77,4 +77,20 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh) -> str:
 
     check_divisible(model, tp_mesh.size())
     parallelize_module(model, tp_mesh, tensor_parallel_plan(model))
+    keep_grad_sharded_like_param(model.tok_emb.weight)
     return IMPLEMENTATION
+
+
+def _to_param_layout(mesh, placements, grad):
+    return grad if tuple(grad.placements) == tuple(placements) else grad.redistribute(mesh, placements)
+
+
+def keep_grad_sharded_like_param(param) -> None:
+    """DTensor's embedding backward (torch 2.13) returns the vocab-parallel embedding's gradient
+    Replicate: every rank would keep the full [V, H] gradient of a weight it holds V/t rows of.
+    A gradient hook slices it to the parameter's own Shard(0) layout before it is accumulated
+    (a local slice, no communication), so .grad and the optimizer state are V/t rows as in
+    Megatron; only the transient backward buffer is full-size."""
+    from functools import partial
+
+    param.register_hook(partial(_to_param_layout, param.device_mesh, param.placements))

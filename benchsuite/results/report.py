@@ -22,6 +22,7 @@ COLUMNS = [
     ("state MiB meas/model", None, None),  # model-state bytes per rank: measured / analytic (metrics/memory.py)
     ("status", "status", "{}"),
 ]
+FLAG_MARK = "⚠"
 MEMORY_MEASURED = "metrics.memory.model_state_bytes.measured.total"
 MEMORY_ANALYTIC = "metrics.memory.model_state_bytes.analytic.total"
 
@@ -57,7 +58,7 @@ def report_rows(df: pd.DataFrame) -> list[dict]:
         return []
     cols = [c for _, c, _ in COLUMNS if c] + ["run_key", "step_time_median_s", "step_time_ci95_lo_s",
                                               "step_time_ci95_hi_s", "error_type", "error_message",
-                                              MEMORY_MEASURED, MEMORY_ANALYTIC]
+                                              MEMORY_MEASURED, MEMORY_ANALYTIC, "flagged", "flags"]
     cols = [c for c in cols if c in df]
     return [{k: (v if _present(v) else None) for k, v in r.items()} for r in df[cols].to_dict("records")]
 
@@ -71,7 +72,15 @@ def report_table(df: pd.DataFrame) -> Table:
         cells = []
         for header, col, fmt in COLUMNS:
             cells.append(CELLS[header](row) if col is None else _fmt(fmt, row.get(col)))
+        flagged = row["status"] == "ok" and bool(row.get("flagged"))
         if row["status"] == "failed":
             cells[-1] = f"failed: {row.get('error_type')}"
-        table.add_row(*[escape(c) for c in cells], style="red" if row["status"] == "failed" else None)
+        elif flagged:  # impossible figures (results/sanity.py): never shown as a plain ok
+            cells[-1] = f"ok {FLAG_MARK} flagged"
+        table.add_row(*[escape(c) for c in cells],
+                      style="red" if row["status"] == "failed" else ("yellow" if flagged else None))
+    flagged_rows = df[df["flagged"].fillna(False).astype(bool)] if "flagged" in df else df.iloc[:0]
+    if not flagged_rows.empty:
+        table.caption = "\n".join(f"{FLAG_MARK} {escape(str(r['workload']))} w{r['world_size']}: "
+                                   f"{escape(str(r.get('flag_summary')))}" for _, r in flagged_rows.iterrows())
     return table

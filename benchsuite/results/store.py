@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from benchsuite.results.sanity import flag_summary, with_flags
 from benchsuite.results.schema import check_record
 
 
@@ -68,7 +69,7 @@ def load_records(path: str | Path) -> list[dict]:
             warnings.warn(f"skipping {p}: {problem}", stacklevel=2)
             continue
         rec["_path"] = str(p)
-        records.append(rec)
+        records.append(with_flags(rec))  # records written before the sanity guard are flagged on load
     return records
 
 
@@ -105,6 +106,9 @@ def flatten(rec: dict) -> dict:
         "step_time_ci95_lo_s": (_get(m, "step_time_s", "ci95") or [None, None])[0],
         "step_time_ci95_hi_s": (_get(m, "step_time_s", "ci95") or [None, None])[1],
         "path": rec.get("_path"),
+        # sanity guard (results/sanity.py): physically impossible figures, shown beside the status
+        "flagged": bool(rec.get("flags")), "flags": list(rec.get("flags") or []),
+        "flag_summary": flag_summary(rec.get("flags") or []) or None,
     }
     for section in ("metrics", "energy", "carbon"):
         for k, v in pd.json_normalize(rec.get(section) or {}, sep=".").to_dict("records")[0].items() \

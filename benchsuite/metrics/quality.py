@@ -1,0 +1,182 @@
+"""Training quality at equal cost: validation-loss curves, and what it took to reach a target loss.
+
+With ``train.eval_every = E > 0`` the worker evaluates the validation loss after 0, E, 2E, ...
+measured steps and after the last one (`eval_points`), on a fixed held-out set of `EVAL_ROWS`
+sequences (`eval_rows`). Training runs in energy windows "train-k" between evaluations, each
+evaluation in its own window "eval-k" and outside the step timer, so every figure at an
+evaluation point is training only:
+
+- step: measured steps done (0 = before the first measured step);
+- tokens: global tokens per step x step. Step 0 (the FLOP-counting step) and the warm-up steps
+  are excluded: they train the model too, but are not timed or metered, so counting their
+  tokens without their time and energy would flatter every run alike. With few warm-up steps
+  (a handful against hundreds) the bias is small and the same for dense and sparse runs;
+- seconds: sum of the measured step times (the slowest rank's per step) up to that point;
+- model_flops: tokens x analytic model FLOPs per token;
+- energy_j: sum of the training windows up to that point (all devices and nodes, as the
+  record's energy section), None once any window has no figure.
+
+`to_target` (pure) then gives the step, tokens, seconds, model FLOPs, energy and CO2e at which
+the validation loss first reaches ``train.target_loss``, linearly interpolated between the two
+evaluations that straddle it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from benchsuite.energy.meters import weakest
+
+EVAL_ROWS = 64  # held-out sequences per evaluation: the same set for every batch size and world size
+J_PER_KWH = 3.6e6
+
+COUNTING = ("measured steps only: step 0 and the warm-up steps are excluded; tokens = global tokens per step x "
+            "steps; seconds = sum of measured step times (slowest rank); energy = training windows only; "
+            "evaluation time and energy are kept apart (eval_seconds, eval_energy_j)")
+INTERPOLATION = "linear between the two evaluations that straddle the target"
+
+
+def eval_points(steps: int, every: int) -> list[int]:
+    """Measured-step counts after which validation loss is evaluated: 0, every, 2*every, ..., and steps."""
+    if every <= 0:
+        return []
+    points = list(range(0, steps, every))
+    return points + [steps]
+
+
+def eval_rows(val_batches: Iterable, rows: int = EVAL_ROWS) -> Iterator:
+    """The first `rows` sequences of a source's val_batches(...), the last batch trimmed to fit."""
+    left = rows
+    for inputs, targets in val_batches:
+        if left <= 0:
+            return
+        yield inputs[:left], targets[:left]
+        left -= len(inputs)
+
+
+def sum_or_none(values) -> float | None:
+    values = list(values)
+    return None if not values or any(v is None for v in values) else sum(values)
+
+
+def _combine_figure(figs: list[dict], window_s: float) -> dict:
+    energy = sum_or_none(f.get("energy_j") for f in figs)
+    reasons = []
+    for f in figs:
+        if f.get("reason") and f["reason"] not in reasons:
+            reasons.append(f["reason"])
+    idle = figs[0].get("idle_w") if figs else None
+    return {
+        "energy_j": energy,
+        "source": weakest(f["source"] for f in figs) if energy is not None else "unavailable",
+        "reason": "; ".join(reasons) or None,
+        "sampled_energy_j": sum_or_none(f.get("sampled_energy_j") for f in figs),
+        "avg_w": energy / window_s if energy is not None and window_s > 0 else None,
+        "idle_w": idle,
+        "above_idle_j": sum_or_none(f.get("above_idle_j") for f in figs) if idle is not None else None,
+        "detail": {"windows": len(figs)},
+    }
+
+
+def combine_windows(windows: list[dict], name: str = "measure", min_window_s: float | None = None) -> dict:
+    """One rank's windows (``WindowResult.to_dict()``) as one window of the same shape: energies,
+    durations and above-idle energies summed, a figure None (unavailable) unless every window has it,
+    the weakest source. This is how the training segments between evaluations make the record's
+    energy section: training only, the evaluation windows left out. short_window is set when any
+    window was short (each edge of a short window costs the counter's resolution)."""
+    if not windows:
+        raise ValueError("combine_windows needs at least one window")
+    window_s = sum(w["window_s"] for w in windows)
+    gpus = []
+    for i, dev in enumerate(windows[0]["gpus"]):
+        figs = [w["gpus"][i]["figure"] for w in windows]
+        gpus.append({**{k: v for k, v in dev.items() if k != "figure"}, "figure": _combine_figure(figs, window_s)})
+    reasons = []
+    for w in windows:
+        for r in w.get("reasons", []):
+            if not r.startswith("window ") and r not in reasons:  # per-window "shorter than" notes summarised below
+                reasons.append(r)
+    short = [w for w in windows if w.get("short_window")]
+    if short:
+        limit = f" min_window_s {min_window_s} s" if min_window_s is not None else " min_window_s"
+        reasons.append(f"{len(short)} of {len(windows)} windows summed into {name!r} were shorter than{limit}: "
+                       f"energy counters (NVML) update about every 100 ms; evaluate less often or train longer")
+    return {"name": name, "rank": windows[0]["rank"], "host": windows[0]["host"], "window_s": window_s,
+            "short_window": bool(short), "gpus": gpus,
+            "cpu": _combine_figure([w["cpu"] for w in windows], window_s),
+            "dram": _combine_figure([w["dram"] for w in windows], window_s), "reasons": reasons}
+
+
+def curve(points: list[int], val_losses: list[float], step_times_s: list[float], tokens_per_step: float,
+          model_flops_per_token: float, segment_energy_j: list[float | None]) -> list[dict]:
+    """The eval points with cumulative training figures. segment_energy_j[j] is the training energy
+    between points[j] and points[j + 1] (len(points) - 1 entries)."""
+    if len(val_losses) != len(points) or len(segment_energy_j) != max(0, len(points) - 1):
+        raise ValueError(f"{len(points)} eval points need as many losses and one segment fewer; got "
+                         f"{len(val_losses)} losses and {len(segment_energy_j)} segments")
+    out = []
+    energy: float | None = 0.0
+    for j, (k, loss) in enumerate(zip(points, val_losses)):
+        if j > 0:
+            seg = segment_energy_j[j - 1]
+            energy = None if energy is None or seg is None else energy + seg
+        tokens = k * tokens_per_step
+        out.append({"step": k, "tokens": tokens, "seconds": sum(step_times_s[:k]),
+                    "model_flops": tokens * model_flops_per_token, "energy_j": energy, "val_loss": loss})
+    return out
+
+
+def co2e_g(energy_j: float | None, carbon: dict | None) -> float | None:
+    """CO2e of an energy with the record's carbon section: kWh x PUE x grid intensity."""
+    if energy_j is None or not carbon or carbon.get("intensity_g_per_kwh") is None:
+        return None
+    return energy_j / J_PER_KWH * float(carbon.get("pue") or 1.0) * carbon["intensity_g_per_kwh"]
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.4g}"
+
+
+def to_target(points: list[dict], target: float | None, carbon: dict | None = None,
+              energy_reason: str | None = None) -> dict:
+    """What it took to first reach validation loss <= target on a curve (see `curve`).
+
+    Between the last evaluation above the target (a) and the first at or below it (b), every
+    figure is interpolated linearly at fraction f = (loss_a - target) / (loss_a - loss_b).
+    Returns reached (True/False, None when there is no curve or target), step (fractional),
+    reached_step (the first evaluation at or below the target), tokens, seconds, model_flops,
+    energy_j, co2e_g, and reason (why the figures are None) / energy_reason (why only energy is).
+    """
+    out = {"target_loss": target, "reached": None, "step": None, "reached_step": None, "tokens": None,
+           "seconds": None, "model_flops": None, "energy_j": None, "co2e_g": None, "reason": None,
+           "energy_reason": None}
+    if target is None:
+        out["reason"] = "no target: train.target_loss is not set"
+        return out
+    if not points:
+        out["reason"] = "no validation loss: train.eval_every is 0"
+        return out
+    i = next((i for i, p in enumerate(points) if p["val_loss"] <= target), None)
+    if i is None:
+        best = min(points, key=lambda p: p["val_loss"])
+        out["reached"] = False
+        out["reason"] = f"target {_fmt(target)} not reached; best {_fmt(best['val_loss'])} at step {best['step']}"
+        return out
+    b = points[i]
+    a = points[i - 1] if i > 0 else b
+    f = 0.0 if a is b else (a["val_loss"] - target) / (a["val_loss"] - b["val_loss"])
+
+    def lerp(key):
+        if a[key] is None or b[key] is None:
+            return None
+        return a[key] + f * (b[key] - a[key])
+
+    out.update(reached=True, step=lerp("step"), reached_step=b["step"], tokens=lerp("tokens"),
+               seconds=lerp("seconds"), model_flops=lerp("model_flops"), energy_j=lerp("energy_j"))
+    if out["energy_j"] is None:
+        out["energy_reason"] = f"energy unavailable: {energy_reason or 'no training energy figure'}"
+    else:
+        out["co2e_g"] = co2e_g(out["energy_j"], carbon)
+        if out["co2e_g"] is None:
+            out["energy_reason"] = "CO2e unavailable: no grid intensity in the carbon section"
+    return out

@@ -1,0 +1,283 @@
+"""Config fuzzing: random TOML documents and random mutations of every shipped suite either load
+or raise ConfigError naming a key (or the file, for syntax errors); no other exception escapes,
+and nothing is launched (no results folder is created) for an invalid file.
+
+Bounded: a few hundred examples per property, no deadline, the whole module well under 30 s.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+import tomllib
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from benchsuite import cli
+from benchsuite.config import (SECTIONS, SWEEP_KEYS, TOP_KEYS, CarbonConfig, ConfigError, EnergyConfig, RunConfig,
+                               load_suite)
+from benchsuite.metrics.flops import flops_per_token
+from conftest import REPO, run_cli
+
+SHIPPED = sorted((REPO / "workloads").glob("*.toml"))
+FUZZ = settings(max_examples=150, deadline=None, derandomize=True, database=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+# ----------------------------------------------------------------------------- a tiny TOML writer
+
+_BARE = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _string(s: str) -> str:
+    # JSON string escapes are TOML basic-string escapes; TOML also forbids a raw DEL.
+    return json.dumps(s, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
+def _key(k: str) -> str:
+    return k if _BARE.fullmatch(k) else _string(k)
+
+
+def _value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        return repr(v)
+    if isinstance(v, str):
+        return _string(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{_key(k)} = {_value(x)}" for k, x in v.items()) + " }"
+    raise TypeError(type(v))
+
+
+def _is_table_array(v) -> bool:
+    return isinstance(v, list) and bool(v) and all(isinstance(x, dict) for x in v)
+
+
+def to_toml(doc: dict) -> str:
+    """Scalars and inline values at the root first, then [tables], then [[arrays of tables]]."""
+    lines = [f"{_key(k)} = {_value(v)}" for k, v in doc.items()
+             if not isinstance(v, dict) and not _is_table_array(v)]
+    for k, v in doc.items():
+        if isinstance(v, dict):
+            lines += ["", f"[{_key(k)}]"] + [f"{_key(kk)} = {_value(vv)}" for kk, vv in v.items()]
+    for k, v in doc.items():
+        if _is_table_array(v):
+            for item in v:
+                lines += ["", f"[[{_key(k)}]]"] + [f"{_key(kk)} = {_value(vv)}" for kk, vv in item.items()]
+    return "\n".join(lines) + "\n"
+
+
+def test_the_writer_round_trips_what_tomllib_reads():
+    for path in SHIPPED:
+        doc = tomllib.loads(path.read_text())
+        assert tomllib.loads(to_toml(doc)) == doc, path.name
+    odd = {"a b": {"ключ": "x\x7f\n\"y", "n": float("-inf"), "t": {"u": [1, "two", 3.5]}}, "w": [{"k": 1}]}
+    back = tomllib.loads(to_toml(odd))
+    assert back["a b"]["ключ"] == "x\x7f\n\"y" and back["a b"]["n"] == float("-inf") and back["w"] == [{"k": 1}]
+
+
+# ----------------------------------------------------------------------------- the property
+
+
+def check_loads_or_names_a_key(path: Path, text_desc: str = "") -> str:
+    """load_suite(path) either returns a usable suite or raises ConfigError whose problems each name a
+    key (or the file, key "", for a file that is not TOML); anything else fails with the input shown."""
+    try:
+        suite = load_suite(path)
+    except ConfigError as e:
+        assert e.problems, "ConfigError without problems"
+        assert str(path) in str(e), "the message must name the file"
+        for key, reason in e.problems:
+            assert isinstance(key, str) and isinstance(reason, str) and reason.strip(), (key, reason)
+            if not key:
+                assert reason.startswith(("TOML syntax error", "cannot read file", "file not found")), reason
+        return "error"
+    except Exception as e:  # catch-all: every other exception is a bug
+        pytest.fail(f"{type(e).__name__}: {e}\n--- input ---\n{path.read_text(errors='replace')[:3000]}"
+                    f"\n{text_desc}")
+    try:
+        for run in suite.runs:
+            d = run.to_dict()
+            json.dumps(d, allow_nan=False)  # the record's config must be strict JSON
+            assert RunConfig.from_dict(copy.deepcopy(d)) == run
+            assert run.nproc_per_node * run.nodes == run.world_size
+            run.run_key({"gpus": [], "cpu": "x", "machine": "y"})
+            f = flops_per_token(run)
+            assert f["model_per_token"] > 0 and math.isfinite(f["model_per_token"])
+    except Exception as e:
+        pytest.fail(f"a suite that validated is unusable: {type(e).__name__}: {e}\n--- input ---\n"
+                    f"{path.read_text(errors='replace')[:3000]}")
+    return "ok"
+
+
+# ----------------------------------------------------------------------------- strategies
+
+NAMES = st.text(max_size=12) | st.sampled_from(["dense", "sparse", "Ω-модель 🚀", "", " ", "a/b\\c", "..", "<b>x</b>"])
+NUMBERS = (st.integers(-3, 9) | st.integers(-2**70, 2**70) | st.sampled_from([0, -1, 2**63 - 1, 2**63, 10**400])
+           | st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from([0.0, -0.0, 1e308, 1e-320, 0.5]))
+CHOICES = st.sampled_from(["gelu", "swiglu", "switch", "gshard", "expert_choice", "none", "full", "auto", "fp32",
+                           "bf16", "synthetic", "builtin", "/nonexistent/tokens.bin", "weak", "strong", "dense",
+                           "moe", "FRA", "all", "random"])
+SCALARS = st.booleans() | NUMBERS | CHOICES | NAMES
+VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(NAMES, inner, max_size=3),
+                      max_leaves=6)
+
+
+def _section(cls) -> st.SearchStrategy:
+    keys = [f.name for f in fields(cls)] + ["bogus"]
+    return st.dictionaries(st.sampled_from(keys), SCALARS | VALUES, max_size=4)
+
+
+SECTION_TABLES = {name: _section(cls) for name, cls in SECTIONS.items()}
+SWEEP = st.dictionaries(st.sampled_from(sorted(SWEEP_KEYS) + ["bogus"]),
+                        st.lists(st.integers(-1, 8) | SCALARS, max_size=4) | SCALARS, max_size=3)
+WORKLOAD = st.fixed_dictionaries({"name": NAMES}, optional={
+    "kind": st.sampled_from(["dense", "moe"]) | SCALARS, "description": NAMES | SCALARS, "sweep": SWEEP | SCALARS,
+    **SECTION_TABLES, "bogus": SCALARS})
+SCHEMA_DOCS = st.fixed_dictionaries({}, optional={
+    "suite": st.dictionaries(st.sampled_from(["name", "description", "bogus"]), NAMES | SCALARS, max_size=3),
+    "defaults": st.fixed_dictionaries({}, optional=SECTION_TABLES) | VALUES,
+    "workload": st.lists(WORKLOAD, min_size=1, max_size=3) | VALUES,
+    "sweep": SWEEP | SCALARS, "energy": _section(EnergyConfig) | SCALARS, "carbon": _section(CarbonConfig) | SCALARS,
+    "bogus": VALUES})
+ANY_DOCS = st.dictionaries(st.sampled_from(sorted(TOP_KEYS)) | NAMES, VALUES, max_size=5)
+
+
+@pytest.fixture(scope="module")
+def suite_file(tmp_path_factory):
+    return tmp_path_factory.mktemp("fuzz") / "suite.toml"
+
+
+OUTCOMES: dict[str, dict[str, int]] = {}
+
+
+def _count(kind: str, outcome: str) -> None:
+    OUTCOMES.setdefault(kind, {"ok": 0, "error": 0})[outcome] += 1
+
+
+@FUZZ
+@given(doc=SCHEMA_DOCS | ANY_DOCS)
+def test_random_documents_load_or_raise_config_error(suite_file, doc):
+    suite_file.write_text(to_toml(doc), encoding="utf-8")
+    _count("random", check_loads_or_names_a_key(suite_file))
+
+
+def _paths(node, prefix=()):
+    """Every key path in a parsed document (list items by index)."""
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for k, v in items:
+        yield prefix + (k,)
+        yield from _paths(v, prefix + (k,))
+
+
+def _parent(doc, path):
+    node = doc
+    for k in path[:-1]:
+        node = node[k]
+    return node
+
+
+WRONG = st.sampled_from([None, "delete"]) | SCALARS | st.lists(SCALARS, max_size=2) | st.just({"x": 1})
+
+
+@FUZZ
+@given(data=st.data())
+def test_mutated_shipped_suites_load_or_raise_config_error(suite_file, data):
+    path = data.draw(st.sampled_from(SHIPPED), label="file")
+    doc = tomllib.loads(path.read_text())
+    for _ in range(data.draw(st.integers(1, 3), label="mutations")):
+        paths = list(_paths(doc))
+        if not paths:
+            break
+        where = data.draw(st.sampled_from(paths), label="path")
+        parent, last = _parent(doc, where), where[-1]
+        new = data.draw(WRONG, label="value")
+        if new is None or new == "delete":
+            del parent[last]
+        elif data.draw(st.booleans(), label="add a sibling key instead") and isinstance(parent, dict):
+            parent[data.draw(NAMES, label="new key") or "k"] = new
+        else:
+            parent[last] = new
+    suite_file.write_text(to_toml(doc), encoding="utf-8")
+    _count("mutated", check_loads_or_names_a_key(suite_file))
+
+
+@FUZZ
+@given(data=st.data())
+def test_byte_level_damage_to_shipped_suites_is_a_config_error_naming_the_file(suite_file, data):
+    path = data.draw(st.sampled_from(SHIPPED), label="file")
+    raw = bytearray(path.read_bytes())
+    for _ in range(data.draw(st.integers(1, 4), label="edits")):
+        i = data.draw(st.integers(0, max(0, len(raw) - 1)), label="offset")
+        op = data.draw(st.sampled_from(["delete", "insert", "truncate", "dup"]), label="op")
+        if op == "delete":
+            del raw[i:i + data.draw(st.integers(1, 8))]
+        elif op == "insert":
+            raw[i:i] = data.draw(st.sampled_from([b"[", b"]", b"=", b'"', b"\n", b"\xff\xfe", b"{", b"#", b"\x00",
+                                                  b"nan", b"-", b"[[workload]]\n"]))
+        elif op == "truncate":
+            del raw[i:]
+        else:
+            line_end = raw.find(b"\n", i) + 1 or len(raw)
+            raw[line_end:line_end] = raw[i:line_end]
+    suite_file.write_bytes(bytes(raw))
+    _count("bytes", check_loads_or_names_a_key(suite_file))
+
+
+def test_fuzzing_explored_both_outcomes():
+    """The generators are not degenerate: some inputs load and many are refused (run with the module)."""
+    if not OUTCOMES:
+        pytest.skip("run with the fuzz properties above")
+    print("fuzz outcomes:", OUTCOMES)
+    assert sum(o["error"] for o in OUTCOMES.values()) > 100
+    assert sum(o["ok"] for o in OUTCOMES.values()) > 10
+
+
+# ----------------------------------------------------------------------------- nothing launched
+
+INVALID = {
+    "syntax": ("[suite\nname = 'x'\n", "<file>"),
+    "wrong type": ("[[workload]]\nname = 'w'\nmodel = { layers = 'two' }\n", "model.layers"),
+    "huge float": ("[[workload]]\nname = 'w'\nkind = 'moe'\nmoe = { capacity_factor = " + "9" * 400 + " }\n",
+                   "moe.capacity_factor"),
+    "nan": ("[[workload]]\nname = 'w'\ntrain = { lr = nan }\n", "train.lr"),
+    "impossible": ("[[workload]]\nname = 'w'\nparallel = { tensor = 3 }\n[sweep]\nworld_size = [2]\n",
+                   "parallel.tensor"),
+    "missing data": ("[[workload]]\nname = 'w'\ntrain = { data = 'no/such/tokens.bin' }\n", "train.data"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(INVALID))
+def test_run_refuses_an_invalid_suite_before_creating_anything(tmp_path, capsys, case):
+    text, key = INVALID[case]
+    bad, out = tmp_path / "bad.toml", tmp_path / "out"
+    bad.write_text(text)
+    assert cli.main(["run", str(bad), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert key in err and str(bad) in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("case", ["syntax", "missing data"])
+def test_run_refuses_an_invalid_suite_as_a_process_exit_2_no_traceback(tmp_path, case):
+    text, key = INVALID[case]
+    bad, out = tmp_path / "bad.toml", tmp_path / "out"
+    bad.write_text(text)
+    res = run_cli("run", str(bad), "--out", str(out), timeout=120)
+    assert res.returncode == 2, res.stderr
+    assert "Traceback" not in res.stderr and key in res.stderr
+    assert not out.exists()

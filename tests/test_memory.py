@@ -1,0 +1,132 @@
+"""Memory model: ZeRO formulas against the paper's example, fp32 constants, activation estimate,
+the `benchsuite memory` verb, and one real run whose record carries measured vs analytic state."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchsuite.config import ModelConfig
+from benchsuite.metrics import memory as mem
+from conftest import run_cli, write_suite
+
+
+def test_paper_example_7_5b_params_64_ranks():
+    """Rajbhandari et al. 2019, Figure 1: Ψ = 7.5 B, N = 64, K = 12."""
+    got = [round(r["total"] / 1e9, 1) for r in mem.stage_table(7.5e9, 64)]
+    assert got == [120.0, 31.4, 16.6, 1.9]
+    ddp = mem.zero_model_state(7.5e9, 64, 0)
+    assert (ddp["params"], ddp["grads"], ddp["optimizer"]) == (15e9, 15e9, 90e9)
+    assert [mem.zero_formula(s) for s in range(4)] == ["(2+2+K)Ψ", "4Ψ + KΨ/N", "2Ψ + (2+K)Ψ/N", "(2+2+K)Ψ/N"]
+
+
+def test_fp32_constants_and_implementation_formulas():
+    psi, n = 1000.0, 4
+    fp32 = [mem.zero_model_state(psi, n, s, mem.FP32)["total"] for s in range(4)]
+    assert fp32 == [16 * psi, 8 * psi + 8 * psi / n, 4 * psi + 12 * psi / n, 16 * psi / n]
+    assert mem.zero_formula(0, mem.FP32) == "(4+4+8)Ψ"
+    impl = [mem.implementation_model_state(psi, n, s, "fp32")["total"] for s in range(4)]
+    # torch allocates the paper's fp32 figure except FSDP2 stage 2, which keeps its fp32 shard
+    # beside the gathered parameters: + 4Ψ/N.
+    assert impl[0] == fp32[0] and impl[1] == fp32[1] and impl[3] == fp32[3]
+    assert impl[2] == fp32[2] + 4 * psi / n
+    bf16 = mem.implementation_model_state(psi, n, 2, "bf16")
+    assert bf16["params"] == 2 * psi + 4 * psi / n and bf16["grads"] == 4 * psi / n
+    with pytest.raises(ValueError):
+        mem.zero_model_state(psi, 0, 1)
+    with pytest.raises(ValueError):
+        mem.zero_model_state(psi, 2, 4)
+
+
+def test_params_per_rank_splits_tensor_parallel_weights():
+    from benchsuite.metrics.flops import param_counts
+
+    cfg = ModelConfig(layers=2, hidden=32, heads=4, vocab=64, seq_len=16, ffn_hidden=64)
+    total = param_counts(cfg).total
+    assert mem.params_per_rank(cfg, tp=1) == total
+    replicated = 16 * 32 + 2 * 4 * 32 + 2 * 32  # position embedding and LayerNorms
+    assert mem.params_per_rank(cfg, tp=2) == replicated + (total - replicated) // 2
+
+
+def test_activation_estimate_korthikanti():
+    s, b, h, a, L, v = 2048, 1, 12288, 96, 1, 51200  # GPT-3 175B layer, Korthikanti et al. Table 2 setting
+    none = mem.activation_bytes(s, b, h, a, L, v)
+    assert none["per_layer_bytes"] == s * b * h * (34 + 5 * a * s / h)
+    t8 = mem.activation_bytes(s, b, h, a, L, v, tp=8)
+    assert t8["per_layer_bytes"] == pytest.approx(s * b * h * (10 + 24 / 8 + 5 * a * s / (h * 8)))
+    assert mem.activation_bytes(s, b, h, a, L, v, recompute="full")["per_layer_bytes"] == 2 * s * b * h
+    assert mem.activation_bytes(s, b, h, a, L, v, recompute="selective")["per_layer_bytes"] == 34 * s * b * h
+    with pytest.raises(ValueError):
+        mem.activation_bytes(s, b, h, a, L, v, recompute="some")
+
+
+def test_memory_cli_json_paper_example():
+    p = run_cli("memory", "--params", "7.5e9", "--dp", "64", "--json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)  # stdout is exactly one JSON document
+    assert [round(r["total"] / 1e9, 1) for r in doc["stages"]] == [120.0, 31.4, 16.6, 1.9]
+    assert doc["K"] == 12 and doc["dp"] == 64
+
+
+def test_memory_cli_from_suite_and_errors(tmp_path):
+    from benchsuite.cli import main
+
+    suite = write_suite(tmp_path / "s.toml", """
+        [defaults]
+        model = { layers = 2, hidden = 32, heads = 4, vocab = 64, seq_len = 16 }
+        [[workload]]
+        name = "z"
+        parallel = { zero = 3 }
+        [sweep]
+        world_size = [2, 4]
+    """)
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main(["memory", str(suite), "--precision", "fp32", "--json"]) == 0
+    doc = json.loads(buf.getvalue())
+    assert [r["dp"] for r in doc["runs"]] == [2, 4]
+    psi = doc["runs"][0]["params"]
+    assert doc["runs"][1]["stages"][3]["total"] == pytest.approx(16 * psi / 4)
+    assert doc["runs"][0]["activation_bytes_per_micro_batch"]["full"] > 0
+    assert main(["memory", "--params", "1e9"]) == 2  # --dp needed
+    assert main(["memory"]) == 2
+
+
+def test_run_record_carries_measured_and_analytic_state(tmp_path):
+    """One real 2-rank ZeRO-2 run: the record's memory and comm sections, and the report column."""
+    suite = write_suite(tmp_path / "z.toml", """
+        [suite]
+        name = "z"
+        [defaults]
+        model = { layers = 2, hidden = 32, heads = 2, vocab = 128, seq_len = 16 }
+        train = { micro_batch = 2, steps = 2, warmup_steps = 2, timeout_s = 120 }
+        [[workload]]
+        name = "zero2"
+        parallel = { zero = 2 }
+        [sweep]
+        world_size = [2]
+    """)
+    out = tmp_path / "out"
+    p = run_cli("run", str(suite), "--out", str(out))
+    assert p.returncode == 0, p.stderr
+    rec = json.loads(next(out.glob("*.json")).read_text())
+    ms = rec["metrics"]["memory"]["model_state_bytes"]
+    assert "FSDP2" in rec["metrics"]["implementation"]["data"]
+    assert ms["formula"].startswith("ZeRO-2 (fp32): 4Ψ + (4+4+8)Ψ/N") and ms["N"] == 2
+    assert abs(ms["ratio"] - 1) <= 0.05
+    assert ms["measured"]["total"] == max(ms["measured_per_rank_total"])
+    assert rec["metrics"]["memory"]["activation_estimate_bytes"]["none"] > 0
+    comm = rec["metrics"]["comm"]
+    assert set(comm["bytes_per_step_by_kind"]) >= {"all_gather", "reduce_scatter"}
+    assert comm["total_bytes_per_step"] == pytest.approx(sum(comm["bytes_per_step_by_kind"].values()))
+    assert 0.95 <= comm["ratio"] <= 1.05
+    report = run_cli("report", str(out), env={"COLUMNS": "250"})
+    assert report.returncode == 0, report.stderr
+    mib = f"{ms['measured']['total'] / 2**20:.2f} / {ms['analytic']['total'] / 2**20:.2f}"
+    assert mib in report.stdout
+    rows = json.loads(run_cli("report", str(out), "--json").stdout)
+    assert rows[0]["metrics.memory.model_state_bytes.measured.total"] == ms["measured"]["total"]
