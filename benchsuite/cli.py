@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -29,11 +30,12 @@ def _print_json(doc) -> None:
 
 
 def cmd_run(args) -> int:
+    suite = load_suite(args.suite)  # before the heavy imports: a bad file is refused at once
+
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from benchsuite.launch import Rendezvous, run_suite
 
-    suite = load_suite(args.suite)
     if args.nnodes > 1 and not args.rdzv_endpoint:
         raise UsageError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (the first node's address)")
     rdzv = Rendezvous(nnodes=args.nnodes, node_rank=args.node_rank, endpoint=args.rdzv_endpoint,
@@ -41,6 +43,15 @@ def cmd_run(args) -> int:
     runs_here = [r for r in suite.runs if r.nodes == rdzv.nnodes]
     if not runs_here:
         raise UsageError(f"{args.suite}: no run of this suite has nodes = {rdzv.nnodes}")
+    out_dir = Path(args.out)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UsageError(f"--out {out_dir}: exists and is not a folder; give a results folder (created if missing)")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--out {out_dir}: cannot create the results folder: {e.strerror or e}") from None
+    if not os.access(out_dir, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {out_dir}: the results folder is not writable")
     progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                         TimeElapsedColumn(), console=err, transient=True, disable=args.json)
     task = progress.add_task(suite.name, total=len(suite.runs))
@@ -53,9 +64,15 @@ def cmd_run(args) -> int:
         if not args.json:
             progress.console.print(_outcome_line(payload))
 
-    with progress:
-        outcomes = run_suite(suite, args.out, resume=args.resume, peak_tflops=args.peak_tflops, rdzv=rdzv,
-                             on_event=on_event)
+    try:
+        with progress:
+            outcomes = run_suite(suite, args.out, resume=args.resume, peak_tflops=args.peak_tflops, rdzv=rdzv,
+                                 on_event=on_event)
+    except OSError as e:  # disk full, folder removed mid-suite, ...: say so, no traceback
+        err.print(f"benchsuite: cannot write to the results folder {args.out}: {e}\n"
+                  "records completed before this are kept; free space and rerun the same command to resume",
+                  markup=False, soft_wrap=True)
+        return 1
     summary = {"suite": suite.name, "out": str(args.out),
                "runs": [{"workload": o.run.workload, "world_size": o.run.world_size, "scaling": o.run.scaling,
                          "run_key": o.run_key, "status": o.status, "record": o.record_path, "error": o.error}
@@ -70,7 +87,12 @@ def cmd_run(args) -> int:
 
 
 def _outcome_line(o) -> str:
-    from rich.markup import escape
+    from rich.markup import escape as _escape
+
+    from benchsuite.results.report import printable
+
+    def escape(text) -> str:
+        return _escape(printable(text))
 
     name = escape(f"{o.run.workload} · world {o.run.world_size} · {o.run.scaling}")
     if o.status == "failed":
@@ -80,7 +102,13 @@ def _outcome_line(o) -> str:
     rec = json.loads(Path(o.record_path).read_text())
     m = rec["metrics"]
     mfu = f"{m['mfu']:.1%}" if m.get("mfu") is not None else "n/a"
-    return f"[green]✓[/green] {name}: {m['tokens_per_s']:,.0f} tok/s, MFU {mfu}, {o.duration_s:.1f} s"
+    tps = f"{m['tokens_per_s']:,.0f}" if m.get("tokens_per_s") is not None else "n/a"
+    line = f"[green]✓[/green] {name}: {tps} tok/s, MFU {mfu}, {o.duration_s:.1f} s"
+    if rec.get("flags"):  # impossible figures (results/sanity.py) are never shown as a plain ok
+        from benchsuite.results.sanity import flag_summary
+
+        line += f"\n  [yellow]⚠ flagged:[/yellow] {escape(flag_summary(rec['flags']))}"
+    return line
 
 
 def _load_df(path):
@@ -98,9 +126,11 @@ def cmd_list(args) -> int:
     if args.json:
         _print_json(rows)
         return 0
-    for r in rows:
-        out.print(f"{r['run_key']}  {r['status']:6}  {r['suite']}/{r['workload']}  w{r['world_size']} "
-                  f"n{r['nodes']} {r['scaling']}  {r['started_at']}", markup=False)
+    from benchsuite.results.report import printable
+
+    for r in rows:  # printable: a record's strings never drive the terminal (escape sequences)
+        out.print(printable(f"{r['run_key']}  {r['status']:6}  {r['suite']}/{r['workload']}  w{r['world_size']} "
+                            f"n{r['nodes']} {r['scaling']}  {r['started_at']}"), markup=False)
     if not rows:
         err.print(f"no records in {args.dir}")
     return 0
@@ -151,9 +181,9 @@ def cmd_flops(args) -> int:
         _print_json({"suite": suite.name, "runs": rows})
     else:
         for r in rows:
-            out.print(f"{r['workload']:<24} w{r['world_size']:<3} params {r['params'] / 1e6:9.2f} M  "
-                      f"active {r['params_active'] / 1e6:9.2f} M  model {r['model_flops_per_token'] / 1e9:8.3f} "
-                      f"GFLOP/tok  executed {r['executed_flops_per_token'] / 1e9:8.3f} GFLOP/tok", markup=False)
+            out.print(f"{r['workload']:<24} w{r['world_size']:<3} params {r['params']:10.4g}  "
+                      f"active {r['params_active']:10.4g}  model {r['model_flops_per_token']:10.4g} FLOP/tok  "
+                      f"executed {r['executed_flops_per_token']:10.4g} FLOP/tok", markup=False)
     return 0
 
 

@@ -12,6 +12,7 @@ import hashlib
 import itertools
 import json
 import math
+import re
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -185,6 +186,15 @@ SWEEP_KEYS = {"world_size", "nodes", "scaling"}
 TOP_KEYS = {"suite", "defaults", "workload", "sweep", "energy", "carbon"}
 
 
+_INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _qkey(key: str) -> str:
+    """A key as TOML would quote it, so an empty or odd key is visible in a problem's path."""
+    return key if _BARE_KEY.fullmatch(key) else json.dumps(key)
+
+
 def _type_name(t) -> str:
     return getattr(t, "__name__", str(t))
 
@@ -198,8 +208,10 @@ def _check_value(t, v) -> str | None:
         if opt is bool and isinstance(v, bool):
             return None
         if opt is int and isinstance(v, int) and not isinstance(v, bool):
-            return None
+            return None if _INT_MIN <= v <= _INT_MAX else "out of range: TOML integers are 64-bit"
         if opt is float and isinstance(v, (int, float)) and not isinstance(v, bool):
+            if isinstance(v, int) and not _INT_MIN <= v <= _INT_MAX:
+                return "out of range: TOML integers are 64-bit"
             if isinstance(v, float) and not math.isfinite(v):
                 return "must be a finite number"
             return None
@@ -218,7 +230,7 @@ def _build_section(cls, raw: Any, where: str, problems: list) -> Any:
     values, ok = {}, True
     for key, v in raw.items():
         if key not in known:
-            problems.append((f"{where}.{key}", f"unknown key; valid keys: {', '.join(known)}"))
+            problems.append((f"{where}.{_qkey(key)}", f"unknown key; valid keys: {', '.join(known)}"))
             ok = False
             continue
         err = _check_value(hints[key], v)
@@ -245,6 +257,21 @@ def _merge(base: dict, over: dict) -> dict:
 def _check_model(model: ModelConfig, where: str, problems: list) -> None:
     if model.hidden % model.heads:
         problems.append((f"{where}.model.heads", f"heads ({model.heads}) must divide hidden ({model.hidden})"))
+
+
+def _check_data(train: TrainConfig, model: ModelConfig, where: str, problems: list) -> None:
+    """train.data must exist and fit model.vocab before anything is launched (data.py, imported only
+    when needed: it brings torch). Relative paths resolve against the working directory, as in the worker."""
+    if train.data == "synthetic":
+        return
+    from benchsuite.data import BYTE_VOCAB, check_data_spec
+
+    problem = check_data_spec(train.data)
+    if problem:
+        problems.append((f"{where}.train.data", problem.removeprefix("train.data: ")))
+    elif train.data == "builtin" and model.vocab < BYTE_VOCAB:
+        problems.append((f"{where}.model.vocab", f"train.data = \"builtin\" is byte-level: it needs model.vocab "
+                                                 f">= {BYTE_VOCAB}, got {model.vocab}"))
 
 
 def _check_run(run: RunConfig, where: str, problems: list) -> None:
@@ -300,7 +327,7 @@ def _sweep_lists(raw: Any, where: str, problems: list) -> dict[str, list]:
         return out
     for key, v in raw.items():
         if key not in SWEEP_KEYS:
-            problems.append((f"{where}.{key}", f"unknown key; valid keys: {', '.join(sorted(SWEEP_KEYS))}"))
+            problems.append((f"{where}.{_qkey(key)}", f"unknown key; valid keys: {', '.join(sorted(SWEEP_KEYS))}"))
             continue
         values = v if isinstance(v, list) else [v]
         if not values:
@@ -321,14 +348,14 @@ def parse_suite(doc: dict, path: str | Path = "<string>") -> Suite:
     problems: list[tuple[str, str]] = []
     for key in doc:
         if key not in TOP_KEYS:
-            problems.append((key, f"unknown top-level key; valid keys: {', '.join(sorted(TOP_KEYS))}"))
+            problems.append((_qkey(key), f"unknown top-level key; valid keys: {', '.join(sorted(TOP_KEYS))}"))
     suite = doc.get("suite", {})
     if not isinstance(suite, dict):
         problems.append(("suite", "expected a table"))
         suite = {}
     for key in suite:
         if key not in ("name", "description"):
-            problems.append((f"suite.{key}", "unknown key; valid keys: name, description"))
+            problems.append((f"suite.{_qkey(key)}", "unknown key; valid keys: name, description"))
     name = suite.get("name", Path(str(path)).stem)
     if not isinstance(name, str) or not name.strip():
         problems.append(("suite.name", "expected a non-empty string"))
@@ -344,7 +371,7 @@ def parse_suite(doc: dict, path: str | Path = "<string>") -> Suite:
         defaults = {}
     for key in defaults:
         if key not in SECTIONS:
-            problems.append((f"defaults.{key}", f"unknown key; valid keys: {', '.join(SECTIONS)}"))
+            problems.append((f"defaults.{_qkey(key)}", f"unknown key; valid keys: {', '.join(SECTIONS)}"))
 
     suite_energy = _build_section(EnergyConfig, doc.get("energy", {}), "energy", problems)
     suite_carbon = _build_section(CarbonConfig, doc.get("carbon", {}), "carbon", problems)
@@ -372,7 +399,7 @@ def parse_suite(doc: dict, path: str | Path = "<string>") -> Suite:
         where = f"workload[{i}] ({wname})"
         for key in raw:
             if key not in WORKLOAD_KEYS:
-                problems.append((f"{where}.{key}", f"unknown key; valid keys: {', '.join(sorted(WORKLOAD_KEYS))}"))
+                problems.append((f"{where}.{_qkey(key)}", f"unknown key; valid keys: {', '.join(sorted(WORKLOAD_KEYS))}"))
         kind = raw.get("kind", "dense")
         if kind not in ("dense", "moe"):
             problems.append((f"{where}.kind", f"must be 'dense' or 'moe', got {kind!r}"))
@@ -399,6 +426,7 @@ def parse_suite(doc: dict, path: str | Path = "<string>") -> Suite:
         if any(v is None for v in built.values()) or kind not in ("dense", "moe"):
             continue
         _check_model(built["model"], where, problems)
+        _check_data(built["train"], built["model"], where, problems)
         sweep = {**SWEEP_DEFAULTS, **suite_sweep, **own_sweep}
         sweep_id = f"{name}/{wname}"
         for ws, nodes, scaling in itertools.product(sweep["world_size"], sweep["nodes"], sweep["scaling"]):

@@ -58,6 +58,26 @@ def _become_subreaper() -> None:
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
 
 
+def _die_with_launcher() -> Callable[[], None] | None:
+    """preexec_fn for torchrun: SIGTERM it when this launcher dies, even by SIGKILL (PR_SET_PDEATHSIG), so
+    torchrun stops its ranks (which die with torchrun, worker._die_with_parent) instead of running on, orphaned.
+    prctl is looked up here, before the fork: the child only makes the call."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    launcher, sigterm = os.getpid(), int(signal.SIGTERM)
+
+    def preexec() -> None:
+        prctl(1, sigterm)  # PR_SET_PDEATHSIG
+        if os.getppid() != launcher:  # the launcher died between fork and prctl
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
+
+
 def torchrun_command(run: RunConfig, key: str, workdir: Path, rdzv: Rendezvous) -> list[str]:
     """The worker gets one positional argument, its work folder (run.json inside): torchrun's own
     parser would otherwise claim any --option that abbreviates one of its flags."""
@@ -152,7 +172,7 @@ def launch_run(run: RunConfig, key: str, out_dir: Path, hardware: dict, rdzv: Re
         cmd = torchrun_command(run, key, workdir, rdzv)
         with open(log_path, "w") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, env=worker_env(run))
+                                    start_new_session=True, env=worker_env(run), preexec_fn=_die_with_launcher())
             try:
                 returncode = proc.wait(timeout=run.train.timeout_s)
                 error = None

@@ -26,7 +26,7 @@ from benchsuite.metrics.flops import flops_per_token
 from conftest import REPO, run_cli
 
 SHIPPED = sorted((REPO / "workloads").glob("*.toml"))
-FUZZ = settings(max_examples=150, deadline=None, derandomize=True, database=None,
+FUZZ = settings(max_examples=400, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 # ----------------------------------------------------------------------------- a tiny TOML writer
@@ -115,6 +115,14 @@ def check_loads_or_names_a_key(path: Path, text_desc: str = "") -> str:
             json.dumps(d, allow_nan=False)  # the record's config must be strict JSON
             assert RunConfig.from_dict(copy.deepcopy(d)) == run
             assert run.nproc_per_node * run.nodes == run.world_size
+            # what the launcher and parallel/ take for granted of a validated run
+            assert run.data_parallel >= 1 and run.micro_batch_per_rank >= 1
+            assert run.world_size % run.parallel.tensor == 0 and run.model.hidden % run.model.heads == 0
+            if run.parallel.tensor > 1:
+                assert run.model.heads % run.parallel.tensor == 0 and run.model.vocab % run.parallel.tensor == 0
+            if run.parallel.expert > 1:
+                assert run.kind == "moe" and run.moe.experts % run.parallel.expert == 0
+                assert run.data_parallel % run.parallel.expert == 0
             run.run_key({"gpus": [], "cpu": "x", "machine": "y"})
             f = flops_per_token(run)
             assert f["model_per_token"] > 0 and math.isfinite(f["model_per_token"])
@@ -205,7 +213,7 @@ def test_mutated_shipped_suites_load_or_raise_config_error(suite_file, data):
             break
         where = data.draw(st.sampled_from(paths), label="path")
         parent, last = _parent(doc, where), where[-1]
-        new = data.draw(WRONG, label="value")
+        new = copy.deepcopy(data.draw(WRONG, label="value"))  # never mutate a strategy's constant
         if new is None or new == "delete":
             del parent[last]
         elif data.draw(st.booleans(), label="add a sibling key instead") and isinstance(parent, dict):
@@ -214,6 +222,34 @@ def test_mutated_shipped_suites_load_or_raise_config_error(suite_file, data):
             parent[last] = new
     suite_file.write_text(to_toml(doc), encoding="utf-8")
     _count("mutated", check_loads_or_names_a_key(suite_file))
+
+
+SMALL = st.integers(0, 8)
+COMBO_DOCS = st.fixed_dictionaries({
+    "defaults": st.fixed_dictionaries({
+        "model": st.fixed_dictionaries({"layers": st.integers(1, 3), "hidden": st.sampled_from([24, 32, 48, 64]),
+                                        "heads": st.integers(1, 8), "vocab": st.sampled_from([96, 128, 256, 300])}),
+        "train": st.fixed_dictionaries({"micro_batch": SMALL, "data": st.sampled_from(["synthetic", "builtin"])}),
+        "parallel": st.fixed_dictionaries({"tensor": st.integers(1, 4), "zero": st.integers(0, 3),
+                                           "expert": st.integers(1, 4)})}),
+    "workload": st.lists(st.fixed_dictionaries({"name": st.sampled_from(["a", "b", "c"]),
+                                                "kind": st.sampled_from(["dense", "moe"])},
+                                               optional={"moe": st.fixed_dictionaries(
+                                                   {"experts": st.integers(1, 8), "every": st.integers(1, 4)})}),
+                         min_size=1, max_size=2),
+    "sweep": st.fixed_dictionaries({"world_size": st.lists(st.integers(1, 8), min_size=1, max_size=3),
+                                    "nodes": st.lists(st.integers(1, 2), min_size=1, max_size=2),
+                                    "scaling": st.sampled_from(["weak", "strong", ["weak", "strong"]])}),
+})
+
+
+@FUZZ
+@given(doc=COMBO_DOCS)
+def test_parallel_combinations_are_valid_or_refused_before_launch(suite_file, doc):
+    """Plausible values, many impossible together (tensor vs heads, expert vs experts and data parallel,
+    strong scaling vs batch, nodes vs world size): a suite that loads satisfies every precondition."""
+    suite_file.write_text(to_toml(doc), encoding="utf-8")
+    _count("combinations", check_loads_or_names_a_key(suite_file))
 
 
 @FUZZ
@@ -272,7 +308,7 @@ def test_run_refuses_an_invalid_suite_before_creating_anything(tmp_path, capsys,
     assert not out.exists()
 
 
-@pytest.mark.parametrize("case", ["syntax", "missing data"])
+@pytest.mark.parametrize("case", ["syntax", "wrong type"])
 def test_run_refuses_an_invalid_suite_as_a_process_exit_2_no_traceback(tmp_path, case):
     text, key = INVALID[case]
     bad, out = tmp_path / "bad.toml", tmp_path / "out"

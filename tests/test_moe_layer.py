@@ -208,3 +208,17 @@ def test_random_second_expert_under_recompute_needs_preserved_rng():
         grads.append([p.grad.clone() for p in layer.parameters()])
     for a, b in zip(*grads):
         assert_close(a, b, rtol=1e-6, atol=0.0)
+
+
+def test_expert_choice_without_z_loss_returns_no_aux_term():
+    """A constant zero aux output breaks compiled backward graphs (no gradient flows to it)."""
+    from benchsuite.config import ModelConfig, MoEConfig
+    from benchsuite.models.moe import MoELayer
+
+    cfg = ModelConfig(hidden=16, heads=2)
+    x = torch.randn(2, 8, 16)
+    assert MoELayer(cfg, MoEConfig(experts=4, router="expert_choice"))(x)[1] is None
+    _, aux = MoELayer(cfg, MoEConfig(experts=4, router="expert_choice", z_loss_coef=1e-3))(x)
+    assert aux.requires_grad
+    _, aux = MoELayer(cfg, MoEConfig(experts=4, router="switch"))(x)
+    assert aux.requires_grad

@@ -39,15 +39,18 @@ def test_killing_the_writer_mid_write_leaves_no_truncated_record(tmp_path):
     out = tmp_path / "out"
     src = tmp_path / "rec.json"
     src.write_text(json.dumps(make_record(steps=200_000)))
-    for delay in (1.0, 1.3, 1.6, 1.9, 2.2):
+    for delay in (0.0, 0.05, 0.1, 0.2, 0.3):
         proc = subprocess.Popen([sys.executable, "-c", WRITER, str(out), str(src)])
-        time.sleep(delay)
+        deadline = time.monotonic() + 120
+        while not any(out.glob("*.json")) and time.monotonic() < deadline:  # one whole write done
+            time.sleep(0.02)
+        time.sleep(delay)  # then kill it somewhere inside one of its next writes
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # a corrupt record would warn
             recs = load_records(out)
-        assert all(len(r["steps"]) == 200_000 for r in recs)
+        assert len(recs) == 1 and len(recs[0]["steps"]) == 200_000
     assert len(load_records(out)) == 1
     leftovers = [p.name for p in out.iterdir() if p.suffix == ".tmp"]
     assert all(name.startswith(".") for name in leftovers)  # hidden temp files only, never loaded

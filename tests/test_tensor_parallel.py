@@ -6,7 +6,8 @@ benchsuite.parallel.parallelize and trains it with the worker's own train_step, 
 single-process reference trained on the concatenated global batch. Checked (fp32, relative
 error ‖a − b‖ / ‖b‖ ≤ 1e-5): logits (gathered from the vocab shards), the loss, every gradient
 after the first backward (gathered), and every weight after 3 AdamW steps. Also: the logits stay
-vocab-sharded (no rank holds the full-vocabulary logits) and the collectives seen are all-reduces.
+vocab-sharded (no rank holds the full-vocabulary logits), the collectives seen are all-reduces,
+and the parameter, gradient and Adam-state bytes a rank holds match the per-rank formula.
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ def make_ctx(rank: int, world: int, dp: int, tp: int, zero: int = 0):
 def train_and_compare(rank: int, world: int, run: RunConfig, ctx) -> dict:
     """Parallel model vs reference; returns the largest relative errors and layout facts."""
     from benchsuite.metrics.comm import CommCounter
+    from benchsuite.metrics.memory import ModelStateProbe, implementation_model_state, params_per_rank
     from benchsuite.models.transformer import build_model
     from benchsuite.parallel import parallelize
     from benchsuite.parallel.zero import make_adamw
@@ -101,7 +103,8 @@ def train_and_compare(rank: int, world: int, run: RunConfig, ctx) -> dict:
     grad_err, loss_err, comm = 0.0, None, None
     for step in range(STEPS):
         x, y = global_batch(step, dp, run.model.vocab, run.model.seq_len)
-        probe = GradCapture(par.model) if step == 0 else None
+        probe = GradCapture(par.model) if step == 0 else ModelStateProbe(par.model, par.optimizer) if step == 2 \
+            else None
         counter = CommCounter() if step == 1 else None
         if counter:
             with counter:
@@ -117,6 +120,11 @@ def train_and_compare(rank: int, world: int, run: RunConfig, ctx) -> dict:
                 grad_err = max(grad_err, rel(probe.grads[n], p.grad))
         ref_opt.step()
         ref_opt.zero_grad(set_to_none=True)
+        if step == 2:
+            probe.close()
+            analytic = implementation_model_state(params_per_rank(run.model, tp=ctx.dims.tp), dp, 0, "fp32",
+                                                  replicate=dp > 1)
+            out["state_ratio"] = {k: probe.result()[k] / analytic[k] for k in ("params", "grads", "optimizer")}
     ref_params = dict(ref.named_parameters())
     out["params"] = max(rel(full(p), ref_params[clean_name(n)]) for n, p in par.model.named_parameters())
     out.update(loss=loss_err, grads=grad_err, comm_kinds=sorted(comm["calls_by_kind"]),
@@ -157,6 +165,8 @@ def test_tensor_parallel_matches_single_process(world, tmp_path):
             assert r["grads"] <= TOL, f"{where}: grad rel err {r['grads']:.2e}"
             assert r["params"] <= TOL, f"{where}: params after {STEPS} steps rel err {r['params']:.2e}"
             assert r["logits_local_vocab"] == CFG.vocab // tp, f"{where}: logits must stay vocab-sharded"
+            for part, ratio in r["state_ratio"].items():  # gradients and Adam state sharded like the weights
+                assert abs(ratio - 1) <= 0.05, f"{where}: measured {part} {ratio:.3f}× the formula"
             assert "all_reduce" in r["comm_kinds"], where
             assert tp in r["comm_groups"]["all_reduce"], where
             if dp > 1:

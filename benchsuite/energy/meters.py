@@ -274,6 +274,7 @@ class NodeEnergyMonitor:
         self.notes = list(notes or [])
         self.idle_w: dict[str, float | None] | None = None
         self._open: dict[str, float] = {}
+        self._begin_failed: dict[tuple[str, int], Figure] = {}   # (window, meter index): why its start failed
 
     @classmethod
     def create(cls, devices: Iterable[Any] = (), energy_cfg=None, *, rank: int = 0,
@@ -307,8 +308,10 @@ class NodeEnergyMonitor:
             raise ValueError(f"energy window {name!r} is already open")
         self._sync()
         self._open[name] = time.monotonic()
-        for g in self.gpu_meters:
-            _safe(lambda: g.begin(name))
+        for i, g in enumerate(self.gpu_meters):
+            failed = _safe(lambda: g.begin(name), default_reason="GPU meter failed at window start")
+            if failed is not None:
+                self._begin_failed[(name, i)] = failed
         _safe(lambda: self.cpu_sensor.begin(name))
 
     def end(self, name: str) -> WindowResult:
@@ -318,8 +321,8 @@ class NodeEnergyMonitor:
         self._sync()
         window_s = time.monotonic() - self._open.pop(name)
         gpus = []
-        for g in self.gpu_meters:
-            fig = _safe(lambda: g.end(name), default_reason="GPU meter failed")
+        for i, g in enumerate(self.gpu_meters):
+            fig = self._begin_failed.pop((name, i), None) or _safe(lambda: g.end(name), default_reason="GPU meter failed")
             gpus.append(DeviceEnergy(g.uuid, g.name, g.cuda_index, self._finish(fig, window_s, f"gpu:{g.uuid}")))
         cpu_figs = _safe(lambda: self.cpu_sensor.end(name), default_reason="CPU sensor failed", many=True)
         reasons = list(self.notes)

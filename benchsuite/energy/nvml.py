@@ -209,6 +209,10 @@ class NvmlGpuMeter:
                 counter_j = (self._counter_mj() - state["mj"]) / 1000.0
             except EnergyError as e:
                 reasons.append(f"counter failed at window end: {e}")
+            if counter_j is not None and counter_j < 0:  # the counter restarts on a GPU reset / driver reload
+                reasons.append(f"energy counter went backwards by {-counter_j:.3f} J during the window "
+                               "(GPU reset or driver reload?)")
+                counter_j = None
         else:
             reasons.append(state["counter_error"])
         sampled_j = None

@@ -22,7 +22,10 @@ torch's ZeroRedundancyOptimizer all-reduces full gradients (DDP) and then broadc
 updated parameters, Ψ more: about 1.5× the paper's stage-1 figure, which the ratio shows.
 Megatron (Shoeybi et al. 2019, §3): per layer two all-reduces of the b·s·h activations in forward
 and two in backward, plus one each for the vocab-parallel embedding (forward) and the LM head's
-input (backward): (4L + 2) all-reduces of b·s·h elements per micro-batch.
+input (backward): (4L + 2) all-reduces of b·s·h elements per micro-batch. MoE layers (replicated
+under tensor parallelism) contribute only their attention's two; full recompute repeats each
+layer's forward all-reduces in backward. FSDP2 (stages 2, 3) communicates for every micro-batch;
+DDP's paper figure is once per optimizer step (see paper_bytes for grad_accum > 1).
 """
 
 from __future__ import annotations
@@ -133,9 +136,10 @@ class CommCounter(TorchDispatchMode):
                 "total_bytes": sum(self.sent.values())}
 
 
-def paper_bytes(run, precision: str) -> tuple[float | None, str]:
-    """(bytes per rank per step, formula) by the ZeRO and Megatron volumes, ring convention."""
-    from benchsuite.metrics.memory import params_per_rank
+def paper_bytes(run, precision: str, impl: dict | None = None) -> tuple[float | None, str]:
+    """(bytes per rank per step, formula) by the ZeRO and Megatron volumes, ring convention.
+    precision: the compute precision (activations); impl: the record's implementation dict."""
+    from benchsuite.metrics.memory import fsdp_param_precision, params_per_rank
 
     if run.parallel.expert > 1:
         return None, "expert parallelism: no paper volume modelled"
@@ -143,28 +147,43 @@ def paper_bytes(run, precision: str) -> tuple[float | None, str]:
     psi = params_per_rank(run.model, run.moe, t)
     stage = run.parallel.zero if n > 1 else 0
     total, parts = 0.0, []
+    accum = run.train.grad_accum
     if n > 1:
         if stage in (0, 1):
-            # DDP all-reduces fp32 gradients (autocast keeps fp32 params): 2Ψ elements.
+            # DDP all-reduces fp32 gradients (autocast keeps fp32 params): 2Ψ elements, once per step
+            # in the paper; the worker does not skip the sync on accumulation micro-batches, so with
+            # grad_accum > 1 the measured figure is grad_accum times this.
             total += 2 * psi * 4 * (n - 1) / n
             parts.append("2Ψ·4B·(N−1)/N")
         else:
-            gathered = 2 if precision == "bf16" else 4  # FSDP2 gathers in param_dtype, reduces in fp32
+            # FSDP2 gathers in param_dtype and reduces in fp32, for every micro-batch.
+            gathered = 2 if fsdp_param_precision(impl) == "bf16" else 4
             gathers = 1 if stage == 2 else 2
-            total += (gathers * gathered + 4) * psi * (n - 1) / n
-            parts.append(f"({gathers}·{gathered}B + 4B)Ψ·(N−1)/N" + (" (≈3Ψ)" if stage == 3 else " (2Ψ)"))
+            total += (gathers * gathered + 4) * psi * (n - 1) / n * accum
+            parts.append(f"({gathers}·{gathered}B + 4B)Ψ·(N−1)/N" + (" (≈3Ψ)" if stage == 3 else " (2Ψ)")
+                         + (" per micro-batch" if accum > 1 else ""))
     if t > 1:
         m = run.model
         act = 2 if precision == "bf16" else 4
-        per_micro = (4 * m.layers + 2) * run.micro_batch_per_rank * m.seq_len * m.hidden * act
-        total += per_micro * run.train.grad_accum * 2 * (t - 1) / t
-        parts.append(f"(4L+2)·b·s·h·{act}B·2(t−1)/t per micro-batch")
+        moe_layers = 0 if run.moe is None else m.layers // run.moe.every
+        # forward: one all-reduce after attention, one after a dense MLP (MoE layers stay replicated),
+        # in the compute dtype (the row-parallel matmul's output; full recompute repeats them);
+        # the embedding's forward and every backward one (f operators, the LM head's input) carry
+        # fp32: autocast keeps the residual stream, and so its gradients, in fp32.
+        fwd = m.layers + (m.layers - moe_layers)
+        n_act = fwd * (2 if run.train.recompute == "full" else 1)
+        n_fp32 = 1 + fwd + 1
+        per_micro = (n_act * act + n_fp32 * 4) * run.micro_batch_per_rank * m.seq_len * m.hidden
+        total += per_micro * accum * 2 * (t - 1) / t
+        parts.append(f"({n_act}·{act}B + {n_fp32}·4B)·b·s·h·2(t−1)/t per micro-batch "
+                     f"({n_act + n_fp32} all-reduces: 4L+2{', MoE layers 2' if moe_layers else ''}"
+                     f"{', + recompute' if run.train.recompute == 'full' else ''})")
     if not parts:
         return 0.0, "single process: no collectives"
     return total, " + ".join(parts)
 
 
-def comm_record(run, per_rank: list[dict], precision: str) -> dict:
+def comm_record(run, per_rank: list[dict], precision: str, impl: dict | None = None) -> dict:
     """metrics.comm: rank 0's bytes by kind, the largest rank's total, and the paper's volume."""
     valid = [r for r in per_rank if r]
     if not valid:
@@ -172,11 +191,18 @@ def comm_record(run, per_rank: list[dict], precision: str) -> dict:
                 "ratio": None}
     r0 = valid[0]
     total = max(r["total_bytes"] for r in valid)
-    paper, formula = paper_bytes(run, precision)
+    paper, formula = paper_bytes(run, precision, impl)
+    notes = []
+    if run.data_parallel > 1 and run.parallel.zero == 1:
+        notes.append("torch's ZeroRedundancyOptimizer all-reduces full gradients and then broadcasts the updated "
+                     "parameters: about 1.5x the paper's stage-1 volume")
+    if run.data_parallel > 1 and run.parallel.zero in (0, 1) and run.train.grad_accum > 1:
+        notes.append("gradients are all-reduced on every accumulation micro-batch (no no_sync): "
+                     "grad_accum times the paper's once-per-step volume")
     return {"bytes_per_step_by_kind": r0["bytes_by_kind"], "payload_bytes_per_step_by_kind": r0["payload_bytes_by_kind"],
             "calls_per_step_by_kind": r0["calls_by_kind"], "total_bytes_per_step": total,
             "per_rank_total_bytes": [r["total_bytes"] for r in valid],
             "paper_bytes_per_step": paper, "paper_formula": formula,
-            "ratio": (total / paper) if paper else None,
+            "ratio": (total / paper) if paper else None, "note": "; ".join(notes) or None,
             "method": "TorchDispatchMode over c10d and functional collectives during one warm-up step; "
                       "bytes sent per rank with ring algorithms"}

@@ -10,6 +10,7 @@ and in PaLM's MFU (Chowdhery et al. 2022, appendix B).
 
 from __future__ import annotations
 
+import math
 import time
 import warnings
 from dataclasses import dataclass
@@ -84,28 +85,38 @@ def flops_per_token(run: RunConfig) -> dict:
     }
 
 
-def _cpu_sdpa_formulas() -> dict:
-    """FlopCounterMode knows the CUDA SDPA kernels but not the CPU flash kernel; map it to the same formula."""
+def _extra_formulas() -> dict:
+    """Ops FlopCounterMode does not know: SDPA's CPU flash kernel (same formula as on CUDA)
+    and torch._grouped_mm (the expert GEMMs of MoE layers on sm90)."""
     from torch.utils import flop_counter
 
-    def forward(q, k, v, *args, out_shape=None, **kwargs):
+    def sdpa_forward(q, k, v, *args, out_shape=None, **kwargs):
         return flop_counter.sdpa_flop_count(q, k, v)
 
-    def backward(grad_out, q, k, v, *args, out_shape=None, **kwargs):
+    def sdpa_backward(grad_out, q, k, v, *args, out_shape=None, **kwargs):
         return flop_counter.sdpa_backward_flop_count(grad_out, q, k, v)
 
+    def grouped_mm(a, b, *args, out_shape=None, **kwargs):
+        # 2D x 2D (weight gradients) contracts over the grouped rows: out [G, K, N]; else out x K.
+        if len(a) == 2 and len(b) == 2 and len(out_shape) == 3:
+            return 2 * (math.prod(out_shape) // out_shape[0]) * a[-1]
+        return 2 * math.prod(out_shape) * a[-1]
+
     aten = torch.ops.aten
-    if not hasattr(aten, "_scaled_dot_product_flash_attention_for_cpu"):
-        return {}
-    return {aten._scaled_dot_product_flash_attention_for_cpu: forward,
-            aten._scaled_dot_product_flash_attention_for_cpu_backward: backward}
+    mapping = {}
+    if hasattr(aten, "_scaled_dot_product_flash_attention_for_cpu"):
+        mapping[aten._scaled_dot_product_flash_attention_for_cpu] = sdpa_forward
+        mapping[aten._scaled_dot_product_flash_attention_for_cpu_backward] = sdpa_backward
+    if hasattr(aten, "_grouped_mm"):
+        mapping[aten._grouped_mm] = grouped_mm
+    return mapping
 
 
 def flop_counter():
-    """A FlopCounterMode that also counts SDPA on CPU; use as a context manager over one step."""
+    """A FlopCounterMode that also counts SDPA on CPU and grouped GEMMs; a context manager over one step."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    return FlopCounterMode(display=False, custom_mapping=_cpu_sdpa_formulas())
+    return FlopCounterMode(display=False, custom_mapping=_extra_formulas())
 
 
 # Peak dense tensor-core FLOP/s by device and precision (no sparsity), from vendor datasheets:

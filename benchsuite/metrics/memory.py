@@ -261,13 +261,20 @@ class ModelStateProbe:
         return {**parts, "total": total, "gathered_params": self.gathered}
 
 
-def applied_stage(run, impl: dict | None) -> int:
+def applied_stage(run) -> int:
     """The ZeRO stage actually applied: 0 when there is a single data-parallel rank."""
     return run.parallel.zero if run.data_parallel > 1 else 0
 
 
-def model_state_record(run, measured_per_rank: list[dict], precision: str) -> dict:
-    """metrics.memory.model_state_bytes: measured (the largest rank) beside the analytic formula."""
+def fsdp_param_precision(impl: dict | None) -> str:
+    """"bf16" when FSDP2 gathers bf16 parameters (a MixedPrecisionPolicy was applied), else "fp32"."""
+    return "bf16" if impl and "MixedPrecisionPolicy" in str(impl.get("data", "")) else "fp32"
+
+
+def model_state_record(run, measured_per_rank: list[dict], precision: str, impl: dict | None = None) -> dict:
+    """metrics.memory.model_state_bytes: measured (the largest rank) beside the analytic formula.
+    precision: the run's compute precision; impl: the record's implementation dict (which says
+    whether FSDP2 ran under a bf16 MixedPrecisionPolicy)."""
     valid = [m for m in measured_per_rank if m and m.get("total") is not None]
     measured = max(valid, key=lambda m: m["total"]) if valid else None
     out = {"measured": ({k: measured[k] for k in ("params", "grads", "optimizer", "total")} if measured else None),
@@ -277,14 +284,15 @@ def model_state_record(run, measured_per_rank: list[dict], precision: str) -> di
     if run.parallel.expert > 1:
         out.update(analytic=None, formula=None, note="expert parallelism: per-rank parameters not modelled here")
         return out
-    stage = applied_stage(run, None)
+    stage = applied_stage(run)
     n = run.data_parallel
     psi = params_per_rank(run.model, run.moe, run.parallel.tensor)
     replicate = run.parallel.tensor > 1 and n > 1
-    analytic = implementation_model_state(psi, n, stage, precision, replicate=replicate)
+    analytic = implementation_model_state(psi, n, stage, fsdp_param_precision(impl), replicate=replicate)
     paper_c = PAPER if precision == "bf16" else FP32
     paper = zero_model_state(psi, n, stage, paper_c)
-    label = ("DDP via replicate_with_fsdp" if replicate else STAGE_LABELS[stage]) if n > 1 else "single process"
+    label = ("DDP via replicate_with_fsdp" if replicate else STAGE_LABELS[stage]) if n > 1 else \
+        "no data parallelism"
     if run.parallel.tensor > 1:
         label += f", TP {run.parallel.tensor} (Ψ per tensor rank)"
     out.update({

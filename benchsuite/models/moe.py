@@ -285,7 +285,8 @@ class Experts(nn.Module):
 # ----------------------------------------------------------------------------- layer
 
 class MoELayer(nn.Module):
-    """Drop-in FFN: forward(x [B, T, H]) -> (y [B, T, H], aux [] fp32 = balance + z loss).
+    """Drop-in FFN: forward(x [B, T, H]) -> (y [B, T, H], aux [] fp32 = balance + z loss, or None
+    when no loss term applies, see has_aux_loss).
 
     Routing is over all B*T tokens of the local batch, in fp32. After each forward
     `last_stats` holds detached 0-d tensors (no host sync): dropped_frac (see each
@@ -324,7 +325,14 @@ class MoELayer(nn.Module):
         weighted = ys.float() * r.weight.unsqueeze(-1)  # [E, C, H] fp32, 0 in empty slots
         y = tokens.new_zeros(b * t, h, dtype=torch.float32).index_add(0, r.index.reshape(-1), weighted.view(-1, h))
         self.last_stats = r.stats()
-        return y.to(x.dtype).view(b, t, h), r.aux_loss + r.z_loss
+        return y.to(x.dtype).view(b, t, h), (r.aux_loss + r.z_loss) if has_aux_loss(self.moe) else None
+
+
+def has_aux_loss(moe: MoEConfig) -> bool:
+    """Whether the layer's loss term depends on its parameters. Expert choice without z-loss has
+    none: the layer then returns None, not a constant zero, which compiled backward graphs
+    reject as an output without a gradient."""
+    return (moe.router != "expert_choice" and moe.aux_loss_coef > 0) or moe.z_loss_coef > 0
 
 
 def moe_layers(model: nn.Module) -> list[MoELayer]:

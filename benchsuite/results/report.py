@@ -20,11 +20,21 @@ COLUMNS = [
     ("step ms (95% CI)", None, None),
     ("efficiency", "scaling_efficiency", "{:.0%}"),
     ("state MiB meas/model", None, None),  # model-state bytes per rank: measured / analytic (metrics/memory.py)
+    ("to target", None, None),  # tokens, seconds, energy to reach train.target_loss (metrics/quality.py)
     ("status", "status", "{}"),
 ]
 FLAG_MARK = "⚠"
 MEMORY_MEASURED = "metrics.memory.model_state_bytes.measured.total"
 MEMORY_ANALYTIC = "metrics.memory.model_state_bytes.analytic.total"
+
+
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7f, 0xa0))}
+
+
+def printable(text) -> str:
+    """A string from a record, safe for a terminal: control characters (ESC sequences that retitle,
+    clear or recolour the terminal, BEL, newlines) are shown as \\xNN escapes instead of acting."""
+    return str(text).translate(_CONTROL)
 
 
 def _present(v) -> bool:
@@ -49,7 +59,30 @@ def _memory_cell(row) -> str:
     return f"{measured / 2**20:.2f} / " + (f"{analytic / 2**20:.2f}" if _present(analytic) else "—")
 
 
-CELLS = {"step ms (95% CI)": _step_cell, "state MiB meas/model": _memory_cell}
+QUALITY = ["quality.target_loss", "quality.reached", "quality.step", "quality.tokens", "quality.seconds",
+           "quality.model_flops", "quality.energy_j", "quality.co2e_g", "quality.reason",
+           "quality.best_val_loss", "quality.final_val_loss"]
+
+
+def _target_cell(row) -> str:
+    """'1.2e+06 tok, 35 s, 0.4 kJ' when train.target_loss was reached, 'not reached (best 2.71)' when not."""
+    def num(key):
+        v = row.get(key)
+        return v if isinstance(v, (int, float)) and not isinstance(v, bool) and _present(v) else None
+
+    reached, tokens = row.get("quality.reached"), num("quality.tokens")
+    if not _present(reached) and tokens is None:
+        return "—"
+    if _present(reached) and not reached:
+        best = num("quality.best_val_loss")
+        return "not reached" + (f" (best {best:.3g})" if best is not None else "")
+    seconds, energy = num("quality.seconds"), num("quality.energy_j")
+    return ", ".join([f"{tokens:.2g} tok" if tokens is not None else "tok n/a",
+                      f"{seconds:.3g} s" if seconds is not None else "time n/a",
+                      f"{energy / 1e3:.2g} kJ" if energy is not None else "energy n/a"])
+
+
+CELLS = {"step ms (95% CI)": _step_cell, "state MiB meas/model": _memory_cell, "to target": _target_cell}
 
 
 def report_rows(df: pd.DataFrame) -> list[dict]:
@@ -58,7 +91,7 @@ def report_rows(df: pd.DataFrame) -> list[dict]:
         return []
     cols = [c for _, c, _ in COLUMNS if c] + ["run_key", "step_time_median_s", "step_time_ci95_lo_s",
                                               "step_time_ci95_hi_s", "error_type", "error_message",
-                                              MEMORY_MEASURED, MEMORY_ANALYTIC, "flagged", "flags"]
+                                              MEMORY_MEASURED, MEMORY_ANALYTIC, "flagged", "flags", *QUALITY]
     cols = [c for c in cols if c in df]
     return [{k: (v if _present(v) else None) for k, v in r.items()} for r in df[cols].to_dict("records")]
 
@@ -77,10 +110,10 @@ def report_table(df: pd.DataFrame) -> Table:
             cells[-1] = f"failed: {row.get('error_type')}"
         elif flagged:  # impossible figures (results/sanity.py): never shown as a plain ok
             cells[-1] = f"ok {FLAG_MARK} flagged"
-        table.add_row(*[escape(c) for c in cells],
+        table.add_row(*[escape(printable(c)) for c in cells],
                       style="red" if row["status"] == "failed" else ("yellow" if flagged else None))
     flagged_rows = df[df["flagged"].fillna(False).astype(bool)] if "flagged" in df else df.iloc[:0]
     if not flagged_rows.empty:
-        table.caption = "\n".join(f"{FLAG_MARK} {escape(str(r['workload']))} w{r['world_size']}: "
-                                   f"{escape(str(r.get('flag_summary')))}" for _, r in flagged_rows.iterrows())
+        table.caption = "\n".join(f"{FLAG_MARK} {escape(printable(r['workload']))} w{r['world_size']}: "
+                                   f"{escape(printable(r.get('flag_summary')))}" for _, r in flagged_rows.iterrows())
     return table

@@ -34,15 +34,20 @@ def write_record(out_dir: str | Path, rec: dict) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     final = out_dir / record_filename(rec)
     data = json.dumps(rec, indent=1, sort_keys=True, allow_nan=False)
-    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{final.stem}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{final.stem}.", suffix=".tmp")
+    except OSError as e:
+        raise OSError(e.errno, f"cannot write record {final}: {e.strerror or e}") from e
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, final)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError):  # disk full, quota, file too large: name the record, keep the errno
+            raise OSError(e.errno, f"cannot write record {final}: {e.strerror or e}") from e
         raise
     dir_fd = os.open(out_dir, os.O_RDONLY)
     try:
@@ -89,6 +94,15 @@ def _get(d, *keys):
     return d
 
 
+def _dotted(d: dict, prefix: str = ""):
+    """(dotted key, value) for every leaf of nested dicts."""
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            yield from _dotted(v, f"{prefix}{k}.")
+        else:
+            yield f"{prefix}{k}", v
+
+
 def flatten(rec: dict) -> dict:
     """One DataFrame row: identity and the headline figures under short names, and every
     scalar of metrics/energy/carbon under dotted names (metrics.flops.model_per_token, ...)."""
@@ -110,9 +124,13 @@ def flatten(rec: dict) -> dict:
         "flagged": bool(rec.get("flags")), "flags": list(rec.get("flags") or []),
         "flag_summary": flag_summary(rec.get("flags") or []) or None,
     }
+    quality = m.get("quality")
+    if isinstance(quality, dict):  # to-target figures (metrics/quality.py) under short names
+        for key in ("target_loss", "reached", "step", "tokens", "seconds", "model_flops", "energy_j", "co2e_g",
+                    "reason", "best_val_loss", "final_val_loss", "eval_seconds", "eval_energy_j"):
+            row[f"quality.{key}"] = quality.get(key)
     for section in ("metrics", "energy", "carbon"):
-        for k, v in pd.json_normalize(rec.get(section) or {}, sep=".").to_dict("records")[0].items() \
-                if rec.get(section) else []:
+        for k, v in _dotted(rec.get(section) or {}):
             if v is None or isinstance(v, (int, float, str, bool)):
                 row[f"{section}.{k}"] = v
     return row

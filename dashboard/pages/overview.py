@@ -18,6 +18,10 @@ def _cell(text: str, sort_value=None, cls: str = "") -> str:
 
 def _status_cell(row) -> str:
     if row["status"] == "ok":
+        if row.get("flagged") is True or row.get("flagged") == 1:  # results/sanity.py: impossible figures
+            why = str(row.get("flag_summary") or "")
+            return (f'<td class="status-flagged"><span class="ok">ok</span> '
+                    f'<span class="warn" title="{esc(why)}">⚠ flagged</span></td>')
         return '<td><span class="ok">ok</span></td>'
     kind = row.get("error_type") if present(row.get("error_type")) else "error"
     msg = str(row.get("error_message")) if present(row.get("error_message")) else ""

@@ -1,0 +1,158 @@
+"""The sanity guard (results/sanity.py): physically impossible figures are flagged in the record,
+shown beside the status by `benchsuite report` (and --json), computed on load for older records,
+and a diverging run (NaN loss) is recorded flagged as strict JSON instead of failing the write."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+
+import pytest
+
+from benchsuite import cli
+from benchsuite.results.sanity import finite_or_none, sanity_flags
+from benchsuite.results.store import load_records, records_dataframe, write_record
+from conftest import run_cli
+from test_store import make_record
+
+
+def sane() -> dict:
+    rec = make_record("sane", world_size=2, tokens_per_s=1000.0, step=0.5)
+    rec["metrics"].update(mfu=0.4, mfu_vs_ceiling=0.6, peak_tflops=989.0, flops={"model_per_token": 1e9})
+    rec["energy"] = {"total_j": 3000.0, "gpu_j": 2000.0, "cpu_j": 900.0, "dram_j": 100.0, "window_s": 10.0,
+                     "per_device": [{"energy_j": 1000.0, "avg_w": 100.0}, {"energy_j": 1000.0, "avg_w": None}],
+                     "per_node": [{"cpu": {"energy_j": 900.0, "avg_w": 90.0}, "dram": {"energy_j": 100.0}}]}
+    for s in rec["steps"]:
+        s["loss"] = 5.0
+    return rec
+
+
+def _set(rec, path, value):
+    node = rec
+    for k in path[:-1]:
+        node = node[k]
+    node[path[-1]] = value
+    return rec
+
+
+IMPOSSIBLE = [
+    (("metrics", "mfu"), 1.7, "metrics.mfu"),
+    (("metrics", "mfu_vs_ceiling"), 1.2, "metrics.mfu_vs_ceiling"),
+    (("metrics", "tokens_per_s"), 2e6, "metrics.tokens_per_s"),  # 2e6 x 1e9 / 2 = 1000 TFLOP/s > 989
+    (("metrics", "step_time_s", "median"), 0.0, "metrics.step_time_s.median"),
+    (("metrics", "step_time_s", "median"), -0.1, "metrics.step_time_s.median"),
+    (("energy", "total_j"), -5.0, "energy.total_j"),
+    (("energy", "per_device", 0, "energy_j"), -1.0, "energy.per_device[0].energy_j"),
+    (("energy", "per_device", 0, "avg_w"), 2500.0, "energy.per_device[0].avg_w"),
+    (("energy", "per_device", 1, "energy_j"), 4e4, "energy.per_device[1].avg_w"),  # 4 kW over the 10 s window
+    (("energy", "per_node", 0, "cpu", "avg_w"), 1e7, "energy.per_node[0].cpu.avg_w"),  # a wrapped RAPL counter
+    (("steps", 1, "loss"), math.nan, "steps[1].loss"),
+    (("steps", 2, "loss"), math.inf, "steps[2].loss"),
+    (("steps", 0, "time_s"), 0.0, "steps[0].time_s"),
+]
+
+
+def test_a_sane_record_has_no_flags_and_failed_records_are_not_judged():
+    assert sanity_flags(sane()) == []
+    assert sanity_flags(make_record("f", status="failed")) == []
+    assert sanity_flags({"status": "ok", "metrics": "junk", "energy": [], "steps": None}) == []
+
+
+@pytest.mark.parametrize("path, value, field", IMPOSSIBLE, ids=[f for _, _, f in IMPOSSIBLE])
+def test_each_impossible_figure_is_flagged_with_field_value_and_reason(path, value, field):
+    flags = sanity_flags(_set(sane(), path, value))
+    assert [f["field"] for f in flags] == [field]
+    (flag,) = flags
+    assert flag["reason"] and json.dumps(flag, allow_nan=False)  # the flag itself is strict JSON
+    if isinstance(value, float) and not math.isfinite(value):
+        assert flag["value"] in ("nan", "inf")
+
+
+def test_finite_or_none_makes_a_record_strict_json():
+    rec = _set(sane(), ("steps", 1, "loss"), math.nan)
+    clean = finite_or_none(rec)
+    assert clean["steps"][1]["loss"] is None and clean["steps"][0]["loss"] == 5.0
+    json.dumps(clean, allow_nan=False)
+    assert math.isnan(rec["steps"][1]["loss"])  # a copy: the input is untouched
+
+
+def test_loader_flags_old_records_and_the_report_shows_them(tmp_path, capsys, monkeypatch):
+    write_record(tmp_path, sane())
+    old = _set(sane(), ("metrics", "mfu"), 3.0)
+    old["run_key"] = "old"
+    write_record(tmp_path, old)  # written before the guard: no "flags" field
+    assert "flags" not in json.loads(next(tmp_path.glob("*old.json")).read_text())
+    recs = {r["run_key"]: r for r in load_records(tmp_path)}
+    assert recs["sane"]["flags"] == [] and [f["field"] for f in recs["old"]["flags"]] == ["metrics.mfu"]
+    df = records_dataframe(tmp_path).set_index("run_key")
+    assert bool(df.loc["old", "flagged"]) and not bool(df.loc["sane", "flagged"])
+    assert "metrics.mfu" in df.loc["old", "flag_summary"]
+
+    monkeypatch.setenv("COLUMNS", "300")
+    assert cli.main(["report", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "ok ⚠ flagged" in text and "MFU 3 exceeds 1" in text
+    assert cli.main(["report", str(tmp_path), "--json"]) == 0
+    rows = {r["run_key"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["old"]["flagged"] is True and rows["old"]["flags"][0]["field"] == "metrics.mfu"
+    assert rows["sane"]["flagged"] is False and rows["sane"]["flags"] == []
+
+
+def test_stored_flags_are_kept_and_malformed_ones_replaced(tmp_path):
+    rec = _set(sane(), ("energy", "total_j"), -1.0)
+    rec["flags"] = [{"field": "metrics.custom", "value": 1, "reason": "set by an older guard"}, "junk"]
+    write_record(tmp_path, rec)
+    (loaded,) = load_records(tmp_path)
+    assert [f["field"] for f in loaded["flags"]] == ["metrics.custom", "energy.total_j"]
+    rec2 = copy.deepcopy(sane())
+    rec2["run_key"], rec2["flags"] = "k2", "not a list"
+    write_record(tmp_path, rec2)
+    assert {r["run_key"]: r["flags"] for r in load_records(tmp_path)}["k2"] == []
+
+
+DIVERGING = """
+[suite]
+name = "diverge"
+
+[defaults]
+model = {{ layers = 1, hidden = 32, heads = 2, vocab = 128, seq_len = 16 }}
+train = {{ micro_batch = 2, steps = 3, warmup_steps = 1, lr = 1e30, precision = "fp32", timeout_s = 120 }}
+
+[[workload]]
+name = "dense"
+"""
+
+
+def test_a_diverging_run_with_an_impossible_peak_is_recorded_ok_and_flagged(tmp_path):
+    """lr = 1e30 drives the loss to NaN/inf; --peak-tflops 1e-9 makes MFU absurd. The run still
+    finishes: its record is strict JSON (the NaN loss stored as null), flagged, and the run's own
+    output and the report both say so."""
+    suite, out = tmp_path / "diverge.toml", tmp_path / "out"
+    suite.write_text(DIVERGING.format())
+    res = run_cli("run", str(suite), "--out", str(out), "--peak-tflops", "1e-9", env={"COLUMNS": "300"},
+                  timeout=240)
+    assert res.returncode == 0, res.stderr
+    assert "⚠ flagged" in res.stderr
+    (path,) = out.glob("*.json")
+    json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"{c} in a record"))
+    (rec,) = load_records(out)
+    assert rec["status"] == "ok"
+    fields = {f["field"].split("[")[0] for f in rec["flags"]}
+    assert {"metrics.mfu", "metrics.tokens_per_s", "steps"} <= fields, rec["flags"]
+    assert any(s["loss"] is None for s in rec["steps"])
+    report = run_cli("report", str(out), "--json", timeout=60)
+    (row,) = json.loads(report.stdout)
+    assert row["flagged"] is True and row["status"] == "ok"
+
+
+def test_the_dashboard_marks_a_flagged_run(tmp_path):
+    from dashboard import build_site
+
+    write_record(tmp_path / "r", sane())
+    bad = _set(sane(), ("metrics", "mfu"), 2.0)
+    bad["run_key"], bad["workload"] = "bad", "<b>w</b>"
+    write_record(tmp_path / "r", bad)
+    build_site(tmp_path / "r", tmp_path / "site")
+    index = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
+    assert index.count("⚠ flagged") == 1 and "metrics.mfu: MFU 2 exceeds 1" in index

@@ -1,0 +1,242 @@
+"""Security: records are JSON only (nothing in the package unpickles, evaluates or runs a shell);
+every string a record carries reaches the dashboard and the terminal as text (no markup, no escape
+sequences); data and output paths are checked before anything runs, with a message, not a traceback.
+(tests/test_slurm.py covers quoting in sbatch scripts, newlines and backticks included;
+tests/test_dashboard.py the fixture folder's hostile record.)"""
+
+from __future__ import annotations
+
+import ast
+import html
+import re
+import unicodedata
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from benchsuite import cli
+from benchsuite.config import ConfigError, load_suite
+from benchsuite.results.store import write_record
+from conftest import REPO, run_cli, write_suite
+
+PACKAGES = [REPO / "benchsuite", REPO / "dashboard"]
+
+# ----------------------------------------------------------------------------- no code from data
+
+UNSAFE_MODULES = {"pickle", "cPickle", "dill", "shelve", "marshal", "cloudpickle", "joblib"}
+UNSAFE_CALLS = {"eval", "exec", "__import__"}
+
+
+def _dotted(node) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    return ""
+
+
+def unsafe_uses(source: str, filename: str) -> list[str]:
+    """pickle-like imports, eval/exec, torch.load without weights_only=True, shell=True, os.system/popen,
+    yaml.load: each a way for a crafted results folder or config to run code."""
+    found = []
+    for node in ast.walk(ast.parse(source, filename)):
+        where = f"{filename}:{getattr(node, 'lineno', '?')}"
+        if isinstance(node, ast.Import):
+            found += [f"{where}: import {a.name}" for a in node.names if a.name.split(".")[0] in UNSAFE_MODULES]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in UNSAFE_MODULES:
+            found.append(f"{where}: from {node.module} import ...")
+        elif isinstance(node, ast.Call):
+            name = _dotted(node.func)
+            kw = {k.arg: k.value for k in node.keywords}
+            if name in UNSAFE_CALLS:
+                found.append(f"{where}: {name}()")
+            if name.endswith("torch.load") or name == "load" and "weights_only" in kw:
+                wo = kw.get("weights_only")
+                if not (isinstance(wo, ast.Constant) and wo.value is True):
+                    found.append(f"{where}: {name}() without weights_only=True")
+            if "shell" in kw and not (isinstance(kw["shell"], ast.Constant) and kw["shell"].value is False):
+                found.append(f"{where}: {name}(shell=...)")
+            if name in ("os.system", "os.popen", "yaml.load", "yaml.unsafe_load", "numpy.load", "np.load"):
+                if name.endswith("load") and "np" in name:
+                    ap = kw.get("allow_pickle")
+                    if ap is None or (isinstance(ap, ast.Constant) and ap.value is False):
+                        continue
+                found.append(f"{where}: {name}()")
+    return found
+
+
+def test_the_guard_itself_finds_each_pattern():
+    bad = ("import pickle\nfrom dill import loads\nimport torch\ntorch.load(f)\ntorch.load(f, weights_only=False)\n"
+           "eval('1')\nexec('x=1')\nimport subprocess\nsubprocess.run('ls', shell=True)\nos.system('ls')\n"
+           "np.load(f, allow_pickle=True)\n")
+    assert len(unsafe_uses(bad, "bad.py")) == 9
+    fine = ("torch.load(f, weights_only=True)\nmodel.eval()\nsubprocess.run(['ls'])\nnp.load(f)\n"
+            "json.loads(s)\nre.compile('x').search(s)\n")
+    assert unsafe_uses(fine, "fine.py") == []
+
+
+def test_no_module_unpickles_evaluates_or_runs_a_shell():
+    found = []
+    for pkg in PACKAGES:
+        for path in sorted(pkg.rglob("*.py")):
+            found += unsafe_uses(path.read_text(encoding="utf-8"), str(path.relative_to(REPO)))
+    assert found == [], "records and configs must stay data: " + "; ".join(found)
+
+
+def test_page_script_never_evaluates_strings():
+    for js in sorted((REPO / "dashboard" / "assets").glob("*.js")):
+        text = js.read_text(encoding="utf-8")
+        for pattern in (r"\beval\s*\(", r"new\s+Function\s*\(", r"document\.write\s*\(", r"setTimeout\s*\(\s*['\"]",
+                        r"insertAdjacentHTML", r"\.outerHTML\s*="):
+            assert not re.search(pattern, text), (js.name, pattern)
+
+
+# ----------------------------------------------------------------------------- escaped outputs
+
+PAYLOADS = {
+    "suite": '<script>alert("suite")</script>',
+    "workload": "<img src=x onerror=alert(1)>",
+    "description": '"><svg onload=alert(2)>',
+    "error": "</script><script>alert('err')</script><iframe src=javascript:alert(7)>",
+    "router": "<b onmouseover=alert(3)>r</b>",
+}
+
+
+class _Tags(HTMLParser):
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.tags, self.text = [], []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def assert_site_escapes(results: Path, site: Path, payloads: list[str]) -> None:
+    """Build the dashboard for `results`; no payload appears raw in any page, no element or event
+    handler came from one, and the index shows each payload's escaped text."""
+    from dashboard import build_site
+
+    res = build_site(results, site)
+    pages = sorted(site.rglob("*.html"))
+    assert len(pages) == res.records + 1
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        p = _Tags()
+        p.feed(text)
+        for s in payloads:
+            assert s not in text, (page.name, s)
+        for tag, attrs in p.tags:
+            assert tag not in ("img", "svg", "b", "iframe", "object", "embed"), (page.name, tag)
+            assert not any(k.startswith("on") for k in attrs), (page.name, tag, attrs)
+            urls = [attrs.get(k) or "" for k in ("href", "src", "action", "formaction", "xlink:href")]
+            assert not any(u.strip().lower().startswith(("javascript:", "data:text")) for u in urls), (page.name, attrs)
+            if tag == "script":
+                assert attrs.get("type") == "application/json" or attrs.get("src", "").startswith(
+                    ("assets/", "../assets/")), (page.name, attrs)
+    shown = "".join(t for page in pages for t in _parse_text(page.read_text(encoding="utf-8")))
+    for s in payloads:
+        assert s in shown, s  # the reader sees the characters, as text
+
+
+def _parse_text(text: str) -> list[str]:
+    p = _Tags()
+    p.feed(text)
+    return p.text
+
+
+def assert_terminal_safe(text: str) -> None:
+    """No terminal control sequence (ESC, BEL, C1 controls) from a record reaches the terminal."""
+    bad = [hex(ord(c)) for c in text if unicodedata.category(c) == "Cc" and c not in "\n\t"]
+    assert not bad, f"control characters in terminal output: {bad}"
+
+
+def _hostile_records(out: Path) -> None:
+    from test_store import make_record
+
+    ok = make_record("ok1", workload=PAYLOADS["workload"])
+    ok["suite"] = ok["config"]["suite"] = PAYLOADS["suite"]
+    ok["config"]["description"] = PAYLOADS["description"]
+    ok["config"]["kind"], ok["config"]["moe"] = "moe", {"router": PAYLOADS["router"]}
+    failed = make_record("bad1", workload=PAYLOADS["workload"] + " 2", status="failed")
+    failed["error"]["message"] = PAYLOADS["error"]
+    failed["error"]["type"] = "<i onclick=alert(8)>Err</i>"
+    for rec in (ok, failed):
+        write_record(out, rec)
+
+
+def test_dashboard_escapes_suite_workload_description_router_and_error_text(tmp_path):
+    out = tmp_path / "results"
+    _hostile_records(out)
+    assert_site_escapes(out, tmp_path / "site", list(PAYLOADS.values()) + ["<i onclick=alert(8)>Err</i>"])
+
+
+def test_terminal_report_and_list_show_markup_and_escape_sequences_as_text(tmp_path, capsys):
+    from test_store import make_record
+
+    rec = make_record("esc1", workload="w [red]red[/red] \x1b]0;pwned\x07\x1b[2J\x9b31m")
+    rec["suite"] = "[link=https://evil.example]click[/link]"
+    write_record(tmp_path, rec)
+    failed = make_record("esc2", workload="f", status="failed")
+    failed["error"]["type"] = "Boom\x1b[31m"
+    write_record(tmp_path, failed)
+    for verb in ("report", "list"):
+        assert cli.main([verb, str(tmp_path)]) == 0
+        shown = capsys.readouterr().out
+        assert_terminal_safe(shown)
+        if verb == "list":  # (the report's table cuts long names to the terminal's width)
+            assert "[red]red[/red]" in shown and "\\x1b]0;pwned\\x07" in shown
+            assert "[link=https://evil.example]click[/link]" in shown  # markup shown as text, not a link
+
+
+# ----------------------------------------------------------------------------- paths
+
+
+def test_out_pointing_at_a_file_is_refused_with_a_message(tmp_path, tiny_suite, capsys):
+    suite, existing = tiny_suite(), tmp_path / "results.txt"
+    existing.write_text("not a folder")
+    assert cli.main(["run", str(suite), "--out", str(existing)]) == 2
+    assert "exists and is not a folder" in capsys.readouterr().err
+    assert existing.read_text() == "not a folder"
+    assert cli.main(["run", str(suite), "--out", str(existing / "sub")]) == 2
+    assert "cannot create the results folder" in capsys.readouterr().err
+
+
+def test_out_pointing_at_a_file_as_a_process_exits_2_without_traceback(tmp_path, tiny_suite):
+    existing = tmp_path / "results.txt"
+    existing.write_text("x")
+    res = run_cli("run", str(tiny_suite()), "--out", str(existing), timeout=120)
+    assert res.returncode == 2 and "Traceback" not in res.stderr and "not a folder" in res.stderr
+
+
+def test_train_data_is_checked_before_launch(tmp_path, monkeypatch):
+    from benchsuite.data import write_bin
+
+    monkeypatch.chdir(tmp_path)
+    text = """
+    [defaults]
+    model = {{ vocab = {vocab} }}
+    [[workload]]
+    name = "w"
+    train = {{ data = "{data}" }}
+    """
+    cases = {"missing.bin": "does not exist", "empty.bin": "not a positive multiple", "notes.txt": "not a .bin",
+             "folder.bin": "is not a file"}
+    (tmp_path / "empty.bin").write_bytes(b"")
+    (tmp_path / "notes.txt").write_text("hello")
+    (tmp_path / "folder.bin").mkdir()
+    for data, words in cases.items():
+        with pytest.raises(ConfigError) as e:
+            load_suite(write_suite(tmp_path / "s.toml", text.format(vocab=256, data=data)))
+        (key, reason), = e.value.problems
+        assert key.endswith(".train.data") and words in reason and data in reason, (key, reason)
+    with pytest.raises(ConfigError) as e:
+        load_suite(write_suite(tmp_path / "s.toml", text.format(vocab=128, data="builtin")))
+    (key, reason), = e.value.problems
+    assert key.endswith(".model.vocab") and "257" in reason
+    write_bin(tmp_path / "tokens.bin", list(range(100)) * 10)
+    assert load_suite(write_suite(tmp_path / "s.toml", text.format(vocab=256, data="tokens.bin"))).runs
+    assert load_suite(write_suite(tmp_path / "s.toml", text.format(vocab=300, data="builtin"))).runs
