@@ -137,7 +137,7 @@ def cmd_list(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from benchsuite.results.report import report_rows, report_table
+    from benchsuite.results.report import report_rows, report_table, section_tables
 
     df = _load_df(args.dir)
     if args.json:
@@ -147,6 +147,8 @@ def cmd_report(args) -> int:
         err.print(f"no records in {args.dir}")
         return 0
     out.print(report_table(df))
+    for table in section_tables(df):
+        out.print(table)
     return 0
 
 

@@ -116,8 +116,24 @@ def peak_memory(device: torch.device) -> dict:
             "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "source": "host_rss"}
 
 
-def moe_stats(model) -> dict | None:
-    """Routing figures of the last measured step, averaged over MoE layers (read after timing)."""
+def all_to_all_share(par: Parallelized, batches, precision: str, device: torch.device) -> float:
+    """Share of step time in expert all-to-alls, from one extra unmeasured step with the device
+    synchronised around each collective (which lengthens that step a little)."""
+    from benchsuite.parallel.expert import all_to_all_seconds, set_all_to_all_timing
+
+    set_all_to_all_timing(par.model, True)
+    all_to_all_seconds(par.model, reset=True)
+    synchronize(device)
+    t0 = time.perf_counter()
+    train_step(par, batches, precision, device)
+    synchronize(device)
+    share = all_to_all_seconds(par.model, reset=True) / (time.perf_counter() - t0)
+    set_all_to_all_timing(par.model, False)
+    return share
+
+
+def moe_stats(model, all_to_all_share: float | None = None) -> dict | None:
+    """Routing figures of the last step, averaged over MoE layers (read after timing)."""
     from benchsuite.models.moe import moe_layers, summarize_stats
 
     layers = moe_layers(model)
@@ -126,6 +142,7 @@ def moe_stats(model) -> dict | None:
     stats = summarize_stats(model)
     stats["expert_load"] = [m.last_stats["expert_load"].float().tolist() for m in layers]
     stats["expert_impl"] = layers[0].expert_impl
+    stats["all_to_all_share"] = all_to_all_share
     return stats
 
 
@@ -239,6 +256,7 @@ def measure(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None) -
                    "eval_tokens": sum(y.numel() for _, y in val),
                    "data": source.describe() if ctx.is_main else None}
     monitor.close()
+    a2a_share = all_to_all_share(par, batches(step), precision, ctx.device) if ctx.dims.ep_enabled else None
     step_times = timer.durations_s()
     loss_values = torch.stack(losses)
     if ctx.world_size > 1:
@@ -250,7 +268,7 @@ def measure(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None) -
         "memory": peak_memory(ctx.device), "matmul_ceiling_flops": ceiling, "precision": precision,
         "impl": par.impl, "peak_tflops": peak_tflops,
         "model_state": probe.result(), "comm": comm_counter.result(), "energy_window": energy_window,
-        "moe": moe_stats(par.model), "quality": quality,
+        "moe": moe_stats(par.model, a2a_share), "quality": quality,
     }
 
 
@@ -260,7 +278,10 @@ def merge_moe_stats(per_rank: list[dict]) -> dict:
     out = {k: statistics.fmean(r[k] for r in per_rank) for k in scalars}
     out["expert_load"] = [[sum(vals) for vals in zip(*layer)] for layer in zip(*(r["expert_load"] for r in per_rank))]
     out["expert_impl"] = per_rank[0]["expert_impl"]
-    out["source"] = "last measured step, mean over MoE layers and ranks"
+    shares = [r["all_to_all_share"] for r in per_rank if r["all_to_all_share"] is not None]
+    out["all_to_all_share"] = max(shares) if shares else None
+    out["source"] = ("last step, mean over MoE layers and ranks; all_to_all_share from one extra synchronised "
+                     "step (slowest rank)")
     return out
 
 

@@ -167,6 +167,13 @@ def new_expert_groups(ep_size: int):
     return mine["ep"], mine["dp"]
 
 
+def set_all_to_all_timing(model: nn.Module, enabled: bool) -> None:
+    """Switch the synchronised all-to-all timers on or off (off while steps are measured)."""
+    for m in model.modules():
+        if isinstance(m, ExpertParallelExperts):
+            m.timer.enabled = enabled
+
+
 def all_to_all_seconds(model: nn.Module, reset: bool = False) -> float:
     """Seconds measured in all-to-all (forward and backward) over all MoE layers (timing=True)."""
     total = 0.0

@@ -117,3 +117,41 @@ def report_table(df: pd.DataFrame) -> Table:
         table.caption = "\n".join(f"{FLAG_MARK} {escape(printable(r['workload']))} w{r['world_size']}: "
                                    f"{escape(printable(r.get('flag_summary')))}" for _, r in flagged_rows.iterrows())
     return table
+
+
+def _section_table(df: pd.DataFrame, title: str, columns: list[tuple[str, str, str]], when: str) -> Table | None:
+    """A table of the runs that have column `when` (None when no run has it)."""
+    if when not in df or df[when].isna().all():
+        return None
+    table = Table(title=title, header_style="bold")
+    for header, _, _ in columns:
+        table.add_column(header, justify="left" if header in ("workload", "router", "source", "intensity source") else "right")
+    for _, row in df[df[when].notna()].iterrows():
+        table.add_row(*[escape(_fmt(fmt, row.get(col))) for _, col, fmt in columns])
+    return table
+
+
+MOE_COLUMNS = [("workload", "workload", "{}"), ("router", "router", "{}"), ("world", "world_size", "{}"),
+               ("tok/s", "tokens_per_s", "{:,.0f}"), ("dropped", "metrics.moe.dropped_frac", "{:.1%}"),
+               ("padding", "metrics.moe.padding_frac", "{:.1%}"),
+               ("load max/mean", "metrics.moe.load_max_over_mean", "{:.2f}"),
+               ("aux loss", "metrics.moe.aux_loss", "{:.4f}"), ("z loss", "metrics.moe.z_loss", "{:.4f}"),
+               ("all-to-all share", "metrics.moe.all_to_all_share", "{:.0%}"),
+               ("model FLOP/tok", "metrics.flops.model_per_token", "{:.4g}"),
+               ("executed FLOP/tok", "metrics.flops.executed_per_token", "{:.4g}")]
+
+ENERGY_COLUMNS = [("workload", "workload", "{}"), ("world", "world_size", "{}"),
+                  ("total J", "energy.total_j", "{:,.1f}"), ("source", "energy.source", "{}"),
+                  ("J/token", "metrics.energy.j_per_token", "{:.3g}"),
+                  ("J/PFLOP", "metrics.energy.j_per_pflop", "{:.3g}"),
+                  ("avg W/GPU", "metrics.energy.avg_w_per_device", "{:.0f}"),
+                  ("gCO2e/Mtok", "metrics.energy.gco2e_per_mtok", "{:.3g}"),
+                  ("g/kWh", "carbon.intensity_g_per_kwh", "{:.0f}"), ("PUE", "carbon.pue", "{:g}"),
+                  ("intensity source", "carbon.intensity_source", "{}")]
+
+
+def section_tables(df: pd.DataFrame) -> list[Table]:
+    """MoE routing and energy/carbon tables, each only when some run has those figures."""
+    tables = [_section_table(df, "MoE routing (last step)", MOE_COLUMNS, "metrics.moe.dropped_frac"),
+              _section_table(df, "Energy and carbon (measured window)", ENERGY_COLUMNS, "energy.source")]
+    return [t for t in tables if t is not None]
