@@ -54,10 +54,10 @@ def train_step(par: Parallelized, batches, precision: str, device: torch.device,
     """One optimizer step over grad_accum micro-batches; returns the mean loss, still on device.
     probe (metrics.memory.ModelStateProbe) is told when the gradients and the optimizer state exist."""
     total = torch.zeros((), device=device)
-    for inputs, targets in batches:
-        with autocast(precision, device):
+    for i, (inputs, targets) in enumerate(batches):
+        with par.grad_sync(i == len(batches) - 1), autocast(precision, device):
             logits, aux = par.model(inputs)
-        with par.loss_context():
+        with par.grad_sync(i == len(batches) - 1), par.loss_context():
             loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
             if par.loss_parallel:  # vocab-parallel cross-entropy gives a replicated DTensor scalar
                 loss = loss.full_tensor()

@@ -29,8 +29,11 @@ def _train(run, steps, out_file):
     ctx = init_distributed(run)
     par = parallelize(build_model(run.model, seed=1), run, ctx)
     source = make_source("synthetic", run.model.vocab, run.model.seq_len, seed=0)
+    accum = run.train.grad_accum
     for step in range(steps):
-        train_step(par, [source.batch(step, ctx.dp_rank, ctx.dims.dp, run.micro_batch_per_rank)], "fp32", ctx.device)
+        micro = [source.batch(step * accum + m, ctx.dp_rank, ctx.dims.dp, run.micro_batch_per_rank)
+                 for m in range(accum)]
+        train_step(par, micro, "fp32", ctx.device)
     if ctx.rank == 0:
         model = getattr(par.model, "module", par.model)
         np.savez(out_file, **{k: v.detach().numpy() for k, v in model.state_dict().items()})
@@ -43,9 +46,12 @@ def _ddp_rank(rank, world, run_dict, out_file):
     _train(RunConfig.from_dict(run_dict), 3, out_file)
 
 
-def test_ddp_after_k_steps_equals_one_process_on_the_concatenated_batch(tmp_path):
+@pytest.mark.parametrize("grad_accum", [1, 2])
+def test_ddp_after_k_steps_equals_one_process_on_the_concatenated_batch(tmp_path, grad_accum):
+    """With grad_accum 2 DDP skips the all-reduce of the first micro-batch (no_sync): still equal."""
+    train = {**DOC["defaults"]["train"], "micro_batch": 4, "grad_accum": grad_accum}
     runs = parse_suite({**DOC, "sweep": {"world_size": [1, 2], "scaling": "strong"},
-                        "defaults": {**DOC["defaults"], "train": {**DOC["defaults"]["train"], "micro_batch": 4}}}).runs
+                        "defaults": {**DOC["defaults"], "train": train}}).runs
     single, ddp = runs
     spawn(_ddp_rank, 1, single.to_dict(), tmp_path / "single.npz")
     spawn(_ddp_rank, 2, ddp.to_dict(), tmp_path / "ddp.npz")

@@ -67,12 +67,12 @@ class GradCapture:
         pass
 
 
-def make_ctx(rank: int, world: int, dp: int, tp: int, zero: int = 0):
+def make_ctx(rank: int, world: int, dp: int, tp: int, zero: int = 0, mesh=None):
     from torch.distributed.device_mesh import init_device_mesh
 
     from benchsuite.dist import DistContext, ParallelDims
 
-    mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
+    mesh = mesh or init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
     return DistContext(rank, rank, world, 0, torch.device("cpu"), "gloo", ParallelDims(world, tp, 1, zero), mesh=mesh)
 
 

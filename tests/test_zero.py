@@ -27,7 +27,7 @@ CFG = ModelConfig(layers=2, hidden=32, heads=4, vocab=64, seq_len=16, ffn_hidden
 MB = 2
 
 
-def _stage(rank: int, world: int, stage: int, ref_params: dict) -> dict:
+def _stage(rank: int, world: int, stage: int, ref_params: dict, mesh) -> dict:
     from benchsuite.metrics.comm import CommCounter, paper_bytes
     from benchsuite.metrics.memory import ModelStateProbe, implementation_model_state, params_per_rank
     from benchsuite.models.transformer import build_model
@@ -35,7 +35,7 @@ def _stage(rank: int, world: int, stage: int, ref_params: dict) -> dict:
     from benchsuite.worker import train_step
 
     run = make_run(world, 1, zero=stage)
-    ctx = make_ctx(rank, world, world, 1, zero=stage)
+    ctx = make_ctx(rank, world, world, 1, zero=stage, mesh=mesh)
     par = parallelize(build_model(run.model, seed=0), run, ctx)
     sl = slice(rank * MB, (rank + 1) * MB)
     out = {"impl": par.impl["data"]}
@@ -75,7 +75,8 @@ def _rank(rank: int, world: int, out_dir: str) -> None:
         opt.step()
         opt.zero_grad(set_to_none=True)
     ref_params = {n: p.detach() for n, p in ref.named_parameters()}
-    results = {stage: _stage(rank, world, stage, ref_params) for stage in (0, 1, 2, 3)}
+    mesh = make_ctx(rank, world, world, 1).mesh  # one ("dp", "tp") mesh for every stage
+    results = {stage: _stage(rank, world, stage, ref_params, mesh) for stage in (0, 1, 2, 3)}
     (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(results))
     dist.destroy_process_group()
 

@@ -25,7 +25,7 @@ and two in backward, plus one each for the vocab-parallel embedding (forward) an
 input (backward): (4L + 2) all-reduces of b·s·h elements per micro-batch. MoE layers (replicated
 under tensor parallelism) contribute only their attention's two; full recompute repeats each
 layer's forward all-reduces in backward. FSDP2 (stages 2, 3) communicates for every micro-batch;
-DDP's paper figure is once per optimizer step (see paper_bytes for grad_accum > 1).
+DDP all-reduces once per optimizer step: the worker skips accumulation micro-batches (no_sync).
 """
 
 from __future__ import annotations
@@ -151,8 +151,7 @@ def paper_bytes(run, precision: str, impl: dict | None = None) -> tuple[float | 
     if n > 1:
         if stage in (0, 1):
             # DDP all-reduces fp32 gradients (autocast keeps fp32 params): 2Ψ elements, once per step
-            # in the paper; the worker does not skip the sync on accumulation micro-batches, so with
-            # grad_accum > 1 the measured figure is grad_accum times this.
+            # (the worker skips the sync on accumulation micro-batches with no_sync).
             total += 2 * psi * 4 * (n - 1) / n
             parts.append("2Ψ·4B·(N−1)/N")
         else:
@@ -196,9 +195,6 @@ def comm_record(run, per_rank: list[dict], precision: str, impl: dict | None = N
     if run.data_parallel > 1 and run.parallel.zero == 1:
         notes.append("torch's ZeroRedundancyOptimizer all-reduces full gradients and then broadcasts the updated "
                      "parameters: about 1.5x the paper's stage-1 volume")
-    if run.data_parallel > 1 and run.parallel.zero in (0, 1) and run.train.grad_accum > 1:
-        notes.append("gradients are all-reduced on every accumulation micro-batch (no no_sync): "
-                     "grad_accum times the paper's once-per-step volume")
     return {"bytes_per_step_by_kind": r0["bytes_by_kind"], "payload_bytes_per_step_by_kind": r0["payload_bytes_by_kind"],
             "calls_per_step_by_kind": r0["calls_by_kind"], "total_bytes_per_step": total,
             "per_rank_total_bytes": [r["total_bytes"] for r in valid],

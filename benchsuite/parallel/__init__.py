@@ -28,6 +28,12 @@ class Parallelized:
     loss_parallel: bool = False  # logits are vocab-sharded DTensors (tensor parallel)
     grad_hooks: list = field(default_factory=list)  # called after the last backward, before optimizer.step
 
+    def grad_sync(self, enabled: bool):
+        """DDP skips its all-reduce on accumulation micro-batches (no_sync); other wrappers sync each time."""
+        if enabled or not hasattr(self.model, "no_sync"):
+            return contextlib.nullcontext()
+        return self.model.no_sync()
+
     def loss_context(self):
         if not self.loss_parallel:
             return contextlib.nullcontext()
