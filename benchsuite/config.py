@@ -333,13 +333,17 @@ def _sweep_lists(raw: Any, where: str, problems: list) -> dict[str, list]:
         if not values:
             problems.append((f"{where}.{key}", "must not be empty"))
             continue
+        bad = False
         for x in values:
             if key == "scaling":
                 if x not in ("weak", "strong"):
                     problems.append((f"{where}.{key}", f"must be 'weak' or 'strong', got {x!r}"))
-            elif not isinstance(x, int) or isinstance(x, bool) or x < 1:
-                problems.append((f"{where}.{key}", f"expected positive integers, got {x!r}"))
-        out[key] = values
+                    bad = True
+            elif not isinstance(x, int) or isinstance(x, bool) or not 1 <= x <= _INT_MAX:
+                problems.append((f"{where}.{key}", f"expected positive integers (64-bit), got {x!r}"))
+                bad = True
+        if not bad:  # an invalid list is reported, never expanded (a false world size would divide by zero)
+            out[key] = values
     return out
 
 
@@ -399,7 +403,8 @@ def parse_suite(doc: dict, path: str | Path = "<string>") -> Suite:
         where = f"workload[{i}] ({wname})"
         for key in raw:
             if key not in WORKLOAD_KEYS:
-                problems.append((f"{where}.{_qkey(key)}", f"unknown key; valid keys: {', '.join(sorted(WORKLOAD_KEYS))}"))
+                problems.append((f"{where}.{_qkey(key)}",
+                                 f"unknown key; valid keys: {', '.join(sorted(WORKLOAD_KEYS))}"))
         kind = raw.get("kind", "dense")
         if kind not in ("dense", "moe"):
             problems.append((f"{where}.kind", f"must be 'dense' or 'moe', got {kind!r}"))

@@ -274,6 +274,24 @@ def test_byte_level_damage_to_shipped_suites_is_a_config_error_naming_the_file(s
     _count("bytes", check_loads_or_names_a_key(suite_file))
 
 
+CRASHERS = [  # found by the properties above; each once escaped as another exception or an unclear key
+    ({"workload": [{"name": "w", "kind": "moe", "moe": {"capacity_factor": 10**400}}]}, "moe.capacity_factor"),
+    ({"workload": [{"name": "w"}], "sweep": {"world_size": False, "scaling": ["weak", "strong"]}},
+     "sweep.world_size"),
+    ({"workload": [{"name": "w"}], "sweep": {"world_size": [2**64]}}, "sweep.world_size"),
+    ({"workload": [{"name": "w", "model": {"layers": 2**64}}]}, "model.layers"),
+    ({"carbon": [], "": []}, '""'),
+]
+
+
+@pytest.mark.parametrize("doc, key", CRASHERS, ids=[k for _, k in CRASHERS])
+def test_inputs_that_once_crashed_the_loader_are_config_errors(suite_file, doc, key):
+    suite_file.write_text(to_toml(doc), encoding="utf-8")
+    with pytest.raises(ConfigError) as e:
+        load_suite(suite_file)
+    assert any(k.endswith(key) for k, _ in e.value.problems), e.value.problems
+
+
 def test_fuzzing_explored_both_outcomes():
     """The generators are not degenerate: some inputs load and many are refused (run with the module)."""
     if not OUTCOMES:

@@ -7,7 +7,6 @@ tests/test_dashboard.py the fixture folder's hostile record.)"""
 from __future__ import annotations
 
 import ast
-import html
 import re
 import unicodedata
 from html.parser import HTMLParser
@@ -179,6 +178,8 @@ def test_terminal_report_and_list_show_markup_and_escape_sequences_as_text(tmp_p
 
     rec = make_record("esc1", workload="w [red]red[/red] \x1b]0;pwned\x07\x1b[2J\x9b31m")
     rec["suite"] = "[link=https://evil.example]click[/link]"
+    rec["energy"] = {"source": "estimated\x1b[8m", "total_j": 1.0}  # the report's energy table shows strings too
+    rec["carbon"] = {"intensity_source": "grid\x1b]8;;https://evil.example\x07", "pue": 1.0}
     write_record(tmp_path, rec)
     failed = make_record("esc2", workload="f", status="failed")
     failed["error"]["type"] = "Boom\x1b[31m"

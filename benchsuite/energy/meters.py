@@ -322,7 +322,8 @@ class NodeEnergyMonitor:
         window_s = time.monotonic() - self._open.pop(name)
         gpus = []
         for i, g in enumerate(self.gpu_meters):
-            fig = self._begin_failed.pop((name, i), None) or _safe(lambda: g.end(name), default_reason="GPU meter failed")
+            fig = self._begin_failed.pop((name, i), None) or _safe(lambda: g.end(name),
+                                                                   default_reason="GPU meter failed")
             gpus.append(DeviceEnergy(g.uuid, g.name, g.cuda_index, self._finish(fig, window_s, f"gpu:{g.uuid}")))
         cpu_figs = _safe(lambda: self.cpu_sensor.end(name), default_reason="CPU sensor failed", many=True)
         reasons = list(self.notes)

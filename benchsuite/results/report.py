@@ -127,7 +127,7 @@ def _section_table(df: pd.DataFrame, title: str, columns: list[tuple[str, str, s
     for header, _, _ in columns:
         table.add_column(header, justify="left" if header in ("workload", "router", "source", "intensity source") else "right")
     for _, row in df[df[when].notna()].iterrows():
-        table.add_row(*[escape(_fmt(fmt, row.get(col))) for _, col, fmt in columns])
+        table.add_row(*[escape(printable(_fmt(fmt, row.get(col)))) for _, col, fmt in columns])
     return table
 
 
