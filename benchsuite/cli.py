@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
-import warnings
 from pathlib import Path
 
 from rich.console import Console
@@ -414,10 +414,15 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _terminate_like_ctrl_c(signum, frame):
+    """SIGTERM (Slurm's scancel, a job's time limit) stops the suite as Ctrl-C does: the run in
+    progress is recorded as interrupted and its processes are reaped."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if getattr(args, "json", False):
-        warnings.simplefilter("ignore")
+    signal.signal(signal.SIGTERM, _terminate_like_ctrl_c)
     try:
         return args.fn(args)
     except ConfigError as e:

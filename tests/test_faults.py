@@ -133,6 +133,24 @@ def test_launcher_interrupted_then_killed_mid_suite_then_resumed(tmp_path, tiny_
     assert len(recs) == 2
 
 
+def test_sigterm_to_the_launcher_stops_the_suite_like_ctrl_c(tmp_path, tiny_suite, reap):
+    """scancel and job time limits send SIGTERM: the run in progress is recorded interrupted, no orphans."""
+    suite = tiny_suite(name="term", world_sizes=(2,), timeout=120)
+    out = tmp_path / "out"
+    (key,) = run_keys(suite)
+    reap.append(key)
+    old = workdirs(key)
+    launcher = subprocess.Popen(CLI + ["run", str(suite), "--out", str(out)], cwd=REPO, text=True,
+                                env={**os.environ, "BENCHSUITE_INJECT_FAULT": "hang:1"},
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wait_for(lambda: rank_started(key, 1, old), 120, "rank 1")
+    launcher.send_signal(signal.SIGTERM)
+    _, err = launcher.communicate(timeout=60)
+    assert launcher.returncode == 130, err
+    assert strict_load(out)[key]["error"]["type"] == "Interrupted"
+    no_orphans(key)
+
+
 HOSTILE_SUITE = """
 [suite]
 name = "{name}"
