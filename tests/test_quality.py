@@ -79,7 +79,8 @@ def _window(name, s, cpu_j, gpu_j=None, short=False):
                      "idle_w": None, "above_idle_j": None, "detail": {}}
     return {"name": name, "rank": 0, "host": "h", "window_s": s, "short_window": short,
             "gpus": [{"uuid": "GPU-1", "name": "g", "cuda_index": 0, "figure": fig(gpu_j)}],
-            "cpu": fig(cpu_j), "dram": fig(1.0), "reasons": ["a note"] + ([f"window {s} s is shorter"] if short else [])}
+            "cpu": fig(cpu_j), "dram": fig(1.0),
+            "reasons": ["a note"] + ([f"window {s} s is shorter"] if short else [])}
 
 
 def test_combined_training_windows_sum_and_keep_unavailable_as_null():
