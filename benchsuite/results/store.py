@@ -86,7 +86,8 @@ def ok_run_keys(path: str | Path) -> set[str]:
         return {r["run_key"] for r in load_records(path) if r["status"] == "ok"}
 
 
-def _get(d, *keys):
+def dig(d, *keys):
+    """d[k1][k2]... or None where a level is missing (records from older versions lack sections)."""
     for k in keys:
         if not isinstance(d, dict):
             return None
@@ -109,16 +110,16 @@ def flatten(rec: dict) -> dict:
     cfg, m, err = rec["config"], rec.get("metrics") or {}, rec.get("error") or {}
     row = {
         "run_key": rec["run_key"], "suite": rec["suite"], "workload": rec["workload"], "status": rec["status"],
-        "kind": cfg.get("kind"), "router": _get(cfg, "moe", "router"), "description": cfg.get("description", ""),
+        "kind": cfg.get("kind"), "router": dig(cfg, "moe", "router"), "description": cfg.get("description", ""),
         "world_size": cfg["world_size"], "nodes": cfg["nodes"], "scaling": cfg["scaling"],
-        "sweep_id": cfg.get("sweep_id"), "tensor": _get(cfg, "parallel", "tensor"),
-        "zero": _get(cfg, "parallel", "zero"), "expert": _get(cfg, "parallel", "expert"),
+        "sweep_id": cfg.get("sweep_id"), "tensor": dig(cfg, "parallel", "tensor"),
+        "zero": dig(cfg, "parallel", "zero"), "expert": dig(cfg, "parallel", "expert"),
         "started_at": rec["started_at"], "duration_s": rec["duration_s"],
         "error_type": err.get("type"), "error_message": err.get("message"), "error_rank": err.get("rank"),
         "tokens_per_s": m.get("tokens_per_s"), "mfu": m.get("mfu"),
-        "step_time_median_s": _get(m, "step_time_s", "median"),
-        "step_time_ci95_lo_s": (_get(m, "step_time_s", "ci95") or [None, None])[0],
-        "step_time_ci95_hi_s": (_get(m, "step_time_s", "ci95") or [None, None])[1],
+        "step_time_median_s": dig(m, "step_time_s", "median"),
+        "step_time_ci95_lo_s": (dig(m, "step_time_s", "ci95") or [None, None])[0],
+        "step_time_ci95_hi_s": (dig(m, "step_time_s", "ci95") or [None, None])[1],
         "path": rec.get("_path"),
         # sanity guard (results/sanity.py): physically impossible figures, shown beside the status
         "flagged": bool(rec.get("flags")), "flags": list(rec.get("flags") or []),

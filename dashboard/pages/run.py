@@ -7,18 +7,11 @@ from __future__ import annotations
 
 import json
 
+from benchsuite.results.store import dig
 from dashboard.render import (Figure, Section, esc, f_bytes, f_ms, f_num, f_pct, f_sig, kv_table, layout,
                               missing, num, present, ptext, series, short, table)
 
 SMALL = {"height": 300}
-
-
-def _get(d, *keys):
-    for k in keys:
-        if not isinstance(d, dict):
-            return None
-        d = d.get(k)
-    return d
 
 
 def _steps(rec) -> list[dict]:
@@ -31,7 +24,7 @@ def step_figure(rec) -> Figure | None:
     if not pts:
         return None
     ys = [short(y * 1e3, 4) for _, y in pts]
-    med = num(_get(rec, "metrics", "step_time_s", "median"))
+    med = num(dig(rec, "metrics", "step_time_s", "median"))
     shapes = [] if med is None else [{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": short(med * 1e3),
                                       "y1": short(med * 1e3), "line": {"color": "#888", "dash": "dot", "width": 1}}]
     return Figure("fig-run-steps", [{"type": "scatter", "mode": "lines+markers", "name": "step time",
@@ -55,7 +48,7 @@ def loss_figure(rec) -> Figure | None:
 
 
 def rank_figure(rec) -> Figure | None:
-    per_rank = _get(rec, "metrics", "per_rank") or {}
+    per_rank = dig(rec, "metrics", "per_rank") or {}
     meds = per_rank.get("step_time_median_s") if isinstance(per_rank, dict) else None
     if not isinstance(meds, list) or not any(num(v) is not None for v in meds):
         return None
@@ -70,7 +63,7 @@ def rank_figure(rec) -> Figure | None:
 
 
 def expert_figure(rec) -> Figure | None:
-    load = _get(rec, "metrics", "moe", "expert_load")
+    load = dig(rec, "metrics", "moe", "expert_load")
     if not isinstance(load, list) or not any(num(v) is not None for v in load):
         return None
     ys = [short(num(v)) for v in load]
@@ -84,7 +77,7 @@ def expert_figure(rec) -> Figure | None:
 
 
 def memory_figure(rec) -> Figure | None:
-    ms = _get(rec, "metrics", "memory", "model_state_bytes")
+    ms = dig(rec, "metrics", "memory", "model_state_bytes")
     if not isinstance(ms, dict):
         return None
     parts = [p for p in ("measured", "analytic") if isinstance(ms.get(p), dict)]
@@ -140,7 +133,7 @@ def _error(rec) -> str:
 
 
 def _moe(rec) -> str:
-    moe = _get(rec, "metrics", "moe")
+    moe = dig(rec, "metrics", "moe")
     if not isinstance(moe, dict):
         return ""
     rows = [(k.replace("_", " "), f_sig(v)) for k, v in moe.items() if not isinstance(v, (list, dict))]
@@ -148,16 +141,16 @@ def _moe(rec) -> str:
 
 
 def _memory_table(rec) -> str:
-    per_rank = _get(rec, "metrics", "memory", "per_rank")
+    per_rank = dig(rec, "metrics", "memory", "per_rank")
     if not isinstance(per_rank, list) or not per_rank:
         return missing("Peak memory per rank")
-    rows = [[i, f_bytes(_get(r, "peak_allocated_bytes")), f_bytes(_get(r, "peak_reserved_bytes")),
-             f_bytes(_get(r, "peak_rss_bytes")), _get(r, "source")] for i, r in enumerate(per_rank)]
+    rows = [[i, f_bytes(dig(r, "peak_allocated_bytes")), f_bytes(dig(r, "peak_reserved_bytes")),
+             f_bytes(dig(r, "peak_rss_bytes")), dig(r, "source")] for i, r in enumerate(per_rank)]
     return table(["rank", "peak allocated", "peak reserved", "peak host RSS", "source"], rows)
 
 
 def _memory_notes(rec) -> str:
-    ms = _get(rec, "metrics", "memory", "model_state_bytes")
+    ms = dig(rec, "metrics", "memory", "model_state_bytes")
     if not isinstance(ms, dict):
         return ""
     rows = [(k, ms.get(k)) for k in ("formula", "K", "N", "method") if present(ms.get(k))]
@@ -165,7 +158,7 @@ def _memory_notes(rec) -> str:
 
 
 def _comm(rec) -> str:
-    c = _get(rec, "metrics", "comm")
+    c = dig(rec, "metrics", "comm")
     if not isinstance(c, dict):
         return ""
     by_kind = c.get("bytes_per_step_by_kind") if isinstance(c.get("bytes_per_step_by_kind"), dict) else {}
@@ -197,12 +190,12 @@ def _energy(rec) -> str:
     if nodes:
         html += table(["node", "ranks", "CPU (J)", "CPU source", "DRAM (J)", "DRAM source"],
                       [[n.get("host"), ", ".join(map(str, n.get("ranks") or [])),
-                        f_sig(_get(n, "cpu", "energy_j")), _get(n, "cpu", "source"),
-                        f_sig(_get(n, "dram", "energy_j")), _get(n, "dram", "source")] for n in nodes[:64]])
+                        f_sig(dig(n, "cpu", "energy_j")), dig(n, "cpu", "source"),
+                        f_sig(dig(n, "dram", "energy_j")), dig(n, "dram", "source")] for n in nodes[:64]])
     reasons = [r for r in e.get("reasons") or [] if r]
     for n in nodes[:64]:
-        reasons += [f"{part} on {n.get('host')}: {_get(n, part, 'reason')}" for part in ("cpu", "dram")
-                    if present(_get(n, part, "reason"))]
+        reasons += [f"{part} on {n.get('host')}: {dig(n, part, 'reason')}" for part in ("cpu", "dram")
+                    if present(dig(n, part, "reason"))]
     if reasons:
         html += "<ul class=reasons>" + "".join(f"<li>{esc(r)}</li>" for r in reasons[:20]) + "</ul>"
     return html
@@ -219,7 +212,7 @@ def _carbon(rec) -> str:
 
 
 def _quality(rec) -> str:
-    q = _get(rec, "metrics", "quality")
+    q = dig(rec, "metrics", "quality")
     if not isinstance(q, dict):
         return ""
     return "<h3>Time to target loss</h3>" + kv_table([(k.replace("_", " "), f_sig(v) if num(v) is not None else v)
