@@ -1,6 +1,6 @@
 """What runs inside each rank: build, parallelize, warm up, measure, report.
 
-Started by torchrun (one process per rank) as `python -m benchsuite.worker --run RUN.json ...`.
+Started by torchrun (one process per rank) as `python -m benchsuite.worker WORKDIR` (run.json inside).
 Rank 0 gathers every rank's figures and writes the run's record; a rank that raises
 leaves an error file in the run's work folder so the launcher can name it.
 """
@@ -50,6 +50,13 @@ def autocast(precision: str, device: torch.device):
     return contextlib.nullcontext()
 
 
+def lm_loss(par: Parallelized, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy in fp32; vocab-parallel under tensor parallelism, where the
+    full-vocabulary logits never exist on one rank (call inside par.loss_context())."""
+    loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+    return loss.full_tensor() if par.loss_parallel else loss  # TP: a replicated DTensor scalar
+
+
 def train_step(par: Parallelized, batches, precision: str, device: torch.device, probe=None) -> torch.Tensor:
     """One optimizer step over grad_accum micro-batches; returns the mean loss, still on device.
     probe (metrics.memory.ModelStateProbe) is told when the gradients and the optimizer state exist."""
@@ -58,10 +65,7 @@ def train_step(par: Parallelized, batches, precision: str, device: torch.device,
         with par.grad_sync(i == len(batches) - 1), autocast(precision, device):
             logits, aux = par.model(inputs)
         with par.grad_sync(i == len(batches) - 1), par.loss_context():
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
-            if par.loss_parallel:  # vocab-parallel cross-entropy gives a replicated DTensor scalar
-                loss = loss.full_tensor()
-            loss = (loss + aux) / len(batches)
+            loss = (lm_loss(par, logits, targets) + aux) / len(batches)
             loss.backward()
         total += loss.detach()
     for hook in par.grad_hooks:
@@ -93,9 +97,7 @@ def evaluate_loss(par: Parallelized, batches, precision: str, device: torch.devi
                 with autocast(precision, device):
                     logits, _ = par.model(inputs)
                 with par.loss_context():
-                    loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
-                    if par.loss_parallel:
-                        loss = loss.full_tensor()
+                    loss = lm_loss(par, logits, targets)
                 total += loss * targets.numel()
                 count += targets.numel()
     finally:
@@ -210,43 +212,37 @@ def measure(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None) -
     if run.energy.idle_baseline_s > 0:
         monitor.measure_idle(run.energy.idle_baseline_s)
     inject_fault(ctx.rank)
+    # Measured steps run in energy windows "train-k" between validation points (one window when
+    # train.eval_every = 0); each evaluation has its own window "eval-k" outside the step timer.
+    # The record's energy is the training windows summed (see metrics/quality.py).
+    evaluating = run.train.eval_every > 0
+    points = qual.eval_points(run.train.steps, run.train.eval_every) if evaluating else [0, run.train.steps]
+    val = [(x.to(ctx.device), y.to(ctx.device))
+           for x, y in qual.eval_rows(source.val_batches(mb))] if evaluating else []  # same rows on every rank
     timer = StepTimer(ctx.device)
-    losses = []
-    quality = None
-    if not run.train.eval_every:
-        monitor.begin("measure")  # one window around all measured steps: its edges synchronise the device
+    losses, val_losses, train_windows, eval_windows = [], [], [], []
+
+    def evaluate(k: int) -> None:
+        monitor.begin(f"eval-{k}")
+        val_losses.append(evaluate_loss(par, val, precision, ctx.device))
+        eval_windows.append(monitor.end(f"eval-{k}").to_dict())
+
+    if evaluating:
+        evaluate(0)
+    for start, stop in zip(points, points[1:]):
+        monitor.begin(f"train-{start}")  # window edges synchronise the device
         timer.mark()
-        for _ in range(run.train.steps):
+        for _ in range(start, stop):
             losses.append(train_step(par, batches(step), precision, ctx.device))
             timer.mark()
             step += 1
-        energy_window = monitor.end("measure").to_dict()
-    else:
-        # Validation after 0, E, 2E, ... measured steps and after the last, each in its own energy
-        # window "eval-k" and outside the step timer; training in windows "train-k" between them,
-        # summed into the record's "measure" window (training only). See metrics/quality.py.
-        val = [(x.to(ctx.device), y.to(ctx.device))
-               for x, y in qual.eval_rows(source.val_batches(mb))]  # same rows on every rank
-        points = qual.eval_points(run.train.steps, run.train.eval_every)
-        val_losses, train_windows, eval_windows = [], [], []
-
-        def evaluate(k: int) -> None:
-            monitor.begin(f"eval-{k}")
-            val_losses.append(evaluate_loss(par, val, precision, ctx.device))
-            eval_windows.append(monitor.end(f"eval-{k}").to_dict())
-
-        evaluate(0)
-        for start, stop in zip(points, points[1:]):
-            monitor.begin(f"train-{start}")
-            timer.mark()
-            for _ in range(start, stop):
-                losses.append(train_step(par, batches(step), precision, ctx.device))
-                timer.mark()
-                step += 1
-            timer.pause()
-            train_windows.append(monitor.end(f"train-{start}").to_dict())
+        timer.pause()
+        train_windows.append(monitor.end(f"train-{start}").to_dict())
+        if evaluating:
             evaluate(stop)
-        energy_window = qual.combine_windows(train_windows, "measure", run.energy.min_window_s)
+    energy_window = qual.combine_windows(train_windows, "measure", run.energy.min_window_s)
+    quality = None
+    if evaluating:
         val_values = torch.stack(val_losses)
         if ctx.world_size > 1:  # every rank evaluated the same rows: the mean is that value
             torch.distributed.all_reduce(val_values, group=ctx.dp_group)
