@@ -1,6 +1,7 @@
 """The publish step: a results folder in, a static site out (asv `publish` style).
 
-    SITE/index.html          summary pages (overview, scaling, dense vs sparse, energy) as sections
+    SITE/index.html          summary pages (overview, scaling, dense vs sparse, dense vs sparse at equal
+                             quality, energy) as sections
     SITE/runs/<run_key>.html one page per record
     SITE/assets/             plotly.min.js (from the installed plotly package, once), theme.js,
                              dashboard.css, dashboard.js
@@ -80,7 +81,7 @@ def _validate(figures: list[Figure]) -> None:
 
 
 NAV = [("Runs", "#overview"), ("Scaling", "#scaling"), ("Dense vs sparse", "#compare"),
-       ("Energy and carbon", "#energy")]
+       ("Equal quality", "#quality"), ("Energy and carbon", "#energy")]
 
 
 def build_site(results, out, *, validate: bool = False) -> BuildResult:
