@@ -18,7 +18,8 @@ from rich.console import Console
 from benchsuite.config import ConfigError, load_suite
 
 err = Console(stderr=True, highlight=False)
-out = Console(highlight=False, soft_wrap=True)
+# Piped into a file or a CI log there is no terminal width: tables get room instead of 80 columns.
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 
 
 class UsageError(Exception):
