@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from benchsuite.metrics.scaling import add_scaling_efficiency
+from benchsuite.results.sanity import with_flags
 from benchsuite.results.store import flatten, load_records
 from dashboard.render import num, present
 
@@ -110,8 +111,8 @@ def load(results: str | Path | list[dict]) -> SiteData:
     """From a results folder (or a list of records already loaded)."""
     if isinstance(results, (str, Path)):
         records, source = load_records(results), str(results)
-    else:
-        records, source = list(results), ""
+    else:  # flagged as load_records flags them (a copy: the caller's dicts stay as they were)
+        records, source = [with_flags(dict(r)) for r in results], ""
     return SiteData(records=records, df=dataframe(records), source=source)
 
 

@@ -22,7 +22,8 @@ from conftest import run_cli
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "results"
 HOSTILE = ["<img src=x onerror=alert(1)>", '<script>alert("suite")</script>', '"><svg onload=alert(2)>',
            "<b onmouseover=alert(3)>r</b>", "<img src=y onerror=alert(4)>", "</script><script>alert(5)</script>",
-           "<i onclick=alert(6)>grid</i>", "<script>alert('reason')</script>", "</script><script>alert('err')"]
+           "<i onclick=alert(6)>grid</i>", "<script>alert('reason')</script>", "</script><script>alert('err')",
+           "<svg onload=alert('quality')>"]
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +58,7 @@ def _parse(path: Path) -> _Tags:
 def test_site_builds_from_the_fixture_folder(site):
     out, res = site
     n = len(list(FIXTURES.glob("*.json")))
-    assert res.records == n == 13
+    assert res.records == n == 16
     assert res.index == (out / "index.html").resolve() and res.index.exists()
     assert res.pages[0] == "index.html" and len(res.pages) == n + 1
     assert all((out / p).exists() for p in res.pages)
@@ -68,7 +69,7 @@ def test_site_builds_from_the_fixture_folder(site):
     # a run key is a file name only after it is made safe ("../hostile<1>" stays inside runs/)
     assert "runs/hostile-1.html" in res.pages
     index = (out / "index.html").read_text()
-    for section in ("overview", "scaling", "compare", "energy"):
+    for section in ("overview", "scaling", "compare", "quality", "energy"):
         assert f'<section id="{section}">' in index
 
 
@@ -224,7 +225,7 @@ def test_summary_figures_from_the_fixtures():
     figs = _figures(FIXTURES)
     assert list(figs) == ["fig-scaling-throughput", "fig-scaling-efficiency", "fig-compare-tokens_per_s",
                           "fig-compare-mfu", "fig-compare-j_per_token", "fig-compare-gco2e_per_mtok",
-                          "fig-compare-pareto", "fig-energy-stacked"]
+                          "fig-compare-pareto", "fig-quality-curves", "fig-quality-target", "fig-energy-stacked"]
     thr = figs["fig-scaling-throughput"].data
     assert [(t["name"], len(t["x"])) for t in thr[::2]] == [("dense", 3), ("dense-tiny", 2), ("switch", 3),
                                                             ("zero3", 3)]
@@ -244,7 +245,145 @@ def test_pareto_falls_back_to_throughput_without_validation_loss():
     recs = [_strip(r, "val_loss") if r["metrics"] else r for r in load_records(FIXTURES)]
     pareto = _figures(recs)["fig-compare-pareto"]
     assert "throughput" in pareto.layout["title"]["text"]
-    assert sum(len(t["x"]) for t in pareto.data[:-1]) == 11  # every ok run with J/token
+    assert sum(len(t["x"]) for t in pareto.data[:-1]) == 13  # every ok run with J/token
+
+
+# -- dense vs sparse at equal quality (pages/quality.py) ---------------------------------------
+
+QUALITY_RUNS = ["&lt;img src=x onerror=alert(1)&gt;", "dense · w1", "dense · w2", "dense · w4", "dense-q",
+                "gshard-q", "switch · w1", "switch · w2", "switch · w4", "switch-q"]  # as Plotly text: escaped
+
+
+def _quality(records):
+    from dashboard.pages import quality
+
+    return quality.render(load(records))
+
+
+def test_quality_curves_one_trace_per_run_and_panel():
+    figs = {f.id: f for f in _quality(FIXTURES).figures}
+    curves = figs["fig-quality-curves"].data
+    by_panel = {ax: [t for t in curves if t["xaxis"] == ax] for ax in ("x", "x2", "x3")}
+    tokens, energy, flops = by_panel["x"], by_panel["x2"], by_panel["x3"]
+    assert len(curves) == 29 and len(tokens) == len(flops) == 10 and len(energy) == 9
+    assert [t["name"].rsplit(" (", 1)[0] for t in tokens] == QUALITY_RUNS
+    # one legend entry per run; its three traces toggle together
+    assert sum(t["showlegend"] for t in curves) == 10
+    assert len({t["legendgroup"] for t in curves}) == 10
+    # every evaluation on the tokens and FLOPs panels (5 with eval_every 5 over 20 steps, 6 with 4) ...
+    assert [len(t["x"]) for t in tokens] == [5, 5, 5, 5, 6, 6, 5, 5, 5, 6]
+    # ... but the run without an energy meter has no energy trace (not a line at 0 J)
+    assert not any(t["name"].startswith("switch-q") for t in energy)
+    assert all(v is not None for t in energy for v in t["x"])
+    # losses fall along the curve; the dashed line is the target
+    dense_q = next(t for t in tokens if t["name"].startswith("dense-q"))
+    assert dense_q["y"] == sorted(dense_q["y"], reverse=True) and dense_q["x"][0] == 0
+    assert {sh["y0"] for sh in figs["fig-quality-curves"].layout["shapes"]} == {4.5, 5.0}
+    assert "estimated" in figs["fig-quality-curves"].layout["annotations"][1]["text"]
+
+
+def test_quality_to_target_never_draws_a_zero_bar():
+    fig = next(f for f in _quality(FIXTURES).figures if f.id == "fig-quality-target")
+    assert [t["name"] for t in fig.data] == ["tokens", "seconds", "energy (kWh)", "g CO2e"]
+    for t in fig.data:
+        assert t["y"] == QUALITY_RUNS and t["orientation"] == "h"
+        assert all(v is None or v > 0 for v in t["x"]), t["name"]
+        values = dict(zip(t["y"], t["x"]))
+        assert values["gshard-q"] is None and values[QUALITY_RUNS[0]] is None  # not reached: no bar at all
+        assert values["dense-q"] > 0
+    tokens, _, kwh, co2e = ({y: x for y, x in zip(t["y"], t["x"])} for t in fig.data)
+    assert tokens["switch-q"] > 0 and kwh["switch-q"] is None and co2e["switch-q"] is None  # no energy meter
+    assert kwh["dense-q"] == pytest.approx(_record("make_dense-q.json")["metrics"]["quality"]["energy_j"] / 3.6e6,
+                                           rel=1e-4)
+    labels = {(a["text"], a["y"], a["xref"]) for a in fig.layout["annotations"] if a["yref"] == "y"}
+    for x in ("x", "x2", "x3", "x4"):
+        assert ("not reached", "gshard-q", f"{x} domain") in labels
+        assert ("not reached", QUALITY_RUNS[0], f"{x} domain") in labels
+    assert ("not measured", "switch-q", "x3 domain") in labels and ("not measured", "switch-q", "x4 domain") in labels
+    assert ("not measured", "switch-q", "x domain") not in labels
+    reasons = {a["y"]: a["hovertext"] for a in fig.layout["annotations"] if a["text"] == "not reached"}
+    assert reasons["gshard-q"].startswith("target 5 not reached; best 5.197")
+
+
+def test_quality_section_names_reasons_and_escapes_hostile_names(tmp_path):
+    section = _quality(FIXTURES)
+    text = section.html
+    assert "not reached: target 5 not reached; best 5.197 at step 20" in text
+    assert "energy unavailable" in text and "Energy not measured for: switch-q (unavailable)" in text
+    assert "No evaluation in 5 other run(s)" in text
+    assert "<svg" not in text and html.escape("<svg onload=alert('quality')>") in text
+    assert html.escape("<img src=x onerror=alert(1)>") in text and "<img" not in text
+    spec = script_json({f.id: f.spec() for f in section.figures})
+    assert "<" not in spec and ">" not in spec
+    names = [t["name"] for f in section.figures for t in f.data]
+    assert any(n.startswith("&lt;img src=x onerror=alert(1)&gt;") for n in names)  # Plotly draws it as text
+    # a hostile workload alone: the page still builds, and shows it escaped
+    res = build_site([_record("make_hostile.json")], tmp_path, validate=True)
+    index = (tmp_path / res.pages[0]).read_text()
+    assert '<section id="quality">' in index and "<svg onload" not in index
+
+
+def test_quality_page_copes_without_evaluation_and_with_older_records(tmp_path):
+    recs = [_strip(r, "val_loss") if r["metrics"] else r for r in load_records(FIXTURES)]
+    section = _quality(recs)
+    assert not section.figures
+    assert "no evaluation in these records: set train.eval_every and train.target_loss" in section.html
+    # a record of an older harness: to-target figures, but no curve and no `reached`
+    old = copy.deepcopy(_record("make_dvs-dense-w1.json"))
+    for k in ("curve", "reached", "step", "energy_source"):
+        old["metrics"]["quality"].pop(k)
+    section = _quality([old])
+    assert [f.id for f in section.figures] == ["fig-quality-target"]
+    assert "no evaluation points in these records" in section.html
+    assert section.figures[0].data[0]["x"][0] > 0
+    res = build_site([old], tmp_path, validate=True)
+    assert "Dense vs sparse at equal quality" in (tmp_path / "index.html").read_text()
+
+
+def test_quality_estimated_energy_says_so():
+    fig = next(f for f in _quality([_record("make_gshard-q.json")]).figures if f.id == "fig-quality-curves")
+    assert fig.layout["annotations"][1]["text"] == "Loss vs training energy (energy estimated, not measured)"
+    fig = next(f for f in _quality([_record("make_dense-q.json")]).figures if f.id == "fig-quality-curves")
+    assert fig.layout["annotations"][1]["text"] == "Loss vs training energy"
+
+
+# -- run pages: sanity flags and validation loss -------------------------------------------------
+
+def test_run_page_shows_flags_in_a_warning_box(tmp_path):
+    flagged = _record("make_switch-q.json")
+    assert flagged["flags"] and flagged["flags"][0]["field"] == "metrics.mfu_vs_ceiling"
+    hostile = copy.deepcopy(_record("make_dense-q.json"))
+    hostile["run_key"] = "hostile-flags"
+    hostile["flags"] = [{"field": "<b onmouseover=alert(7)>f</b>", "value": "nan",
+                         "reason": "<script>alert('flag')</script>"}]
+    unflagged = _record("make_dvs-dense-w1.json")
+    impossible = copy.deepcopy(unflagged)  # no stored flags: the loader's guard finds them
+    impossible.pop("flags", None)
+    impossible["run_key"] = "impossible"
+    impossible["metrics"]["mfu"] = 1.7
+    res = build_site([flagged, hostile, unflagged, impossible], tmp_path, validate=True)
+    pages = {Path(p).stem: (tmp_path / p).read_text() for p in res.pages[1:]}
+    box = pages["q000000000000001"]
+    assert '<div class="flags" role="alert">' in box and "metrics.mfu_vs_ceiling" in box and "1.34" in box
+    assert "the step time or the FLOP count is wrong" in box
+    assert '<div class="flags"' not in pages["d000000000000001"]
+    assert '<div class="flags"' in pages["impossible"] and "metrics.mfu" in pages["impossible"]
+    page = pages["hostile-flags"]
+    assert "<script>alert('flag')</script>" not in page and "<b onmouseover" not in page
+    assert html.escape("<script>alert('flag')</script>") in page
+
+
+def test_run_page_loss_figure_has_validation_loss_and_target():
+    from dashboard.pages import run as run_page
+
+    rec = _record("make_dense-q.json")
+    fig = run_page.loss_figure(rec)
+    names = [t["name"] for t in fig.data]
+    assert names == ["training loss", "validation loss"]
+    val = fig.data[1]
+    assert val["x"] == [3, 7, 11, 15, 19]  # steps[k - 1].val_loss: the loss after k measured steps
+    assert val["y"] == pytest.approx([s["val_loss"] for s in rec["steps"] if "val_loss" in s], rel=1e-4)
+    assert fig.layout["shapes"][0]["y0"] == 5.0 and "target" in fig.layout["title"]["text"]
 
 
 def test_rebuild_removes_pages_of_records_no_longer_there(tmp_path):
@@ -258,7 +397,7 @@ def test_cli_dashboard_verb(tmp_path):
     r = run_cli("dashboard", str(FIXTURES), "-o", str(tmp_path / "s"), "--json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["records"] == 13 and len(doc["pages"]) == 14
+    assert doc["records"] == 16 and len(doc["pages"]) == 17
     assert Path(doc["index"]) == (tmp_path / "s" / "index.html").resolve()
     r = run_cli("dashboard", str(FIXTURES), "-o", str(tmp_path / "t"))
     assert r.returncode == 0 and r.stdout.strip() == str((tmp_path / "t" / "index.html").resolve())

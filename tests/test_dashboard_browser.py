@@ -105,21 +105,33 @@ def _names(pairs):
 
 
 H = f"{HOSTILE} (moe/<b onmouseover=alert(3)>r</b>)"
+# the runs with metrics.quality after the hostile one; switch-q last (the energy panel has no trace for it)
+QUALITY_RUNS = [("dense · w1 (dense)", 5), ("dense · w2 (dense)", 5), ("dense · w4 (dense)", 5),
+                ("dense-q (dense)", 6), ("gshard-q (moe/gshard)", 6), ("switch · w1 (moe/switch)", 5), ("switch · w2 (moe/switch)", 5),
+                ("switch · w4 (moe/switch)", 5), ("switch-q (moe/switch)", 6)]
 EXPECTED_INDEX = {
     "fig-scaling-throughput": _names([("dense", 3), ("dense · ideal", 3), ("dense-tiny", 2),
                                       ("dense-tiny · ideal", 2), ("switch", 3), ("switch · ideal", 3), ("zero3", 3),
                                       ("zero3 · ideal", 3)]),
     "fig-scaling-efficiency": _names([("dense (weak)", 3), ("dense-tiny (weak)", 2), ("switch (weak)", 3),
                                       ("zero3 (strong)", 3)]),
-    "fig-compare-tokens_per_s": _names([(H, 1), ("dense (dense)", 3), ("dense-tiny (dense)", 2),
-                                        ("switch (moe/switch)", 3), ("zero3 (dense)", 3)]),
-    "fig-compare-mfu": _names([(H, 1), ("dense (dense)", 3), ("switch (moe/switch)", 3), ("zero3 (dense)", 3)]),
-    # the smoke runs: w1 from a harness with energy (estimated), w2 from one without
-    **{f"fig-compare-{c}": _names([(H, 1), ("dense (dense)", 3), ("dense-tiny (dense)", 1), ("switch (moe/switch)", 3),
-                                   ("zero3 (dense)", 3)]) for c in ("j_per_token", "gco2e_per_mtok")},
-    "fig-compare-pareto": _names([("dense", 3), ("MoE (sparse)", 3), ("Pareto front", 1)]),
-    "fig-energy-stacked": _names([("GPU · measured", 7), ("GPU · sampled", 3), ("CPU · measured", 3),
-                                  ("CPU · estimated", 7), ("DRAM · measured", 3), ("DRAM · estimated", 1)]),
+    "fig-compare-tokens_per_s": _names([(H, 1), ("dense (dense)", 3), ("dense-q (dense)", 1), ("dense-tiny (dense)", 2),
+                                        ("gshard-q (moe/gshard)", 1), ("switch (moe/switch)", 3),
+                                        ("switch-q (moe/switch)", 1), ("zero3 (dense)", 3)]),
+    "fig-compare-mfu": _names([(H, 1), ("dense (dense)", 3), ("dense-q (dense)", 1), ("gshard-q (moe/gshard)", 1),
+                               ("switch (moe/switch)", 3), ("switch-q (moe/switch)", 1), ("zero3 (dense)", 3)]),
+    # the smoke runs: w1 from a harness with energy (estimated), w2 from one without; switch-q: no energy meter
+    **{f"fig-compare-{c}": _names([(H, 1), ("dense (dense)", 3), ("dense-q (dense)", 1), ("dense-tiny (dense)", 1),
+                                   ("gshard-q (moe/gshard)", 1), ("switch (moe/switch)", 3), ("zero3 (dense)", 3)])
+       for c in ("j_per_token", "gco2e_per_mtok")},
+    "fig-compare-pareto": _names([("dense", 4), ("MoE (sparse)", 5), ("Pareto front", 2)]),
+    # three panels (tokens, energy, model FLOPs), a trace per run in each: 5 evaluations (eval_every 5 over
+    # 20 steps) or 6 (every 4); switch-q has no energy meter, so no trace in the energy panel
+    "fig-quality-curves": _names([(H, 5), *QUALITY_RUNS, (H, 5), *QUALITY_RUNS[:-1], (H, 5), *QUALITY_RUNS]),
+    # one bar per run and panel (tokens, seconds, kWh, g CO2e); not-reached runs are null there, not 0
+    "fig-quality-target": [["tokens", 10], ["seconds", 10], ["energy (kWh)", 10], ["g CO2e", 10]],
+    "fig-energy-stacked": _names([("GPU · measured", 8), ("GPU · sampled", 3), ("CPU · measured", 4),
+                                  ("CPU · estimated", 8), ("DRAM · measured", 4), ("DRAM · estimated", 2)]),
 }
 
 
@@ -129,6 +141,17 @@ def test_index_opens_offline_and_draws_every_figure(index):
     assert p.page.evaluate("typeof Plotly.newPlot") == "function"
     ARTIFACTS.mkdir(exist_ok=True)
     p.page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
+    # quality curves: log x (step 0 off the axis), a button for linear x with step 0 on it
+    axes = "() => ['xaxis', 'xaxis2', 'xaxis3'].map(a => document.getElementById('fig-quality-curves').layout[a].type)"
+    assert p.page.evaluate(axes) == ["log"] * 3
+    p.page.locator("#fig-quality-curves .updatemenu-button").nth(1).click()
+    p.page.wait_for_function(axes.replace("() =>", "() => (") + ").every(t => t === 'linear')")
+    p.page.locator("#fig-quality-curves .updatemenu-button").nth(0).click()
+    p.page.wait_for_function(axes.replace("() =>", "() => (") + ").every(t => t === 'log')")
+    # to target: the not-reached runs are labelled, with no bar
+    labels = p.page.evaluate("[...document.querySelectorAll('#fig-quality-target .annotation-text')]"
+                             ".map(e => e.textContent)")
+    assert labels.count("not reached") == 8 and labels.count("not measured") == 2, labels
     p.check_clean()
 
 
@@ -156,16 +179,16 @@ def test_hostile_names_show_as_text_and_run_nothing(browser, site, index):
 def test_runs_table_sorts_and_filters(index):
     p = index
     visible = "() => [...document.querySelectorAll('#runs-table tbody tr')].filter(r => !r.hidden).length"
-    assert p.page.evaluate(visible) == 13
+    assert p.page.evaluate(visible) == 16
     p.page.fill("[data-filter-text]", "switch")
-    assert p.page.evaluate(visible) == 4 and p.page.inner_text("[data-count]") == "4 of 13 runs"
+    assert p.page.evaluate(visible) == 5 and p.page.inner_text("[data-count]") == "5 of 16 runs"
     p.page.select_option("select[data-filter=status]", "failed")
     assert p.page.evaluate(visible) == 1
     assert "OutOfMemoryError" in p.page.inner_text("#runs-table tbody tr:not([hidden])")
     p.page.fill("[data-filter-text]", "")
     p.page.select_option("select[data-filter=status]", "")
     p.page.select_option("select[data-filter=kind]", "moe/switch")
-    assert p.page.evaluate(visible) == 4
+    assert p.page.evaluate(visible) == 5
     p.page.select_option("select[data-filter=kind]", "")
     col = "(i) => [...document.querySelectorAll('#runs-table tbody tr')].map(r => r.cells[i].getAttribute('data-v'))"
     p.page.click("#runs-table th:has-text('tok/s')")
@@ -189,14 +212,19 @@ EXPECTED_RUN = {
     "ee7bbe62e331231c.html": {"fig-run-steps": [["step time", 10]], "fig-run-loss": [["training loss", 10]],
                               "fig-run-ranks": [["median step time", 1]],
                               "fig-run-memory": [["measured", 4], ["analytic", 4]]},
-    "hostile-1.html": {"fig-run-steps": [["step time", 20]], "fig-run-loss": [["training loss", 20]],
+    "hostile-1.html": {"fig-run-steps": [["step time", 20]],
+                       "fig-run-loss": [["training loss", 20], ["validation loss", 4]],
                        "fig-run-ranks": [["median step time", 1]]},
+    "q000000000000001.html": {"fig-run-steps": [["step time", 20]],  # switch-q: flagged, no energy meter
+                              "fig-run-loss": [["training loss", 20], ["validation loss", 5]],
+                              "fig-run-ranks": [["median step time", 1]], "fig-run-experts": [["tokens routed", 8]],
+                              "fig-run-memory": [["measured", 4], ["analytic", 4]]},
 }
 
 
 def test_run_pages_open_clean(browser, site):
-    """Full, failed, strong-scaling (no per-rank data), hostile and a real CPU record: between them
-    every kind of missing section (each page load parses plotly.js, so not all 13)."""
+    """Full, failed, strong-scaling (no per-rank data), hostile, flagged and a real CPU record: between
+    them every kind of missing section (each page load parses plotly.js, so not all 16)."""
     out, res = site
     for rel in res.pages[1:]:
         name = Path(rel).name
@@ -207,6 +235,12 @@ def test_run_pages_open_clean(browser, site):
         text = p.page.inner_text("main")
         if name == "s000000000000008.html":
             assert "failed on rank 3: OutOfMemoryError" in text and "run failed" in text
+        if name == "q000000000000001.html":
+            box = p.page.inner_text(".flags")
+            assert "Flagged: 1 figure(s)" in box and "metrics.mfu_vs_ceiling" in box and "1.34" in box
+            assert p.page.is_visible(".flags")
+        else:
+            assert p.page.locator(".flags").count() == 0, name
         if name == "z000000000000004.html":
             assert "Per-rank step time: not measured" in text and "MoE expert load: not applicable" in text
         if name == "s000000000000002.html":

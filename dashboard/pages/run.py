@@ -1,7 +1,8 @@
-"""One page per run: headline figures, step-time series, loss curve (with validation loss),
-per-rank step time (stragglers), MoE expert load, model-state memory measured vs analytic,
-energy per device, carbon, environment and the resolved config. Every section a record
-lacks says so ("not measured") instead of drawing nothing or zero."""
+"""One page per run: the sanity guard's flags (a warning box), headline figures, step-time series,
+loss curve (with validation loss and the target loss), per-rank step time (stragglers), MoE expert
+load, model-state memory measured vs analytic, energy per device, carbon, environment and the
+resolved config. Every section a record lacks says so ("not measured") instead of drawing nothing
+or zero."""
 
 from __future__ import annotations
 
@@ -44,7 +45,13 @@ def loss_figure(rec) -> Figure | None:
                          **style})
     if not data:
         return None
-    return Figure("fig-run-loss", data, layout("Loss", "step", "loss", **SMALL))
+    target = num(dig(rec, "metrics", "quality", "target_loss"))
+    if target is None:
+        return Figure("fig-run-loss", data, layout("Loss", "step", "loss", **SMALL))
+    line = {"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": short(target), "y1": short(target),
+            "line": {"color": "#868e96", "dash": "dot", "width": 1}}
+    return Figure("fig-run-loss", data, layout(f"Loss (dotted: target validation loss {f_sig(target)})", "step",
+                                               "loss", shapes=[line], **SMALL))
 
 
 def rank_figure(rec) -> Figure | None:
@@ -121,6 +128,19 @@ def _identity(row, rec) -> str:
                      ("scaling", cfg.get("scaling")), ("parallel", json.dumps(cfg.get("parallel"))),
                      ("status", rec.get("status")), ("started", rec.get("started_at")),
                      ("duration (s)", f_sig(rec.get("duration_s"))), ("run key", rec.get("run_key"))])
+
+
+def _flags(rec) -> str:
+    """The sanity guard's flags (results/sanity.py): figures no real run can produce, in a warning box."""
+    flags = [f for f in rec.get("flags") or [] if isinstance(f, dict)]
+    if not flags:
+        return ""
+    rows = [[f.get("field"), f_sig(f.get("value")) if num(f.get("value")) is not None else f.get("value"),
+             f.get("reason")] for f in flags[:50]]
+    more = f'<p class="note">… and {len(flags) - 50} more (see the record).</p>' if len(flags) > 50 else ""
+    return (f'<div class="flags" role="alert"><strong>⚠ Flagged: {len(flags)} figure(s) no real run can produce'
+            f"</strong><p>The run finished, but treat these figures (and what is derived from them) as wrong until "
+            f"explained.</p>{table(['field', 'value', 'reason'], rows)}{more}</div>")
 
 
 def _error(rec) -> str:
@@ -255,7 +275,7 @@ def render(row: dict, rec: dict) -> Section:
     if "fig-run-loss" in {f.id for f in figs} and not any(num(s.get("val_loss")) is not None for s in _steps(rec)):
         note = '<p class="note">Validation loss: not measured (no eval steps).</p>'
         blocks["loss"] = f'<div>{blocks["loss"]}{note}</div>'
-    html = (_error(rec) +
+    html = (_error(rec) + _flags(rec) +
             f'<div class="row2"><div><h3>Run</h3>{_identity(row, rec)}</div>'
             f'<div><h3>Headline figures</h3>{_headline(row, rec)}</div></div>'
             f'<h2>Time and loss</h2><div class="row2">{blocks["steps"]}{blocks["loss"]}</div>'

@@ -1,0 +1,321 @@
+"""Dense vs sparse at equal quality: validation loss against what training spent to get there, and
+what each run took to reach `train.target_loss` (benchsuite/metrics/quality.py).
+
+- Curves (metrics.quality.curve): validation loss vs training tokens, vs training energy (J) and vs
+  model FLOPs, three panels sharing the loss axis, one trace per run in each (legend groups tie a
+  run's three traces together). Energy points exist only where the record has an energy figure;
+  energy that was estimated or sampled (the record's energy source) says so in the panel title.
+- To target (metrics.quality's to-target fields): tokens, seconds, kWh and g CO2e per run, as
+  horizontal bars in four panels sharing the run axis. A run that did not reach the target gets no
+  bar (never a zero bar) but a "not reached" label, and its reason in the table below; a figure
+  the run could not measure (energy unavailable) is labelled "not measured" the same way.
+"""
+
+from __future__ import annotations
+
+from benchsuite.results.store import dig
+from dashboard.data import SiteData, latest_ok_per_size
+from dashboard.pages import Page, series_colors
+from dashboard.render import (DASH, Figure, Section, esc, f_num, f_sig, layout, missing, num, present, ptext,
+                              short, table)
+
+J_PER_KWH = 3.6e6
+NO_EVAL = "no evaluation in these records: set train.eval_every and train.target_loss"
+DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
+# (curve key, panel title, axis title, hover unit)
+CURVES = [("tokens", "vs training tokens", "training tokens", "tokens"),
+          ("energy_j", "vs training energy", "training energy (J)", "J"),
+          ("model_flops", "vs model FLOPs", "model FLOPs", "FLOPs")]
+# (panel title, value of a run) for the to-target panels
+TARGETS = [("tokens", lambda q: num(q.get("tokens"))),
+           ("seconds", lambda q: num(q.get("seconds"))),
+           ("energy (kWh)", lambda q: None if num(q.get("energy_j")) is None else num(q["energy_j"]) / J_PER_KWH),
+           ("g CO2e", lambda q: num(q.get("co2e_g")))]
+ENERGY_PANELS = {2, 3}  # the to-target panels whose figure is energy (or CO2e from it)
+NOT_MEASURED_SOURCES = ("estimated", "sampled")
+
+
+class Run:
+    """One run's quality figures, with what the page needs to name and colour it."""
+
+    def __init__(self, row: dict, rec: dict, q: dict):
+        self.row, self.rec, self.q = row, rec, q
+        self.series = row["series"]
+        self.label = row["series"]
+        self.kind = str(row["kind_label"])
+        curve = q.get("curve") if isinstance(q.get("curve"), list) else []
+        self.curve = [p for p in curve if isinstance(p, dict) and num(p.get("val_loss")) is not None]
+        src = q.get("energy_source") or dig(rec, "energy", "source")
+        self.energy_source = str(src) if present(src) else "unavailable"
+
+    @property
+    def target(self) -> float | None:
+        return num(self.q.get("target_loss"))
+
+    @property
+    def reached(self) -> bool | None:
+        """True / False as the record says; records of an older harness without `reached` count as
+        reached when they give a to-target figure."""
+        r = self.q.get("reached")
+        if isinstance(r, bool):
+            return r
+        if self.target is None:
+            return None
+        return True if num(self.q.get("tokens")) is not None else None
+
+    def why_not(self) -> str:
+        """Why the run has no to-target figures (not reached, no target, no evaluation)."""
+        reason = self.q.get("reason")
+        if present(reason) and str(reason):
+            return str(reason)
+        if self.target is None:
+            return "no target: train.target_loss is not set"
+        return "target not reached" if self.reached is False else "no to-target figure in the record"
+
+    def energy_why(self) -> str:
+        reason = self.q.get("energy_reason")
+        if present(reason) and str(reason):
+            return str(reason)
+        return f"energy {self.energy_source}"
+
+
+def quality_runs(data: SiteData) -> tuple[list[Run], list[str]]:
+    """Runs with a metrics.quality section (the latest per sweep and world size), and the labels
+    of ok runs without one."""
+    runs, without = [], []
+    for row in latest_ok_per_size(data.df).to_dict("records"):
+        rec = data.record(row)
+        q = dig(rec, "metrics", "quality")
+        if isinstance(q, dict):
+            runs.append(Run(row, rec, q))
+        else:
+            without.append(str(row["run_label"]))
+    per_series: dict[str, int] = {}
+    for r in runs:
+        per_series[r.series] = per_series.get(r.series, 0) + 1
+    for r in runs:  # the workload alone where it names one run; with its world size where a sweep has several
+        if per_series[r.series] > 1:
+            r.label = str(r.row["run_label"])
+    return runs, without
+
+
+def _styles(runs: list[Run], data: SiteData) -> dict[int, dict]:
+    colors = series_colors(data.df)
+    seen: dict[str, int] = {}
+    out = {}
+    for i, r in enumerate(runs):
+        n = seen.get(r.series, 0)
+        seen[r.series] = n + 1
+        out[i] = {"color": colors.get(r.series, "#495057"), "dash": DASHES[n % len(DASHES)]}
+    return out
+
+
+def _estimated_note(runs: list[Run]) -> str:
+    est = [r for r in runs if r.energy_source in NOT_MEASURED_SOURCES]
+    if not est:
+        return ""
+    if len(est) == len(runs):
+        kinds = sorted({r.energy_source for r in est})
+        return f" (energy {' / '.join(kinds)}, not measured)"
+    return f" ({len(est)} of {len(runs)} runs' energy estimated or sampled)"
+
+
+def curves_figure(runs: list[Run], data: SiteData) -> tuple[Figure | None, list[Run]]:
+    """Loss vs tokens | energy | model FLOPs; returns the figure and the runs with no energy point."""
+    drawn = [r for r in runs if r.curve]
+    if not drawn:
+        return None, []
+    styles = _styles(runs, data)
+    traces, no_energy, with_energy, in_legend = [], [], [], set()
+    for p, (key, _, _, unit) in enumerate(CURVES):
+        for i, r in enumerate(runs):
+            pts = [(num(pt.get(key)), num(pt.get("val_loss")), pt.get("step")) for pt in r.curve]
+            pts = [(x, y, s) for x, y, s in pts if x is not None]  # energy: only points that have a figure
+            if key == "energy_j" and all(x == 0 for x, _, _ in pts):
+                pts = []  # the step-0 point alone (0 J before training) is no energy figure
+            if not pts:
+                if key == "energy_j" and r.curve:
+                    no_energy.append(r)
+                continue
+            if key == "energy_j":
+                with_energy.append(r)
+            src = f" ({r.energy_source})" if key == "energy_j" else ""
+            traces.append({
+                "type": "scatter", "mode": "lines+markers", "name": ptext(f"{r.label} ({r.kind})"),
+                "legendgroup": f"run{i}", "showlegend": i not in in_legend,
+                "xaxis": "x" if p == 0 else f"x{p + 1}", "yaxis": "y",
+                "x": [short(x) for x, _, _ in pts], "y": [short(y) for _, y, _ in pts],
+                "line": {"color": styles[i]["color"], "dash": styles[i]["dash"], "width": 2},
+                "marker": {"size": 5}, "hovertemplate": "%{text}<extra></extra>",
+                "text": [f"{ptext(r.label)}<br>step {ptext(s)}: validation loss {f_sig(y)}<br>{f_sig(x)} {unit}{src}"
+                         for x, y, s in pts]})
+            in_legend.add(i)
+    est = _estimated_note(with_energy)
+    annotations = [{"text": ptext(f"Loss {title}" + (est if key == "energy_j" else "")), "showarrow": False,
+                    "xref": "x domain" if p == 0 else f"x{p + 1} domain", "yref": "y domain", "x": 0, "y": 1.0,
+                    "xanchor": "left", "yanchor": "bottom", "font": {"size": 12}}
+                   for p, (key, title, _, _) in enumerate(CURVES)]
+    shapes = []
+    targets = sorted({r.target for r in runs if r.target is not None and r.curve})
+    for t in targets:
+        for p in range(len(CURVES)):
+            shapes.append({"type": "line", "xref": "x domain" if p == 0 else f"x{p + 1} domain", "x0": 0, "x1": 1,
+                           "yref": "y", "y0": short(t), "y1": short(t),
+                           "line": {"color": "#868e96", "dash": "dot", "width": 1}})
+        annotations.append({"text": f"target {f_sig(t)}", "showarrow": False, "xref": "x3 domain", "x": 1,
+                            "xanchor": "right", "yref": "y", "y": short(t), "yanchor": "bottom",
+                            "font": {"size": 11, "color": "#868e96"}})
+    # log x by default: runs can differ tenfold in energy (and the loss falls fastest early). The
+    # step-0 evaluation (x = 0) is off a log axis, and the loss axis is fitted to what is on it; the
+    # buttons switch to linear x (step 0 included, loss axis fitted to everything) and back.
+    axes = {f"xaxis{'' if p == 0 else p + 1}": {"title": {"text": axis}, "exponentformat": "SI", "type": "log",
+                                               "dtick": "D2"}
+            for p, (_, _, axis, _) in enumerate(CURVES)}
+    y_log = _loss_range([y for t in traces for x, y in zip(t["x"], t["y"]) if x is not None and x > 0] + targets)
+    scale = []
+    for label, kind in (("x: log", "log"), ("x: linear (with step 0)", "linear")):
+        args = {f"xaxis{'' if p == 0 else p + 1}.{k}": v for p in range(len(CURVES))
+                for k, v in (("type", kind), ("dtick", "D2" if kind == "log" else None))}
+        args.update({"yaxis.range": y_log, "yaxis.autorange": False} if kind == "log" and y_log else
+                    {"yaxis.autorange": True})
+        scale.append({"label": label, "method": "relayout", "args": [args]})
+    if y_log:
+        axes["yaxis"] = {"range": y_log, "autorange": False}
+    lay = layout("Validation loss vs what training spent (dotted: target loss)", "", "validation loss",
+                 height=440, grid={"rows": 1, "columns": len(CURVES), "pattern": "coupled", "xgap": 0.08},
+                 annotations=annotations, shapes=shapes, margin={"t": 80},
+                 updatemenus=[{"type": "buttons", "direction": "left", "buttons": scale, "showactive": True,
+                               "x": 0.5, "xanchor": "left", "y": 1.2, "yanchor": "bottom", "pad": {"r": 0, "t": 0},
+                               "font": {"size": 11}}],
+                 **axes)
+    return Figure("fig-quality-curves", traces, lay), no_energy
+
+
+def _loss_range(ys: list) -> list | None:
+    ys = [y for y in ys if y is not None]
+    if not ys:
+        return None
+    lo, hi = min(ys), max(ys)
+    pad = 0.06 * (hi - lo) if hi > lo else 0.05 * abs(hi) or 0.1
+    return [short(lo - pad), short(hi + pad)]
+
+
+def _status(r: Run, value) -> str | None:
+    """The label where a run has no bar in a panel, or None where it has one."""
+    if value is not None:
+        return None
+    if r.reached is False:
+        return "not reached"
+    if r.reached is None:
+        return "no target" if r.target is None else "no figure"
+    return "not measured"
+
+
+def target_figure(runs: list[Run], data: SiteData) -> Figure | None:
+    runs = [r for r in runs if r.target is not None]
+    if not runs:
+        return None
+    colors = [_styles(runs, data)[i]["color"] for i in range(len(runs))]
+    labels = [ptext(r.label) for r in runs]
+    traces, annotations = [], []
+    for p, (title, value) in enumerate(TARGETS):
+        ys = [value(r.q) if r.reached is not False else None for r in runs]
+        text = []
+        for r, v in zip(runs, ys):
+            est = " · " + r.energy_source if p in ENERGY_PANELS and r.energy_source in NOT_MEASURED_SOURCES else ""
+            text.append("" if v is None else f"{f_sig(v)}{est}")
+            label = _status(r, v)
+            if label:
+                why = (r.why_not() if label != "not measured" else
+                       r.energy_why() if p in ENERGY_PANELS else f"no {title} figure in the record")
+                annotations.append({"text": label, "hovertext": ptext(why), "showarrow": False,
+                                    "xref": "x domain" if p == 0 else f"x{p + 1} domain", "x": 0.02,
+                                    "xanchor": "left", "yref": "y", "y": ptext(r.label),
+                                    "font": {"size": 11, "style": "italic",
+                                             "color": "#c92a2a" if label == "not reached" else "#868e96"}})
+        traces.append({"type": "bar", "orientation": "h", "name": title, "showlegend": False,
+                       "xaxis": "x" if p == 0 else f"x{p + 1}", "yaxis": "y",
+                       "y": labels, "x": [short(v) for v in ys], "marker": {"color": colors},
+                       "text": text, "textposition": "auto", "cliponaxis": False,
+                       "hovertemplate": "%{y}<br>%{text}<extra>" + ptext(title) + "</extra>"})
+    targets = sorted({r.target for r in runs})
+    target_text = " / ".join(f_sig(t) for t in targets)
+    annotations += [{"text": title, "showarrow": False, "xref": "x domain" if p == 0 else f"x{p + 1} domain",
+                     "yref": "y domain", "x": 0, "y": 1.0, "xanchor": "left", "yanchor": "bottom",
+                     "font": {"size": 12}} for p, (title, _) in enumerate(TARGETS)]
+    axes = {f"xaxis{'' if p == 0 else p + 1}": {"exponentformat": "e" if p in ENERGY_PANELS else "SI",
+                                               "rangemode": "tozero"} for p in range(len(TARGETS))}
+    return Figure("fig-quality-target", traces,
+                  layout(f"To validation loss {target_text} (interpolated between evaluations)", "", "",
+                         height=max(260, 120 + 30 * len(runs)), margin={"t": 70},
+                         grid={"rows": 1, "columns": len(TARGETS), "pattern": "coupled", "xgap": 0.06},
+                         yaxis={"type": "category", "autorange": "reversed", "categoryorder": "array",
+                                "categoryarray": labels},
+                         annotations=annotations, **axes))
+
+
+def target_table(runs: list[Run]) -> str:
+    rows = []
+    for r in runs:
+        q = r.q
+        if r.reached is True:
+            result = f"reached at step ≈{f_sig(q.get('step'))}" if num(q.get("step")) is not None else "reached"
+            if num(q.get("energy_j")) is None or num(q.get("co2e_g")) is None:
+                result += f"; {r.energy_why()}"
+        else:
+            result = ("not reached: " if r.reached is False else "") + r.why_not()
+        kwh = num(q.get("energy_j"))
+        rows.append([r.label, r.kind, f_sig(r.target), result,
+                     f_num(q.get("tokens")) if r.reached else DASH, f_sig(q.get("seconds")) if r.reached else DASH,
+                     f_sig(kwh / J_PER_KWH) if r.reached and kwh is not None else DASH,
+                     f_sig(q.get("co2e_g")) if r.reached else DASH, r.energy_source,
+                     f_sig(q.get("best_val_loss"))])
+    return table(["run", "kind", "target loss", "result", "tokens", "seconds", "kWh", "g CO2e", "energy source",
+                  "best validation loss"], rows)
+
+
+def render(data: SiteData) -> Section:
+    slug, title = "quality", "Dense vs sparse at equal quality"
+    if data.ok.empty:
+        return Section(slug, title, missing("Validation loss", "no successful runs"))
+    runs, without = quality_runs(data)
+    if not runs:
+        return Section(slug, title, missing("Validation loss", NO_EVAL))
+    figs, html = [], ""
+    curves, no_energy = curves_figure(runs, data)
+    if curves:
+        figs.append(curves)
+        html += curves.div("fig wide")
+        if no_energy:
+            shown = ", ".join(f"{esc(r.label)} ({esc(r.energy_source)})" for r in no_energy)
+            html += (f'<p class="note">Energy not measured for: {shown}; those runs are left out of the energy '
+                     "panel.</p>")
+    else:
+        html += missing("Validation loss curves", "no evaluation points in these records: set train.eval_every")
+    fig = target_figure(runs, data)
+    html += "<h3>To the target loss</h3>"
+    if fig:
+        figs.append(fig)
+        html += fig.div("fig wide")
+    else:
+        html += missing("To the target loss", "no target: set train.target_loss")
+    html += target_table(runs)
+    notes = []
+    counting = next((r.q.get("counting") for r in runs if present(r.q.get("counting"))), None)
+    if counting:
+        notes.append(f"How these are counted: {esc(counting)}.")
+    est = [r.label for r in runs if r.energy_source in NOT_MEASURED_SOURCES]
+    if est:
+        notes.append("Energy estimated or sampled, not measured, for: " + esc(", ".join(est)) + ".")
+    if any("expert_choice" in r.kind for r in runs):
+        notes.append("Expert choice routes over the whole batch, so in a causal decoder a token's experts depend on "
+                     "later tokens: its validation loss can use that leak, and its figures are its cost, not a "
+                     "comparable quality.")
+    if without:
+        notes.append(f"No evaluation in {len(without)} other run(s) (set train.eval_every and train.target_loss): "
+                     + esc(", ".join(without[:12])) + (" …" if len(without) > 12 else "") + ".")
+    html += "".join(f'<p class="note">{n}</p>' for n in notes)
+    return Section(slug, title, html, figs)
+
+
+PAGE = Page("quality", "Dense vs sparse at equal quality", render)
