@@ -194,3 +194,8 @@ def test_tiny_run_evaluates_at_the_right_steps_and_keeps_eval_out_of_time_and_en
     table = report_table(df)
     cell = list(table.columns[[c.header for c in table.columns].index("to target")].cells)[0]
     assert cell.startswith(f"{qual['tokens']:.2g} tok, ")
+
+
+def test_curve_without_any_energy_has_no_zero_joules():
+    c = q.curve([0, 2, 4], [5.0, 4.0, 3.5], [0.1] * 4, 100, 1e6, [None, None])
+    assert [p["energy_j"] for p in c] == [None, None, None]

@@ -115,7 +115,8 @@ def curve(points: list[int], val_losses: list[float], step_times_s: list[float],
         raise ValueError(f"{len(points)} eval points need as many losses and one segment fewer; got "
                          f"{len(val_losses)} losses and {len(segment_energy_j)} segments")
     out = []
-    energy: float | None = 0.0
+    # 0 J before any training only when training energy was measured at all: never a 0 for "unknown".
+    energy: float | None = None if segment_energy_j and all(e is None for e in segment_energy_j) else 0.0
     for j, (k, loss) in enumerate(zip(points, val_losses)):
         if j > 0:
             seg = segment_energy_j[j - 1]
