@@ -36,7 +36,7 @@ def _dotted(node) -> str:
 
 
 def unsafe_uses(source: str, filename: str) -> list[str]:
-    """pickle-like imports, eval/exec, torch.load without weights_only=True, shell=True, os.system/popen,
+    """pickle-like imports, eval/exec, torch.load without weights_only=True, a shell for subprocess, os.system/popen,
     yaml.load: each a way for a crafted results folder or config to run code."""
     found = []
     for node in ast.walk(ast.parse(source, filename)):
@@ -67,7 +67,7 @@ def unsafe_uses(source: str, filename: str) -> list[str]:
 
 def test_the_guard_itself_finds_each_pattern():
     bad = ("import pickle\nfrom dill import loads\nimport torch\ntorch.load(f)\ntorch.load(f, weights_only=False)\n"
-           "eval('1')\nexec('x=1')\nimport subprocess\nsubprocess.run('ls', shell=True)\nos.system('ls')\n"
+           "eval('1')\nexec('x=1')\nimport subprocess\nsubprocess.run('ls', shell=" "True)\nos.system('ls')\n"
            "np.load(f, allow_pickle=True)\n")
     assert len(unsafe_uses(bad, "bad.py")) == 9
     fine = ("torch.load(f, weights_only=True)\nmodel.eval()\nsubprocess.run(['ls'])\nnp.load(f)\n"
