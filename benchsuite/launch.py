@@ -7,7 +7,6 @@ record naming the rank and the reason; every process of the run is reaped; the s
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import re
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from benchsuite import prctl
 from benchsuite.config import RunConfig, Suite
 from benchsuite.environment import hardware_identity, software_versions
 from benchsuite.results.schema import failed_record, utc_now
@@ -48,34 +48,6 @@ class RunOutcome:
     record_path: str | None = None
     error: dict | None = None
     duration_s: float = 0.0
-
-
-def _become_subreaper() -> None:
-    """Ranks live in their own sessions (torchrun starts them so); as subreaper this process
-    inherits any rank whose torchrun died, so it can reap it: no orphans, no zombies."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
-
-
-def _die_with_launcher() -> Callable[[], None] | None:
-    """preexec_fn for torchrun: SIGTERM it when this launcher dies, even by SIGKILL (PR_SET_PDEATHSIG), so
-    torchrun stops its ranks (which die with torchrun, worker._die_with_parent) instead of running on, orphaned.
-    prctl is looked up here, before the fork: the child only makes the call."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    launcher, sigterm = os.getpid(), int(signal.SIGTERM)
-
-    def preexec() -> None:
-        prctl(1, sigterm)  # PR_SET_PDEATHSIG
-        if os.getppid() != launcher:  # the launcher died between fork and prctl
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return preexec
 
 
 def torchrun_command(run: RunConfig, key: str, workdir: Path, rdzv: Rendezvous) -> list[str]:
@@ -172,7 +144,8 @@ def launch_run(run: RunConfig, key: str, out_dir: Path, hardware: dict, rdzv: Re
         cmd = torchrun_command(run, key, workdir, rdzv)
         with open(log_path, "w") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, env=worker_env(run), preexec_fn=_die_with_launcher())
+                                    start_new_session=True, env=worker_env(run),
+                                    preexec_fn=prctl.die_with_this_process(signal.SIGTERM))
             try:
                 returncode = proc.wait(timeout=run.train.timeout_s)
                 error = None
@@ -214,7 +187,7 @@ def run_suite(suite: Suite, out_dir: str | Path, resume: bool = True, peak_tflop
     'start' (payload: the RunConfig) and 'done' (payload: the RunOutcome)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    _become_subreaper()
+    prctl.become_subreaper()  # ranks whose torchrun died are re-parented here and reaped
     hardware = hardware_identity()
     done = ok_run_keys(out_dir) if resume else set()
     outcomes = []

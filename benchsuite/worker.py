@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from benchsuite import dist as bdist
+from benchsuite import prctl
 from benchsuite.config import RunConfig
 from benchsuite.environment import device_info, software_versions
 from benchsuite.metrics import comm
@@ -381,18 +382,11 @@ def build_record(run: RunConfig, run_key: str, ranks: list[dict], ctx: bdist.Dis
     return finite_or_none(record)
 
 
-def _die_with_parent() -> None:
-    """torchrun starts ranks in their own sessions; if the launcher dies, take the rank down too."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="benchsuite.worker")
     p.add_argument("workdir", help="the run's folder: run.json in, pid and error files out")
     workdir = Path(p.parse_args(argv).workdir)
-    _die_with_parent()
+    prctl.die_with_parent(signal.SIGKILL)  # torchrun starts ranks in their own sessions
     rank = int(os.environ.get("RANK", "0"))
     (workdir / f"pid.{rank}").write_text(str(os.getpid()))
     started_at, t0 = utc_now(), time.perf_counter()

@@ -336,7 +336,7 @@ def test_quality_page_copes_without_evaluation_and_with_older_records(tmp_path):
     assert [f.id for f in section.figures] == ["fig-quality-target"]
     assert "no evaluation points in these records" in section.html
     assert section.figures[0].data[0]["x"][0] > 0
-    res = build_site([old], tmp_path, validate=True)
+    build_site([old], tmp_path, validate=True)
     assert "Dense vs sparse at equal quality" in (tmp_path / "index.html").read_text()
 
 

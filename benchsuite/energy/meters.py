@@ -293,14 +293,12 @@ class NodeEnergyMonitor:
         except EnergyError as e:
             notes.append(f"RAPL unavailable: {e}")
             sensors = [_estimate(preload=True)]
-        sync = None
-        if indices:
-            def sync():
-                import torch
-                for i in indices:
-                    torch.cuda.synchronize(i)
+        def sync():
+            import torch
+            for i in indices:
+                torch.cuda.synchronize(i)
         min_s = getattr(energy_cfg, "min_window_s", DEFAULT_MIN_WINDOW_S)
-        return cls(gpus, FirstAvailable(sensors, notes), min_window_s=min_s, rank=rank, sync=sync)
+        return cls(gpus, FirstAvailable(sensors, notes), min_window_s=min_s, rank=rank, sync=sync if indices else None)
 
     def begin(self, name: str) -> None:
         """Open window `name` after the device has finished queued work."""
@@ -389,8 +387,10 @@ def _safe(fn, default_reason: str = "meter failed", many: bool = False):
     try:
         return fn()
     except Exception as e:
-        fig = lambda: Figure.unavailable(f"{default_reason}: {type(e).__name__}: {e}")  # noqa: E731
-        return {"cpu": fig(), "dram": fig()} if many else fig()
+        reason = f"{default_reason}: {type(e).__name__}: {e}"
+        if many:
+            return {"cpu": Figure.unavailable(reason), "dram": Figure.unavailable(reason)}
+        return Figure.unavailable(reason)
 
 
 # --------------------------------------------------------------------------- attribution
