@@ -103,25 +103,31 @@ def _signal_name(code: int) -> str:
 
 def diagnose(returncode: int, workdir: Path, log_text: str) -> dict:
     """The failed record's error. A rank killed by a signal writes nothing and its peers then fail
-    on broken collectives, so a signal death that torchrun reports is the root cause; otherwise
-    the earliest exception a rank wrote; otherwise torchrun's own summary."""
+    on broken collectives, so a signal death is the root cause: the one torchrun names as its
+    first observed failure, else any but SIGTERM (torchrun's own way of stopping the survivors).
+    Otherwise the earliest exception a rank wrote; otherwise torchrun's own summary."""
     errors = {}
     for f in workdir.glob("error.*.json"):
         with contextlib.suppress(OSError, json.JSONDecodeError):
             e = json.loads(f.read_text())
             errors[e["rank"]] = e
-    deaths = {int(r): int(c) for r, c in _FAILURE.findall(log_text.split("Failures:", 1)[-1])}
-    for rank, code in sorted(deaths.items()):
-        if code < 0 and rank not in errors:
-            sig = _signal_name(-code)
-            hint = {"SIGKILL": " (killed: out of memory or an external kill)",
-                    "SIGSEGV": " (segmentation fault)"}.get(sig, "")
-            return {"type": "WorkerKilled", "message": f"rank {rank} died from {sig}{hint}", "rank": rank}
+    deaths = [(int(r), int(c)) for r, c in _FAILURE.findall(log_text.split("Failures:", 1)[-1])]
+    root = _FAILURE.search(log_text.split("Root Cause", 1)[1]) if "Root Cause" in log_text else None
+    root = (int(root.group(1)), int(root.group(2))) if root else None
+    killed = [d for d in deaths if d[1] < 0 and d[0] not in errors]
+    killed.sort(key=lambda d: (d != root, -d[1] == signal.SIGTERM, d[0]))
+    if killed and (-killed[0][1] != signal.SIGTERM or not errors):
+        rank, code = killed[0]
+        sig = _signal_name(-code)
+        hint = {"SIGKILL": " (killed: out of memory or an external kill)",
+                "SIGSEGV": " (segmentation fault)"}.get(sig, "")
+        return {"type": "WorkerKilled", "message": f"rank {rank} died from {sig}{hint}", "rank": rank}
     if errors:
         first = min(errors.values(), key=lambda e: e["time"])
         return {"type": first["type"], "message": first["message"], "rank": first["rank"],
                 "traceback": first.get("traceback")}
-    for rank, code in sorted(deaths.items()):
+    if deaths:
+        rank, code = root or min(deaths)
         return {"type": "WorkerExited", "message": f"rank {rank} exited with code {code}", "rank": rank}
     tail = log_text.strip().splitlines()[-5:]
     return {"type": "LaunchFailed", "message": f"torchrun exited with code {returncode}: " + " | ".join(tail),

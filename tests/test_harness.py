@@ -131,3 +131,35 @@ nodes = [2]
     assert rec["status"] == "ok"
     assert rec["env"]["world_size"] == 4 and rec["env"]["nodes"] == 2
     assert sorted(d["node_rank"] for d in rec["env"]["devices"]) == [0, 0, 1, 1]
+
+
+TORCHRUN_SEGV_LOG = """
+Failures:
+[1]:
+  time      : 2026-11-29_22:50:01
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 101)
+  error_file: <N/A>
+  traceback : Signal 15 (SIGTERM) received by PID 101
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-29_22:50:00
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : -11 (pid: 102)
+  error_file: <N/A>
+  traceback : Signal 11 (SIGSEGV) received by PID 102
+"""
+
+
+def test_diagnosis_names_the_root_cause_not_the_rank_torchrun_stopped(tmp_path):
+    """After rank 1 segfaults torchrun SIGTERMs rank 0: the record must blame rank 1."""
+    from benchsuite.launch import diagnose
+
+    err = diagnose(1, tmp_path, TORCHRUN_SEGV_LOG)
+    assert (err["type"], err["rank"]) == ("WorkerKilled", 1) and "SIGSEGV" in err["message"]
+    (tmp_path / "error.0.json").write_text(json.dumps({"type": "RuntimeError", "message": "gloo: peer closed",
+                                                       "rank": 0, "time": 1}))
+    assert diagnose(1, tmp_path, TORCHRUN_SEGV_LOG)["rank"] == 1  # a peer's broken collective is a consequence
