@@ -428,9 +428,10 @@ def parse_suite(doc: dict, path: str | Path = "<string>") -> Suite:
                 continue
             built[sec] = _build_section(cls, merged.get(sec, {}), f"{where}.{sec}", problems)
         own_sweep = _sweep_lists(raw["sweep"], f"{where}.sweep", problems) if "sweep" in raw else {}
+        if built.get("model") is not None:  # checked even when another section has mistakes
+            _check_model(built["model"], where, problems)
         if any(v is None for v in built.values()) or kind not in ("dense", "moe"):
             continue
-        _check_model(built["model"], where, problems)
         _check_data(built["train"], built["model"], where, problems)
         sweep = {**SWEEP_DEFAULTS, **suite_sweep, **own_sweep}
         sweep_id = f"{name}/{wname}"

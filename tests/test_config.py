@@ -50,6 +50,13 @@ def test_every_mistake_is_reported_with_its_key():
     assert len(problems) == 6
 
 
+def test_model_shape_is_checked_even_when_another_section_is_wrong():
+    problems = _problems({"defaults": {"model": {"hidden": 100, "heads": 3}},
+                          "workload": [{"name": "a", "train": {"steps": "many"}}]})
+    assert "heads (3) must divide hidden (100)" in problems["workload[0] (a).model.heads"]
+    assert "expected int" in problems["workload[0] (a).train.steps"]
+
+
 def test_impossible_combinations_are_rejected_before_launch():
     text = _message({
         "defaults": {"model": {"hidden": 96, "heads": 4, "vocab": 130}},
