@@ -122,7 +122,8 @@ def _load_df(path):
 
 def cmd_list(args) -> int:
     df = _load_df(args.dir)
-    cols = ["run_key", "suite", "workload", "world_size", "nodes", "scaling", "status", "started_at", "path"]
+    cols = ["run_key", "suite", "workload", "world_size", "nodes", "scaling", "status", "flagged", "started_at",
+            "path"]
     rows = [] if df.empty else df[cols].to_dict("records")
     if args.json:
         _print_json(rows)
@@ -130,7 +131,8 @@ def cmd_list(args) -> int:
     from benchsuite.results.report import printable
 
     for r in rows:  # printable: a record's strings never drive the terminal (escape sequences)
-        out.print(printable(f"{r['run_key']}  {r['status']:6}  {r['suite']}/{r['workload']}  w{r['world_size']} "
+        status = f"{r['status']}{' ⚠' if r['flagged'] else ''}"
+        out.print(printable(f"{r['run_key']}  {status:8}  {r['suite']}/{r['workload']}  w{r['world_size']} "
                             f"n{r['nodes']} {r['scaling']}  {r['started_at']}"), markup=False)
     if not rows:
         err.print(f"no records in {args.dir}")
