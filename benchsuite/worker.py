@@ -168,6 +168,28 @@ def inject_fault(rank: int) -> None:
         ctypes.string_at(0)
 
 
+def unmeasured_steps(run: RunConfig) -> int:
+    """train.warmup_steps, but at least the two instrumented steps, and with compile at least one
+    more so that compilation never lands in a measured step."""
+    return max(run.train.warmup_steps, 3 if run.train.compile else 2)
+
+
+def warm_up(par: Parallelized, batches, run: RunConfig, precision: str, device: torch.device):
+    """The unmeasured steps: (counted FLOPs, model-state bytes, collective bytes) of this rank.
+    Step 0 is counted by FlopCounterMode; step 1 measures the model-state bytes held and the bytes
+    sent in collectives. Both run eager: a dispatch mode sees every op only outside compiled
+    graphs. The remaining steps warm up compile, the allocator and caches."""
+    with fl.flop_counter() as counter, torch.compiler.set_stance("force_eager"):
+        train_step(par, batches(0), precision, device)
+    probe = mem.ModelStateProbe(par.model, par.optimizer)
+    with comm.CommCounter() as comm_counter, torch.compiler.set_stance("force_eager"):
+        train_step(par, batches(1), precision, device, probe=probe)
+    probe.close()
+    for step in range(2, unmeasured_steps(run)):
+        train_step(par, batches(step), precision, device)
+    return counter.get_total_flops(), probe.result(), comm_counter.result()
+
+
 def measure(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None) -> dict:
     """Everything one rank measures; rank 0 turns the gathered dicts into the record."""
     from benchsuite.data import make_source
@@ -186,23 +208,8 @@ def measure(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None) -
             out.append((x.to(ctx.device, non_blocking=True), y.to(ctx.device, non_blocking=True)))
         return out
 
-    step = 0
-    # Step 0 is a real training step counted by FlopCounterMode (eager, so every op is seen);
-    # it and the warm-up steps (compile, allocator, caches) stay out of the measured figures.
-    with fl.flop_counter() as counter, torch.compiler.set_stance("force_eager"):
-        train_step(par, batches(step), precision, ctx.device)
-    counted_flops = counter.get_total_flops()
-    step += 1
-    # Step 1 (warm-up too) is instrumented: model-state bytes held per rank and collective bytes sent.
-    # Eager as well: a dispatch mode sees each collective only outside compiled graphs.
-    probe = mem.ModelStateProbe(par.model, par.optimizer)
-    with comm.CommCounter() as comm_counter, torch.compiler.set_stance("force_eager"):
-        train_step(par, batches(step), precision, ctx.device, probe=probe)
-    probe.close()
-    step += 1
-    for _ in range(max(0, run.train.warmup_steps - 2)):
-        train_step(par, batches(step), precision, ctx.device)
-        step += 1
+    counted_flops, model_state, comm_bytes = warm_up(par, batches, run, precision, ctx.device)
+    step = unmeasured_steps(run)
     synchronize(ctx.device)
     ceiling = fl.measure_matmul_ceiling(ctx.device, torch.bfloat16 if precision == "bf16" else torch.float32)
 
@@ -264,7 +271,7 @@ def measure(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None) -
         "step_times_s": step_times, "losses": loss_values.tolist(), "counted_flops": counted_flops,
         "memory": peak_memory(ctx.device), "matmul_ceiling_flops": ceiling, "precision": precision,
         "impl": par.impl, "peak_tflops": peak_tflops,
-        "model_state": probe.result(), "comm": comm_counter.result(), "energy_window": energy_window,
+        "model_state": model_state, "comm": comm_bytes, "energy_window": energy_window,
         "moe": moe_stats(par.model, a2a_share), "quality": quality,
     }
 
