@@ -9,6 +9,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from benchsuite.results.store import slug
+
 _SBATCH_SAFE = re.compile(r"^[A-Za-z0-9_.:+,=@/-]+$")
 RDZV_PORT = 29500
 
@@ -23,7 +25,7 @@ def _directive(name: str, value: str | int) -> str:
 def sbatch_script(suite_path: str | Path, suite_name: str, out_dir: str | Path, nodes: int, gpus_per_node: int,
                   partition: str | None = None, time: str | None = None, account: str | None = None,
                   python: str = sys.executable) -> str:
-    job = re.sub(r"[^A-Za-z0-9_.-]+", "-", suite_name).strip("-") or "suite"
+    job = slug(suite_name, 53)
     lines = ["#!/bin/bash", _directive("job-name", f"benchsuite-{job}"[:64]), _directive("nodes", nodes),
              _directive("ntasks-per-node", 1), _directive("gpus-per-node", gpus_per_node)]
     for name, value in (("partition", partition), ("time", time), ("account", account)):

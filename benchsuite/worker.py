@@ -32,7 +32,7 @@ from benchsuite.metrics import flops as fl
 from benchsuite.metrics import memory as mem
 from benchsuite.metrics import quality as qual
 from benchsuite.energy.carbon import carbon_section, derived_metrics
-from benchsuite.energy.meters import NodeEnergyMonitor, attribute_energy
+from benchsuite.energy.meters import NodeEnergyMonitor, attribute_energy, sum_or_none
 from benchsuite.metrics.timing import StepTimer, summarize, synchronize
 from benchsuite.models.transformer import build_model
 from benchsuite.parallel import Parallelized, parallelize
@@ -311,7 +311,7 @@ def quality_section(run: RunConfig, ranks: list[dict], step_times: list[float], 
         "eval_every": run.train.eval_every, "eval_count": len(points), "eval_rows": q0["eval_rows"],
         "eval_tokens": q0["eval_tokens"],
         "eval_seconds": sum(e["window_s"] for e in evals),
-        "eval_energy_j": qual.sum_or_none(e["total_j"] for e in evals),
+        "eval_energy_j": sum_or_none(e["total_j"] for e in evals),
         "energy_source": energy.get("source"),
         "counting": qual.COUNTING, "interpolation": qual.INTERPOLATION,
         "data": q0.get("data"), "curve": points,

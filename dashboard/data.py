@@ -9,7 +9,6 @@ in the raw records; row `rec` indexes `SiteData.records`.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import pandas as pd
 
 from benchsuite.metrics.scaling import add_scaling_efficiency
 from benchsuite.results.sanity import with_flags
-from benchsuite.results.store import flatten, load_records
+from benchsuite.results.store import flatten, load_records, slug
 from dashboard.render import num, present
 
 # Energy per unit of work: the harness keeps them under metrics.energy; metrics.derived and the top
@@ -42,7 +41,7 @@ class SiteData:
 
 def page_slug(run_key: str) -> str:
     """A file name from a run key (hex in practice; anything in a hand-edited record)."""
-    return re.sub(r"[^A-Za-z0-9_-]+", "-", str(run_key)).strip("-")[:64] or "run"
+    return slug(str(run_key), 64)
 
 
 def _final_val_loss(rec: dict):

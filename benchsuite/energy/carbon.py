@@ -124,6 +124,13 @@ def resolve_intensity(carbon_cfg) -> Intensity:
                   getattr(carbon_cfg, "country", None), getattr(carbon_cfg, "region", None))
 
 
+def co2e_g(energy_j: float | None, pue: float, intensity_g_per_kwh: float | None) -> float | None:
+    """kWh x PUE x grid intensity; None when the energy or the intensity is unknown."""
+    if energy_j is None or intensity_g_per_kwh is None:
+        return None
+    return energy_j / J_PER_KWH * pue * intensity_g_per_kwh
+
+
 def carbon_section(energy_j: float | None, carbon_cfg, energy_source: str | None = None) -> dict[str, Any]:
     """The record's `carbon` section; co2e_g is None when the energy is None.
     PUE is always stated (default 1.0)."""
@@ -136,7 +143,7 @@ def carbon_section(energy_j: float | None, carbon_cfg, energy_source: str | None
         "intensity_g_per_kwh": it.value_g_per_kwh,
         "intensity_source": it.source,
         "intensity_note": it.note,
-        "co2e_g": None if kwh is None else kwh * pue * it.value_g_per_kwh,
+        "co2e_g": co2e_g(energy_j, pue, it.value_g_per_kwh),
     }
     if energy_source is not None:
         out["energy_source"] = energy_source

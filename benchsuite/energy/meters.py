@@ -406,7 +406,9 @@ def _pick_device(readings: list[tuple[int, dict]]) -> tuple[int, dict]:
     return rank, next(d for rk, d in readings if rk == rank)
 
 
-def _sum_or_none(values: list[float | None]) -> float | None:
+def sum_or_none(values) -> float | None:
+    """The sum, or None when there is nothing to sum or any part is unknown (never a partial sum)."""
+    values = list(values)
     return None if not values or any(v is None for v in values) else sum(values)
 
 
@@ -468,12 +470,12 @@ def attribute_energy(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
         "cpu": [n["cpu"] for n in per_node],
         "dram": [n["dram"] for n in per_node],
     }
-    totals = {k: _sum_or_none([f["energy_j"] for f in fs]) for k, fs in parts.items()}
+    totals = {k: sum_or_none([f["energy_j"] for f in fs]) for k, fs in parts.items()}
     sources = {k: weakest(f["source"] for f in fs) if totals[k] is not None else "unavailable"
                for k, fs in parts.items()}
     included = [k for k in ("gpu", "cpu", "dram") if totals[k] is not None]
-    idle_parts = {k: _sum_or_none([f["idle_w"] for f in parts[k]]) for k in included}
-    above_parts = {k: _sum_or_none([f["above_idle_j"] for f in parts[k]]) for k in included}
+    idle_parts = {k: sum_or_none([f["idle_w"] for f in parts[k]]) for k in included}
+    above_parts = {k: sum_or_none([f["above_idle_j"] for f in parts[k]]) for k in included}
     return {
         "gpu_j": totals["gpu"], "cpu_j": totals["cpu"], "dram_j": totals["dram"],
         "total_j": sum(totals[k] for k in included) if included else None,
@@ -482,8 +484,8 @@ def attribute_energy(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
         "sources": sources,
         "window_s": max(windows.values()) if windows else None,
         "short_window": any(r.get("short_window") for r in ranks),
-        "idle_w": _sum_or_none(list(idle_parts.values())) if included else None,
-        "above_idle_j": _sum_or_none(list(above_parts.values())) if included else None,
+        "idle_w": sum_or_none(list(idle_parts.values())) if included else None,
+        "above_idle_j": sum_or_none(list(above_parts.values())) if included else None,
         "idle_w_parts": idle_parts,
         "per_device": per_device,
         "per_node": per_node,

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from benchsuite.energy.meters import weakest
+from benchsuite.energy.carbon import co2e_g
+from benchsuite.energy.meters import sum_or_none, weakest
 
 EVAL_ROWS = 64  # held-out sequences per evaluation: the same set for every batch size and world size
-J_PER_KWH = 3.6e6
 
 COUNTING = ("measured steps only: step 0 and the warm-up steps are excluded; tokens = global tokens per step x "
             "steps; seconds = sum of measured step times (slowest rank); energy = training windows only; "
@@ -52,11 +52,6 @@ def eval_rows(val_batches: Iterable, rows: int = EVAL_ROWS) -> Iterator:
             return
         yield inputs[:left], targets[:left]
         left -= len(inputs)
-
-
-def sum_or_none(values) -> float | None:
-    values = list(values)
-    return None if not values or any(v is None for v in values) else sum(values)
 
 
 def _combine_figure(figs: list[dict], window_s: float) -> dict:
@@ -127,13 +122,6 @@ def curve(points: list[int], val_losses: list[float], step_times_s: list[float],
     return out
 
 
-def co2e_g(energy_j: float | None, carbon: dict | None) -> float | None:
-    """CO2e of an energy with the record's carbon section: kWh x PUE x grid intensity."""
-    if energy_j is None or not carbon or carbon.get("intensity_g_per_kwh") is None:
-        return None
-    return energy_j / J_PER_KWH * float(carbon.get("pue") or 1.0) * carbon["intensity_g_per_kwh"]
-
-
 def _fmt(v: float) -> str:
     return f"{v:.4g}"
 
@@ -177,7 +165,8 @@ def to_target(points: list[dict], target: float | None, carbon: dict | None = No
     if out["energy_j"] is None:
         out["energy_reason"] = f"energy unavailable: {energy_reason or 'no training energy figure'}"
     else:
-        out["co2e_g"] = co2e_g(out["energy_j"], carbon)
+        carbon = carbon or {}
+        out["co2e_g"] = co2e_g(out["energy_j"], float(carbon.get("pue") or 1.0), carbon.get("intensity_g_per_kwh"))
         if out["co2e_g"] is None:
             out["energy_reason"] = "CO2e unavailable: no grid intensity in the carbon section"
     return out

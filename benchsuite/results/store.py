@@ -15,7 +15,7 @@ from benchsuite.results.sanity import flag_summary, with_flags
 from benchsuite.results.schema import check_record
 
 
-def _slug(text: str, limit: int = 40) -> str:
+def slug(text: str, limit: int = 40) -> str:
     """A file-name-safe form of a user-given name (the name itself stays in the record)."""
     s = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.")
     return (s or "x")[:limit]
@@ -23,7 +23,7 @@ def _slug(text: str, limit: int = 40) -> str:
 
 def record_filename(rec: dict) -> str:
     cfg = rec["config"]
-    return (f"{_slug(rec['suite'])}__{_slug(rec['workload'])}__w{cfg['world_size']}n{cfg['nodes']}"
+    return (f"{slug(rec['suite'])}__{slug(rec['workload'])}__w{cfg['world_size']}n{cfg['nodes']}"
             f"-{cfg['scaling']}__{rec['run_key']}.json")
 
 

@@ -13,13 +13,13 @@ what each run took to reach `train.target_loss` (benchsuite/metrics/quality.py).
 
 from __future__ import annotations
 
+from benchsuite.energy.carbon import J_PER_KWH
 from benchsuite.results.store import dig
 from dashboard.data import SiteData, latest_ok_per_size
 from dashboard.pages import Page, series_colors
 from dashboard.render import (DASH, Figure, Section, esc, f_num, f_sig, layout, missing, num, present, ptext,
                               short, table)
 
-J_PER_KWH = 3.6e6
 NO_EVAL = "no evaluation in these records: set train.eval_every and train.target_loss"
 DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
 # (curve key, panel title, axis title, hover unit)
