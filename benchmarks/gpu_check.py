@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchsuite.config import load_suite  # noqa: E402
-from benchsuite.dist import init_distributed  # noqa: E402
+from benchsuite.dist import init_distributed, resolve_precision  # noqa: E402
 from benchsuite.metrics.timing import synchronize  # noqa: E402
 from benchsuite.models.transformer import build_model  # noqa: E402
 from benchsuite.parallel.zero import make_adamw  # noqa: E402
@@ -91,7 +91,7 @@ def bare_loop_vs_harness(suite: Path, rounds: int, steps: int) -> dict:
     run = next(r for r in load_suite(suite).runs if r.workload == "dense-eager")
     ctx = init_distributed(run)
     device = ctx.device
-    precision = "bf16" if device.type == "cuda" else "fp32"
+    precision = resolve_precision(run.train.precision, device)
     harness, bare = [], []
     for _ in range(rounds):
         harness.append(statistics.median(measure(run, ctx, None)["step_times_s"]))

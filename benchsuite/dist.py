@@ -88,6 +88,11 @@ def pick_device(local_rank: int) -> tuple[torch.device, bool]:
     return torch.device("cuda", local_rank % n), local_world > n
 
 
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """train.precision with "auto" made concrete: bf16 on GPU, fp32 on CPU."""
+    return ("bf16" if device.type == "cuda" else "fp32") if precision == "auto" else precision
+
+
 def init_distributed(run: RunConfig) -> DistContext:
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))

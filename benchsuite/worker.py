@@ -41,10 +41,6 @@ from benchsuite.results.schema import SCHEMA_VERSION, utc_now
 from benchsuite.results.store import write_record
 
 
-def resolve_precision(precision: str, device: torch.device) -> str:
-    return ("bf16" if device.type == "cuda" else "fp32") if precision == "auto" else precision
-
-
 def autocast(precision: str, device: torch.device):
     if precision == "bf16":
         return torch.autocast(device.type, dtype=torch.bfloat16)
@@ -195,7 +191,7 @@ def measure(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None) -
     from benchsuite.data import make_source
 
     torch.manual_seed(run.train.seed)
-    precision = resolve_precision(run.train.precision, ctx.device)
+    precision = bdist.resolve_precision(run.train.precision, ctx.device)
     model = build_model(run.model, run.moe, seed=run.train.seed).to(ctx.device)
     par = parallelize(model, run, ctx)
     source = make_source(run.train.data, run.model.vocab, run.model.seq_len, run.train.seed)

@@ -40,7 +40,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from benchsuite.config import RunConfig
-from benchsuite.dist import DistContext
+from benchsuite.dist import DistContext, resolve_precision
 
 STAGE_NAMES = {
     0: "DistributedDataParallel",
@@ -81,11 +81,6 @@ def mixed_precision_policy(precision: str, device: torch.device):
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
     return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-
-
-def resolved_precision(run: RunConfig, device: torch.device) -> str:
-    p = run.train.precision
-    return ("bf16" if device.type == "cuda" else "fp32") if p == "auto" else p
 
 
 def apply_fsdp(model: nn.Module, mesh, reshard_after_forward: bool, mp_policy=None) -> nn.Module:
@@ -137,7 +132,7 @@ def apply_data_parallel(model: nn.Module, run: RunConfig, ctx: DistContext):
         opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW,
                                       process_group=ctx.dp_group, **adamw_kwargs(run, ctx.device))
         return model, opt, STAGE_NAMES[1]
-    mp = mixed_precision_policy(resolved_precision(run, ctx.device), ctx.device)
+    mp = mixed_precision_policy(resolve_precision(run.train.precision, ctx.device), ctx.device)
     model = apply_fsdp(model, dp_mesh, reshard_after_forward=stage == 3, mp_policy=mp)
     name = STAGE_NAMES[stage] + (" + MixedPrecisionPolicy(bf16 params, fp32 reduce)" if mp else "")
     return model, make_adamw(model.parameters(), run, ctx.device), name
