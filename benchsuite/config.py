@@ -436,8 +436,6 @@ def parse_suite(doc: dict, path: str | Path = "<string>") -> Suite:
         sweep = {**SWEEP_DEFAULTS, **suite_sweep, **own_sweep}
         sweep_id = f"{name}/{wname}"
         for ws, nodes, scaling in itertools.product(sweep["world_size"], sweep["nodes"], sweep["scaling"]):
-            if not isinstance(ws, int) or not isinstance(nodes, int) or scaling not in ("weak", "strong"):
-                continue
             run = RunConfig(suite=name, workload=wname, kind=kind, description=wdesc or description,
                             world_size=ws, nodes=nodes, scaling=scaling,
                             sweep_id=f"{sweep_id}/{scaling}", **built)
