@@ -59,11 +59,12 @@ def train_step(par: Parallelized, batches, precision: str, device: torch.device,
     probe (metrics.memory.ModelStateProbe) is told when the gradients and the optimizer state exist."""
     total = torch.zeros((), device=device)
     for i, (inputs, targets) in enumerate(batches):
-        with par.grad_sync(i == len(batches) - 1), autocast(precision, device):
-            logits, aux = par.model(inputs)
-        with par.grad_sync(i == len(batches) - 1), par.loss_context():
-            loss = (lm_loss(par, logits, targets) + aux) / len(batches)
-            loss.backward()
+        with par.grad_sync(i == len(batches) - 1):  # DDP all-reduces on the last micro-batch only
+            with autocast(precision, device):
+                logits, aux = par.model(inputs)
+            with par.loss_context():
+                loss = (lm_loss(par, logits, targets) + aux) / len(batches)
+                loss.backward()
         total += loss.detach()
     for hook in par.grad_hooks:
         hook()
