@@ -6,6 +6,7 @@ the process is a world of one and no process group is created.
 
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass
 
@@ -119,6 +120,13 @@ def init_distributed(run: RunConfig) -> DistContext:
 
 
 def shutdown() -> None:
+    """Destroy every process group while the interpreter is fully alive.
+
+    FSDP2 / DeviceMesh state sits in reference cycles that hold process groups: collect them first,
+    not at interpreter exit, where gloo's threads releasing tensors abort the process (SIGABRT,
+    "terminate called without an active exception").
+    """
+    gc.collect()
     if dist.is_initialized():
         dist.destroy_process_group()
 

@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -94,6 +95,34 @@ def _reap_ranks(workdir: Path) -> None:
                 os.waitpid(pid, 0)
 
 
+WORKDIR_PREFIX = "benchsuite-"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_stale_workdirs() -> list[Path]:
+    """Remove the work folders of launchers that died without cleaning up (SIGKILL, OOM, power loss).
+
+    Each folder names its launcher in launcher.pid; a folder whose launcher is gone is stale.
+    Folders of live launchers, of other users, or without a pid file are left alone.
+    """
+    removed = []
+    for d in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*"):
+        with contextlib.suppress(ValueError, OSError):
+            if not _pid_alive(int((d / "launcher.pid").read_text())):
+                shutil.rmtree(d)
+                removed.append(d)
+    return removed
+
+
 _FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank.*?exitcode\s*:\s*(-?\d+)", re.S)
 
 
@@ -143,8 +172,9 @@ def launch_run(run: RunConfig, key: str, out_dir: Path, hardware: dict, rdzv: Re
     log_dir = out_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{stem}.node{rdzv.node_rank}.log"
-    with tempfile.TemporaryDirectory(prefix=f"benchsuite-{key}-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"{WORKDIR_PREFIX}{key}-") as tmp:
         workdir = Path(tmp)
+        (workdir / "launcher.pid").write_text(str(os.getpid()))
         (workdir / "run.json").write_text(json.dumps({"run": run.to_dict(), "run_key": key, "out": str(out_dir),
                                                       "peak_tflops": peak_tflops}))
         cmd = torchrun_command(run, key, workdir, rdzv)
@@ -194,6 +224,7 @@ def run_suite(suite: Suite, out_dir: str | Path, resume: bool = True, peak_tflop
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     prctl.become_subreaper()  # ranks whose torchrun died are re-parented here and reaped
+    remove_stale_workdirs()
     hardware = hardware_identity()
     done = ok_run_keys(out_dir) if resume else set()
     outcomes = []

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
-import gc
 import json
 import os
 import signal
@@ -403,9 +402,6 @@ def main(argv: list[str] | None = None) -> int:
         if ctx.is_main:
             record = build_record(run, spec["run_key"], ranks, ctx, started_at, time.perf_counter() - t0)
             write_record(spec["out"], record)
-        # FSDP2 / DeviceMesh state sits in reference cycles that hold process groups: free them now,
-        # not at interpreter exit, where gloo's threads releasing tensors abort the process.
-        gc.collect()
         bdist.shutdown()
     except BaseException as e:
         err = {"type": type(e).__name__, "message": str(e)[:2000], "rank": rank, "time": time.time_ns(),

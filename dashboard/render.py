@@ -17,6 +17,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from benchsuite.results.values import num, present
+
 NOT_MEASURED = "not measured"
 
 
@@ -27,31 +29,6 @@ def esc(value: Any) -> str:
 def ptext(value: Any) -> str:
     """A user string for Plotly text (entities it decodes: &lt; &gt; &amp;)."""
     return html.escape("" if value is None else str(value), quote=False)
-
-
-def present(v: Any) -> bool:
-    """A real figure: not None, not NaN/inf, not pandas' NA."""
-    if v is None or isinstance(v, bool):
-        return v is not None
-    if isinstance(v, (int, float)):
-        return math.isfinite(v)
-    try:
-        import pandas as pd
-
-        return not pd.isna(v)
-    except (TypeError, ValueError):
-        return True
-
-
-def num(v: Any) -> float | None:
-    """A finite float or None (for figure data and sort keys)."""
-    if isinstance(v, bool) or not present(v):
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
 
 
 def short(v: float | None, digits: int = 5) -> float | None:

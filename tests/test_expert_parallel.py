@@ -18,6 +18,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.testing import assert_close
 
 from benchsuite.config import ModelConfig, MoEConfig
+from benchsuite.dist import shutdown
 from benchsuite.models.moe import moe_layers
 from benchsuite.models.transformer import build_model
 from benchsuite.parallel.expert import (all_to_all_seconds, apply_expert_parallel, ignore_expert_params_in_ddp,
@@ -106,7 +107,7 @@ def worker(rank, world, init_file, device, cases):
         for case in cases:
             check_case(rank, world, device, *case)
     finally:
-        dist.destroy_process_group()
+        shutdown()  # collects FSDP2/mesh cycles first: no gloo abort at exit
 
 
 ROUTERS = ("switch", "gshard", "expert_choice")

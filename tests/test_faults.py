@@ -14,7 +14,6 @@ import contextlib
 import errno
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -120,17 +119,34 @@ def test_launcher_interrupted_then_killed_mid_suite_then_resumed(tmp_path, tiny_
     launcher.kill()
     launcher.wait(timeout=30)
     no_orphans(k2)  # torchrun dies with its launcher, and the ranks with torchrun
-    for d in workdirs(k2) - old:  # a SIGKILLed launcher cannot remove its run's work folder
-        shutil.rmtree(d, ignore_errors=True)
+    stale = workdirs(k2) - old
+    assert len(stale) == 1, "a SIGKILLed launcher cannot remove its run's work folder"
     assert {p.name: p.read_bytes() for p in out.glob("*.json")} == before
 
     res = run_cli("run", str(suite), "--out", str(out), "--json", timeout=240)
     assert res.returncode == 0, res.stderr
+    assert not any(d.exists() for d in stale), "the next run removes the dead launcher's work folder"
     assert [r["status"] for r in json.loads(res.stdout)["runs"]] == ["skipped", "ok"]
     recs = strict_load(out)
     assert recs[k1]["status"] == recs[k2]["status"] == "ok"
     assert (out / Path(recs[k1]["_path"]).name).read_bytes() == before[Path(recs[k1]["_path"]).name]
     assert len(recs) == 2
+
+
+def test_only_work_folders_of_dead_launchers_are_removed(tmp_path, monkeypatch):
+    from benchsuite.launch import remove_stale_workdirs
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    folders = {name: tmp_path / f"benchsuite-{name}" for name in ("dead", "live", "nopid", "garbage")}
+    for d in folders.values():
+        d.mkdir()
+    (folders["dead"] / "launcher.pid").write_text(str(dead.pid))
+    (folders["live"] / "launcher.pid").write_text(str(os.getpid()))
+    (folders["garbage"] / "launcher.pid").write_text("not a pid")
+    assert remove_stale_workdirs() == [folders["dead"]]
+    assert sorted(d.name for d in tmp_path.iterdir()) == ["benchsuite-garbage", "benchsuite-live", "benchsuite-nopid"]
 
 
 def test_sigterm_to_the_launcher_stops_the_suite_like_ctrl_c(tmp_path, tiny_suite, reap):

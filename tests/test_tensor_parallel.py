@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from benchsuite.config import (CarbonConfig, ConfigError, EnergyConfig, ModelConfig, ParallelConfig, RunConfig,
                                TrainConfig, parse_suite)
+from benchsuite.dist import shutdown
 from conftest import spawn
 
 CFG = ModelConfig(layers=2, hidden=32, heads=4, vocab=64, seq_len=16, ffn_hidden=64)
@@ -142,7 +143,7 @@ def _rank(rank: int, world: int, cases: list, out_dir: str) -> None:
         run = make_run(world, tp, activation=activation)
         results[name] = train_and_compare(rank, world, run, make_ctx(rank, world, dp, tp))
     (__import__("pathlib").Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(results))
-    dist.destroy_process_group()
+    shutdown()  # collects FSDP2/mesh cycles first: no gloo abort at exit
 
 
 CASES = {

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from benchsuite.config import ConfigError, ModelConfig, parse_suite
+from benchsuite.dist import shutdown
 from conftest import spawn
 from test_tensor_parallel import clean_name, full, global_batch, make_ctx, make_run, rel
 
@@ -78,7 +79,7 @@ def _rank(rank: int, world: int, out_dir: str) -> None:
     mesh = make_ctx(rank, world, world, 1).mesh  # one ("dp", "tp") mesh for every stage
     results = {stage: _stage(rank, world, stage, ref_params, mesh) for stage in (0, 1, 2, 3)}
     (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(results))
-    dist.destroy_process_group()
+    shutdown()  # collects FSDP2/mesh cycles first: no gloo abort at exit
 
 
 IMPL = {"0": "DistributedDataParallel", "1": "ZeroRedundancyOptimizer", "2": "reshard_after_forward=False",

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 from rich.markup import escape
 from rich.table import Table
+
+from benchsuite.results.values import num, present
 
 COLUMNS = [
     # (header, column, format)
@@ -37,26 +37,22 @@ def printable(text) -> str:
     return str(text).translate(_CONTROL)
 
 
-def _present(v) -> bool:
-    return v is not None and not (isinstance(v, float) and math.isnan(v))
-
-
 def _fmt(fmt: str, v) -> str:
-    return fmt.format(v) if _present(v) else "—"
+    return fmt.format(v) if present(v) else "—"
 
 
 def _step_cell(row) -> str:
     med, lo, hi = row.get("step_time_median_s"), row.get("step_time_ci95_lo_s"), row.get("step_time_ci95_hi_s")
-    if not _present(med):
+    if not present(med):
         return "—"
     return f"{med * 1e3:.1f} ({lo * 1e3:.1f}–{hi * 1e3:.1f})"
 
 
 def _memory_cell(row) -> str:
     measured, analytic = row.get(MEMORY_MEASURED), row.get(MEMORY_ANALYTIC)
-    if not _present(measured):
+    if not present(measured):
         return "—"
-    return f"{measured / 2**20:.2f} / " + (f"{analytic / 2**20:.2f}" if _present(analytic) else "—")
+    return f"{measured / 2**20:.2f} / " + (f"{analytic / 2**20:.2f}" if present(analytic) else "—")
 
 
 QUALITY = ["quality.target_loss", "quality.reached", "quality.step", "quality.tokens", "quality.seconds",
@@ -66,17 +62,13 @@ QUALITY = ["quality.target_loss", "quality.reached", "quality.step", "quality.to
 
 def _target_cell(row) -> str:
     """'1.2e+06 tok, 35 s, 0.4 kJ' when train.target_loss was reached, 'not reached (best 2.71)' when not."""
-    def num(key):
-        v = row.get(key)
-        return v if isinstance(v, (int, float)) and not isinstance(v, bool) and _present(v) else None
-
-    reached, tokens = row.get("quality.reached"), num("quality.tokens")
-    if not _present(reached) and tokens is None:
+    reached, tokens = row.get("quality.reached"), num(row.get("quality.tokens"))
+    if not present(reached) and tokens is None:
         return "—"
-    if _present(reached) and not reached:
-        best = num("quality.best_val_loss")
+    if present(reached) and not reached:
+        best = num(row.get("quality.best_val_loss"))
         return "not reached" + (f" (best {best:.3g})" if best is not None else "")
-    seconds, energy = num("quality.seconds"), num("quality.energy_j")
+    seconds, energy = num(row.get("quality.seconds")), num(row.get("quality.energy_j"))
     return ", ".join([f"{tokens:.2g} tok" if tokens is not None else "tok n/a",
                       f"{seconds:.3g} s" if seconds is not None else "time n/a",
                       f"{energy / 1e3:.2g} kJ" if energy is not None else "energy n/a"])
@@ -93,7 +85,7 @@ def report_rows(df: pd.DataFrame) -> list[dict]:
                                               "step_time_ci95_hi_s", "error_type", "error_message",
                                               MEMORY_MEASURED, MEMORY_ANALYTIC, "flagged", "flags", *QUALITY]
     cols = [c for c in cols if c in df]
-    return [{k: (v if _present(v) else None) for k, v in r.items()} for r in df[cols].to_dict("records")]
+    return [{k: (v if present(v) else None) for k, v in r.items()} for r in df[cols].to_dict("records")]
 
 
 def report_table(df: pd.DataFrame) -> Table:

@@ -1,0 +1,36 @@
+"""What counts as a figure: one test for present/absent values, shared by the report and the dashboard.
+
+Records hold null for what was not measured; pandas turns those into NaN or NA once they sit in
+a DataFrame. Both views ask the same two questions of a value: is it a real figure, and what
+float is it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def present(v: Any) -> bool:
+    """A real figure: not None, not NaN/inf, not pandas' NA."""
+    if v is None or isinstance(v, bool):
+        return v is not None
+    if isinstance(v, (int, float)):
+        return math.isfinite(v)
+    try:
+        import pandas as pd
+
+        return not pd.isna(v)
+    except (TypeError, ValueError):
+        return True
+
+
+def num(v: Any) -> float | None:
+    """A finite float or None (for figure data, sort keys and arithmetic on record values)."""
+    if isinstance(v, bool) or not present(v):
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
