@@ -31,7 +31,8 @@ from benchsuite.metrics import flops as fl
 from benchsuite.metrics import memory as mem
 from benchsuite.metrics import quality as qual
 from benchsuite.energy.carbon import carbon_section, derived_metrics
-from benchsuite.energy.meters import NodeEnergyMonitor, attribute_energy, sum_or_none
+from benchsuite.energy.attribution import attribute_energy, sum_or_none
+from benchsuite.energy.meters import NodeEnergyMonitor
 from benchsuite.metrics.timing import StepTimer, summarize, synchronize
 from benchsuite.models.transformer import build_model
 from benchsuite.parallel import Parallelized, parallelize

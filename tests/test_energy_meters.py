@@ -8,9 +8,10 @@ from unittest import mock
 import pynvml
 import pytest
 
-from benchsuite.energy import meters, nvml, rapl
-from benchsuite.energy.meters import (EmptyCpuSensor, EnergyError, EstimateSensor, Figure, FirstAvailable,
-                                      NodeEnergyMonitor, PowerModel, attribute_energy)
+from benchsuite.energy import estimate, meters, nvml, rapl
+from benchsuite.energy.attribution import attribute_energy
+from benchsuite.energy.estimate import EstimateSensor, PowerModel
+from benchsuite.energy.meters import EmptyCpuSensor, EnergyError, Figure, FirstAvailable, NodeEnergyMonitor
 
 # ----------------------------------------------------------------------------- NVML double
 
@@ -248,7 +249,7 @@ def test_cpu_only_monitor_without_rapl_is_estimated_or_unavailable_never_zero(tm
 
 
 def test_cpu_only_monitor_when_codecarbon_lookup_fails(tmp_path, monkeypatch):
-    monkeypatch.setattr(meters, "codecarbon_power_model", mock.Mock(side_effect=EnergyError("lookup failed")))
+    monkeypatch.setattr(estimate, "codecarbon_power_model", mock.Mock(side_effect=EnergyError("lookup failed")))
     mon = NodeEnergyMonitor.create(["cpu"], rapl_root=tmp_path / "no-powercap")
     mon.begin("w")
     r = mon.end("w")

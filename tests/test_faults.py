@@ -397,7 +397,8 @@ def test_rapl_vanishing_at_window_start_degrades_to_the_estimate(tmp_path):
     from test_energy_meters import FIXED, make_zone
 
     from benchsuite.energy import rapl
-    from benchsuite.energy.meters import EstimateSensor, FirstAvailable, NodeEnergyMonitor
+    from benchsuite.energy.estimate import EstimateSensor
+    from benchsuite.energy.meters import FirstAvailable, NodeEnergyMonitor
 
     root = tmp_path / "powercap"
     make_zone(root / "intel-rapl:0", "package-0", 0)

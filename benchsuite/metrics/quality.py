@@ -26,7 +26,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from benchsuite.energy.carbon import co2e_g
-from benchsuite.energy.meters import sum_or_none, weakest
+from benchsuite.energy.attribution import sum_or_none
+from benchsuite.energy.meters import weakest
 
 EVAL_ROWS = 64  # held-out sequences per evaluation: the same set for every batch size and world size
 
