@@ -17,7 +17,7 @@ from rich.console import Console
 
 from benchsuite.config import ConfigError, load_suite
 
-err = Console(stderr=True, highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)  # messages are never cut into lines
 # Piped into a file or a CI log there is no terminal width: tables get room instead of 80 columns.
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 
@@ -255,7 +255,10 @@ def cmd_slurm(args) -> int:
     if args.output == "-":
         sys.stdout.write(script)
     else:
-        Path(args.output).write_text(script)
+        from benchsuite.atomic import atomic_file
+
+        with atomic_file(args.output, "w", encoding="utf-8") as f:
+            f.write(script)
         err.print(f"wrote {args.output}; submit with: sbatch {args.output}", markup=False)
     return 0
 
@@ -320,6 +323,23 @@ def cmd_export(args) -> int:
         raise UsageError(f"{args.dir}: no such results folder")
     path = write_codecarbon_csv(load_records(args.dir), Path(args.output or Path(args.dir) / "emissions.csv"))
     err.print(f"wrote {path}", markup=False)
+    return 0
+
+
+def cmd_tokenize(args) -> int:
+    """Text files → a .bin of byte-level tokens that train.data can name."""
+    from benchsuite.data import tokenize_files
+
+    try:
+        doc = tokenize_files(args.files, args.output)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if args.json:
+        _print_json(doc)
+    else:
+        out.print(f"wrote {doc['path']}: {doc['tokens']:,} tokens from {doc['files']} file(s), byte-level ids "
+                  f"(model.vocab >= {doc['vocab_needed']}), sha256 {doc['sha256'][:12]}…; "
+                  f'use it with train.data = "{doc["path"]}"', markup=False)
     return 0
 
 
@@ -399,6 +419,12 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--format", choices=["codecarbon"], default="codecarbon")
     ex.add_argument("-o", "--output", help="default: DIR/emissions.csv")
     ex.set_defaults(fn=cmd_export)
+
+    tk = sub.add_parser("tokenize", help="text files → a .bin of byte-level tokens for train.data")
+    tk.add_argument("files", nargs="+", help="UTF-8 text files; each is one document, followed by EOS")
+    tk.add_argument("-o", "--output", required=True, help="the token file to write, e.g. data/train.bin")
+    tk.add_argument("--json", action="store_true", help='print {"path", "tokens", "sha256", ...} on stdout')
+    tk.set_defaults(fn=cmd_tokenize)
 
     f = sub.add_parser("flops", help="parameters and FLOPs per token of every run of a suite")
     f.add_argument("suite")

@@ -18,6 +18,7 @@ and the rows of all ranks for one step are exactly the global batch of a single 
 
 from __future__ import annotations
 
+import codecs
 import functools
 import hashlib
 import importlib
@@ -28,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from benchsuite.atomic import atomic_file
 
 EOS = 256  # document separator; ids 0..255 are raw UTF-8 bytes
 BYTE_VOCAB = 257  # bytes + EOS: the byte-level tokenizer's vocab size
@@ -47,7 +50,7 @@ BUILTIN_MODULES = (
 )
 
 _DATA_HELP = ("give 'synthetic', 'builtin', or the path of a token file ending in .bin (uint16) "
-              "or .u32.bin (uint32); benchsuite.data.write_bin writes one")
+              "or .u32.bin (uint32); `benchsuite tokenize TEXT... -o FILE.bin` writes one from text files")
 
 
 # ---------------------------------------------------------------- byte-level tokenizer
@@ -146,9 +149,50 @@ def write_bin(path: str | Path, tokens, dtype=None) -> Path:
     if arr.size and (arr.min() < 0 or arr.max() > np.iinfo(expected).max):
         raise ValueError(f"{path}: token ids must lie in [0, {np.iinfo(expected).max}] for {expected.name}; "
                          f"got [{arr.min()}, {arr.max()}]")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    arr.astype(expected).tofile(path)
+    with atomic_file(path) as f:
+        arr.astype(expected).tofile(f)
     return path
+
+
+def tokenize_files(paths: Iterable[str | Path], out: str | Path, chunk_bytes: int = 1 << 24) -> dict:
+    """Byte-level tokens of UTF-8 text files, one document per file, each followed by EOS, as a .bin.
+
+    Streams in chunks (files larger than memory are fine) and writes atomically: a file that is
+    missing or not UTF-8 raises ValueError naming it and the byte offset, and no .bin is left.
+    """
+    out = Path(out)
+    if out.suffix != ".bin" or out.name.endswith(".u32.bin"):
+        raise ValueError(f"{out}: byte-level tokens are uint16; name the output '*.bin' (not '*.u32.bin')")
+    paths = [Path(p) for p in paths]
+    for p in paths:
+        if not p.is_file():
+            raise ValueError(f"{p}: no such text file")
+    h, tokens = hashlib.sha256(), 0
+    eos = np.array([EOS], dtype="<u2").tobytes()
+    with atomic_file(out) as f:
+        for p in paths:
+            utf8, offset = codecs.getincrementaldecoder("utf-8")(), 0
+            with open(p, "rb") as src:
+                while chunk := src.read(chunk_bytes):
+                    try:
+                        utf8.decode(chunk)
+                    except UnicodeDecodeError as e:
+                        raise ValueError(f"{p}: not UTF-8 text (invalid byte at offset {offset + e.start}); "
+                                         f"give text files, or tokenize with your own tokenizer and write "
+                                         f"the ids with benchsuite.data.write_bin") from None
+                    offset += len(chunk)
+                    ids = np.frombuffer(chunk, dtype=np.uint8).astype("<u2").tobytes()
+                    f.write(ids)
+                    h.update(ids)
+            try:
+                utf8.decode(b"", final=True)
+            except UnicodeDecodeError:
+                raise ValueError(f"{p}: not UTF-8 text (truncated character at the end)") from None
+            f.write(eos)
+            h.update(eos)
+            tokens += offset + 1
+    return {"path": str(out), "files": len(paths), "tokens": tokens, "bytes": 2 * tokens,
+            "vocab_needed": BYTE_VOCAB, "sha256": h.hexdigest()}
 
 
 def _resolve(data: str, base_dir) -> Path:

@@ -1,6 +1,7 @@
 """Token sources: reproducible corpus, .bin round trips, leak-free split, exact dp sharding, clear errors."""
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -130,7 +131,7 @@ def test_synthetic_ids_in_vocab_and_deterministic():
 def test_missing_path_error_names_key_path_and_fix(tmp_path):
     missing = tmp_path / "nope.bin"
     for err in (check_data_spec(str(missing)), _error(str(missing))):
-        assert "train.data" in err and str(missing) in err and "write_bin" in err
+        assert "train.data" in err and str(missing) in err and "benchsuite tokenize" in err
     (tmp_path / "t.txt").write_text("hi")
     assert "not a .bin" in check_data_spec("t.txt", base_dir=tmp_path)
     assert check_data_spec("synthetic") is None and check_data_spec("builtin") is None
@@ -150,3 +151,45 @@ def _error(spec, vocab=1000, seq_len=16):
     with pytest.raises(ValueError) as info:
         make_source(spec, vocab, seq_len, 0)
     return str(info.value)
+
+
+def test_tokenize_cli_writes_the_bytes_of_each_file_then_eos_and_the_source_reads_them(tmp_path):
+    from conftest import run_cli
+
+    docs = ["héllo wörld\n" * 40, "ünïcode ✓ second document", ""]
+    files = []
+    for i, text in enumerate(docs):
+        files.append(tmp_path / f"doc{i}.txt")
+        files[-1].write_text(text, encoding="utf-8")
+    out = tmp_path / "data" / "train.bin"
+    # a 7-byte chunk size splits multi-byte characters across chunks: the UTF-8 check must not trip
+    doc = data.tokenize_files(files, out, chunk_bytes=7)
+    expected = np.concatenate([np.append(encode(t), EOS) for t in docs]).astype("<u2")
+    assert np.array_equal(np.fromfile(out, dtype="<u2"), expected)
+    assert doc["tokens"] == len(expected) and doc["sha256"] == hashlib.sha256(expected.tobytes()).hexdigest()
+    src = make_source(str(out), BYTE_VOCAB, 16, seed=0)
+    assert src.sha256() == doc["sha256"]  # the hash a run's record will carry for this file
+    assert decode(src.tokens) == "<eos>".join(docs) + "<eos>"
+
+    res = run_cli("tokenize", *map(str, files), "-o", str(tmp_path / "cli.bin"), "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["sha256"] == doc["sha256"]
+
+
+@pytest.mark.parametrize("bad, words", [
+    (b"ok\xff\xfe then binary", "invalid byte at offset 2"),
+    (b"ends mid character \xe2\x9c", "truncated character"),
+    (None, "no such text file"),
+])
+def test_tokenize_refuses_non_text_naming_the_file_and_leaves_no_output(tmp_path, bad, words):
+    from conftest import run_cli
+
+    good, src = tmp_path / "good.txt", tmp_path / "bad.txt"
+    good.write_text("fine")
+    if bad is not None:
+        src.write_bytes(bad)
+    out = tmp_path / "out.bin"
+    res = run_cli("tokenize", str(good), str(src), "-o", str(out))
+    assert res.returncode == 2 and str(src) in res.stderr and words in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
+    assert sorted(tmp_path.iterdir()) == sorted([good, src] if bad is not None else [good])  # no .bin, no temp

@@ -1,5 +1,7 @@
 import json
+import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -54,6 +56,18 @@ def test_killing_the_writer_mid_write_leaves_no_truncated_record(tmp_path):
     assert len(load_records(out)) == 1
     leftovers = [p.name for p in out.iterdir() if p.suffix == ".tmp"]
     assert all(name.startswith(".") for name in leftovers)  # hidden temp files only, never loaded
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_records_get_the_permissions_a_plain_open_would_give(tmp_path, umask):
+    """Results on a shared file system stay readable by the team (a temp file alone would be 0600)."""
+    old = os.umask(umask)
+    try:
+        path = write_record(tmp_path, make_record())
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
 
 
 def test_loader_skips_corrupt_and_future_files_and_names_them(tmp_path):

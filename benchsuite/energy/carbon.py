@@ -18,6 +18,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from benchsuite.atomic import atomic_file
+
 J_PER_KWH = 3.6e6
 
 # Used only if codecarbon's own file cannot be read. Same value and source as codecarbon's
@@ -321,7 +323,7 @@ def to_codecarbon_rows(records: list[dict]) -> list[dict]:
 def write_codecarbon_csv(records: list[dict], path: str | Path) -> Path:
     """emissions.csv in codecarbon's column order (header even when there are no rows)."""
     path = Path(path)
-    with path.open("w", newline="", encoding="utf-8") as f:
+    with atomic_file(path, "w", encoding="utf-8", newline="") as f:
         w = csv.DictWriter(f, fieldnames=codecarbon_columns())
         w.writeheader()
         w.writerows(to_codecarbon_rows(records))

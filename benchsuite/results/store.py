@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 import warnings
 from pathlib import Path
 
 import pandas as pd
 
+from benchsuite.atomic import atomic_file
 from benchsuite.results.sanity import flag_summary, with_flags
 from benchsuite.results.schema import check_record
 
@@ -28,32 +27,15 @@ def record_filename(rec: dict) -> str:
 
 
 def write_record(out_dir: str | Path, rec: dict) -> Path:
-    """Temp file in the same folder, fsync, rename: a reader sees the old file or the whole new one,
-    never a partial record, even if this process is killed mid-write."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    final = out_dir / record_filename(rec)
+    """Written atomically: a reader sees the old record or the whole new one, never a partial
+    record, even if this process is killed mid-write."""
+    final = Path(out_dir) / record_filename(rec)
     data = json.dumps(rec, indent=1, sort_keys=True, allow_nan=False)
     try:
-        fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{final.stem}.", suffix=".tmp")
-    except OSError as e:
-        raise OSError(e.errno, f"cannot write record {final}: {e.strerror or e}") from e
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with atomic_file(final, "w", encoding="utf-8") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, final)
-    except BaseException as e:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(e, OSError):  # disk full, quota, file too large: name the record, keep the errno
-            raise OSError(e.errno, f"cannot write record {final}: {e.strerror or e}") from e
-        raise
-    dir_fd = os.open(out_dir, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    except OSError as e:  # disk full, quota, file too large: name the record, keep the errno
+        raise OSError(e.errno, f"cannot write record {final}: {e.strerror or e}") from e
     return final
 
 
