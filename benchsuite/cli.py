@@ -76,7 +76,8 @@ def cmd_run(args) -> int:
         return 1
     summary = {"suite": suite.name, "out": str(args.out),
                "runs": [{"workload": o.run.workload, "world_size": o.run.world_size, "scaling": o.run.scaling,
-                         "run_key": o.run_key, "status": o.status, "record": o.record_path, "error": o.error}
+                         "run_key": o.run_key, "status": o.status, "record": o.record_path, "error": o.error,
+                         "flags": (_ok_record(o) or {}).get("flags") or []}
                         for o in outcomes]}
     if args.json:
         _print_json(summary)
@@ -85,6 +86,11 @@ def cmd_run(args) -> int:
         err.print(f"{counts['ok']} ok, {counts['failed']} failed, {counts['skipped']} skipped (already recorded)"
                   f" → {args.out}   next: benchsuite report {args.out}")
     return 1 if any(o.status == "failed" for o in outcomes) else 0
+
+
+def _ok_record(o) -> dict | None:
+    """The record an ok outcome wrote (None for failed and skipped runs)."""
+    return json.loads(Path(o.record_path).read_text()) if o.status == "ok" else None
 
 
 def _outcome_line(o) -> str:
@@ -100,7 +106,7 @@ def _outcome_line(o) -> str:
         return f"[red]✗[/red] {name}: {escape(o.error['type'])}: {escape(o.error['message'][:300])}"
     if o.status == "skipped":
         return f"[dim]↷ {name}: already recorded ({o.run_key})[/dim]"
-    rec = json.loads(Path(o.record_path).read_text())
+    rec = _ok_record(o)
     m = rec["metrics"]
     mfu = f"{m['mfu']:.1%}" if m.get("mfu") is not None else "n/a"
     tps = f"{m['tokens_per_s']:,.0f}" if m.get("tokens_per_s") is not None else "n/a"

@@ -172,6 +172,8 @@ def launch_run(run: RunConfig, key: str, out_dir: Path, hardware: dict, rdzv: Re
     log_dir = out_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{stem}.node{rdzv.node_rank}.log"
+    final = out_dir / f"{stem}.json"
+    before = _fingerprint(final)
     with tempfile.TemporaryDirectory(prefix=f"{WORKDIR_PREFIX}{key}-") as tmp:
         workdir = Path(tmp)
         (workdir / "launcher.pid").write_text(str(os.getpid()))
@@ -199,14 +201,42 @@ def launch_run(run: RunConfig, key: str, out_dir: Path, hardware: dict, rdzv: Re
         if error is None and returncode != 0:
             error = diagnose(returncode, workdir, log_path.read_text(errors="replace"))
     duration = time.perf_counter() - t0
-    final = out_dir / f"{stem}.json"
     if error is None and rdzv.node_rank == 0 and not final.exists():
         error = {"type": "NoRecord", "rank": 0, "message": f"workers exited cleanly but wrote no record; see {log_path}"}
     if error is not None:
         error["log"] = str(log_path)
+        if rdzv.node_rank == 0 and _fingerprint(final) != before and _keep_written_record(final, out_dir, key, error):
+            return RunOutcome(run, key, "ok", str(final), None, duration)
         _write_failed(run, key, out_dir, hardware, error, started_at, t0, rdzv)
         return RunOutcome(run, key, "failed", str(final), error, duration)
     return RunOutcome(run, key, "ok", str(final), None, duration)
+
+
+def _fingerprint(path: Path) -> tuple | None:
+    """Which file is at path now (an atomic rewrite changes the inode); no clocks involved."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+def _keep_written_record(final: Path, out_dir: Path, key: str, error: dict) -> bool:
+    """Rank 0 wrote this run's ok record, then a rank failed (a crash or hang in process-group
+    teardown): the measurement is complete, so it is kept, flagged with what happened after it."""
+    try:
+        rec = json.loads(final.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if rec.get("status") != "ok" or rec.get("run_key") != key:
+        return False
+    where = f" on rank {error['rank']}" if error.get("rank") is not None else ""
+    rec["flags"] = [*(rec.get("flags") or []), {
+        "field": "status", "value": error["type"],
+        "reason": f"the workers failed after this record was written ({error['type']}{where}: "
+                  f"{error['message'][:300]}; log {error['log']}); the measured figures are complete"}]
+    write_record(out_dir, rec)
+    return True
 
 
 def _write_failed(run, key, out_dir, hardware, error, started_at, t0, rdzv) -> None:

@@ -146,14 +146,20 @@ def moe_stats(model, all_to_all_share: float | None = None) -> dict | None:
     return stats
 
 
-def inject_fault(rank: int) -> None:
+FAULT_PHASES = {"raise": "measure", "hang": "measure", "kill": "measure", "segv": "measure",
+                "abort_at_exit": "exit"}
+
+
+def inject_fault(rank: int, phase: str = "measure") -> None:
     """Deliberate failure for testing failure isolation: BENCHSUITE_INJECT_FAULT=KIND:RANK with
-    KIND raise | hang | kill | segv, applied by that rank before the first measured step."""
+    KIND raise | hang | kill | segv, applied by that rank before the first measured step, or
+    abort_at_exit, applied after the record is written and the process groups are destroyed
+    (the SIGABRT a library can raise in teardown)."""
     spec = os.environ.get("BENCHSUITE_INJECT_FAULT")
     if not spec:
         return
     kind, _, target = spec.partition(":")
-    if target and int(target) != rank:
+    if (target and int(target) != rank) or FAULT_PHASES.get(kind) != phase:
         return
     if kind == "raise":
         raise RuntimeError(f"injected fault on rank {rank}")
@@ -163,6 +169,8 @@ def inject_fault(rank: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     if kind == "segv":
         ctypes.string_at(0)
+    if kind == "abort_at_exit":
+        os.abort()
 
 
 def unmeasured_steps(run: RunConfig) -> int:
@@ -404,6 +412,7 @@ def main(argv: list[str] | None = None) -> int:
             record = build_record(run, spec["run_key"], ranks, ctx, started_at, time.perf_counter() - t0)
             write_record(spec["out"], record)
         bdist.shutdown()
+        inject_fault(rank, phase="exit")
     except BaseException as e:
         err = {"type": type(e).__name__, "message": str(e)[:2000], "rank": rank, "time": time.time_ns(),
                "traceback": traceback.format_exc()[-4000:]}

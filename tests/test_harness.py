@@ -107,6 +107,24 @@ def test_a_killed_or_hanging_run_fails_cleanly_with_no_orphans(tmp_path, tiny_su
     assert processes_matching(f"benchsuite-{rec['run_key']}") == []
 
 
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_rank_dying_after_the_record_is_written_keeps_the_record_flagged(tmp_path, tiny_suite, rank):
+    """A crash in teardown (gloo can SIGABRT at interpreter exit) must not throw away a finished
+    measurement: the run stays ok, its figures intact, with a flag saying what happened after."""
+    out = tmp_path / "out"
+    res = run_cli("run", str(tiny_suite(world_sizes=(2,))), "--out", str(out), "--json",
+                  env={"BENCHSUITE_INJECT_FAULT": f"abort_at_exit:{rank}"})
+    assert res.returncode == 0, res.stderr
+    (summary,) = json.loads(res.stdout)["runs"]
+    (rec,) = load_records(out)
+    assert summary["status"] == rec["status"] == "ok" and rec["error"] is None
+    assert rec["metrics"]["tokens_per_s"] > 0 and len(rec["steps"]) == 3
+    (flag,) = [f for f in rec["flags"] if f["field"] == "status"]
+    assert flag["value"] == "WorkerKilled" and f"rank {rank} died from SIGABRT" in flag["reason"]
+    assert "after this record was written" in flag["reason"]
+    assert flag in summary["flags"]  # --json says so too
+
+
 def test_two_nodes_on_one_host_make_one_record(tmp_path):
     suite = tmp_path / "two.toml"
     suite.write_text("""
