@@ -19,11 +19,14 @@ def _umask() -> int:
 
 
 @contextlib.contextmanager
-def atomic_file(path: str | Path, mode: str = "wb", encoding: str | None = None, newline: str | None = None):
+def atomic_file(path: str | Path, mode: str = "wb", encoding: str | None = None, newline: str | None = None,
+                durable: bool = True):
     """An open file whose content appears at `path` only when the block completes.
 
     The file gets the permissions a plain open() would give (mkstemp's are 0600), so results
-    on a shared file system stay readable by the team.
+    on a shared file system stay readable by the team. durable=False skips the fsyncs, for
+    output that is cheap to rebuild (dashboard pages): still never partial, but a power loss
+    may lose the newest version.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -31,13 +34,16 @@ def atomic_file(path: str | Path, mode: str = "wb", encoding: str | None = None,
     try:
         with os.fdopen(fd, mode, encoding=encoding, newline=newline) as f:
             yield f
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    if not durable:
+        return
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)

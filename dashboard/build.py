@@ -12,10 +12,10 @@ spec built in Python and embedded in its page, drawn by Plotly.newPlot.
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchsuite.atomic import atomic_file
 from dashboard import data as sitedata
 from dashboard.pages import run as run_page
 from dashboard.pages import summary_pages
@@ -36,8 +36,10 @@ class BuildResult:
 
 
 def _write(path: Path, text: str) -> int:
+    """Never a partial page, even if the build is killed (no fsync: a site is cheap to rebuild)."""
     raw = text.encode("utf-8")
-    path.write_bytes(raw)
+    with atomic_file(path, durable=False) as f:
+        f.write(raw)
     return len(raw)
 
 
@@ -54,15 +56,14 @@ def write_assets(site: Path) -> int:
     js = assets / "plotly.min.js"
     stamp = assets / "plotly.version"
     if not (js.exists() and stamp.exists() and stamp.read_text() == plotly.__version__):
-        js.write_text(get_plotlyjs(), encoding="utf-8")
-        stamp.write_text(plotly.__version__)
+        _write(js, get_plotlyjs())
+        _write(stamp, plotly.__version__)
     size += js.stat().st_size
     template = pio.templates["plotly_white"].to_plotly_json()
     template["layout"] = _merge(template.get("layout", {}), TEMPLATE_LAYOUT)
     size += _write(assets / "theme.js", f"window.BENCHSUITE_TEMPLATE = {script_json(template)};\n")
     for name in ("dashboard.css", "dashboard.js"):
-        shutil.copyfile(ASSETS / name, assets / name)
-        size += (assets / name).stat().st_size
+        size += _write(assets / name, (ASSETS / name).read_text(encoding="utf-8"))
     return size
 
 
@@ -101,10 +102,9 @@ def build_site(results, out, *, validate: bool = False) -> BuildResult:
     n_ok = int((data.df["status"] == "ok").sum()) if not data.df.empty else 0
     subtitle = (f"{len(data.records)} runs ({n_ok} ok, {len(data.records) - n_ok} failed)"
                 + (f" from {data.source}" if data.source else ""))
-    size += _write(out / "index.html", page_html("Training cost: dense vs sparse", body, figures, "", NAV,
-                                                 subtitle))
-    pages.append("index.html")
 
+    # Run pages first, the index last: a build stopped part-way leaves the previous index, whose
+    # links all still resolve, instead of a new index linking pages not yet written.
     runs = out / "runs"
     runs.mkdir(exist_ok=True)
     run_nav = [(t, f"../index.html{h}") for t, h in NAV]
@@ -117,6 +117,9 @@ def build_site(results, out, *, validate: bool = False) -> BuildResult:
                                                     f"{row['suite']} · {row['status']}"))
         pages.append(row["page"])
         written.add(Path(row["page"]).name)
+    size += _write(out / "index.html", page_html("Training cost: dense vs sparse", body, figures, "", NAV,
+                                                 subtitle))
+    pages.insert(0, "index.html")
     for stale in runs.glob("*.html"):  # pages of records no longer in the results
         if stale.name not in written:
             stale.unlink()

@@ -393,6 +393,31 @@ def test_rebuild_removes_pages_of_records_no_longer_there(tmp_path):
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == sorted(Path(p).name for p in res.pages[1:])
 
 
+def test_a_build_stopped_part_way_keeps_the_previous_index_and_no_partial_page(tmp_path, monkeypatch):
+    from dashboard.pages import run as run_page
+
+    recs = load_records(FIXTURES)
+    build_site(recs[:3], tmp_path)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    real, calls = run_page.render, []
+
+    def render_then_fail(row, rec):  # the build dies while writing the run pages of a larger results folder
+        calls.append(1)
+        if len(calls) == 5:
+            raise MemoryError("stopped part-way")
+        return real(row, rec)
+
+    monkeypatch.setattr(run_page, "render", render_then_fail)
+    with pytest.raises(MemoryError):
+        build_site(recs, tmp_path)
+    assert (tmp_path / "index.html").read_bytes() == before[tmp_path / "index.html"]
+    index_links = set(re.findall(r'href="(runs/[^"#]+)"', (tmp_path / "index.html").read_text()))
+    assert index_links and all((tmp_path / link).is_file() for link in index_links)
+    assert not [p for p in tmp_path.rglob("*.tmp")], "a temp file left behind"
+    for page in (tmp_path / "runs").glob("*.html"):
+        assert page.read_text().rstrip().endswith("</html>"), f"{page.name} is partial"
+
+
 def test_cli_dashboard_verb(tmp_path):
     r = run_cli("dashboard", str(FIXTURES), "-o", str(tmp_path / "s"), "--json")
     assert r.returncode == 0, r.stderr
