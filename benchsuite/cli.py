@@ -74,13 +74,12 @@ def cmd_run(args) -> int:
                   "records completed before this are kept; free space and rerun the same command to resume",
                   markup=False, soft_wrap=True)
         return 1
-    summary = {"suite": suite.name, "out": str(args.out),
-               "runs": [{"workload": o.run.workload, "world_size": o.run.world_size, "scaling": o.run.scaling,
-                         "run_key": o.run_key, "status": o.status, "record": o.record_path, "error": o.error,
-                         "flags": (_ok_record(o) or {}).get("flags") or []}
-                        for o in outcomes]}
     if args.json:
-        _print_json(summary)
+        _print_json({"suite": suite.name, "out": str(args.out),
+                     "runs": [{"workload": o.run.workload, "world_size": o.run.world_size, "scaling": o.run.scaling,
+                               "run_key": o.run_key, "status": o.status, "record": o.record_path, "error": o.error,
+                               "flags": (_ok_record(o) or {}).get("flags") or []}
+                              for o in outcomes]})
     else:
         counts = {s: sum(o.status == s for o in outcomes) for s in ("ok", "failed", "skipped")}
         err.print(f"{counts['ok']} ok, {counts['failed']} failed, {counts['skipped']} skipped (already recorded)"

@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from benchsuite.results.values import dig
+
 MFU_MAX = 1.0                 # model FLOP/s above the device's datasheet peak
 MFU_VS_CEILING_MAX = 1.05     # above the matmul ceiling measured on the same device, past timing noise
 MAX_DEVICE_W = 2000.0         # average power of one GPU, or one node's CPU or DRAM, over a window
@@ -22,14 +24,6 @@ def _num(v: Any) -> float | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
     return float(v)
-
-
-def _get(d: Any, *keys: str) -> Any:
-    for k in keys:
-        if not isinstance(d, dict):
-            return None
-        d = d.get(k)
-    return d
 
 
 def json_value(v: Any) -> Any:
@@ -66,7 +60,7 @@ def _metrics_flags(m: dict, world_size: int | None) -> list[dict]:
                            f"{vs:.3g} x the matmul ceiling measured on the same device (limit "
                            f"{MFU_VS_CEILING_MAX:g}): the step time or the FLOP count is wrong"))
     tps = _num(m.get("tokens_per_s"))
-    per_token = _num(_get(m, "flops", "model_per_token"))
+    per_token = _num(dig(m, "flops", "model_per_token"))
     peak_t = _num(m.get("peak_tflops"))
     if tps is not None and (not math.isfinite(tps) or tps <= 0):
         flags.append(_flag("metrics.tokens_per_s", tps, "throughput must be a positive finite number"))
@@ -79,7 +73,7 @@ def _metrics_flags(m: dict, world_size: int | None) -> list[dict]:
                                f"{peak_t:g} TFLOP/s"))
     st = m.get("step_time_s")
     for key in ("median", "p10"):
-        v = _num(_get(st, key))
+        v = _num(dig(st, key))
         if v is not None and (not math.isfinite(v) or v <= 0):
             flags.append(_flag(f"metrics.step_time_s.{key}", v, "a step cannot take zero, negative or "
                                                                 "unbounded time: the timer is broken"))
@@ -142,7 +136,7 @@ def sanity_flags(rec: dict) -> list[dict]:
     """Every physically impossible figure of an ok record, as {field, value, reason}; [] when sane."""
     if not isinstance(rec, dict) or rec.get("status") != "ok":
         return []
-    world_size = _num(_get(rec, "config", "world_size"))
+    world_size = _num(dig(rec, "config", "world_size"))
     flags = []
     if isinstance(rec.get("metrics"), dict):
         flags += _metrics_flags(rec["metrics"], int(world_size) if world_size else None)

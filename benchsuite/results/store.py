@@ -12,6 +12,7 @@ import pandas as pd
 from benchsuite.atomic import atomic_file
 from benchsuite.results.sanity import flag_summary, with_flags
 from benchsuite.results.schema import check_record
+from benchsuite.results.values import dig
 
 
 def slug(text: str, limit: int = 40) -> str:
@@ -66,15 +67,6 @@ def ok_run_keys(path: str | Path) -> set[str]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return {r["run_key"] for r in load_records(path) if r["status"] == "ok"}
-
-
-def dig(d, *keys):
-    """d[k1][k2]... or None where a level is missing (records from older versions lack sections)."""
-    for k in keys:
-        if not isinstance(d, dict):
-            return None
-        d = d.get(k)
-    return d
 
 
 def _dotted(d: dict, prefix: str = ""):

@@ -1,4 +1,5 @@
-"""What counts as a figure: one test for present/absent values, shared by the report and the dashboard.
+"""Reading values out of records: nested lookup and what counts as a figure, shared by the store,
+the sanity guard, the report and the dashboard.
 
 Records hold null for what was not measured; pandas turns those into NaN or NA once they sit in
 a DataFrame. Both views ask the same two questions of a value: is it a real figure, and what
@@ -34,3 +35,12 @@ def num(v: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return f if math.isfinite(f) else None
+
+
+def dig(d: Any, *keys: str) -> Any:
+    """d[k1][k2]... or None where a level is missing (records from older versions lack sections)."""
+    for k in keys:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(k)
+    return d

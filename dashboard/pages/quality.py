@@ -14,7 +14,7 @@ what each run took to reach `train.target_loss` (benchsuite/metrics/quality.py).
 from __future__ import annotations
 
 from benchsuite.energy.carbon import J_PER_KWH
-from benchsuite.results.store import dig
+from benchsuite.results.values import dig
 from dashboard.data import SiteData, latest_ok_per_size
 from dashboard.pages import Page, series_colors
 from dashboard.render import (DASH, Figure, Section, esc, f_num, f_sig, layout, missing, num, present, ptext,
