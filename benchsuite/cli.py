@@ -268,9 +268,19 @@ def cmd_slurm(args) -> int:
     return 0
 
 
+def _check_place(args) -> None:
+    """--country/--region must be in codecarbon's data: a typo must not become the world average."""
+    from benchsuite.energy.carbon import place_problems
+
+    problems = place_problems(args.country, args.region)
+    if problems:
+        raise UsageError("; ".join(f"--{field} {reason}" for field, reason in problems))
+
+
 def cmd_carbon_estimate(args) -> int:
     from benchsuite.energy import carbon
 
+    _check_place(args)
     try:
         res = carbon.estimate(args.chips, args.hours, args.watts, args.pue, args.intensity, args.country, args.region)
     except ValueError as e:
@@ -290,6 +300,7 @@ def cmd_carbon_project(args) -> int:
     from benchsuite.energy import carbon
     from benchsuite.results.store import load_records
 
+    _check_place(args)
     if not Path(args.records).exists():
         raise UsageError(f"{args.records}: no such record or results folder")
     records = [r for r in load_records(args.records) if r["status"] == "ok"]
@@ -297,7 +308,10 @@ def cmd_carbon_project(args) -> int:
         raise UsageError(f"{args.records}: no ok record to project from")
     intensity = None
     if args.intensity is not None or args.country:
-        intensity = carbon.lookup(args.intensity, args.country, args.region)
+        try:
+            intensity = carbon.lookup(args.intensity, args.country, args.region)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
     rows = []
     for rec in records:
         try:
@@ -321,13 +335,20 @@ def cmd_carbon_project(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from benchsuite.energy.carbon import write_codecarbon_csv
+    from benchsuite.energy.carbon import ExportError, write_codecarbon_csv
     from benchsuite.results.store import load_records
 
     if not Path(args.dir).exists():
         raise UsageError(f"{args.dir}: no such results folder")
-    path = write_codecarbon_csv(load_records(args.dir), Path(args.output or Path(args.dir) / "emissions.csv"))
-    err.print(f"wrote {path}", markup=False)
+    try:
+        res = write_codecarbon_csv(load_records(args.dir), Path(args.output or Path(args.dir) / "emissions.csv"))
+    except ExportError as e:
+        raise UsageError(str(e)) from None
+    if res.appended:
+        skipped = f" ({res.rows_already_there} already there)" if res.rows_already_there else ""
+        err.print(f"appended {res.rows_written} rows to {res.path}{skipped}", markup=False)
+    else:
+        err.print(f"wrote {res.path}: {res.rows_written} rows", markup=False)
     return 0
 
 
@@ -414,7 +435,7 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--pue", type=float, help="default: the record's")
     where = cp.add_mutually_exclusive_group()
     where.add_argument("--intensity", type=float, help="default: the record's")
-    where.add_argument("--country")
+    where.add_argument("--country", help="ISO 3166 alpha-3 code, looked up in codecarbon's offline data")
     cp.add_argument("--region")
     cp.add_argument("--json", action="store_true")
     cp.set_defaults(fn=cmd_carbon_project)
@@ -422,7 +443,8 @@ def build_parser() -> argparse.ArgumentParser:
     ex = sub.add_parser("export", help="export records, e.g. as codecarbon's emissions.csv")
     ex.add_argument("dir", nargs="?", default="results")
     ex.add_argument("--format", choices=["codecarbon"], default="codecarbon")
-    ex.add_argument("-o", "--output", help="default: DIR/emissions.csv")
+    ex.add_argument("-o", "--output", help="default: DIR/emissions.csv; an existing codecarbon file gets the "
+                    "rows appended, as codecarbon does")
     ex.set_defaults(fn=cmd_export)
 
     tk = sub.add_parser("tokenize", help="text files → a .bin of byte-level tokens for train.data")

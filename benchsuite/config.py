@@ -274,6 +274,14 @@ def _check_data(train: TrainConfig, model: ModelConfig, where: str, problems: li
                                                  f">= {BYTE_VOCAB}, got {model.vocab}"))
 
 
+def _check_carbon(carbon: CarbonConfig | None, where: str, problems: list) -> None:
+    """country/region must be in codecarbon's offline data (a typo must not become the world average)."""
+    from benchsuite.energy.carbon import place_problems
+
+    if carbon is not None:
+        problems += [(f"{where}.{key}", reason) for key, reason in place_problems(carbon.country, carbon.region)]
+
+
 def _check_run(run: RunConfig, where: str, problems: list) -> None:
     """Combinations that cannot run; found here so nothing is launched."""
     p, m = run.parallel, run.model
@@ -379,6 +387,7 @@ def parse_suite(doc: dict, path: str | Path = "<string>") -> Suite:
 
     suite_energy = _build_section(EnergyConfig, doc.get("energy", {}), "energy", problems)
     suite_carbon = _build_section(CarbonConfig, doc.get("carbon", {}), "carbon", problems)
+    _check_carbon(suite_carbon, "carbon", problems)
     suite_sweep = _sweep_lists(doc.get("sweep"), "sweep", problems)
 
     workloads = doc.get("workload")
@@ -427,6 +436,8 @@ def parse_suite(doc: dict, path: str | Path = "<string>") -> Suite:
                 built[sec] = suite_energy if sec == "energy" else suite_carbon
                 continue
             built[sec] = _build_section(cls, merged.get(sec, {}), f"{where}.{sec}", problems)
+            if sec == "carbon":
+                _check_carbon(built[sec], f"{where}.carbon", problems)
         own_sweep = _sweep_lists(raw["sweep"], f"{where}.sweep", problems) if "sweep" in raw else {}
         if built.get("model") is not None:  # checked even when another section has mistakes
             _check_model(built["model"], where, problems)

@@ -9,7 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import torch
+
+B_PER_GIB = 1024**3   # codecarbon's B_TO_GB (external/hardware.py): its ram_total_size is in GiB
 
 
 def _cpu_model() -> str:
@@ -50,6 +53,15 @@ def device_info(device: torch.device) -> dict:
     else:
         info.update(name=_cpu_model(), uuid=None, index=None)
     return info
+
+
+def host_facts(devices: list[dict]) -> dict:
+    """The machine fields codecarbon writes in emissions.csv, read as it reads them (platform,
+    psutil), of the host calling this (rank 0's, which writes the record), and the run's
+    physical GPUs (each UUID once, whichever ranks share it; 0 on CPU)."""
+    return {"os": platform.platform(), "cpu_count": psutil.cpu_count(),
+            "ram_total_gb": psutil.virtual_memory().total / B_PER_GIB,
+            "gpu_count": len({d["uuid"] for d in devices if d.get("type") == "cuda" and d.get("uuid")})}
 
 
 def software_versions() -> dict:

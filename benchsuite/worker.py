@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from benchsuite import dist as bdist
 from benchsuite import prctl
 from benchsuite.config import RunConfig
-from benchsuite.environment import device_info, software_versions
+from benchsuite.environment import device_info, host_facts, software_versions
 from benchsuite.metrics import comm
 from benchsuite.metrics import flops as fl
 from benchsuite.metrics import memory as mem
@@ -376,7 +376,8 @@ def build_record(run: RunConfig, run_key: str, ranks: list[dict], ctx: bdist.Dis
         metrics["moe"] = merge_moe_stats([r["moe"] for r in ranks])
     devices = [dict(r["device"], rank=r["rank"], node_rank=r["node_rank"]) for r in ranks]
     env = {"hosts": sorted({d["host"] for d in devices}), "nodes": len({r["node_rank"] for r in ranks}),
-           "world_size": ctx.world_size, "backend": ctx.backend, "devices": devices, **software_versions()}
+           "world_size": ctx.world_size, "backend": ctx.backend, "devices": devices, **host_facts(devices),
+           **software_versions()}
     steps = [{"step": i, "time_s": t, "loss": loss, "tokens": tokens_per_step}
              for i, (t, loss) in enumerate(zip(step_times, r0["losses"]))]
     if r0.get("quality"):

@@ -1,7 +1,5 @@
 """Carbon: intensity lookups against codecarbon's bundled data, calculators against hand sums."""
 
-import csv
-import dataclasses
 import json
 from importlib import resources
 
@@ -53,18 +51,82 @@ def test_region_lookup_equals_codecarbon_computation(iso, region):
     assert it.source.startswith("codecarbon:") and it.source.split(":")[2].startswith(iso + "/")
 
 
-def test_unknown_region_uses_country_value_and_says_so():
-    it = carbon.lookup(country="USA", region="atlantis")
-    assert it.source == "codecarbon:global_energy_mix:USA" and "atlantis" in it.note
-
-
-@pytest.mark.parametrize("cfg", [CarbonConfig(country="XYZ"), CarbonConfig(), None])
-def test_unknown_or_missing_country_falls_back_to_world_average(cfg):
+@pytest.mark.parametrize("cfg", [CarbonConfig(), None])
+def test_missing_country_uses_world_average(cfg):
     expected = cc_json("data/private_infra/carbon_intensity_per_source.json")["world_average"]
     it = carbon.resolve_intensity(cfg)
     assert it.value_g_per_kwh == expected == carbon.WORLD_AVERAGE_G_PER_KWH == 475
     assert it.source == "fallback:world_average"
     assert "world average" in it.note
+
+
+@pytest.mark.parametrize("country, region, field, says", [
+    ("fr", None, "country", "fr: not an ISO 3166 alpha-3 code; did you mean FRA?"),
+    ("FR", None, "country", "did you mean FRA?"),
+    ("Germany", None, "country", "did you mean DEU?"),
+    ("XYZ", None, "country", "give its alpha-3 code, e.g. FRA"),
+    ("MCO", None, "country", "no figure for MCO"),        # a real country codecarbon has no figure for
+    ("USA", "atlantis", "region", "not in codecarbon's data for USA; valid: alabama"),
+    ("SWE", "NO1", "region", "valid: SE1, SE2, SE3, SE4"),
+    ("FRA", "paris", "region", "no regional data for FRA"),
+    (None, "california", "region", "needs a country"),
+])
+def test_places_codecarbon_does_not_hold_are_bad_input(country, region, field, says):
+    problems = carbon.place_problems(country, region)
+    assert len(problems) == 1 and problems[0][0] == field and says in problems[0][1]
+    with pytest.raises(ValueError, match=field):
+        carbon.lookup(country=country, region=region)
+    with pytest.raises(ValueError):   # never the world average at exit 0
+        carbon.resolve_intensity(CarbonConfig(country=country, region=region))
+
+
+@pytest.mark.parametrize("country, region", [("fra", None), ("usa", "California"), ("swe", "se3"), ("CHN", "Beijing")])
+def test_places_codecarbon_holds_pass(country, region):
+    assert carbon.place_problems(country, region) == []
+
+
+def test_suite_with_unknown_country_or_region_lists_both_before_running():
+    from benchsuite.config import ConfigError, parse_suite
+
+    doc = {"carbon": {"country": "FR"},
+           "workload": [{"name": "a"}, {"name": "b", "carbon": {"country": "usa", "region": "atlantis"}}]}
+    with pytest.raises(ConfigError) as e:
+        parse_suite(doc)
+    problems = dict(e.value.problems)
+    assert problems["carbon.country"] == "FR: not an ISO 3166 alpha-3 code; did you mean FRA?"
+    assert "'atlantis' not in codecarbon's data for USA" in problems["workload[1] (b).carbon.region"]
+    assert len(e.value.problems) == 2
+    parse_suite({"carbon": {"country": "FRA"}, "workload": [{"name": "a"}]})   # a known code passes
+
+
+def test_run_with_unknown_country_exits_2_and_launches_nothing(tmp_path):
+    from conftest import run_cli, write_suite
+
+    suite = write_suite(tmp_path / "s.toml", """
+        [carbon]
+        country = "fr"
+        [[workload]]
+        name = "tiny"
+        """)
+    res = run_cli("run", str(suite), "--out", str(tmp_path / "out"))
+    assert res.returncode == 2, res.stderr
+    assert "carbon.country: fr: not an ISO 3166 alpha-3 code; did you mean FRA?" in res.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.json"))
+
+
+@pytest.mark.parametrize("verb, args, says", [
+    ("estimate", ["--chips", "1", "--hours", "1", "--watts", "1000", "--country", "fr"],
+     "--country fr: not an ISO 3166 alpha-3 code; did you mean FRA?"),
+    ("estimate", ["--chips", "1", "--hours", "1", "--watts", "1000", "--country", "USA", "--region", "atlantis"],
+     "--region 'atlantis' not in codecarbon's data for USA"),
+    ("project", ["tests/fixtures/results", "--tokens", "1e9", "--country", "de"], "did you mean DEU?"),
+])
+def test_cli_unknown_country_or_region_exits_2(verb, args, says):
+    from conftest import run_cli
+
+    res = run_cli("carbon", verb, *args, "--json")
+    assert res.returncode == 2 and res.stdout == "" and "Traceback" not in res.stderr
+    assert says in res.stderr
 
 
 def test_explicit_intensity_wins_over_country():
@@ -98,10 +160,46 @@ def test_derived_metrics_and_missing_inputs():
     c = carbon.carbon_section(1000.0, CarbonConfig(intensity_g_per_kwh=360.0))
     d = carbon.derived_metrics(energy_section(), tokens=2000, model_flops=4e15, carbon=c)
     assert d["j_per_token"] == pytest.approx(0.5) and d["j_per_pflop"] == pytest.approx(250.0)
+    assert d["gpu_j_per_token"] == pytest.approx(800.0 / 2000) and d["gpu_j_per_token_reason"] is None
     assert d["avg_w_per_device"] == pytest.approx(40.0)
     assert d["gco2e_per_mtok"] == pytest.approx(1000.0 / 3.6e6 * 360.0 / 2000 * 1e6)
     d = carbon.derived_metrics(energy_section(total=None, gpu=None), tokens=None, model_flops=None)
-    assert all(d[k] is None for k in ("j_per_token", "j_per_pflop", "avg_w_per_device", "gco2e_per_mtok"))
+    assert all(d[k] is None for k in ("j_per_token", "gpu_j_per_token", "j_per_pflop", "avg_w_per_device",
+                                      "gco2e_per_mtok"))
+
+
+def test_gpu_j_per_token_is_null_with_the_reason():
+    cpu_only = {**energy_section(gpu=None), "per_device": []}
+    d = carbon.derived_metrics(cpu_only, tokens=2000, model_flops=None)
+    assert d["gpu_j_per_token"] is None and d["gpu_j_per_token_reason"] == "no GPU in this run"
+    assert d["j_per_token"] == pytest.approx(0.5)      # the total still stands
+    no_counter = {**energy_section(gpu=None), "per_device": [{"energy_j": None, "reason": "NVML: not supported"}]}
+    d = carbon.derived_metrics(no_counter, tokens=2000, model_flops=None)
+    assert d["gpu_j_per_token"] is None and d["gpu_j_per_token_reason"] == "GPU energy unavailable: NVML: not supported"
+
+
+def test_upgrade_v1_energy_metrics_adds_gpu_j_per_token_from_the_record():
+    v1 = {"schema_version": 1, "metrics": {"tokens_per_step": 100, "energy": {"j_per_token": 0.5}},
+          "energy": {**energy_section(gpu=800.0), "sources": {"gpu": "measured"}}, "steps": [{}] * 20}
+    up = carbon.upgrade_v1_energy_metrics(v1)
+    assert up["metrics"]["energy"]["gpu_j_per_token"] == pytest.approx(800.0 / 2000)
+    assert up["metrics"]["energy"]["gpu_energy_source"] == "measured"
+    assert "gpu_j_per_token" not in v1["metrics"]["energy"]          # pure: the input is unchanged
+    failed = {"schema_version": 1, "metrics": None, "energy": None, "steps": []}
+    assert carbon.upgrade_v1_energy_metrics(failed) == failed
+
+
+def test_host_facts_are_what_codecarbon_reads():
+    import platform
+
+    import psutil
+
+    from benchsuite.environment import host_facts
+    devices = [{"type": "cuda", "uuid": "GPU-a"}, {"type": "cuda", "uuid": "GPU-a"}, {"type": "cuda", "uuid": "GPU-b"}]
+    facts = host_facts(devices)
+    assert facts["os"] == platform.platform() and facts["cpu_count"] == psutil.cpu_count()
+    assert facts["ram_total_gb"] == psutil.virtual_memory().total / 1024**3
+    assert facts["gpu_count"] == 2 and host_facts([{"type": "cpu", "uuid": None}])["gpu_count"] == 0
 
 
 def record(status="ok"):
@@ -114,22 +212,6 @@ def record(status="ok"):
             "energy": {**energy_section(), "gpu_j": None, "total_j": 200.0, "total_includes": ["cpu"], "per_device": [],
                        "source": "estimated"},
             "carbon": carbon.carbon_section(200.0, CarbonConfig(country="FRA", pue=1.1))}
-
-
-def test_codecarbon_rows_use_its_columns_and_units(tmp_path):
-    from codecarbon.output_methods.emissions_data import EmissionsData
-    columns = [f.name for f in dataclasses.fields(EmissionsData)]
-    rows = carbon.to_codecarbon_rows([record(), record(status="failed")])
-    assert len(rows) == 1 and list(rows[0]) == columns
-    row = rows[0]
-    assert row["cpu_energy"] == pytest.approx(200.0 / 3.6e6) and row["cpu_power"] == pytest.approx(20.0)
-    assert row["gpu_energy"] is None and row["gpu_power"] is None            # not measured: empty, not 0
-    assert row["emissions"] == pytest.approx(record()["carbon"]["co2e_g"] / 1000)
-    assert row["duration"] == 10.0 and row["country_name"] == "France" and row["pue"] == 1.1
-    assert row["gpu_count"] == 1 and row["gpu_model"] == "NVIDIA H200"   # two ranks, one GPU
-    path = carbon.write_codecarbon_csv([record()], tmp_path / "emissions.csv")
-    with path.open() as f:
-        assert next(csv.reader(f)) == columns
 
 
 def test_project_from_record():

@@ -17,12 +17,10 @@ def test_carbon_estimate_json_matches_hand_computation():
     assert (doc["pue"], doc["intensity_source"]) == (1.1, "explicit")
 
 
-def test_carbon_estimate_unknown_country_states_the_fallback():
+def test_carbon_estimate_unknown_country_exits_2():
     res = run_cli("carbon", "estimate", "--chips", "1", "--hours", "1", "--watts", "1000", "--country", "XXX",
                   "--json")
-    doc = json.loads(res.stdout)
-    assert doc["intensity_source"] == "fallback:world_average" and doc["intensity_g_per_kwh"] == 475.0
-    assert "XXX" in doc["intensity_note"]
+    assert res.returncode == 2 and res.stdout == "" and "--country XXX" in res.stderr
 
 
 def test_flops_json_is_one_document_with_every_run():

@@ -1,7 +1,8 @@
 """CO2e from energy: kWh x PUE x grid intensity (g CO2e/kWh), and the calculators built on it.
 
 Intensity comes from an explicit value, else codecarbon's bundled offline data by
-country (ISO 3166 alpha-3) and optional region, else codecarbon's world average.
+country (ISO 3166 alpha-3) and optional region, else (no country given) codecarbon's world
+average. A country or region that data does not hold is bad input, never the world average.
 The data files are read straight from the installed codecarbon package: no network,
 no tracker. Every figure says where its intensity came from.
 """
@@ -10,9 +11,13 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import datetime as dt
 import functools
+import io
 import json
+import os
 import re
+from collections import Counter
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -21,6 +26,8 @@ from typing import Any
 from benchsuite.atomic import atomic_file
 
 J_PER_KWH = 3.6e6
+CODECARBON_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S"   # emissions_tracker.py, EmissionsData(timestamp=...)
+CSV_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")   # OWASP CSV injection: cells a spreadsheet evaluates
 
 # Used only if codecarbon's own file cannot be read. Same value and source as codecarbon's
 # data/private_infra/carbon_intensity_per_source.json "world_average" (IEA, Global Energy
@@ -63,34 +70,83 @@ def world_average(why: str) -> Intensity:
                      f"{why}; using codecarbon's world average {value:g} g/kWh ({cite})")
 
 
-def _region_intensity(iso: str, region: str) -> tuple[float, str] | None:
-    """(g/kWh, source) from codecarbon's regional files, or None when it has no such region."""
+def _region_key(iso: str, region: str) -> str:
+    """A region as codecarbon's files spell it: lower case (bidding zones upper case), Chinese
+    provinces without "province", "municipality", ..."""
     r = " ".join(region.lower().split())
+    if iso in _NORDIC_PREFIX:
+        return r.upper()
+    return _CHINA_SUFFIX.sub("", r) if iso == "CHN" else r
+
+
+@functools.cache
+def _regions(iso: str) -> dict[str, tuple[float, str]]:
+    """{region key: (g/kWh, source)} from codecarbon's regional files; {} for a country it has none for."""
     if iso == "USA":
-        entry = codecarbon_data(_USA).get(r)
-        if entry:
-            return entry["emissions"] * LBS_PER_MWH_TO_G_PER_KWH, f"codecarbon:usa_emissions:USA/{r}"
-    elif iso == "CAN":
-        mix = codecarbon_data(_CAN).get(r)
-        if mix:
-            from codecarbon.core.emissions import Emissions   # its fuel-mix conversion, not a copy
-            rate = Emissions._region_energy_mix_to_emissions_rate(mix)
-            return rate.kgs_per_kWh * 1000.0, f"codecarbon:canada_energy_mix:CAN/{r}"
-    elif iso in _NORDIC_PREFIX:
-        zone = r.upper()
-        entry = codecarbon_data(_NORDIC)["data"].get(zone)
-        if entry and zone.startswith(_NORDIC_PREFIX[iso]):
-            return float(entry["emission_factor"]), f"codecarbon:nordic_emissions:{iso}/{zone}"
-    elif iso == "CHN":
-        name = _CHINA_SUFFIX.sub("", r)
-        for code, entry in codecarbon_data(_CHN)["data"].items():
-            if name in entry["names"]:
-                return float(entry["emission_factor"]), f"codecarbon:china_provincial_emissions:CHN/{code}"
-    return None
+        return {name: (entry["emissions"] * LBS_PER_MWH_TO_G_PER_KWH, f"codecarbon:usa_emissions:USA/{name}")
+                for name, entry in codecarbon_data(_USA).items() if not name.startswith("_")}
+    if iso == "CAN":
+        from codecarbon.core.emissions import Emissions   # its fuel-mix conversion, not a copy
+        return {name: (Emissions._region_energy_mix_to_emissions_rate(mix).kgs_per_kWh * 1000.0,
+                       f"codecarbon:canada_energy_mix:CAN/{name}")
+                for name, mix in codecarbon_data(_CAN).items() if not name.startswith("_")}
+    if iso in _NORDIC_PREFIX:
+        return {zone: (float(entry["emission_factor"]), f"codecarbon:nordic_emissions:{iso}/{zone}")
+                for zone, entry in codecarbon_data(_NORDIC)["data"].items() if zone.startswith(_NORDIC_PREFIX[iso])}
+    if iso == "CHN":
+        return {name: (float(entry["emission_factor"]), f"codecarbon:china_provincial_emissions:CHN/{code}")
+                for code, entry in codecarbon_data(_CHN)["data"].items() for name in entry["names"]}
+    return {}
+
+
+def _known_alpha3(value: str) -> str | None:
+    """The ISO 3166 alpha-3 code a user most likely meant by value (an alpha-2 code, a name), or None."""
+    import pycountry
+
+    try:
+        return pycountry.countries.lookup(value.strip()).alpha_3
+    except LookupError:
+        return None
+
+
+def place_problems(country: str | None, region: str | None) -> list[tuple[str, str]]:
+    """(field, reason) for each of country/region that codecarbon's offline data does not hold;
+    [] when both are fine or absent. Checked before anything runs: a mistyped place must not
+    silently become the world average."""
+    if not country:
+        return [("region", f"{region!r} needs a country (ISO 3166 alpha-3, e.g. USA)")] if region else []
+    iso = country.strip().upper()
+    try:
+        known = codecarbon_data(_GLOBAL_MIX)
+        regions = _regions(iso) if region and iso in known else {}
+    except (OSError, ValueError, KeyError, TypeError, ImportError) as e:
+        return [("country", f"codecarbon's offline data is unreadable ({type(e).__name__}: {e}); "
+                            "give intensity_g_per_kwh instead")]
+    if iso not in known:
+        meant = _known_alpha3(country)
+        if meant is None:
+            return [("country", f"{country}: not an ISO 3166 country; give its alpha-3 code, e.g. FRA")]
+        no_data = f"codecarbon's offline data has no figure for {meant}: give intensity_g_per_kwh instead"
+        if meant == iso:
+            return [("country", f"{country}: {no_data}")]
+        hint = "" if meant in known else f" ({no_data})"
+        return [("country", f"{country}: not an ISO 3166 alpha-3 code; did you mean {meant}?{hint}")]
+    if not region or _region_key(iso, region) in regions:
+        return []
+    if not regions:
+        return [("region", f"{region!r}: codecarbon has no regional data for {iso} (it has regions for "
+                           "USA, CAN, SWE, NOR, FIN, CHN); drop region to use the country figure")]
+    names = sorted(regions)
+    shown = ", ".join(names[:12]) + (f", ... ({len(names)} in all)" if len(names) > 12 else "")
+    return [("region", f"{region!r} not in codecarbon's data for {iso}; valid: {shown}")]
 
 
 def lookup(intensity: float | None = None, country: str | None = None, region: str | None = None) -> Intensity:
-    """Explicit value, else codecarbon's region/country figure, else its world average."""
+    """Explicit value, else codecarbon's region/country figure, else (no country given) its world
+    average. A country or region codecarbon does not hold is a ValueError naming the fix."""
+    problems = place_problems(country, region)
+    if problems:
+        raise ValueError("; ".join(f"{field}: {reason}" for field, reason in problems))
     if intensity is not None:
         if intensity < 0:
             raise ValueError(f"intensity must be >= 0 g/kWh, got {intensity}")
@@ -98,26 +154,16 @@ def lookup(intensity: float | None = None, country: str | None = None, region: s
     if not country:
         return world_average("no country or intensity given")
     iso = country.strip().upper()
-    note = None
-    try:
-        if region:
-            found = _region_intensity(iso, region)
-            if found:
-                return Intensity(found[0], found[1])
-            note = f"region {region!r} not in codecarbon's data for {iso}; country value used"
-        mix = codecarbon_data(_GLOBAL_MIX).get(iso)
-    except Exception as e:
-        return world_average(f"codecarbon data unreadable ({type(e).__name__}: {e})")
-    if mix is None:
-        return world_average(f"country {iso!r} not in codecarbon's global_energy_mix.json "
-                             f"(expects ISO 3166 alpha-3, e.g. FRA)")
+    if region:
+        value, source = _regions(iso)[_region_key(iso, region)]
+        return Intensity(value, source)
+    mix = codecarbon_data(_GLOBAL_MIX)[iso]
     value = mix.get("carbon_intensity")
     if value is None:   # codecarbon derives it from the fuel mix in that case
         from codecarbon.core.emissions import Emissions
         value = Emissions._global_energy_mix_to_emissions_rate(mix).kgs_per_kWh * 1000.0
-    provenance = f"{mix.get('country_name', iso)}, {mix.get('year', '?')}"
     return Intensity(float(value), f"codecarbon:global_energy_mix:{iso}",
-                     f"{note}; {provenance}" if note else provenance)
+                     f"{mix.get('country_name', iso)}, {mix.get('year', '?')}")
 
 
 def resolve_intensity(carbon_cfg) -> Intensity:
@@ -201,23 +247,55 @@ def _div(a: float | None, b: float | None) -> float | None:
     return None if a is None or not b else a / b
 
 
+def gpu_j_per_token(energy_section: dict, tokens: float | None) -> tuple[float | None, str | None]:
+    """GPU energy alone per token (what an NVML-only figure compares with), and why it is None when it is."""
+    gpu_j = energy_section.get("gpu_j")
+    if gpu_j is None:
+        devices = energy_section.get("per_device") or []
+        why = "; ".join(dict.fromkeys(d.get("reason") or "no reading" for d in devices if d.get("energy_j") is None))
+        return None, f"GPU energy unavailable: {why}" if devices else "no GPU in this run"
+    if not tokens:
+        return None, "no tokens counted in the energy window"
+    return gpu_j / tokens, None
+
+
 def derived_metrics(energy_section: dict, tokens: float | None, model_flops: float | None,
                     duration_s: float | None = None, devices: int | None = None,
                     carbon: dict | None = None) -> dict[str, Any]:
     """Efficiency per unit of work over the energy window; None where an input is missing.
-    tokens and model_flops are totals over the window; avg_w_per_device is GPU energy only."""
+    tokens and model_flops are totals over the window; avg_w_per_device and gpu_j_per_token
+    are GPU energy only, j_per_token is total_j (GPU + CPU + DRAM, as total_includes says)."""
     total = energy_section.get("total_j")
     duration_s = duration_s if duration_s is not None else energy_section.get("window_s")
     devices = devices if devices is not None else len(energy_section.get("per_device") or []) or None
     co2e_g = (carbon or {}).get("co2e_g")
+    gpu_per_token, gpu_reason = gpu_j_per_token(energy_section, tokens)
     return {
         "j_per_token": _div(total, tokens),
+        "gpu_j_per_token": gpu_per_token,
+        "gpu_j_per_token_reason": gpu_reason,
+        "gpu_energy_source": (energy_section.get("sources") or {}).get("gpu", "unavailable"),
         "j_per_pflop": _div(total, None if model_flops is None else model_flops / 1e15),
         "avg_w_per_device": _div(_div(energy_section.get("gpu_j"), duration_s), devices),
         "gco2e_per_mtok": _div(None if co2e_g is None else co2e_g * 1e6, tokens),
         "energy_source": energy_section.get("source", "unavailable"),
         "energy_includes": energy_section.get("total_includes", []),
     }
+
+
+def upgrade_v1_energy_metrics(rec: dict) -> dict:
+    """A copy of a version-1 record whose metrics.energy gains gpu_j_per_token (+ reason, source) from its own
+    energy.gpu_j over the measured tokens (tokens_per_step x measured steps, as the worker counts)."""
+    derived = (rec.get("metrics") or {}).get("energy")
+    if not isinstance(derived, dict) or "gpu_j_per_token" in derived:
+        return rec
+    energy = rec.get("energy") or {}
+    per_step = rec["metrics"].get("tokens_per_step")
+    tokens = per_step * len(rec.get("steps") or []) if per_step else None
+    value, reason = gpu_j_per_token(energy, tokens)
+    derived = {**derived, "gpu_j_per_token": value, "gpu_j_per_token_reason": reason,
+               "gpu_energy_source": (energy.get("sources") or {}).get("gpu", "unavailable")}
+    return {**rec, "metrics": {**rec["metrics"], "energy": derived}}
 
 
 def project_from_record(record: dict, tokens: float, devices: int | None = None, pue: float | None = None,
@@ -254,15 +332,24 @@ def codecarbon_columns() -> list[str]:
     return [f.name for f in dataclasses.fields(EmissionsData)]
 
 
-def _kwh(j: float | None) -> float | None:
-    return None if j is None else j / J_PER_KWH
+def _codecarbon_timestamp(started_at: Any, duration_s: Any) -> str | None:
+    """When the run ended, as codecarbon stamps a row when its tracker stops: local wall time of
+    this host, "%Y-%m-%dT%H:%M:%S", no offset (datetime.now().strftime in emissions_tracker.py)."""
+    try:
+        start = dt.datetime.fromisoformat(started_at)
+    except (TypeError, ValueError):
+        return None
+    if start.tzinfo is None:   # records stamp UTC (results/schema.py utc_now)
+        start = start.replace(tzinfo=dt.timezone.utc)
+    end = start + dt.timedelta(seconds=duration_s if isinstance(duration_s, (int, float)) else 0)
+    return end.astimezone().strftime(CODECARBON_TIME_FORMAT)
 
 
 def to_codecarbon_rows(records: list[dict]) -> list[dict]:
-    """One codecarbon-style row per ok record. Units as codecarbon: duration s, emissions kg
-    CO2e, emissions_rate kg/s, *_power W, *_energy kWh. Figures a run did not measure are
-    left empty (None), not 0; durations and energies cover the energy window."""
-    import codecarbon
+    """One codecarbon-style row per ok record, in codecarbon's units and conventions: duration s,
+    emissions kg CO2e, emissions_rate kg/s, *_power W, *_energy kWh, powers and energies
+    multiplied by PUE as codecarbon does (so emissions / energy_consumed = intensity). Figures
+    a run did not measure are left empty (None), not 0; durations and energies cover the energy window."""
     rows = []
     for rec in records:
         if rec.get("status") != "ok":
@@ -270,61 +357,147 @@ def to_codecarbon_rows(records: list[dict]) -> list[dict]:
         energy, carbon = rec.get("energy") or {}, rec.get("carbon") or {}
         env, cfg = rec.get("env") or {}, (rec.get("config") or {})
         ccfg = cfg.get("carbon") or {}
+        pue = carbon.get("pue") or 1.0
         window = energy.get("window_s") or rec.get("duration_s")
+        facility_j = {k: None if energy.get(f"{k}_j") is None else energy[f"{k}_j"] * pue
+                      for k in ("cpu", "gpu", "dram", "total")}
         co2e_kg = None if carbon.get("co2e_g") is None else carbon["co2e_g"] / 1000.0
         gpus = {d.get("uuid"): d.get("name") for d in (energy.get("per_device") or env.get("devices") or [])
                 if d.get("uuid") and d.get("type", "cuda") == "cuda"}          # physical GPUs, each once
         cpu_models = sorted({d.get("name") for d in env.get("devices") or [] if d.get("type") == "cpu"} - {None})
-        country = ccfg.get("country")
+        country = (ccfg.get("country") or "").strip().upper() or None
         try:
-            country_name = codecarbon_data(_GLOBAL_MIX).get((country or "").upper(), {}).get("country_name")
-        except Exception:
+            country_name = codecarbon_data(_GLOBAL_MIX).get(country or "", {}).get("country_name")
+        except (OSError, ValueError):
             country_name = None
         row = {
-            "timestamp": rec.get("started_at"),
+            "timestamp": _codecarbon_timestamp(rec.get("started_at"), rec.get("duration_s")),
             "project_name": rec.get("suite"),
             "run_id": rec.get("run_key"),
             "experiment_id": rec.get("workload"),
             "duration": window,
             "emissions": co2e_kg,
             "emissions_rate": _div(co2e_kg, window),
-            "cpu_power": _div(energy.get("cpu_j"), window),
-            "gpu_power": _div(energy.get("gpu_j"), window),
-            "ram_power": _div(energy.get("dram_j"), window),
-            "cpu_energy": _kwh(energy.get("cpu_j")),
-            "gpu_energy": _kwh(energy.get("gpu_j")),
-            "ram_energy": _kwh(energy.get("dram_j")),
-            "energy_consumed": _kwh(energy.get("total_j")),
-            "water_consumed": None,
+            "cpu_power": _div(facility_j["cpu"], window),
+            "gpu_power": _div(facility_j["gpu"], window),
+            "ram_power": _div(facility_j["dram"], window),
+            "cpu_energy": _div(facility_j["cpu"], J_PER_KWH),
+            "gpu_energy": _div(facility_j["gpu"], J_PER_KWH),
+            "ram_energy": _div(facility_j["dram"], J_PER_KWH),
+            "energy_consumed": _div(facility_j["total"], J_PER_KWH),
             "country_name": country_name,
             "country_iso_code": country,
-            "region": ccfg.get("region"),
-            "cloud_provider": None,
-            "cloud_region": None,
+            "region": (ccfg.get("region") or "").lower() or None,
             "os": env.get("os"),
             "python_version": env.get("python"),
-            "codecarbon_version": codecarbon.__version__,
+            "codecarbon_version": _codecarbon_version(),
             "cpu_count": env.get("cpu_count"),
             "cpu_model": env.get("cpu_model") or ", ".join(cpu_models) or None,
-            "gpu_count": len(gpus) or None,
-            "gpu_model": ", ".join(sorted(set(gpus.values()) - {None})) or None,
-            "longitude": None,
-            "latitude": None,
+            "gpu_count": env.get("gpu_count"),
+            "gpu_model": "".join(f"{n} x {name}" for name, n in Counter(gpus.values()).items() if name) or None,
             "ram_total_size": env.get("ram_total_gb"),
             "tracking_mode": "machine",
             "on_cloud": "N",
             "pue": carbon.get("pue"),
         }
-        columns = codecarbon_columns()
-        rows.append({c: row.get(c) for c in columns})
+        rows.append({c: row.get(c) for c in codecarbon_columns()})
     return rows
 
 
-def write_codecarbon_csv(records: list[dict], path: str | Path) -> Path:
-    """emissions.csv in codecarbon's column order (header even when there are no rows)."""
+class ExportError(Exception):
+    """An export target that cannot take the file: the message names the path and the fix."""
+
+
+@dataclass(frozen=True)
+class CsvExport:
+    path: Path
+    rows_written: int
+    appended: bool          # onto an existing codecarbon file, as codecarbon's FileOutput appends
+    rows_already_there: int  # same run_id and timestamp already in that file: not written twice
+
+
+def spreadsheet_safe(value: Any) -> Any:
+    """A cell a spreadsheet will not evaluate (OWASP CSV injection): text starting with = + - @
+    tab or CR gets a leading single quote; numbers, negative ones included, stay numbers."""
+    return "'" + value if isinstance(value, str) and value.startswith(CSV_FORMULA_START) else value
+
+
+def _check_target(path: Path) -> None:
+    for parent in path.parents:
+        if parent.exists() and not parent.is_dir():
+            raise ExportError(f"{path}: {parent} is a file, not a folder; choose an output path in a folder")
+    if not path.parent.is_dir():
+        raise ExportError(f"{path}: folder {path.parent} does not exist; create it first")
+    if path.is_dir():
+        raise ExportError(f"{path} is a folder; name the .csv file to write, e.g. {path / 'emissions.csv'}")
+    if path.exists() and not path.is_file():
+        raise ExportError(f"{path} is not a regular file; choose another output path")
+
+
+@dataclass(frozen=True)
+class _ExistingCsv:
+    text: str
+    header: list[str]
+    keys: set[tuple[str | None, str | None]]   # (run_id, timestamp) of its rows
+
+
+def _existing_csv(path: Path, columns: list[str]) -> _ExistingCsv | None:
+    """An existing non-empty codecarbon file, else None. A file with other columns is refused:
+    appending would misalign every value."""
+    if not path.is_file() or path.stat().st_size == 0:   # empty: a new file, as codecarbon treats it
+        return None
+    try:
+        with path.open(encoding="utf-8", newline="") as f:
+            text = f.read()
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        header = list(reader.fieldnames or [])
+        if sorted(header) != sorted(columns):   # codecarbon's FileOutput.has_valid_headers: any order
+            raise ExportError(f"{path}: its header is not the emissions.csv header of codecarbon "
+                              f"{_codecarbon_version()} (missing: {_some(set(columns) - set(header))}; "
+                              f"extra: {_some(set(header) - set(columns))}); export to another file with -o")
+        keys = {(r.get("run_id"), r.get("timestamp")) for r in reader}
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise ExportError(f"{path}: not a readable CSV file ({e}); export to another file with -o") from None
+    return _ExistingCsv(text, header, keys)
+
+
+def _some(names: set[str], shown: int = 5) -> str:
+    listed = ", ".join(sorted(names)[:shown]) or "-"
+    return listed + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
+def _csv_line(cells: list[Any]) -> str:
+    """One CSV line ending in os.linesep, as pandas' to_csv (codecarbon's writer) ends lines. Quoted
+    as if lines ended in CR LF, so that a CR inside a cell is quoted too (csv quotes only the
+    characters of its line terminator) and cannot split the row for a reader."""
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\r\n").writerow(cells)
+    return buf.getvalue()[:-2] + os.linesep
+
+
+def _codecarbon_version() -> str:
+    import codecarbon
+    return codecarbon.__version__
+
+
+def write_codecarbon_csv(records: list[dict], path: str | Path) -> CsvExport:
+    """emissions.csv in codecarbon's columns: a new file (header even when there are no rows), or
+    the rows appended to an existing codecarbon file in its column order, as codecarbon does.
+    Written atomically: a reader sees the old file or the whole new one."""
     path = Path(path)
-    with atomic_file(path, "w", encoding="utf-8", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=codecarbon_columns())
-        w.writeheader()
-        w.writerows(to_codecarbon_rows(records))
-    return path
+    columns = codecarbon_columns()
+    _check_target(path)
+    existing = _existing_csv(path, columns)
+    rows = [{c: spreadsheet_safe(v) for c, v in row.items()} for row in to_codecarbon_rows(records)]
+    new = [r for r in rows if not existing or (r["run_id"], r["timestamp"]) not in existing.keys]
+    header = existing.header if existing else columns
+    try:
+        with atomic_file(path, "w", encoding="utf-8", newline="") as f:
+            if existing:
+                f.write(existing.text if existing.text.endswith("\n") else existing.text + os.linesep)
+            else:
+                f.write(_csv_line(header))
+            f.writelines(_csv_line([r[c] for c in header]) for r in new)
+    except OSError as e:
+        raise ExportError(f"{path}: cannot write ({e.strerror or e})") from None
+    return CsvExport(path, len(new), existing is not None, len(rows) - len(new))
