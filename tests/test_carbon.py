@@ -219,3 +219,21 @@ def test_project_from_record():
     assert out["j_per_token"] == pytest.approx(200.0 / (1000.0 * 10.0))
     assert out["tokens_per_s_per_device"] == pytest.approx(500.0) and out["devices"] == 2
     assert out["intensity_source"] == "codecarbon:global_energy_mix:FRA" and out["energy_source"] == "estimated"
+
+
+def test_report_energy_table_shows_gpu_j_per_token(tmp_path):
+    from rich.console import Console
+
+    from benchsuite.results.report import section_tables
+    from benchsuite.results.store import records_dataframe
+    from conftest import REPO
+
+    rec = json.loads((REPO / "tests/fixtures/results/make_dvs-dense-w1.json").read_text())
+    rec = carbon.upgrade_v1_energy_metrics(rec)
+    expected = rec["energy"]["gpu_j"] / (rec["metrics"]["tokens_per_step"] * len(rec["steps"]))
+    (tmp_path / "r.json").write_text(json.dumps(rec))
+    console = Console(record=True, width=300)
+    for table in section_tables(records_dataframe(tmp_path)):
+        console.print(table)
+    text = console.export_text()
+    assert "GPU J/token" in text and f"{expected:.3g}" in text

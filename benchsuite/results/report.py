@@ -135,6 +135,7 @@ MOE_COLUMNS = [("workload", "workload", "{}"), ("router", "router", "{}"), ("wor
 ENERGY_COLUMNS = [("workload", "workload", "{}"), ("world", "world_size", "{}"),
                   ("total J", "energy.total_j", "{:,.1f}"), ("source", "energy.source", "{}"),
                   ("J/token", "metrics.energy.j_per_token", "{:.3g}"),
+                  ("GPU J/token", "metrics.energy.gpu_j_per_token", "{:.3g}"),
                   ("J/PFLOP", "metrics.energy.j_per_pflop", "{:.3g}"),
                   ("avg W/GPU", "metrics.energy.avg_w_per_device", "{:.0f}"),
                   ("gCO2e/Mtok", "metrics.energy.gco2e_per_mtok", "{:.3g}"),
