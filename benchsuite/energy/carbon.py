@@ -423,6 +423,7 @@ def spreadsheet_safe(value: Any) -> Any:
 
 
 def _check_target(path: Path) -> None:
+    """An output path the CSV can be written at: in an existing folder, not at a folder or a FIFO."""
     for parent in path.parents:
         if parent.exists() and not parent.is_dir():
             raise ExportError(f"{path}: {parent} is a file, not a folder; choose an output path in a folder")
@@ -456,6 +457,8 @@ def _existing_csv(path: Path, columns: list[str]) -> _ExistingCsv | None:
                               f"{_codecarbon_version()} (missing: {_some(set(columns) - set(header))}; "
                               f"extra: {_some(set(header) - set(columns))}); export to another file with -o")
         keys = {(r.get("run_id"), r.get("timestamp")) for r in reader}
+    except OSError as e:
+        raise ExportError(f"{path}: cannot read ({e.strerror or e}); export to another file with -o") from None
     except (UnicodeDecodeError, csv.Error) as e:
         raise ExportError(f"{path}: not a readable CSV file ({e}); export to another file with -o") from None
     return _ExistingCsv(text, header, keys)
