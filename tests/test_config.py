@@ -47,7 +47,8 @@ def test_every_mistake_is_reported_with_its_key():
     assert "one of" in problems["workload[0] (a).train.precision"]
     assert "unknown key" in problems["workload[0] (a).train.bogus"]
     assert "positive integers" in problems["sweep.world_size"]
-    assert len(problems) == 6
+    assert "heads (3) must divide hidden (100)" in problems["workload[0] (a).model.heads"]
+    assert len(problems) == 7
 
 
 def test_model_shape_is_checked_even_when_another_section_is_wrong():
