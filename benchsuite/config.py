@@ -466,10 +466,11 @@ def parse_suite(doc: dict, path: str | Path = "<string>") -> Suite:
         description = ""
 
     defaults = doc.get("defaults", {})
+    refused_defaults = set()  # [defaults] or a section of it that is not a table leaves every key of it unknown
     if not isinstance(defaults, dict):
         problems.append(("defaults", "expected a table"))
         defaults = {}
-    refused_defaults = set()  # a section of [defaults] that is not a table leaves every key of it unknown
+        refused_defaults = {f"{sec}.{f.name}" for sec, cls in SECTIONS.items() for f in fields(cls)}
     for key, v in defaults.items():
         if key not in SECTIONS:
             problems.append((f"defaults.{_qkey(key)}", f"unknown key; valid keys: {', '.join(SECTIONS)}"))

@@ -315,3 +315,11 @@ def test_max_ranks_per_node_overrides_the_core_bound(tmp_path):
         _check_ranks_per_node(suite, argparse.Namespace(max_ranks_per_node=None, nnodes=1))
     _check_ranks_per_node(suite, argparse.Namespace(max_ranks_per_node=too_many, nnodes=1))
     _check_ranks_per_node(suite, argparse.Namespace(max_ranks_per_node=None, nnodes=2))  # another job's runs
+
+
+def test_defaults_that_are_not_a_table_leave_their_keys_unjudged():
+    """The user's defaults are lost: the class defaults (heads 4) must not be judged against tensor = 3."""
+    for defaults in ("big", {"model": "big"}):
+        problems = _problems({"defaults": defaults, "workload": [{"name": "a", "parallel": {"tensor": 3}}],
+                              "sweep": {"world_size": [3]}})
+        assert list(problems) == ["defaults" if defaults == "big" else "defaults.model"], problems
