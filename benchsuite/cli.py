@@ -235,7 +235,7 @@ def cmd_memory(args) -> int:
            "source": "Rajbhandari et al. 2019 (ZeRO), per-device model states; GB = 1e9 bytes"}
     if args.suite is None:
         consts = mem.FP32 if args.precision == "fp32" else mem.PAPER  # the paper's mixed precision by default
-        doc.update(_constants_doc(mem, consts), params=args.params, dp=args.dp,
+        doc.update(_constants_doc(mem, consts), precision=args.precision or "mixed", params=args.params, dp=args.dp,
                    stages=mem.stage_table(args.params, args.dp, consts))
         rows = [("--params", consts, args.params, args.dp, doc["stages"], None, None)]
     else:
@@ -407,7 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--node-rank", type=int, default=0, help="this node's rank; node 0 writes the records")
     r.add_argument("--rdzv-endpoint", default=None, help="HOST:PORT of the c10d rendezvous (multi-node)")
     r.add_argument("--rdzv-id", default="benchsuite", help="job id shared by every node's launcher")
-    r.add_argument("--max-ranks-per-node", type=int, default=None,
+    r.add_argument("--max-ranks-per-node", type=int, default=None, metavar="N",
                    help=f"most ranks one node may start (default: {RANKS_PER_CORE} × the usable CPU cores)")
     r.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     r.set_defaults(fn=cmd_run)

@@ -369,7 +369,8 @@ def _check_layout(kind: str, sec: dict, refused: set[str], where: str, problems:
         if kind != "moe" and _known(refused, "kind"):
             problems.append((f"{where}.parallel.expert", "expert parallelism needs kind = \"moe\""))
         elif moe and _known(refused, "moe.experts") and moe.experts % p.expert:
-            problems.append((f"{where}.parallel.expert", f"expert ({p.expert}) must divide moe.experts ({moe.experts})"))
+            problems.append((f"{where}.parallel.expert",
+                             f"expert ({p.expert}) must divide moe.experts ({moe.experts})"))
     if moe and _known(refused, "moe.every", "model.layers") and moe.every > m.layers:
         problems.append((f"{where}.moe.every", f"every ({moe.every}) exceeds model.layers ({m.layers})"))
 

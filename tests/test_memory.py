@@ -66,7 +66,7 @@ def test_memory_cli_json_paper_example():
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)  # stdout is exactly one JSON document
     assert [round(r["total"] / 1e9, 1) for r in doc["stages"]] == [120.0, 31.4, 16.6, 1.9]
-    assert doc["K"] == 12 and doc["dp"] == 64
+    assert doc["K"] == 12 and doc["dp"] == 64 and doc["precision"] == "mixed"
 
 
 def test_memory_cli_from_suite_and_errors(tmp_path):
