@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from benchsuite.config import ConfigError, load_suite
+from benchsuite.config import RANKS_PER_CORE, ConfigError, check_ranks_per_node, load_suite, usable_cores
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)  # messages are never cut into lines
 # Piped into a file or a CI log there is no terminal width: tables get room instead of 80 columns.
@@ -32,6 +32,7 @@ def _print_json(doc) -> None:
 
 def cmd_run(args) -> int:
     suite = load_suite(args.suite)  # before the heavy imports: a bad file is refused at once
+    _check_ranks_per_node(suite, args)
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -85,6 +86,26 @@ def cmd_run(args) -> int:
         err.print(f"{counts['ok']} ok, {counts['failed']} failed, {counts['skipped']} skipped (already recorded)"
                   f" → {args.out}   next: benchsuite report {args.out}")
     return 1 if any(o.status == "failed" for o in outcomes) else 0
+
+
+def _check_ranks_per_node(suite, args) -> None:
+    """Every run this launcher starts fits the ranks one node can start (CPU bound, or --max-ranks-per-node);
+    on GPU, ranks beyond one per GPU run gloo on shared GPUs: allowed as a correctness run, and said."""
+    if args.max_ranks_per_node is not None and args.max_ranks_per_node < 1:
+        raise UsageError(f"--max-ranks-per-node must be >= 1, got {args.max_ranks_per_node}")
+    runs = [r for r in suite.runs if r.nodes == args.nnodes]
+    cores = usable_cores()
+    limit, source = ((args.max_ranks_per_node, "--max-ranks-per-node") if args.max_ranks_per_node is not None
+                     else (RANKS_PER_CORE * cores, f"{RANKS_PER_CORE} × {cores} usable cores"))
+    check_ranks_per_node(suite, runs, limit, source)
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    shared = sorted({r.nproc_per_node for r in runs if gpus and r.nproc_per_node > gpus})
+    if shared:
+        err.print(f"note: runs with {', '.join(map(str, shared))} ranks per node share this node's {gpus} GPU(s): "
+                  "they use gloo (NCCL needs one GPU per rank), correctness runs whose records are not speed "
+                  "figures", markup=False)
 
 
 def _ok_record(o) -> dict | None:
@@ -198,7 +219,8 @@ def cmd_flops(args) -> int:
 
 
 def cmd_memory(args) -> int:
-    """Per-device model-state bytes of DDP and ZeRO 1/2/3 (ZeRO paper formulas), and activations."""
+    """Per-device model-state bytes of DDP and ZeRO 1/2/3 (ZeRO paper formulas), and activations.
+    With a suite, each run's own precision sets the constants, as in its record; --precision overrides."""
     from benchsuite.metrics import memory as mem
 
     if args.suite is None and args.params is None:
@@ -209,41 +231,62 @@ def cmd_memory(args) -> int:
         raise UsageError(f"--dp must be >= 1, got {args.dp}")
     if args.suite is None and args.dp is None:
         raise UsageError("--dp N (the data-parallel degree) is needed with --params")
-    consts = mem.PAPER if args.precision == "mixed" else mem.FP32
-    doc = {"precision": args.precision, "constants": consts.name, "K": consts.k,
-           "formulas": {mem.STAGE_LABELS[s]: mem.zero_formula(s, consts) for s in range(4)},
+    doc = {"precision": args.precision,
            "source": "Rajbhandari et al. 2019 (ZeRO), per-device model states; GB = 1e9 bytes"}
     if args.suite is None:
-        doc.update(params=args.params, dp=args.dp, stages=mem.stage_table(args.params, args.dp, consts))
-        rows = [("--params", args.params, args.dp, doc["stages"], None)]
+        consts = mem.FP32 if args.precision == "fp32" else mem.PAPER  # the paper's mixed precision by default
+        doc.update(_constants_doc(mem, consts), precision=args.precision or "mixed", params=args.params, dp=args.dp,
+                   stages=mem.stage_table(args.params, args.dp, consts))
+        rows = [("--params", consts, args.params, args.dp, doc["stages"], None, None)]
     else:
+        import torch
+
+        from benchsuite.dist import resolve_precision
         from benchsuite.metrics.flops import param_counts
 
         suite = load_suite(args.suite)
-        doc.update(suite=suite.name, runs=[])
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # what "auto" resolves to here
+        doc.update(suite=suite.name, device=device.type, runs=[])
         rows = []
         for run in suite.runs:
+            precision = {"mixed": "bf16", "fp32": "fp32"}.get(args.precision) or \
+                resolve_precision(run.train.precision, device)
+            consts = mem.constants_for(precision)
             psi = args.params or param_counts(run.model, run.moe).total
             dp = args.dp or run.data_parallel
             psi_rank = args.params or mem.params_per_rank(run.model, run.moe, run.parallel.tensor)
             stages = mem.stage_table(psi_rank, dp, consts)
             act = mem.activation_estimates(run)
+            fsdp_precision = "bf16" if precision == "bf16" and device.type == "cuda" else "fp32"  # parallel/zero.py
+            record = mem.analytic_model_state(run, precision, fsdp_precision)
             doc["runs"].append({"workload": run.workload, "world_size": run.world_size, "tensor": run.parallel.tensor,
-                                "zero": run.parallel.zero, "params": psi, "params_per_rank": psi_rank, "dp": dp,
-                                "stages": stages, "activation_bytes_per_micro_batch": act})
-            rows.append((f"{run.workload} w{run.world_size}", psi_rank, dp, stages, act))
+                                "zero": run.parallel.zero, "precision": precision, **_constants_doc(mem, consts),
+                                "params": psi, "params_per_rank": psi_rank, "dp": dp, "stages": stages,
+                                "record_model_state": record,
+                                "activation_bytes_per_micro_batch": act})
+            rows.append((f"{run.workload} w{run.world_size}", consts, psi_rank, dp, stages, act, record))
     if args.json:
         _print_json(doc)
         return 0
-    out.print(f"model states per device, {consts.name}, K = {consts.k:g}  (GB = 1e9 bytes)", markup=False)
-    for name, psi, dp, stages, act in rows:
+    out.print("model states per device (GB = 1e9 bytes)" + ("" if args.suite is None or args.precision else
+              f"; each run's train.precision, \"auto\" as on this machine ({doc['device']})"), markup=False)
+    for name, consts, psi, dp, stages, act, record in rows:
         cells = "  ".join(f"{r['name']} {r['total'] / 1e9:10.4g} GB" for r in stages)
-        out.print(f"{name:<24} Ψ {psi:,.0f}  N {dp:<4} {cells}", markup=False)
+        out.print(f"{name:<24} {consts.name}, K = {consts.k:g}", markup=False)
+        out.print(f"{'':<24} Ψ {psi:,.0f}  N {dp:<4} {cells}", markup=False)
+        if record and record["analytic"]:
+            out.print(f"{'':<24} the record's analytic figure: {record['formula']} = "
+                      f"{record['analytic']['total'] / 1e9:.4g} GB", markup=False)
         if act:
             out.print(f"{'':<24} activations per micro-batch (Korthikanti et al. 2022): "
                       f"{act['none'] / 1e9:.4g} GB none, {act['selective'] / 1e9:.4g} GB selective, "
                       f"{act['full'] / 1e9:.4g} GB full recompute", markup=False)
     return 0
+
+
+def _constants_doc(mem, consts) -> dict:
+    return {"constants": consts.name, "K": consts.k,
+            "formulas": {mem.STAGE_LABELS[s]: mem.zero_formula(s, consts) for s in range(4)}}
 
 
 def cmd_slurm(args) -> int:
@@ -385,6 +428,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--node-rank", type=int, default=0, help="this node's rank; node 0 writes the records")
     r.add_argument("--rdzv-endpoint", default=None, help="HOST:PORT of the c10d rendezvous (multi-node)")
     r.add_argument("--rdzv-id", default="benchsuite", help="job id shared by every node's launcher")
+    r.add_argument("--max-ranks-per-node", type=int, default=None, metavar="N",
+                   help=f"most ranks one node may start (default: {RANKS_PER_CORE} × the usable CPU cores)")
     r.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     r.set_defaults(fn=cmd_run)
 
@@ -463,8 +508,9 @@ def build_parser() -> argparse.ArgumentParser:
     mm.add_argument("--params", type=float, default=None, help="parameter count Ψ (e.g. 7.5e9)")
     mm.add_argument("--dp", type=int, default=None,
                     help="data-parallel degree N (default with a suite: each run's own)")
-    mm.add_argument("--precision", choices=("mixed", "fp32"), default="mixed",
-                    help="mixed: 2+2+K with K = 12 (the paper); fp32: 4+4+8")
+    mm.add_argument("--precision", choices=("mixed", "fp32"), default=None,
+                    help="mixed: 2+2+K with K = 12 (the paper); fp32: 4+4+8. Default: each run's train.precision "
+                         "(\"auto\": bf16 with a CUDA device here, else fp32); with --params only, mixed")
     mm.add_argument("--json", action="store_true")
     mm.set_defaults(fn=cmd_memory)
     return p

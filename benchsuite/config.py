@@ -6,13 +6,15 @@ so a user fixes a suite in one pass and nothing is launched for an invalid one.
 
 from __future__ import annotations
 
-import copy
+import collections
 import dataclasses
 import hashlib
 import itertools
 import json
 import math
+import os
 import re
+import reprlib
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -36,6 +38,17 @@ def _positive(v):
 
 def _non_negative(v):
     return None if v >= 0 else "must be >= 0"
+
+
+# The worker's first two unmeasured steps are instrumented (step 0 counts FLOPs, step 1 measures
+# model-state and collective bytes, both eager); compile needs one more so it never lands in a measured step.
+MIN_WARMUP_STEPS = 2
+
+
+def _warmup(v):
+    return None if v >= MIN_WARMUP_STEPS else (
+        f"must be >= {MIN_WARMUP_STEPS}: the first two unmeasured steps are instrumented (step 0 counts FLOPs, "
+        f"step 1 measures model-state and communication bytes); set warmup_steps = {MIN_WARMUP_STEPS} or more")
 
 
 def _one_of(*choices):
@@ -80,7 +93,7 @@ class MoEConfig:
 class TrainConfig:
     micro_batch: int = _spec(8, _positive, "per rank (weak scaling) or global (strong)")
     steps: int = _spec(20, _positive)
-    warmup_steps: int = _spec(3, _non_negative)
+    warmup_steps: int = _spec(3, _warmup, "at least 2, and 3 with compile = true")
     precision: str = _spec("auto", _one_of("auto", "fp32", "bf16"), "auto: bf16 on GPU, fp32 on CPU")
     grad_accum: int = _spec(1, _positive)
     recompute: str = _spec("none", _one_of("none", "full"))
@@ -91,6 +104,11 @@ class TrainConfig:
     eval_every: int = _spec(0, _non_negative, "0: no evaluation")
     target_loss: float | None = _spec(None, _positive)
     timeout_s: float = _spec(900.0, _positive, "per run; the run is killed and recorded failed")
+
+    @property
+    def min_warmup_steps(self) -> int:
+        """The unmeasured steps the worker needs (MIN_WARMUP_STEPS, one more to compile)."""
+        return MIN_WARMUP_STEPS + 1 if self.compile else MIN_WARMUP_STEPS
 
 
 @dataclass(frozen=True)
@@ -188,6 +206,21 @@ TOP_KEYS = {"suite", "defaults", "workload", "sweep", "energy", "carbon"}
 
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+MAX_RUNS = 4096  # runs one suite may expand to: a benchmark plan has thousands at most, a runaway sweep millions
+MAX_SUITE_BYTES = 1 << 20  # a suite is a few KB; a larger file is not one
+NAME_MAX, PATH_MAX = 255, 4096  # bytes of one path component and of a whole path (Linux file systems)
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = _SHORT.maxlong = 60
+
+
+def _show(v) -> str:
+    """A value as a problem quotes it: bounded in length and nesting, whatever the file holds."""
+    return _SHORT.repr(v)
+
+
+def _few(values: list) -> str:
+    shown = ", ".join(_show(v) for v in values[:5])
+    return shown + (f" (and {len(values) - 5} more)" if len(values) > 5 else "")
 
 
 def _qkey(key: str) -> str:
@@ -218,58 +251,99 @@ def _check_value(t, v) -> str | None:
         if opt is str and isinstance(v, str):
             return None
     names = " or ".join(_type_name(o) for o in options if o is not type(None))
-    return f"expected {names}, got {type(v).__name__} {v!r}"
+    return f"expected {names}, got {type(v).__name__} {_show(v)}"
 
 
-def _build_section(cls, raw: Any, where: str, problems: list) -> Any:
+def _build_section(cls, raw: Any, where: str, problems: list) -> tuple[Any, set[str]]:
+    """The section built from its valid values (defaults for the rest) and the keys whose value was refused:
+    the checks that read a refused key are skipped, so no problem is reported about a default the user never
+    chose, and every other check still runs."""
+    known = {f.name: f for f in fields(cls)}
     if not isinstance(raw, dict):
         problems.append((where, f"expected a table, got {type(raw).__name__}"))
-        return None
+        return cls(), set(known)
     hints = get_type_hints(cls)
-    known = {f.name: f for f in fields(cls)}
-    values, ok = {}, True
+    values, refused = {}, set()
     for key, v in raw.items():
         if key not in known:
             problems.append((f"{where}.{_qkey(key)}", f"unknown key; valid keys: {', '.join(known)}"))
-            ok = False
             continue
         err = _check_value(hints[key], v)
         if err is None and v is not None and known[key].metadata.get("check"):
             err = known[key].metadata["check"](v)
         if err:
             problems.append((f"{where}.{key}", err))
-            ok = False
+            refused.add(key)
         else:
             values[key] = float(v) if hints[key] in (float, float | None) and v is not None else v
-    return cls(**values) if ok else None
+    return cls(**values), refused
 
 
-def _merge(base: dict, over: dict) -> dict:
-    out = copy.deepcopy(base)
-    for k, v in over.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _merge(out[k], v)
-        else:
-            out[k] = copy.deepcopy(v)
+def _merge_sections(defaults: dict, workload: dict) -> dict:
+    """Each section of a workload over the same table of [defaults], key by key. A suite's values are
+    scalars, so nothing deeper is merged or copied (walking a pathological file's nesting could exhaust the stack)."""
+    out = {}
+    for sec in SECTIONS:
+        base, over = defaults.get(sec), workload.get(sec)
+        if isinstance(base, dict) and isinstance(over, dict):
+            out[sec] = {**base, **over}
+        elif sec in workload:
+            out[sec] = over
+        elif isinstance(base, dict):
+            out[sec] = base
     return out
 
 
-def _check_model(model: ModelConfig, where: str, problems: list) -> None:
-    if model.hidden % model.heads:
+def _known(refused: set[str], *keys: str) -> bool:
+    """True when none of `keys` ("section.key") had its value refused: checks judge only values the user gave."""
+    return refused.isdisjoint(keys)
+
+
+def _check_model(model: ModelConfig, refused: set[str], where: str, problems: list) -> None:
+    if _known(refused, "model.hidden", "model.heads") and model.hidden % model.heads:
         problems.append((f"{where}.model.heads", f"heads ({model.heads}) must divide hidden ({model.hidden})"))
 
 
-def _check_data(train: TrainConfig, model: ModelConfig, where: str, problems: list) -> None:
+def _check_train(train: TrainConfig, refused: set[str], where: str, problems: list) -> None:
+    if _known(refused, "train.warmup_steps", "train.compile") and train.warmup_steps < train.min_warmup_steps:
+        problems.append((f"{where}.train.warmup_steps",
+                         f"must be >= {train.min_warmup_steps} with train.compile = true: one more unmeasured "
+                         f"step so that compilation never lands in a measured step"))
+
+
+def _path_problem(data: str) -> str | None:
+    """What makes train.data impossible as a path on any file system (checked before the file system is asked)."""
+    if "\x00" in data:
+        return "contains a NUL byte, which no file name can hold; give the path of a .bin token file"
+    try:
+        raw = os.fsencode(data)
+    except UnicodeError:
+        return "cannot be encoded as a file name; give the path of a .bin token file"
+    longest = max(raw.split(b"/"), key=len)
+    if len(longest) > NAME_MAX:
+        return (f"has a path component of {len(longest)} bytes; file names hold at most {NAME_MAX} bytes: "
+                f"give the path of a .bin token file")
+    if len(raw) > PATH_MAX:
+        return f"is {len(raw)} bytes long; paths hold at most {PATH_MAX} bytes: give a shorter path"
+    return None
+
+
+def _check_data(train: TrainConfig, model: ModelConfig, refused: set[str], where: str, problems: list) -> None:
     """train.data must exist and fit model.vocab before anything is launched (data.py, imported only
     when needed: it brings torch). Relative paths resolve against the working directory, as in the worker."""
-    if train.data == "synthetic":
+    if train.data == "synthetic" or not _known(refused, "train.data"):
         return
     from benchsuite.data import BYTE_VOCAB, check_data_spec
 
-    problem = check_data_spec(train.data)
+    problem = _path_problem(train.data)
+    if problem is None:
+        try:
+            problem = check_data_spec(train.data)
+        except (OSError, ValueError) as e:  # e.g. a folder on the path that may not be searched
+            problem = f"{_show(train.data)} cannot be checked: {getattr(e, 'strerror', None) or e}"
     if problem:
         problems.append((f"{where}.train.data", problem.removeprefix("train.data: ")))
-    elif train.data == "builtin" and model.vocab < BYTE_VOCAB:
+    elif train.data == "builtin" and _known(refused, "model.vocab") and model.vocab < BYTE_VOCAB:
         problems.append((f"{where}.model.vocab", f"train.data = \"builtin\" is byte-level: it needs model.vocab "
                                                  f">= {BYTE_VOCAB}, got {model.vocab}"))
 
@@ -282,81 +356,104 @@ def _check_carbon(carbon: CarbonConfig | None, where: str, problems: list) -> No
         problems += [(f"{where}.{key}", reason) for key, reason in place_problems(carbon.country, carbon.region)]
 
 
-def _check_run(run: RunConfig, where: str, problems: list) -> None:
-    """Combinations that cannot run; found here so nothing is launched."""
-    p, m = run.parallel, run.model
+def _check_layout(kind: str, sec: dict, refused: set[str], where: str, problems: list) -> None:
+    """Parallel layouts that cannot run at any world size; checked once per workload."""
+    p, m, moe = sec["parallel"], sec["model"], sec.get("moe")
+    if p.tensor > 1 and _known(refused, "parallel.tensor"):
+        for name, size, keys in (("heads", m.heads, ("model.heads",)), ("vocab", m.vocab, ("model.vocab",)),
+                                 ("ffn_hidden", m.ffn, ("model.ffn_hidden", "model.hidden"))):
+            if _known(refused, *keys) and size % p.tensor:
+                problems.append((f"{where}.parallel.tensor", f"tensor ({p.tensor}) must divide model.{name} ({size})"))
+        if p.zero and _known(refused, "parallel.zero"):
+            problems.append((f"{where}.parallel.zero", "ZeRO stages 1-3 with tensor > 1 are not supported; "
+                                                       "set zero = 0 or tensor = 1"))
+    if p.expert > 1 and _known(refused, "parallel.expert"):
+        if p.tensor > 1 and _known(refused, "parallel.tensor"):
+            problems.append((f"{where}.parallel.expert", "expert parallelism with tensor > 1 is not supported; "
+                                                         "set tensor = 1 or expert = 1"))
+        if p.zero and _known(refused, "parallel.zero"):
+            problems.append((f"{where}.parallel.zero", "ZeRO stages 1-3 would shard expert shards as if "
+                                                       "replicated; use zero = 0 with expert > 1"))
+        if kind != "moe" and _known(refused, "kind"):
+            problems.append((f"{where}.parallel.expert", "expert parallelism needs kind = \"moe\""))
+        elif moe and _known(refused, "moe.experts") and moe.experts % p.expert:
+            problems.append((f"{where}.parallel.expert",
+                             f"expert ({p.expert}) must divide moe.experts ({moe.experts})"))
+    if moe and _known(refused, "moe.every", "model.layers") and moe.every > m.layers:
+        problems.append((f"{where}.moe.every", f"every ({moe.every}) exceeds model.layers ({m.layers})"))
+
+
+def _check_run(run: RunConfig, refused: set[str], where: str, problems: list) -> None:
+    """Combinations of one world size with the layout that cannot run; found here so nothing is launched."""
+    p = run.parallel
     tag = f"{where} (world_size={run.world_size}, nodes={run.nodes})"
-    if run.world_size % run.nodes:
+    if _known(refused, "sweep.world_size", "sweep.nodes") and run.world_size % run.nodes:
         problems.append((f"{tag}.sweep.nodes", f"nodes ({run.nodes}) must divide world_size ({run.world_size})"))
-    if p.tensor > 1:
-        for name, size in (("heads", m.heads), ("ffn_hidden", m.ffn), ("vocab", m.vocab)):
-            if size % p.tensor:
-                problems.append((f"{tag}.parallel.tensor", f"tensor ({p.tensor}) must divide model.{name} ({size})"))
-        if p.zero:
-            problems.append((f"{tag}.parallel.zero", "ZeRO stages 1-3 with tensor > 1 are not supported; "
-                                                     "set zero = 0 or tensor = 1"))
-    if run.world_size % p.tensor:
+    whole_dp = _known(refused, "sweep.world_size", "parallel.tensor")  # the checks below read data_parallel
+    if whole_dp and run.world_size % p.tensor:
         problems.append((f"{tag}.parallel.tensor",
                          f"world_size ({run.world_size}) must be divisible by tensor ({p.tensor})"))
-        return  # the checks below need a whole data-parallel degree
-    if p.expert > 1:
-        if p.tensor > 1:
-            problems.append((f"{tag}.parallel.expert", "expert parallelism with tensor > 1 is not supported; "
-                                                       "set tensor = 1 or expert = 1"))
-        if p.zero:
-            problems.append((f"{tag}.parallel.zero", "ZeRO stages 1-3 would shard expert shards as if replicated; "
-                                                     "use zero = 0 with expert > 1"))
-        if run.kind != "moe":
-            problems.append((f"{tag}.parallel.expert", "expert parallelism needs kind = \"moe\""))
-        elif run.moe and run.moe.experts % p.expert:
-            problems.append((f"{tag}.parallel.expert",
-                             f"expert ({p.expert}) must divide moe.experts ({run.moe.experts})"))
-        if run.data_parallel % p.expert:
-            problems.append((f"{tag}.parallel.expert",
-                             f"expert ({p.expert}) must divide the data-parallel size ({run.data_parallel})"))
-    if run.scaling == "strong" and run.train.micro_batch % run.data_parallel:
+        whole_dp = False
+    if whole_dp and p.expert > 1 and _known(refused, "parallel.expert") and run.data_parallel % p.expert:
+        problems.append((f"{tag}.parallel.expert",
+                         f"expert ({p.expert}) must divide the data-parallel size ({run.data_parallel})"))
+    if (whole_dp and run.scaling == "strong" and _known(refused, "sweep.scaling", "train.micro_batch")
+            and run.train.micro_batch % run.data_parallel):
         problems.append((f"{tag}.train.micro_batch",
                          f"strong scaling splits the global batch ({run.train.micro_batch}) over "
                          f"{run.data_parallel} data-parallel ranks: it must divide evenly"))
-    if run.kind == "moe" and run.moe and run.moe.every > m.layers:
-        problems.append((f"{where}.moe.every", f"every ({run.moe.every}) exceeds model.layers ({m.layers})"))
 
 
 SWEEP_DEFAULTS = {"world_size": [1], "nodes": [1], "scaling": ["weak"]}
 
 
-def _sweep_lists(raw: Any, where: str, problems: list) -> dict[str, list]:
-    """The sweep keys given in raw, each as a validated list (defaults are applied by the caller)."""
+def _sweep_list_problem(key: str, values: list) -> str | None:
+    if not values:
+        return "must not be empty"
+    if key == "scaling":
+        bad = [x for x in values if x not in ("weak", "strong")]
+        if bad:
+            return f"must be 'weak' or 'strong', got {_few(bad)}"
+    else:
+        bad = [x for x in values if not isinstance(x, int) or isinstance(x, bool) or not 1 <= x <= _INT_MAX]
+        if bad:
+            return f"expected positive integers (64-bit), got {_few(bad)}"
+    repeated = [x for x, n in collections.Counter(values).items() if n > 1]
+    if repeated:
+        return f"duplicate value(s) {_few(repeated)}: each run would be launched twice; list each value once"
+    return None
+
+
+def _sweep_lists(raw: Any, where: str, problems: list) -> tuple[dict[str, list], set[str]]:
+    """The sweep keys given in raw, each as a validated list (defaults are applied by the caller), and the
+    keys whose list was refused. An invalid list is reported, never expanded."""
     out: dict[str, list] = {}
     if raw is None:
-        return out
+        return out, set()
     if not isinstance(raw, dict):
         problems.append((where, "expected a table"))
-        return out
+        return out, set(SWEEP_KEYS)
+    refused = set()
     for key, v in raw.items():
         if key not in SWEEP_KEYS:
             problems.append((f"{where}.{_qkey(key)}", f"unknown key; valid keys: {', '.join(sorted(SWEEP_KEYS))}"))
             continue
         values = v if isinstance(v, list) else [v]
-        if not values:
-            problems.append((f"{where}.{key}", "must not be empty"))
-            continue
-        bad = False
-        for x in values:
-            if key == "scaling":
-                if x not in ("weak", "strong"):
-                    problems.append((f"{where}.{key}", f"must be 'weak' or 'strong', got {x!r}"))
-                    bad = True
-            elif not isinstance(x, int) or isinstance(x, bool) or not 1 <= x <= _INT_MAX:
-                problems.append((f"{where}.{key}", f"expected positive integers (64-bit), got {x!r}"))
-                bad = True
-        if not bad:  # an invalid list is reported, never expanded (a false world size would divide by zero)
+        problem = _sweep_list_problem(key, values)
+        if problem:
+            problems.append((f"{where}.{key}", problem))
+            refused.add(key)
+        else:
             out[key] = values
-    return out
+    return out, refused
 
 
 def parse_suite(doc: dict, path: str | Path = "<string>") -> Suite:
-    """Validate a parsed TOML document and expand it into runs; raise ConfigError listing all problems."""
+    """Validate a parsed TOML document and expand it into runs; raise ConfigError listing all problems.
+
+    One pass finds every problem: a refused value is built as its default and every check that reads it
+    is skipped, so no problem hides another and none is a consequence of another. The number of runs is
+    counted from the sweep lists before anything is expanded (at most MAX_RUNS)."""
     problems: list[tuple[str, str]] = []
     for key in doc:
         if key not in TOP_KEYS:
@@ -378,82 +475,99 @@ def parse_suite(doc: dict, path: str | Path = "<string>") -> Suite:
         description = ""
 
     defaults = doc.get("defaults", {})
+    refused_defaults = set()  # [defaults] or a section of it that is not a table leaves every key of it unknown
     if not isinstance(defaults, dict):
         problems.append(("defaults", "expected a table"))
         defaults = {}
-    for key in defaults:
+        refused_defaults = {f"{sec}.{f.name}" for sec, cls in SECTIONS.items() for f in fields(cls)}
+    for key, v in defaults.items():
         if key not in SECTIONS:
             problems.append((f"defaults.{_qkey(key)}", f"unknown key; valid keys: {', '.join(SECTIONS)}"))
+        elif not isinstance(v, dict):
+            problems.append((f"defaults.{key}", "expected a table"))
+            refused_defaults |= {f"{key}.{f.name}" for f in fields(SECTIONS[key])}
 
-    suite_energy = _build_section(EnergyConfig, doc.get("energy", {}), "energy", problems)
-    suite_carbon = _build_section(CarbonConfig, doc.get("carbon", {}), "carbon", problems)
+    suite_energy, energy_refused = _build_section(EnergyConfig, doc.get("energy", {}), "energy", problems)
+    suite_carbon, carbon_refused = _build_section(CarbonConfig, doc.get("carbon", {}), "carbon", problems)
     _check_carbon(suite_carbon, "carbon", problems)
-    suite_sweep = _sweep_lists(doc.get("sweep"), "sweep", problems)
+    suite_sweep, suite_sweep_refused = _sweep_lists(doc.get("sweep"), "sweep", problems)
 
     workloads = doc.get("workload")
     if workloads is None:
         problems.append(("workload", "no [[workload]] defined; add at least one"))
         workloads = []
-    elif not isinstance(workloads, list) or not all(isinstance(w, dict) for w in workloads):
+    elif not isinstance(workloads, list):
         problems.append(("workload", "expected an array of tables ([[workload]])"))
         workloads = []
 
     runs: list[RunConfig] = []
+    run_count = 0  # counted from the list lengths, whether or not the runs are expanded
     seen_names: set[str] = set()
     for i, raw in enumerate(workloads):
         where = f"workload[{i}]"
+        if not isinstance(raw, dict):
+            problems.append((where, f"expected a table ([[workload]]), got {type(raw).__name__}"))
+            continue
         wname = raw.get("name")
         if not isinstance(wname, str) or not wname.strip():
             problems.append((f"{where}.name", "every workload needs a non-empty string name"))
             wname = f"workload{i}"
         elif wname in seen_names:
-            problems.append((f"{where}.name", f"duplicate workload name {wname!r}"))
+            problems.append((f"{where}.name", f"duplicate workload name {_show(wname)}"))
         seen_names.add(wname)
         where = f"workload[{i}] ({wname})"
         for key in raw:
             if key not in WORKLOAD_KEYS:
                 problems.append((f"{where}.{_qkey(key)}",
                                  f"unknown key; valid keys: {', '.join(sorted(WORKLOAD_KEYS))}"))
+        refused = set(refused_defaults)
         kind = raw.get("kind", "dense")
         if kind not in ("dense", "moe"):
-            problems.append((f"{where}.kind", f"must be 'dense' or 'moe', got {kind!r}"))
+            problems.append((f"{where}.kind", f"must be 'dense' or 'moe', got {_show(kind)}"))
+            refused.add("kind")
+            kind = "moe" if "moe" in raw else "dense"  # to check the rest as the file reads
+        elif kind != "moe" and "moe" in raw:
+            problems.append((f"{where}.moe", "a [moe] table needs kind = \"moe\""))
         wdesc = raw.get("description", "")
         if not isinstance(wdesc, str):
             problems.append((f"{where}.description", "expected a string"))
             wdesc = ""
-        merged = _merge({k: v for k, v in defaults.items() if isinstance(v, dict)},
-                        {k: v for k, v in raw.items() if k in SECTIONS})
-        for k, v in defaults.items():
-            if k in SECTIONS and not isinstance(v, dict):
-                problems.append((f"defaults.{k}", "expected a table"))
-        if kind != "moe" and "moe" in raw:
-            problems.append((f"{where}.moe", "a [moe] table needs kind = \"moe\""))
+        merged = _merge_sections(defaults, raw)
         built = {}
         for sec, cls in SECTIONS.items():
             if sec == "moe" and kind != "moe":
                 continue
             if sec in ("energy", "carbon") and sec not in merged:
                 built[sec] = suite_energy if sec == "energy" else suite_carbon
+                refused |= {f"{sec}.{k}" for k in (energy_refused if sec == "energy" else carbon_refused)}
                 continue
-            built[sec] = _build_section(cls, merged.get(sec, {}), f"{where}.{sec}", problems)
+            built[sec], bad = _build_section(cls, merged.get(sec, {}), f"{where}.{sec}", problems)
+            refused |= {f"{sec}.{k}" for k in bad}
             if sec == "carbon":
                 _check_carbon(built[sec], f"{where}.carbon", problems)
-        own_sweep = _sweep_lists(raw["sweep"], f"{where}.sweep", problems) if "sweep" in raw else {}
-        if built.get("model") is not None:  # checked even when another section has mistakes
-            _check_model(built["model"], where, problems)
-        if any(v is None for v in built.values()) or kind not in ("dense", "moe"):
-            continue
-        _check_data(built["train"], built["model"], where, problems)
+        own_sweep, own_refused = _sweep_lists(raw.get("sweep"), f"{where}.sweep", problems)
+        refused |= {f"sweep.{k}" for k in own_refused | (suite_sweep_refused - own_sweep.keys())}
+        _check_model(built["model"], refused, where, problems)
+        _check_train(built["train"], refused, where, problems)
+        _check_data(built["train"], built["model"], refused, where, problems)
+        _check_layout(kind, built, refused, where, problems)
         sweep = {**SWEEP_DEFAULTS, **suite_sweep, **own_sweep}
+        run_count += math.prod(len(v) for v in sweep.values())
+        if run_count > MAX_RUNS:
+            continue  # never expanded: the count alone is reported below
         sweep_id = f"{name}/{wname}"
         for ws, nodes, scaling in itertools.product(sweep["world_size"], sweep["nodes"], sweep["scaling"]):
             run = RunConfig(suite=name, workload=wname, kind=kind, description=wdesc or description,
                             world_size=ws, nodes=nodes, scaling=scaling,
                             sweep_id=f"{sweep_id}/{scaling}", **built)
-            _check_run(run, where, problems)
+            _check_run(run, refused, where, problems)
             runs.append(run)
+    if run_count > MAX_RUNS:
+        problems.append(("sweep", f"the suite would expand to {run_count} runs (world_size × nodes × scaling of "
+                                  f"each workload), more than the limit of {MAX_RUNS}; shorten the sweep lists "
+                                  f"or split the suite into several files"))
     if problems:
-        raise ConfigError(path, problems)
+        raise ConfigError(path, list(dict.fromkeys(problems)))  # a problem repeated by the sweep is told once
     return Suite(name=name, description=description, path=str(path), runs=runs)
 
 
@@ -461,13 +575,45 @@ def load_suite(path: str | Path) -> Suite:
     """Read and validate a suite file; every failure is a ConfigError naming the file."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        if path.exists() and not path.is_file():  # a FIFO or a device would block or never end
+            raise ConfigError(path, [("", "cannot read file: not a regular file; pass the path of a suite .toml")])
+        with path.open("rb") as f:
+            data = f.read(MAX_SUITE_BYTES + 1)
     except FileNotFoundError:
         raise ConfigError(path, [("", "file not found; pass the path of a suite .toml (see workloads/)")])
-    except (OSError, UnicodeDecodeError) as e:
+    except OSError as e:
         raise ConfigError(path, [("", f"cannot read file: {e}")])
+    if len(data) > MAX_SUITE_BYTES:
+        raise ConfigError(path, [("", f"cannot read file: larger than {MAX_SUITE_BYTES} bytes, "
+                                      f"which no suite needs; pass the path of a suite .toml")])
     try:
-        doc = tomllib.loads(text)
+        doc = tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ConfigError(path, [("", f"cannot read file: not UTF-8 ({e})")])
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(path, [("", f"TOML syntax error: {e}")])
+    except RecursionError:
+        raise ConfigError(path, [("", "TOML syntax error: arrays or tables nested too deeply to parse; "
+                                      "a suite nests them a few levels at most")])
     return parse_suite(doc, path)
+
+
+# CPU ranks a node starts per usable core unless told otherwise: gloo ranks beyond a few per core only
+# time-slice (each also needs memory and file descriptors), and a runaway world size would exhaust the host.
+RANKS_PER_CORE = 4
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity mask, e.g. a Slurm allocation), not the whole machine's."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def check_ranks_per_node(suite: Suite, runs: list[RunConfig], limit: int, limit_source: str) -> None:
+    """Refuse, before anything is launched, runs that need more ranks on one node than `limit`
+    (limit_source says where the limit comes from, for the message)."""
+    problems = [(f"{r.workload} (world_size={r.world_size}, nodes={r.nodes}).sweep.world_size",
+                 f"{r.nproc_per_node} ranks per node, more than this machine starts ({limit}: {limit_source}); "
+                 f"lower sweep.world_size, raise sweep.nodes, or pass --max-ranks-per-node N")
+                for r in runs if r.nproc_per_node > limit]
+    if problems:
+        raise ConfigError(suite.path, list(dict.fromkeys(problems)))

@@ -176,7 +176,7 @@ def inject_fault(rank: int, phase: str = "measure") -> None:
 def unmeasured_steps(run: RunConfig) -> int:
     """train.warmup_steps, but at least the two instrumented steps, and with compile at least one
     more so that compilation never lands in a measured step."""
-    return max(run.train.warmup_steps, 3 if run.train.compile else 2)
+    return max(run.train.warmup_steps, run.train.min_warmup_steps)
 
 
 def warm_up(par: Parallelized, batches, run: RunConfig, precision: str, device: torch.device):

@@ -46,7 +46,7 @@ name = "{name}"
 
 [defaults]
 model = {{ layers = 2, hidden = 32, heads = 2, vocab = 128, seq_len = 16 }}
-train = {{ micro_batch = 2, steps = 3, warmup_steps = 1, timeout_s = {timeout} }}
+train = {{ micro_batch = 2, steps = 3, warmup_steps = 2, timeout_s = {timeout} }}
 
 [[workload]]
 name = "dense"

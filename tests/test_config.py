@@ -47,7 +47,8 @@ def test_every_mistake_is_reported_with_its_key():
     assert "one of" in problems["workload[0] (a).train.precision"]
     assert "unknown key" in problems["workload[0] (a).train.bogus"]
     assert "positive integers" in problems["sweep.world_size"]
-    assert len(problems) == 6
+    assert "heads (3) must divide hidden (100)" in problems["workload[0] (a).model.heads"]
+    assert len(problems) == 7
 
 
 def test_model_shape_is_checked_even_when_another_section_is_wrong():
@@ -110,3 +111,215 @@ def test_bad_input_gives_one_clear_message_and_exit_2(tmp_path, content, key, wo
     assert str(path) in res.stderr and key in res.stderr and words in res.stderr
     assert "Traceback" not in res.stderr
     assert not (tmp_path / "out").exists()  # nothing launched, nothing written
+
+
+# ----------------------------------------------------------------------------- minimum warm-up
+
+@pytest.mark.parametrize("train, words", [
+    ({"warmup_steps": 1}, "must be >= 2: the first two unmeasured steps are instrumented"),
+    ({"warmup_steps": 0, "compile": True}, "must be >= 2"),
+    ({"warmup_steps": 2, "compile": True}, "must be >= 3 with train.compile = true"),
+])
+def test_warmup_below_what_the_worker_runs_is_refused_with_the_reason(train, words):
+    problems = _problems({"workload": [{"name": "a", "train": train}]})
+    assert list(problems) == ["workload[0] (a).train.warmup_steps"]
+    assert words in problems["workload[0] (a).train.warmup_steps"]
+
+
+def test_warmup_at_the_minimum_is_what_runs():
+    from benchsuite.worker import unmeasured_steps
+
+    plain, compiled = (parse_suite({"workload": [{"name": "a", "train": t}]}).runs[0]
+                       for t in ({"warmup_steps": 2}, {"warmup_steps": 3, "compile": True}))
+    assert unmeasured_steps(plain) == plain.train.warmup_steps == 2  # the record's value is the value used
+    assert unmeasured_steps(compiled) == compiled.train.warmup_steps == 3
+
+
+# ----------------------------------------------------------------------------- one pass reports all
+
+def test_one_pass_reports_every_problem_of_every_kind_in_every_workload(tmp_path):
+    """Unknown keys, types, impossible combinations, data paths and sweep problems, in several sections and
+    workloads, all in one error; a mistake in one section never hides a check of another."""
+    doc = {
+        "suite": {"name": "s", "colour": "red"},                                       # unknown key
+        "defaults": {"model": {"hidden": 96, "heads": 4, "vocab": 130}},
+        "workload": [
+            {"name": "tp", "parallel": {"tensor": 3}, "train": {"steps": "many"}},     # type + combinations
+            {"name": "ep", "parallel": {"expert": 2}, "flavour": 1, "moe": {"experts": 4}},  # kind and table
+            {"name": "data", "train": {"data": str(tmp_path / "missing.bin"), "lr": -1.0}},  # path + value
+            {"name": "sw", "sweep": {"scaling": ["strong", "fast"], "nodes": [1, 1]},   # own sweep problems
+             "train": {"micro_batch": 3}},
+            "not a table",
+        ],
+        "sweep": {"world_size": [2, 4]},
+    }
+    problems, text = _problems(doc), _message(doc)
+    assert set(problems) == {
+        "suite.colour",
+        "workload[0] (tp).train.steps", "workload[0] (tp).parallel.tensor",
+        "workload[0] (tp) (world_size=2, nodes=1).parallel.tensor",
+        "workload[0] (tp) (world_size=4, nodes=1).parallel.tensor",
+        "workload[1] (ep).flavour", "workload[1] (ep).moe", "workload[1] (ep).parallel.expert",
+        "workload[2] (data).train.data", "workload[2] (data).train.lr",
+        "workload[3] (sw).sweep.scaling", "workload[3] (sw).sweep.nodes",
+        "workload[4]",
+    }, problems
+    assert "tensor (3) must divide model.heads (4)" in text and "tensor (3) must divide model.vocab (130)" in text
+    assert "world_size (2) must be divisible by tensor (3)" in \
+        problems["workload[0] (tp) (world_size=2, nodes=1).parallel.tensor"]
+    assert "does not exist" in problems["workload[2] (data).train.data"]
+    assert "'fast'" in problems["workload[3] (sw).sweep.scaling"]
+    assert "duplicate value(s) 1" in problems["workload[3] (sw).sweep.nodes"]
+
+
+def test_a_refused_value_is_never_judged_as_its_default():
+    """hidden = -5 is refused; the default hidden (64) must not then be reported as not divisible by heads = 3,
+    nor a refused world size give divisibility problems."""
+    problems = _problems({"workload": [{"name": "a", "model": {"hidden": -5, "heads": 3, "vocab": 258},
+                                        "parallel": {"tensor": 3}}],
+                          "sweep": {"world_size": [0]}})
+    assert set(problems) == {"workload[0] (a).model.hidden", "sweep.world_size"}
+
+
+def test_a_problem_repeated_by_the_sweep_is_reported_once():
+    with pytest.raises(ConfigError) as e:
+        parse_suite({"workload": [{"name": "a", "model": {"hidden": 96, "heads": 3, "vocab": 258},
+                                   "parallel": {"tensor": 3}}],
+                     "sweep": {"world_size": [2], "scaling": ["weak", "strong"]}})
+    assert [k for k, _ in e.value.problems] == ["workload[0] (a) (world_size=2, nodes=1).parallel.tensor"]
+
+
+# ----------------------------------------------------------------------------- bounded before expanded
+
+def test_runs_are_counted_before_expansion_and_refused_over_the_limit():
+    import time
+
+    from benchsuite.config import MAX_RUNS
+
+    doc = {"workload": [{"name": "a"}, {"name": "b"}],
+           "sweep": {"world_size": list(range(1, 200_001)), "nodes": list(range(1, 51)),
+                     "scaling": ["weak", "strong"]}}
+    start = time.perf_counter()
+    problems = _problems(doc)
+    assert time.perf_counter() - start < 5  # 40 million runs are counted, never built
+    assert list(problems) == ["sweep"]
+    assert f"would expand to {2 * 200_000 * 50 * 2} runs" in problems["sweep"] and str(MAX_RUNS) in problems["sweep"]
+    at_limit = {"workload": [{"name": "a"}], "sweep": {"world_size": list(range(1, MAX_RUNS + 1))}}
+    assert len(parse_suite(at_limit).runs) == MAX_RUNS
+
+
+def test_duplicate_sweep_values_are_an_error_naming_the_key():
+    problems = _problems({"workload": [{"name": "a", "sweep": {"world_size": [1, 2, 2]}}],
+                          "sweep": {"scaling": ["weak", "weak"]}})
+    assert "duplicate value(s) 2" in problems["workload[0] (a).sweep.world_size"]
+    assert "duplicate value(s) 'weak'" in problems["sweep.scaling"]
+    assert "launched twice" in problems["sweep.scaling"]
+
+
+@pytest.mark.parametrize("data, words", [
+    ("a\x00b.bin", "NUL byte"),
+    ("d/" + "x" * 256 + ".bin", "path component of 260 bytes"),
+    ("é" * 128 + ".bin", "path component of 260 bytes"),  # bytes, not characters
+    ("/".join(["d" * 200] * 21) + ".bin", "paths hold at most 4096 bytes"),
+])
+def test_impossible_data_paths_are_config_errors(data, words):
+    problems = _problems({"workload": [{"name": "a", "train": {"data": data}}]})
+    assert words in problems["workload[0] (a).train.data"]
+
+
+def test_a_data_path_the_file_system_refuses_is_a_config_error(monkeypatch):
+    """stat() failing (a folder on the path that may not be searched: EACCES, which root never sees) is a
+    problem of train.data, not a traceback."""
+    import benchsuite.data
+
+    def refuse(data):
+        raise PermissionError(13, "Permission denied", data)
+
+    monkeypatch.setattr(benchsuite.data, "check_data_spec", refuse)
+    problems = _problems({"workload": [{"name": "a", "train": {"data": "locked/t.bin"}}]})
+    assert problems["workload[0] (a).train.data"] == "'locked/t.bin' cannot be checked: Permission denied"
+
+
+def test_huge_integers_validate_at_once():
+    import time
+
+    start = time.perf_counter()
+    suite = parse_suite({"workload": [{"name": "a", "model": {"layers": 10**12, "seq_len": 2**62,
+                                                              "hidden": 2**62, "vocab": 2**62}}],
+                         "sweep": {"world_size": [2**62]}})
+    assert time.perf_counter() - start < 1 and suite.runs[0].model.layers == 10**12
+
+
+@pytest.mark.parametrize("text, words", [
+    ("a = " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"),
+    ("a = " + "{b = " * 3000 + "1" + "}" * 3000 + "\n", "nested too deeply"),
+    ("# " + "x" * (1 << 20) + "\n", "larger than 1048576 bytes"),
+    (b"[suite]\nname = '\xff'\n", "not UTF-8"),
+])
+def test_pathological_files_are_config_errors(tmp_path, text, words):
+    path = tmp_path / "bad.toml"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(ConfigError) as e:
+        load_suite(path)
+    assert e.value.problems[0][0] == "" and words in e.value.problems[0][1]
+
+
+def test_a_fifo_is_refused_not_read(tmp_path):
+    import os
+
+    fifo = tmp_path / "suite.toml"
+    os.mkfifo(fifo)
+    res = run_cli("flops", str(fifo), timeout=60)  # reading it would block forever
+    assert res.returncode == 2 and "not a regular file" in res.stderr and "Traceback" not in res.stderr
+
+
+# ----------------------------------------------------------------------------- what this machine starts
+
+def test_ranks_per_node_over_the_limit_are_refused_with_the_fix():
+    from benchsuite.config import check_ranks_per_node
+
+    suite = parse_suite({"workload": [{"name": "a"}], "sweep": {"world_size": [2, 8, 16], "nodes": [1, 2]}},
+                        "s.toml")
+    check_ranks_per_node(suite, [r for r in suite.runs if r.nodes == 2], 8, "4 × 2 usable cores")  # 16 / 2 = 8
+    with pytest.raises(ConfigError) as e:
+        check_ranks_per_node(suite, [r for r in suite.runs if r.nodes == 1], 4, "4 × 1 usable cores")
+    assert [k for k, _ in e.value.problems] == ["a (world_size=8, nodes=1).sweep.world_size",
+                                                "a (world_size=16, nodes=1).sweep.world_size"]
+    reason = e.value.problems[0][1]
+    assert "8 ranks per node, more than this machine starts (4: 4 × 1 usable cores)" in reason
+    assert "--max-ranks-per-node N" in reason and "sweep.nodes" in reason
+
+
+def test_run_refuses_more_ranks_than_the_cores_allow_before_launch(tmp_path):
+    from benchsuite.config import RANKS_PER_CORE, usable_cores
+
+    too_many = RANKS_PER_CORE * usable_cores() + 1
+    suite = write_suite(tmp_path / "s.toml", f"[[workload]]\nname = 'a'\n[sweep]\nworld_size = [{too_many}]\n")
+    res = run_cli("run", str(suite), "--out", str(tmp_path / "out"), timeout=120)
+    assert res.returncode == 2, res.stderr
+    assert f"{too_many} ranks per node" in res.stderr and "--max-ranks-per-node" in res.stderr
+    assert "Traceback" not in res.stderr and not (tmp_path / "out").exists()
+    res = run_cli("run", str(suite), "--out", str(tmp_path / "out"), "--max-ranks-per-node", "0", timeout=120)
+    assert res.returncode == 2 and "--max-ranks-per-node must be >= 1" in res.stderr
+
+
+def test_max_ranks_per_node_overrides_the_core_bound(tmp_path):
+    import argparse
+
+    from benchsuite.cli import _check_ranks_per_node
+    from benchsuite.config import RANKS_PER_CORE, usable_cores
+
+    too_many = RANKS_PER_CORE * usable_cores() + 1
+    suite = parse_suite({"workload": [{"name": "a"}], "sweep": {"world_size": [too_many]}}, "s.toml")
+    with pytest.raises(ConfigError):
+        _check_ranks_per_node(suite, argparse.Namespace(max_ranks_per_node=None, nnodes=1))
+    _check_ranks_per_node(suite, argparse.Namespace(max_ranks_per_node=too_many, nnodes=1))
+    _check_ranks_per_node(suite, argparse.Namespace(max_ranks_per_node=None, nnodes=2))  # another job's runs
+
+
+def test_defaults_that_are_not_a_table_leave_their_keys_unjudged():
+    """The user's defaults are lost: the class defaults (heads 4) must not be judged against tensor = 3."""
+    for defaults in ("big", {"model": "big"}):
+        problems = _problems({"defaults": defaults, "workload": [{"name": "a", "parallel": {"tensor": 3}}],
+                              "sweep": {"world_size": [3]}})
+        assert list(problems) == ["defaults" if defaults == "big" else "defaults.model"], problems

@@ -174,7 +174,7 @@ description = "\\"><svg onload=alert(2)> [bold]markup[/bold]"
 
 [defaults]
 model = {{ layers = 1, hidden = 32, heads = 2, vocab = 128, seq_len = 16 }}
-train = {{ micro_batch = 2, steps = 3, warmup_steps = 1, timeout_s = 120 }}
+train = {{ micro_batch = 2, steps = 3, warmup_steps = 2, timeout_s = 120 }}
 
 [[workload]]
 name = "{workload}"

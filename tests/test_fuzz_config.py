@@ -11,6 +11,7 @@ import copy
 import json
 import math
 import re
+import time
 import tomllib
 from dataclasses import fields
 from pathlib import Path
@@ -20,8 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from benchsuite import cli
-from benchsuite.config import (SECTIONS, SWEEP_KEYS, TOP_KEYS, CarbonConfig, ConfigError, EnergyConfig, RunConfig,
-                               load_suite)
+from benchsuite.config import (MAX_RUNS, SECTIONS, SWEEP_KEYS, TOP_KEYS, CarbonConfig, ConfigError, EnergyConfig,
+                               RunConfig, load_suite)
 from benchsuite.metrics.flops import flops_per_token
 from conftest import REPO, run_cli
 
@@ -292,6 +293,91 @@ def test_inputs_that_once_crashed_the_loader_are_config_errors(suite_file, doc, 
     assert any(k.endswith(key) for k, _ in e.value.problems), e.value.problems
 
 
+# ----------------------------------------------------------------------------- defects always refused, in time
+
+DEFECT_SECONDS = 5.0  # one load of a defective suite, on a loaded 2-core box; validation itself takes milliseconds
+_DEEP = "@@deep@@"  # replaced in the TOML text by a nested value (the writer itself recurses)
+
+
+def _nested(data) -> str:
+    depth = data.draw(st.integers(100, 3000), label="depth")
+    opening, closing = data.draw(st.sampled_from([("[", "]"), ("{ a = ", "}")]), label="nesting")
+    return opening * depth + ("1" if opening != "[" else "") + closing * depth
+
+
+def _data_defect(data) -> str:
+    kind = data.draw(st.sampled_from(["nul", "component", "path"]), label="data defect")
+    if kind == "nul":
+        return data.draw(st.text(max_size=8), label="before") + "\x00" + data.draw(st.text(max_size=8)) + ".bin"
+    if kind == "component":
+        return "d/" + data.draw(st.sampled_from(["x", "é", "ж"])) * data.draw(st.integers(256, 3000)) + ".bin"
+    return "/".join(["p" * 250] * data.draw(st.integers(17, 40))) + ".bin"
+
+
+def _apply_defect(doc: dict, data, defect: str) -> str:
+    """Put one defect into a valid document (each kind in its own place); return the key its problem names."""
+    workload = data.draw(st.sampled_from(doc["workload"]), label="workload")
+    train = workload.setdefault("train", {})
+    if defect == "data":
+        train["data"] = _data_defect(data)
+        return "train.data"
+    if defect == "warmup":
+        train["warmup_steps"] = data.draw(st.integers(-3, 1), label="warmup")
+        if data.draw(st.booleans(), label="compile"):
+            train.update(warmup_steps=2, compile=True)
+        return "train.warmup_steps"
+    if defect == "duplicate":
+        key = data.draw(st.sampled_from(["world_size", "nodes", "scaling"]), label="key")
+        values = {"world_size": [1, 2, 4], "nodes": [1, 2], "scaling": ["weak", "strong"]}[key]
+        twice = data.draw(st.permutations(values + [data.draw(st.sampled_from(values))]), label="list")
+        doc["sweep"][key] = twice  # the suite's sweep; "runs" below sets a workload's own
+        return f"sweep.{key}"
+    if defect == "runs":
+        n = data.draw(st.integers(1, 5000), label="world sizes")
+        workload["sweep"] = {"world_size": list(range(1, n + 1)), "nodes": list(range(1, MAX_RUNS // n + 2)),
+                             "scaling": ["weak", "strong"]}
+        return "sweep"
+    if defect == "deep":
+        section = data.draw(st.sampled_from(["model", "train", "parallel"]), label="section")
+        workload.setdefault(section, {})[data.draw(st.sampled_from(["layers", "steps", "tensor", "bogus"]))] = _DEEP
+        return section
+    raise AssertionError(defect)
+
+
+VALID_DOC = {"suite": {"name": "d"}, "defaults": {"model": {"layers": 1, "hidden": 32, "heads": 2, "vocab": 64,
+                                                            "seq_len": 8}},
+             "workload": [{"name": "a"}, {"name": "b", "kind": "moe", "moe": {"experts": 4, "every": 1}}],
+             "sweep": {"world_size": [1, 2]}}
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large])
+@given(data=st.data())
+def test_defective_suites_are_config_errors_naming_every_defect_within_a_time_bound(suite_file, data):
+    """NUL bytes and over-long names in train.data, warm-up below the minimum, duplicate sweep values, sweeps
+    over the run limit and values nested hundreds or thousands deep, one to four at once: always one
+    ConfigError naming each defect's key (all in one pass), never a traceback, within DEFECT_SECONDS."""
+    doc = copy.deepcopy(VALID_DOC)
+    defects = data.draw(st.lists(st.sampled_from(["data", "warmup", "duplicate", "runs", "deep"]), min_size=1,
+                                 max_size=4, unique=True), label="defects")
+    keys = [_apply_defect(doc, data, d) for d in defects]
+    text = to_toml(doc)
+    while f'"{_DEEP}"' in text:
+        text = text.replace(f'"{_DEEP}"', _nested(data), 1)
+    suite_file.write_text(text, encoding="utf-8")
+    start = time.perf_counter()
+    assert check_loads_or_names_a_key(suite_file) == "error", f"{defects} loaded"
+    assert time.perf_counter() - start < DEFECT_SECONDS
+    with pytest.raises(ConfigError) as e:
+        load_suite(suite_file)
+    found = [k for k, _ in e.value.problems]
+    if found == [""]:  # nested beyond what the TOML parser reads: the file is refused as a whole
+        assert "deep" in defects and "nested too deeply" in e.value.problems[0][1]
+        return
+    for defect, key in zip(defects, keys):
+        assert any(f".{key}" in k or k.startswith(key) for k in found), (defect, key, found)
+
+
 def test_fuzzing_explored_both_outcomes():
     """The generators are not degenerate: some inputs load and many are refused (run with the module)."""
     if not OUTCOMES:
@@ -312,6 +398,13 @@ INVALID = {
     "impossible": ("[[workload]]\nname = 'w'\nparallel = { tensor = 3 }\n[sweep]\nworld_size = [2]\n",
                    "parallel.tensor"),
     "missing data": ("[[workload]]\nname = 'w'\ntrain = { data = 'no/such/tokens.bin' }\n", "train.data"),
+    "nul in data": ('[[workload]]\nname = "w"\ntrain = { data = "a\\u0000.bin" }\n', "train.data"),
+    "long name in data": (f'[[workload]]\nname = "w"\ntrain = {{ data = "{"x" * 300}.bin" }}\n', "train.data"),
+    "deep nesting": ("[[workload]]\nname = 'w'\nmodel = { layers = " + "[" * 3000 + "]" * 3000 + " }\n", "<file>"),
+    "warm-up": ("[[workload]]\nname = 'w'\ntrain = { warmup_steps = 1 }\n", "train.warmup_steps"),
+    "duplicate sweep": ("[[workload]]\nname = 'w'\n[sweep]\nworld_size = [1, 2, 1]\n", "sweep.world_size"),
+    "too many runs": ("[[workload]]\nname = 'w'\n[sweep]\nworld_size = " + str(list(range(1, 3000))) +
+                      "\nnodes = [1, 2]\n", "sweep"),
 }
 
 
@@ -326,7 +419,7 @@ def test_run_refuses_an_invalid_suite_before_creating_anything(tmp_path, capsys,
     assert not out.exists()
 
 
-@pytest.mark.parametrize("case", ["syntax", "wrong type"])
+@pytest.mark.parametrize("case", ["syntax", "wrong type", "deep nesting", "nul in data", "long name in data"])
 def test_run_refuses_an_invalid_suite_as_a_process_exit_2_no_traceback(tmp_path, case):
     text, key = INVALID[case]
     bad, out = tmp_path / "bad.toml", tmp_path / "out"

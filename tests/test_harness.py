@@ -130,7 +130,7 @@ def test_two_nodes_on_one_host_make_one_record(tmp_path):
     suite.write_text("""
 [defaults]
 model = { layers = 1, hidden = 32, heads = 2, vocab = 128, seq_len = 16 }
-train = { micro_batch = 2, steps = 3, warmup_steps = 1, timeout_s = 120 }
+train = { micro_batch = 2, steps = 3, warmup_steps = 2, timeout_s = 120 }
 [[workload]]
 name = "dense"
 [sweep]

@@ -66,7 +66,7 @@ def test_memory_cli_json_paper_example():
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)  # stdout is exactly one JSON document
     assert [round(r["total"] / 1e9, 1) for r in doc["stages"]] == [120.0, 31.4, 16.6, 1.9]
-    assert doc["K"] == 12 and doc["dp"] == 64
+    assert doc["K"] == 12 and doc["dp"] == 64 and doc["precision"] == "mixed"
 
 
 def test_memory_cli_from_suite_and_errors(tmp_path):
@@ -96,6 +96,53 @@ def test_memory_cli_from_suite_and_errors(tmp_path):
     assert main(["memory"]) == 2
 
 
+def _memory_json(*argv) -> dict:
+    import contextlib
+    import io
+
+    from benchsuite.cli import main
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main(["memory", *map(str, argv), "--json"]) == 0
+    return json.loads(buf.getvalue())
+
+
+def test_memory_cli_uses_each_runs_precision(tmp_path, monkeypatch):
+    """fp32 runs get (4+4+8)Ψ, bf16 runs the paper's K = 12, "auto" fp32 without a GPU; --precision overrides."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    suite = write_suite(tmp_path / "s.toml", """
+        [defaults]
+        model = { layers = 2, hidden = 32, heads = 4, vocab = 64, seq_len = 16 }
+        parallel = { zero = 1 }
+        [[workload]]
+        name = "fp32"
+        train = { precision = "fp32" }
+        [[workload]]
+        name = "bf16"
+        train = { precision = "bf16" }
+        [[workload]]
+        name = "auto"
+        [sweep]
+        world_size = [2]
+    """)
+    runs = {r["workload"]: r for r in _memory_json(suite)["runs"]}
+    psi = runs["fp32"]["params_per_rank"]
+    assert [runs[w]["precision"] for w in ("fp32", "bf16", "auto")] == ["fp32", "bf16", "fp32"]
+    assert [runs[w]["K"] for w in ("fp32", "bf16", "auto")] == [8, 12, 8]
+    assert runs["fp32"]["stages"][1]["total"] == 8 * psi + 8 * psi / 2  # ZeRO-1, fp32 constants
+    assert runs["bf16"]["stages"][1]["total"] == 4 * psi + 12 * psi / 2  # the paper's mixed precision
+    assert runs["fp32"]["formulas"]["DDP"] == "(4+4+8)Ψ"
+    # the figure each record will hold: torch's ZeRO-1 keeps fp32 states whatever the precision
+    for w in ("fp32", "bf16"):
+        assert runs[w]["record_model_state"]["analytic"]["total"] == 8 * psi + 8 * psi / 2
+        assert runs[w]["record_model_state"]["paper"]["total"] == runs[w]["stages"][1]["total"]
+    forced = {r["workload"]: r for r in _memory_json(suite, "--precision", "mixed")["runs"]}
+    assert {r["K"] for r in forced.values()} == {12}
+
+
 def test_run_record_carries_measured_and_analytic_state(tmp_path):
     """One real 2-rank ZeRO-2 run: the record's memory and comm sections, and the report column."""
     suite = write_suite(tmp_path / "z.toml", """
@@ -117,6 +164,9 @@ def test_run_record_carries_measured_and_analytic_state(tmp_path):
     ms = rec["metrics"]["memory"]["model_state_bytes"]
     assert "FSDP2" in rec["metrics"]["implementation"]["data"]
     assert ms["formula"].startswith("ZeRO-2 (fp32): 4Ψ + (4+4+8)Ψ/N") and ms["N"] == 2
+    told = _memory_json(suite)["runs"][0]  # the verb says what the record holds
+    assert told["record_model_state"]["analytic"] == ms["analytic"]
+    assert told["record_model_state"]["formula"] == ms["formula"] and told["K"] == ms["paper"]["K"] == 8
     assert abs(ms["ratio"] - 1) <= 0.05
     assert ms["measured"]["total"] == max(ms["measured_per_rank_total"])
     assert rec["metrics"]["memory"]["activation_estimate_bytes"]["none"] > 0

@@ -135,7 +135,7 @@ def _run(monkeypatch, eval_every, eval_sleep_s=0.0):
         monkeypatch.setattr(worker, "evaluate_loss", heavy)
     doc = {"suite": {"name": "tq"},
            "defaults": {"model": {"layers": 1, "hidden": 16, "heads": 2, "vocab": 260, "seq_len": 16},
-                        "train": {"micro_batch": 2, "steps": 5, "warmup_steps": 1, "precision": "fp32",
+                        "train": {"micro_batch": 2, "steps": 5, "warmup_steps": 2, "precision": "fp32",
                                   "data": "builtin", "lr": 1e-2, "eval_every": eval_every, "target_loss": 4.85}},
            "workload": [{"name": "dense", "kind": "dense"}]}
     run = parse_suite(doc).runs[0]

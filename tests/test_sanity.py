@@ -117,7 +117,7 @@ name = "diverge"
 
 [defaults]
 model = {{ layers = 1, hidden = 32, heads = 2, vocab = 128, seq_len = 16 }}
-train = {{ micro_batch = 2, steps = 3, warmup_steps = 1, lr = 1e30, precision = "fp32", timeout_s = 120 }}
+train = {{ micro_batch = 2, steps = 3, warmup_steps = 2, lr = 1e30, precision = "fp32", timeout_s = 120 }}
 
 [[workload]]
 name = "dense"

@@ -271,6 +271,38 @@ def fsdp_param_precision(impl: dict | None) -> str:
     return "bf16" if impl and "MixedPrecisionPolicy" in str(impl.get("data", "")) else "fp32"
 
 
+def constants_for(precision: str) -> StateConstants:
+    """The ZeRO paper's constants for a resolved compute precision: bf16 → mixed (K = 12), fp32 → fp32 (4+4+8)."""
+    return PAPER if precision == "bf16" else FP32
+
+
+def analytic_model_state(run, precision: str, fsdp_precision: str) -> dict:
+    """The analytic part of metrics.memory.model_state_bytes for one run: what parallel/zero.py allocates
+    (`analytic`), beside the paper's formula with the constants of the precision (`paper`).
+    precision: the run's resolved compute precision; fsdp_precision: "bf16" when FSDP2 gathers bf16
+    parameters (a GPU MixedPrecisionPolicy), else "fp32"."""
+    if run.parallel.expert > 1:
+        return {"analytic": None, "formula": None, "note": "expert parallelism: per-rank parameters not modelled here"}
+    stage = applied_stage(run)
+    n = run.data_parallel
+    psi = params_per_rank(run.model, run.moe, run.parallel.tensor)
+    replicate = run.parallel.tensor > 1 and n > 1
+    analytic = implementation_model_state(psi, n, stage, fsdp_precision, replicate=replicate)
+    paper_c = constants_for(precision)
+    paper = zero_model_state(psi, n, stage, paper_c)
+    label = ("DDP via replicate_with_fsdp" if replicate else STAGE_LABELS[stage]) if n > 1 else \
+        "no data parallelism"
+    if run.parallel.tensor > 1:
+        label += f", TP {run.parallel.tensor} (Ψ per tensor rank)"
+    return {
+        "analytic": {k: analytic[k] for k in ("params", "grads", "optimizer", "total")},
+        "formula": f"{label} ({precision}): {analytic['formula']}",
+        "paper": {"total": paper["total"], "formula": paper["formula"], "K": paper["K"],
+                  "constants": paper_c.name},
+        "K": analytic["K"], "psi": psi, "N": n, "stage": stage, "tensor": run.parallel.tensor,
+    }
+
+
 def model_state_record(run, measured_per_rank: list[dict], precision: str, impl: dict | None = None) -> dict:
     """metrics.memory.model_state_bytes: measured (the largest rank) beside the analytic formula.
     precision: the run's compute precision; impl: the record's implementation dict (which says
@@ -281,26 +313,7 @@ def model_state_record(run, measured_per_rank: list[dict], precision: str, impl:
            "measured_per_rank_total": [m.get("total") if m else None for m in measured_per_rank],
            "method": "local tensor bytes (DTensor: local shard) during one warm-up step: params at the end of "
                      "forward, grads after backward, optimizer state after the step; largest rank"}
-    if run.parallel.expert > 1:
-        out.update(analytic=None, formula=None, note="expert parallelism: per-rank parameters not modelled here")
-        return out
-    stage = applied_stage(run)
-    n = run.data_parallel
-    psi = params_per_rank(run.model, run.moe, run.parallel.tensor)
-    replicate = run.parallel.tensor > 1 and n > 1
-    analytic = implementation_model_state(psi, n, stage, fsdp_param_precision(impl), replicate=replicate)
-    paper_c = PAPER if precision == "bf16" else FP32
-    paper = zero_model_state(psi, n, stage, paper_c)
-    label = ("DDP via replicate_with_fsdp" if replicate else STAGE_LABELS[stage]) if n > 1 else \
-        "no data parallelism"
-    if run.parallel.tensor > 1:
-        label += f", TP {run.parallel.tensor} (Ψ per tensor rank)"
-    out.update({
-        "analytic": {k: analytic[k] for k in ("params", "grads", "optimizer", "total")},
-        "formula": f"{label} ({precision}): {analytic['formula']}",
-        "paper": {"total": paper["total"], "formula": paper["formula"], "K": paper["K"],
-                  "constants": paper_c.name},
-        "K": analytic["K"], "psi": psi, "N": n, "stage": stage, "tensor": run.parallel.tensor,
-        "ratio": (measured["total"] / analytic["total"]) if measured else None,
-    })
+    out.update(analytic_model_state(run, precision, fsdp_param_precision(impl)))
+    if out["analytic"] is not None:
+        out["ratio"] = (measured["total"] / out["analytic"]["total"]) if measured else None
     return out
