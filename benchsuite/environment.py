@@ -11,6 +11,9 @@ from pathlib import Path
 
 import torch
 
+# Set by the launcher beside OMP_NUM_THREADS: where a rank's thread count came from (env.threads_source).
+THREADS_SOURCE_VAR = "BENCHSUITE_THREADS_SOURCE"
+
 
 def _cpu_model() -> str:
     try:
