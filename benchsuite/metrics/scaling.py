@@ -103,19 +103,18 @@ def add_scaling_efficiency(df: pd.DataFrame) -> pd.DataFrame:
             df.at[idx, "scaling_efficiency_reason"] = "the run failed"
             continue
         base, reason = find_baseline(ok, row)
-        if num(row[_figure(row)]) is None or num(row[_figure(row)]) <= 0:
+        mine = num(row[_figure(row)])
+        if mine is None or mine <= 0:
             reason = f"this run has no {_figure(row)}"
         if reason:
             df.at[idx, "scaling_efficiency_reason"] = reason
             continue
-        eff = efficiency(row, base)
-        keys = sorted(base["run_key"])
-        df.at[idx, "scaling_efficiency"] = float(eff)
+        eff, keys = float(efficiency(row, base)), sorted(base["run_key"])
+        df.at[idx, "scaling_efficiency"] = eff
         df.at[idx, "scaling_baseline_run_keys"] = keys
         df.at[idx, "scaling_baseline"] = baseline_note(keys)
-        flag = scaling_flag(float(eff), row["scaling"], int(row["world_size"]), baseline_note(keys)) \
-            if row["world_size"] > 1 else None
-        if flag:
+        flag = scaling_flag(eff, row["scaling"], int(row["world_size"]), baseline_note(keys))
+        if flag and row["world_size"] > 1:  # repeats of the 1-device run differ by noise, not scaling
             _add_flag(df, idx, flag)
     df["scaling_efficiency"] = pd.to_numeric(df["scaling_efficiency"])
     return df
