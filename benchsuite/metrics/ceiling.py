@@ -124,10 +124,10 @@ def measure_matmul_ceiling(device, dtype, n: int | None = None, warmup_s: float 
     return MatmulCeiling(2 * n**3 * timing.best.rate, source)
 
 
-def vs_ceiling(achieved_flops_per_s: float | None, ceiling_flops_per_s: float | None) -> tuple[float | None, str | None]:
+def vs_ceiling(achieved_flops_per_s: float, ceiling_flops_per_s: float | None) -> tuple[float | None, str | None]:
     """(mfu_vs_ceiling, reason when null). Above the ceiling (past timing noise) the ceiling is the
     figure in doubt, not the run."""
-    if achieved_flops_per_s is None or not ceiling_flops_per_s or ceiling_flops_per_s <= 0:
+    if not ceiling_flops_per_s or ceiling_flops_per_s <= 0:
         return None, "no matmul ceiling measured"
     ratio = achieved_flops_per_s / ceiling_flops_per_s
     if ratio > MFU_VS_CEILING_MAX:

@@ -5,6 +5,8 @@ device peak allows, negative or wrapped energy, a step that took no time, a NaN 
 its status (the run did finish) but carries ``flags``: a list of ``{field, value, reason}``
 that `benchsuite report` and the dashboard show beside the status. The worker attaches them
 when it writes a record; the loader computes them for records written before this guard.
+Scaling efficiency above 1.05 is a figure of several records: metrics/scaling.py flags it on the
+DataFrame row where it computes it (scaling_flag).
 """
 
 from __future__ import annotations
