@@ -13,6 +13,8 @@ import psutil
 import torch
 
 B_PER_GIB = 1024**3   # codecarbon's B_TO_GB (external/hardware.py): its ram_total_size is in GiB
+# Set by the launcher beside OMP_NUM_THREADS: where a rank's thread count came from (env.threads_source).
+THREADS_SOURCE_VAR = "BENCHSUITE_THREADS_SOURCE"
 
 
 def _cpu_model() -> str:

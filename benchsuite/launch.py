@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Callable
 
 from benchsuite import prctl
-from benchsuite.config import RunConfig, Suite
-from benchsuite.environment import hardware_identity, software_versions
+from benchsuite.config import ConfigError, RunConfig, Suite
+from benchsuite.environment import THREADS_SOURCE_VAR, hardware_identity, software_versions
 from benchsuite.results.schema import failed_record, utc_now
 from benchsuite.results.store import ok_run_keys, record_filename, write_record
 
@@ -64,11 +64,43 @@ def torchrun_command(run: RunConfig, key: str, workdir: Path, rdzv: Rendezvous) 
     return cmd + ["-m", "benchsuite.worker", str(workdir)]
 
 
-def worker_env(run: RunConfig) -> dict:
-    """Ranks share the host's cores evenly (torchrun would pin every multi-rank run to one
-    thread per rank, a one-rank run to all cores); a user's OMP_NUM_THREADS wins."""
+@dataclass(frozen=True)
+class Threads:
+    """CPU threads each rank of a run gets, and why (recorded as env.threads_per_rank / threads_source)."""
+
+    per_rank: int
+    source: str  # "sweep rule" | "OMP_NUM_THREADS from the user"
+
+
+def host_cores() -> int:
+    """Cores this process may run on (a Slurm or container CPU set, not the whole machine)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def thread_plan(runs: list[RunConfig], cores: int | None = None, environ=os.environ) -> dict[str, Threads]:
+    """Threads per rank for each sweep (by sweep_id): the same at every world size of a sweep, so
+    that scaling efficiency compares N ranks with N times one rank's resources, not one rank on
+    the whole host with ranks on a share of it: cores ÷ the sweep's largest ranks per node (at
+    least 1). A user's OMP_NUM_THREADS wins everywhere; it must be a positive integer."""
+    user = environ.get("OMP_NUM_THREADS")
+    if user is not None:
+        if not user.strip().isdigit() or int(user) < 1:
+            raise ConfigError("environment", [("OMP_NUM_THREADS", f"must be a positive integer, got {user!r}; "
+                                                                  "unset it to use the sweep rule")])
+        return {run.sweep_id: Threads(int(user), "OMP_NUM_THREADS from the user") for run in runs}
+    cores = cores or host_cores()
+    largest: dict[str, int] = {}
+    for run in runs:
+        largest[run.sweep_id] = max(largest.get(run.sweep_id, 1), run.nproc_per_node)
+    return {sweep: Threads(max(1, cores // n), "sweep rule") for sweep, n in largest.items()}
+
+
+def worker_env(run: RunConfig, threads: Threads) -> dict:
+    """The ranks' environment: the sweep's thread count (torchrun would otherwise pin every
+    multi-rank run to one thread per rank), applied by the worker and recorded."""
     env = dict(os.environ)
-    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // run.nproc_per_node)))
+    env["OMP_NUM_THREADS"] = str(threads.per_rank)
+    env[THREADS_SOURCE_VAR] = threads.source
     return env
 
 
@@ -164,8 +196,10 @@ def diagnose(returncode: int, workdir: Path, log_text: str) -> dict:
 
 
 def launch_run(run: RunConfig, key: str, out_dir: Path, hardware: dict, rdzv: Rendezvous,
-               peak_tflops: float | None = None) -> RunOutcome:
-    """One torchrun for one run; returns when its record (ok or failed) is on disk."""
+               peak_tflops: float | None = None, threads: Threads | None = None) -> RunOutcome:
+    """One torchrun for one run; returns when its record (ok or failed) is on disk. threads: the
+    sweep's (thread_plan); by default the plan of this run alone."""
+    threads = threads or thread_plan([run])[run.sweep_id]
     started_at, t0 = utc_now(), time.perf_counter()
     stem = Path(record_filename({"suite": run.suite, "workload": run.workload, "config": run.to_dict(),
                                  "run_key": key})).stem
@@ -182,7 +216,7 @@ def launch_run(run: RunConfig, key: str, out_dir: Path, hardware: dict, rdzv: Re
         cmd = torchrun_command(run, key, workdir, rdzv)
         with open(log_path, "w") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, env=worker_env(run),
+                                    start_new_session=True, env=worker_env(run, threads),
                                     preexec_fn=prctl.die_with_this_process(signal.SIGTERM))
             try:
                 returncode = proc.wait(timeout=run.train.timeout_s)
@@ -251,6 +285,7 @@ def run_suite(suite: Suite, out_dir: str | Path, resume: bool = True, peak_tflop
               on_event: Callable[[str, int, int, RunOutcome | RunConfig], None] | None = None) -> list[RunOutcome]:
     """Run every run of the suite in order. on_event(kind, index, total, payload) reports
     'start' (payload: the RunConfig) and 'done' (payload: the RunOutcome)."""
+    threads = thread_plan(suite.runs)  # a bad OMP_NUM_THREADS is refused before anything starts
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     prctl.become_subreaper()  # ranks whose torchrun died are re-parented here and reaped
@@ -267,7 +302,7 @@ def run_suite(suite: Suite, out_dir: str | Path, resume: bool = True, peak_tflop
         else:
             if on_event:
                 on_event("start", i, len(suite.runs), run)
-            outcome = launch_run(run, key, out_dir, hardware, rdzv, peak_tflops)
+            outcome = launch_run(run, key, out_dir, hardware, rdzv, peak_tflops, threads=threads[run.sweep_id])
         outcomes.append(outcome)
         if on_event:
             on_event("done", i, len(suite.runs), outcome)

@@ -25,11 +25,12 @@ import torch.nn.functional as F
 from benchsuite import dist as bdist
 from benchsuite import prctl
 from benchsuite.config import RunConfig
-from benchsuite.environment import device_info, host_facts, software_versions
+from benchsuite.environment import THREADS_SOURCE_VAR, device_info, host_facts, software_versions
 from benchsuite.metrics import comm
 from benchsuite.metrics import flops as fl
 from benchsuite.metrics import memory as mem
 from benchsuite.metrics import quality as qual
+from benchsuite.metrics.ceiling import measure_matmul_ceiling, vs_ceiling
 from benchsuite.energy.carbon import carbon_section, derived_metrics
 from benchsuite.energy.attribution import attribute_energy, sum_or_none
 from benchsuite.energy.meters import NodeEnergyMonitor
@@ -216,7 +217,7 @@ def measure(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None) -
     counted_flops, model_state, comm_bytes = warm_up(par, batches, run, precision, ctx.device)
     step = unmeasured_steps(run)
     synchronize(ctx.device)
-    ceiling = fl.measure_matmul_ceiling(ctx.device, torch.bfloat16 if precision == "bf16" else torch.float32)
+    ceiling = measure_matmul_ceiling(ctx.device, torch.bfloat16 if precision == "bf16" else torch.float32)
 
     if ctx.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(ctx.device)
@@ -274,7 +275,8 @@ def measure(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None) -
     return {
         "rank": ctx.rank, "node_rank": ctx.node_rank, "device": device_info(ctx.device),
         "step_times_s": step_times, "losses": loss_values.tolist(), "counted_flops": counted_flops,
-        "memory": peak_memory(ctx.device), "matmul_ceiling_flops": ceiling, "precision": precision,
+        "memory": peak_memory(ctx.device), "matmul_ceiling_flops": ceiling.flops_per_s,
+        "matmul_ceiling_source": ceiling.source, "precision": precision,
         "impl": par.impl, "peak_tflops": peak_tflops,
         "model_state": model_state, "comm": comm_bytes, "energy_window": energy_window,
         "moe": moe_stats(par.model, a2a_share), "quality": quality,
@@ -336,7 +338,8 @@ def build_record(run: RunConfig, run_key: str, ranks: list[dict], ctx: bdist.Dis
     counted_per_token = sum(r["counted_flops"] for r in ranks) / tokens_per_step
     per_device = f["model_per_token"] * tokens_per_s / run.world_size
     peak, peak_source = fl.peak_flops(r0["device"]["name"], r0["precision"], r0["peak_tflops"])
-    ceiling = min(r["matmul_ceiling_flops"] for r in ranks)
+    ceiling = min(r["matmul_ceiling_flops"] for r in ranks)  # the slowest rank's best
+    vs, vs_reason = vs_ceiling(per_device, ceiling)
     rank_medians = [statistics.median(r["step_times_s"]) for r in ranks]
     metrics = {
         "tokens_per_s": tokens_per_s,
@@ -350,7 +353,9 @@ def build_record(run: RunConfig, run_key: str, ranks: list[dict], ctx: bdist.Dis
         "peak_tflops": peak / 1e12 if peak else None,
         "peak_source": peak_source,
         "matmul_ceiling_tflops": ceiling / 1e12,
-        "mfu_vs_ceiling": fl.mfu(per_device, ceiling),
+        "matmul_ceiling_source": f"{r0['matmul_ceiling_source']}; the slowest rank's",
+        "mfu_vs_ceiling": vs,
+        "mfu_vs_ceiling_reason": vs_reason,
         "memory": {
             "peak_allocated_bytes": max((r["memory"]["peak_allocated_bytes"] or 0) for r in ranks) or None,
             "peak_reserved_bytes": max((r["memory"]["peak_reserved_bytes"] or 0) for r in ranks) or None,
@@ -377,6 +382,8 @@ def build_record(run: RunConfig, run_key: str, ranks: list[dict], ctx: bdist.Dis
     devices = [dict(r["device"], rank=r["rank"], node_rank=r["node_rank"]) for r in ranks]
     env = {"hosts": sorted({d["host"] for d in devices}), "nodes": len({r["node_rank"] for r in ranks}),
            "world_size": ctx.world_size, "backend": ctx.backend, "devices": devices, **host_facts(devices),
+           "threads_per_rank": r0["device"]["cpu_threads"],  # torch.get_num_threads() in rank 0
+           "threads_source": os.environ.get(THREADS_SOURCE_VAR) or "torch default (not started by benchsuite run)",
            **software_versions()}
     steps = [{"step": i, "time_s": t, "loss": loss, "tokens": tokens_per_step}
              for i, (t, loss) in enumerate(zip(step_times, r0["losses"]))]
@@ -395,6 +402,14 @@ def build_record(run: RunConfig, run_key: str, ranks: list[dict], ctx: bdist.Dis
     return finite_or_none(record)
 
 
+def apply_threads() -> None:
+    """The launcher's thread count (launch.thread_plan, passed as OMP_NUM_THREADS), applied to torch
+    before anything runs: the count every rank of the sweep gets."""
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    if threads.isdigit() and int(threads) > 0:
+        torch.set_num_threads(int(threads))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="benchsuite.worker")
     p.add_argument("workdir", help="the run's folder: run.json in, pid and error files out")
@@ -406,6 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         spec = json.loads((workdir / "run.json").read_text())
         run = RunConfig.from_dict(spec["run"])
+        apply_threads()
         ctx = bdist.init_distributed(run)
         mine = measure(run, ctx, spec["peak_tflops"])
         ranks = bdist.all_gather_objects(mine, ctx)

@@ -365,7 +365,7 @@ def test_run_page_shows_flags_in_a_warning_box(tmp_path):
     pages = {Path(p).stem: (tmp_path / p).read_text() for p in res.pages[1:]}
     box = pages["q000000000000001"]
     assert '<div class="flags" role="alert">' in box and "metrics.mfu_vs_ceiling" in box and "1.34" in box
-    assert "the step time or the FLOP count is wrong" in box
+    assert "the ceiling measurement is unreliable" in box
     assert '<div class="flags"' not in pages["d000000000000001"]
     assert '<div class="flags"' in pages["impossible"] and "metrics.mfu" in pages["impossible"]
     page = pages["hostile-flags"]

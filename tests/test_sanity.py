@@ -19,7 +19,8 @@ from test_store import make_record
 
 def sane() -> dict:
     rec = make_record("sane", world_size=2, tokens_per_s=1000.0, step=0.5)
-    rec["metrics"].update(mfu=0.4, mfu_vs_ceiling=0.6, peak_tflops=989.0, flops={"model_per_token": 1e9})
+    rec["metrics"].update(mfu=0.4, mfu_vs_ceiling=0.6, peak_tflops=989.0, flops={"model_per_token": 1e9},
+                          energy={"j_per_token": 0.01})
     rec["energy"] = {"total_j": 3000.0, "gpu_j": 2000.0, "cpu_j": 900.0, "dram_j": 100.0, "window_s": 10.0,
                      "per_device": [{"energy_j": 1000.0, "avg_w": 100.0}, {"energy_j": 1000.0, "avg_w": None}],
                      "per_node": [{"cpu": {"energy_j": 900.0, "avg_w": 90.0}, "dram": {"energy_j": 100.0}}]}
@@ -38,6 +39,9 @@ def _set(rec, path, value):
 
 IMPOSSIBLE = [
     (("metrics", "mfu"), 1.7, "metrics.mfu"),
+    (("metrics", "mfu"), -0.2, "metrics.mfu"),
+    (("metrics", "tokens_per_s"), -5.0, "metrics.tokens_per_s"),
+    (("metrics", "energy", "j_per_token"), -0.3, "metrics.energy.j_per_token"),
     (("metrics", "mfu_vs_ceiling"), 1.2, "metrics.mfu_vs_ceiling"),
     (("metrics", "tokens_per_s"), 2e6, "metrics.tokens_per_s"),  # 2e6 x 1e9 / 2 = 1000 TFLOP/s > 989
     (("metrics", "step_time_s", "median"), 0.0, "metrics.step_time_s.median"),
@@ -67,6 +71,12 @@ def test_each_impossible_figure_is_flagged_with_field_value_and_reason(path, val
     assert flag["reason"] and json.dumps(flag, allow_nan=False)  # the flag itself is strict JSON
     if isinstance(value, float) and not math.isfinite(value):
         assert flag["value"] in ("nan", "inf")
+
+
+def test_a_run_above_its_matmul_ceiling_blames_the_ceiling_not_the_step_time():
+    (flag,) = sanity_flags(_set(sane(), ("metrics", "mfu_vs_ceiling"), 1.95))
+    assert "the ceiling measurement is unreliable" in flag["reason"] and "not the run's step time" in flag["reason"]
+    assert "the step time or the FLOP count is wrong" not in flag["reason"]
 
 
 def test_finite_or_none_makes_a_record_strict_json():

@@ -11,7 +11,6 @@ and in PaLM's MFU (Chowdhery et al. 2022, appendix B).
 from __future__ import annotations
 
 import math
-import time
 import warnings
 from dataclasses import dataclass
 
@@ -155,21 +154,3 @@ def mfu(model_flops_per_s_per_device: float | None, peak: float | None) -> float
     if not model_flops_per_s_per_device or not peak:
         return None
     return model_flops_per_s_per_device / peak
-
-
-def measure_matmul_ceiling(device: torch.device, dtype: torch.dtype, n: int | None = None, iters: int = 10) -> float:
-    """Sustained FLOP/s of one large square matmul on this device: the reachable ceiling
-    (an H200 sits at its power limit well below datasheet peak, see ANCHORS.md)."""
-    from benchsuite.metrics.timing import synchronize
-
-    n = n or (8192 if device.type == "cuda" else 512)
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
-    for _ in range(3):
-        a @ b
-    synchronize(device)
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        a @ b
-    synchronize(device)
-    return 2 * n**3 * iters / (time.perf_counter() - t0)

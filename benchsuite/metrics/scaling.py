@@ -1,35 +1,138 @@
-"""Scaling efficiency across the records of one sweep (DESIGN.md "Metrics").
+"""Scaling efficiency across records (DESIGN.md "Metrics").
 
 weak   = throughput(N) / (N × throughput(1))
 strong = time(1) / (N × time(N))
-both against the 1-device run of the same sweep; null when that run is missing or failed.
+
+The baseline of a run is the successful 1-device run of the same sweep with the same resolved
+config (world size and nodes aside: strong scaling's per-rank batch is derived from them, not
+stored), the same hardware (the ranks' device names) and the same threads per rank. Several
+such runs (repeats) are aggregated by their median. Without one, efficiency is null and
+`scaling_efficiency_reason` says which condition no 1-device run met. Efficiency above
+results.sanity.SCALING_EFFICIENCY_MAX is flagged on the row.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import statistics
+
 import pandas as pd
+
+from benchsuite.results.sanity import flag_summary, scaling_flag
+from benchsuite.results.values import dig, num, present
+
+# What a baseline must share with a run, in the order a missing baseline is explained.
+IDENTITY = (("scaling.config", "the same config"), ("scaling.hardware", "the same hardware"),
+            ("scaling.threads_per_rank", "the same threads per rank"))
+VARIES_IN_A_SWEEP = ("world_size", "nodes", "description")  # description: text only
+
+
+def scaling_identity(rec: dict) -> dict:
+    """The columns a baseline must match (store.flatten adds them to every row): a hash of the
+    resolved config less what varies within a sweep, the ranks' devices, the threads per rank."""
+    cfg = {k: v for k, v in (rec.get("config") or {}).items() if k not in VARIES_IN_A_SWEEP}
+    config = hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    devices = dig(rec, "env", "devices")
+    names = sorted({f"{d.get('type')}: {d.get('name')}" for d in devices if isinstance(d, dict)}) \
+        if isinstance(devices, list) else []
+    return {"scaling.config": config, "scaling.hardware": ", ".join(names) or None,
+            "scaling.threads_per_rank": dig(rec, "env", "threads_per_rank")}
+
+
+def _same(a, b) -> bool:
+    """Equal figures, or both unknown (records that predate a field still compare with each other)."""
+    return (not present(a) and not present(b)) or (present(a) and present(b) and a == b)
+
+
+def find_baseline(ok: pd.DataFrame, row) -> tuple[pd.DataFrame, str | None]:
+    """The qualifying 1-device runs for row (ok: the successful rows), or none and why."""
+    base = ok[(ok["sweep_id"] == row["sweep_id"]) & (ok["world_size"] == 1)]
+    base = base[base[_figure(row)].map(lambda v: num(v) is not None and num(v) > 0)]
+    if base.empty:
+        return base, "no successful 1-device run in this sweep"
+    for column, what in IDENTITY:
+        if column not in ok:
+            continue
+        base = base[base[column].map(lambda v: _same(v, row.get(column)))]
+        if base.empty:
+            return base, f"no 1-device run of this sweep with {what}"
+    return base, None
+
+
+def baseline_note(run_keys: list[str]) -> str:
+    """How the baseline is named in the report and on the dashboard."""
+    if len(run_keys) == 1:
+        return run_keys[0]
+    return f"median of {len(run_keys)} runs: {', '.join(run_keys)}"
+
+
+def _figure(row) -> str:
+    """What a run is compared by: weak keeps the per-rank work, strong the global work."""
+    return "step_time_median_s" if row["scaling"] == "strong" else "tokens_per_s"
+
+
+def efficiency(row, base: pd.DataFrame) -> float:
+    n, mine, theirs = row["world_size"], num(row[_figure(row)]), statistics.median(base[_figure(row)])
+    return theirs / (n * mine) if row["scaling"] == "strong" else mine / (n * theirs)
+
+
+def _add_flag(df: pd.DataFrame, idx, flag: dict) -> None:
+    flags = [*(df.at[idx, "flags"] if isinstance(df.at[idx, "flags"], list) else []), flag]
+    df.at[idx, "flags"] = flags
+    df.at[idx, "flagged"] = True
+    df.at[idx, "flag_summary"] = flag_summary(flags)
 
 
 def add_scaling_efficiency(df: pd.DataFrame) -> pd.DataFrame:
-    """Adds `scaling_efficiency` (and `scaling_baseline_run_key`) to a records DataFrame."""
+    """Adds `scaling_efficiency`, `scaling_baseline_run_keys` (list), `scaling_baseline` (a note) and
+    `scaling_efficiency_reason` (why null) to a records DataFrame; flags superlinear rows."""
     df = df.copy()
-    df["scaling_efficiency"] = None
-    df["scaling_baseline_run_key"] = None
+    for column in ("scaling_efficiency", "scaling_baseline_run_keys", "scaling_baseline",
+                   "scaling_efficiency_reason"):
+        df[column] = None
+    for column, default in (("flags", None), ("flagged", False), ("flag_summary", None)):
+        if column not in df:
+            df[column] = default
+    df["flags"] = df["flags"].astype(object)
     if df.empty or "sweep_id" not in df:
         return df
-    ok = df["status"] == "ok"
-    for _, group in df[ok].groupby("sweep_id"):
-        base = group[group["world_size"] == 1]
-        if base.empty:
+    ok = df[df["status"] == "ok"]
+    for idx, row in df.iterrows():
+        if row["status"] != "ok":
+            df.at[idx, "scaling_efficiency_reason"] = "the run failed"
             continue
-        b = base.iloc[0]
-        for idx, row in group.iterrows():
-            n = row["world_size"]
-            if row["scaling"] == "strong":
-                eff = b["step_time_median_s"] / (n * row["step_time_median_s"])
-            else:
-                eff = row["tokens_per_s"] / (n * b["tokens_per_s"])
-            df.at[idx, "scaling_efficiency"] = float(eff)
-            df.at[idx, "scaling_baseline_run_key"] = b["run_key"]
+        base, reason = find_baseline(ok, row)
+        mine = num(row[_figure(row)])
+        if mine is None or mine <= 0:
+            reason = f"this run has no {_figure(row)}"
+        if reason:
+            df.at[idx, "scaling_efficiency_reason"] = reason
+            continue
+        eff, keys = float(efficiency(row, base)), sorted(base["run_key"])
+        df.at[idx, "scaling_efficiency"] = eff
+        df.at[idx, "scaling_baseline_run_keys"] = keys
+        df.at[idx, "scaling_baseline"] = baseline_note(keys)
+        flag = scaling_flag(eff, row["scaling"], int(row["world_size"]), baseline_note(keys))
+        if flag and row["world_size"] > 1:  # repeats of the 1-device run differ by noise, not scaling
+            _add_flag(df, idx, flag)
     df["scaling_efficiency"] = pd.to_numeric(df["scaling_efficiency"])
     return df
+
+
+def upgrade_v1_env(rec: dict) -> dict:
+    """A version-1 record's env as version 2 states it: threads_per_rank and threads_source. Version 1
+    recorded each rank's torch threads in env.devices[].cpu_threads (when it did), under the old
+    launcher rule (cores ÷ that run's own ranks); that count is kept, or null with the reason."""
+    env = rec.get("env")
+    if not isinstance(env, dict) or "threads_per_rank" in env:
+        return rec
+    counts = {d.get("cpu_threads") for d in env.get("devices") or [] if isinstance(d, dict)}
+    (count,) = counts if len(counts) == 1 else (None,)
+    if isinstance(count, int) and not isinstance(count, bool):
+        env["threads_per_rank"] = count
+        env["threads_source"] = "env.devices[].cpu_threads (version 1: cores ÷ this run's own ranks)"
+    else:
+        env["threads_per_rank"] = None
+        env["threads_source"] = "not recorded (version 1 record)"
+    return rec

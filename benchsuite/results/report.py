@@ -18,7 +18,8 @@ COLUMNS = [
     ("tok/s", "tokens_per_s", "{:,.0f}"),
     ("MFU", "mfu", "{:.1%}"),
     ("step ms (95% CI)", None, None),
-    ("efficiency", "scaling_efficiency", "{:.0%}"),
+    ("efficiency", None, None),  # against the baseline named in the next column (metrics/scaling.py)
+    ("baseline", None, None),
     ("state MiB meas/model", None, None),  # model-state bytes per rank: measured / analytic (metrics/memory.py)
     ("to target", None, None),  # tokens, seconds, energy to reach train.target_loss (metrics/quality.py)
     ("status", "status", "{}"),
@@ -74,14 +75,35 @@ def _target_cell(row) -> str:
                       f"{energy / 1e3:.2g} kJ" if energy is not None else "energy n/a"])
 
 
-CELLS = {"step ms (95% CI)": _step_cell, "state MiB meas/model": _memory_cell, "to target": _target_cell}
+def _efficiency_cell(row) -> str:
+    """'94%', or '180% ⚠' when the sanity guard flagged it (superlinear)."""
+    eff = row.get("scaling_efficiency")
+    if not present(eff):
+        return "—"
+    flagged = any(isinstance(f, dict) and f.get("field") == "scaling_efficiency" for f in row.get("flags") or [])
+    return f"{eff:.0%}" + (f" {FLAG_MARK}" if flagged else "")
+
+
+def _baseline_cell(row) -> str:
+    """The 1-device run(s) efficiency is computed against: a run key (shortened), 'median of N'
+    for repeats, 'none' when no run qualifies (the reason is in the caption)."""
+    keys = row.get("scaling_baseline_run_keys")
+    if isinstance(keys, list) and keys:
+        return str(keys[0])[:8] if len(keys) == 1 else f"median of {len(keys)}"
+    return "none" if row.get("status") == "ok" else "—"
+
+
+CELLS = {"step ms (95% CI)": _step_cell, "efficiency": _efficiency_cell, "baseline": _baseline_cell,
+         "state MiB meas/model": _memory_cell, "to target": _target_cell}
 
 
 def report_rows(df: pd.DataFrame) -> list[dict]:
     """The report as plain dicts (for --json): the same columns, unformatted, nulls as None."""
     if df.empty:
         return []
-    cols = [c for _, c, _ in COLUMNS if c] + ["run_key", "step_time_median_s", "step_time_ci95_lo_s",
+    cols = [c for _, c, _ in COLUMNS if c] + ["run_key", "scaling_efficiency", "scaling_baseline_run_keys",
+                                              "scaling_baseline", "scaling_efficiency_reason",
+                                              "step_time_median_s", "step_time_ci95_lo_s",
                                               "step_time_ci95_hi_s", "error_type", "error_message",
                                               MEMORY_MEASURED, MEMORY_ANALYTIC, "flagged", "flags", *QUALITY]
     cols = [c for c in cols if c in df]
@@ -105,9 +127,14 @@ def report_table(df: pd.DataFrame) -> Table:
         table.add_row(*[escape(printable(c)) for c in cells],
                       style="red" if row["status"] == "failed" else ("yellow" if flagged else None))
     flagged_rows = df[df["flagged"].fillna(False).astype(bool)] if "flagged" in df else df.iloc[:0]
-    if not flagged_rows.empty:
-        table.caption = "\n".join(f"{FLAG_MARK} {escape(printable(r['workload']))} w{r['world_size']}: "
-                                   f"{escape(printable(r.get('flag_summary')))}" for _, r in flagged_rows.iterrows())
+    lines = [f"{FLAG_MARK} {escape(printable(r['workload']))} w{r['world_size']}: "
+             f"{escape(printable(r.get('flag_summary')))}" for _, r in flagged_rows.iterrows()]
+    no_base = df[(df["status"] == "ok") & df["scaling_efficiency_reason"].map(present)] \
+        if "scaling_efficiency_reason" in df else df.iloc[:0]
+    lines += [f"efficiency — {escape(printable(r['workload']))} w{r['world_size']}: "
+              f"{escape(printable(r['scaling_efficiency_reason']))}" for _, r in no_base.iterrows()]
+    if lines:
+        table.caption = "\n".join(lines)
     return table
 
 

@@ -5,6 +5,8 @@ device peak allows, negative or wrapped energy, a step that took no time, a NaN 
 its status (the run did finish) but carries ``flags``: a list of ``{field, value, reason}``
 that `benchsuite report` and the dashboard show beside the status. The worker attaches them
 when it writes a record; the loader computes them for records written before this guard.
+Scaling efficiency above 1.05 is a figure of several records: metrics/scaling.py flags it on the
+DataFrame row where it computes it (scaling_flag).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from benchsuite.results.values import dig
 MFU_MAX = 1.0                 # model FLOP/s above the device's datasheet peak
 MFU_VS_CEILING_MAX = 1.05     # above the matmul ceiling measured on the same device, past timing noise
 MAX_DEVICE_W = 2000.0         # average power of one GPU, or one node's CPU or DRAM, over a window
+SCALING_EFFICIENCY_MAX = 1.05  # N devices doing more than N times one device's work, past timing noise
 
 
 def _num(v: Any) -> float | None:
@@ -54,11 +57,22 @@ def _metrics_flags(m: dict, world_size: int | None) -> list[dict]:
     if mfu is not None and (not math.isfinite(mfu) or mfu > MFU_MAX):
         flags.append(_flag("metrics.mfu", mfu, f"MFU {mfu:.3g} exceeds {MFU_MAX:g}: the device would be doing "
                                                "more FLOP/s than its datasheet peak"))
+    elif mfu is not None and mfu < 0:
+        flags.append(_flag("metrics.mfu", mfu, f"MFU {mfu:.3g} is negative: a step time or FLOP count is"
+                                               " negative"))
     vs = _num(m.get("mfu_vs_ceiling"))
     if vs is not None and (not math.isfinite(vs) or vs > MFU_VS_CEILING_MAX):
         flags.append(_flag("metrics.mfu_vs_ceiling", vs,
-                           f"{vs:.3g} x the matmul ceiling measured on the same device (limit "
-                           f"{MFU_VS_CEILING_MAX:g}): the step time or the FLOP count is wrong"))
+                           f"the run achieved {vs:.3g} x the matmul ceiling measured on the same device (limit "
+                           f"{MFU_VS_CEILING_MAX:g}): the ceiling measurement is unreliable (the device was busy "
+                           "while it was timed), not the run's step time"))
+    elif vs is not None and vs < 0:
+        flags.append(_flag("metrics.mfu_vs_ceiling", vs, "a negative share of the matmul ceiling: a step time or "
+                                                         "the ceiling is negative"))
+    jpt = _num(dig(m, "energy", "j_per_token"))
+    if jpt is not None and (not math.isfinite(jpt) or jpt < 0):
+        flags.append(_flag("metrics.energy.j_per_token", jpt, "energy per token cannot be negative or unbounded: "
+                                                              "an energy counter wrapped or was reset mid-window"))
     tps = _num(m.get("tokens_per_s"))
     per_token = _num(dig(m, "flops", "model_per_token"))
     peak_t = _num(m.get("peak_tflops"))
@@ -145,6 +159,18 @@ def sanity_flags(rec: dict) -> list[dict]:
     if isinstance(rec.get("steps"), list):
         flags += _steps_flags(rec["steps"])
     return flags
+
+
+def scaling_flag(efficiency: float, scaling: str, world_size: int, baseline: str) -> dict | None:
+    """The flag of a superlinear scaling efficiency (computed across records, so flagged where it is
+    computed: metrics/scaling.py); None within SCALING_EFFICIENCY_MAX. Field: the DataFrame column."""
+    if efficiency <= SCALING_EFFICIENCY_MAX:
+        return None
+    return _flag("scaling_efficiency", efficiency,
+                 f"{scaling} scaling efficiency {efficiency:.0%} at {world_size} devices exceeds "
+                 f"{SCALING_EFFICIENCY_MAX:.0%} against {baseline}: {world_size} devices cannot do more than "
+                 f"{world_size} times the work of one; the runs did not get the same resources (threads, a "
+                 "busy machine, clocks) or a timing is wrong")
 
 
 def _valid_flag(f: Any) -> bool:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from benchsuite.atomic import atomic_file
+from benchsuite.metrics.scaling import add_scaling_efficiency, scaling_identity
 from benchsuite.results.sanity import flag_summary, with_flags
 from benchsuite.results.schema import check_record
 from benchsuite.results.values import dig
@@ -98,6 +99,7 @@ def flatten(rec: dict) -> dict:
         # sanity guard (results/sanity.py): physically impossible figures, shown beside the status
         "flagged": bool(rec.get("flags")), "flags": list(rec.get("flags") or []),
         "flag_summary": flag_summary(rec.get("flags") or []) or None,
+        **scaling_identity(rec),  # what a scaling baseline must share with this run (metrics/scaling.py)
     }
     quality = m.get("quality")
     if isinstance(quality, dict):  # to-target figures (metrics/quality.py) under short names
@@ -113,8 +115,6 @@ def flatten(rec: dict) -> dict:
 
 def records_dataframe(path: str | Path) -> pd.DataFrame:
     """All records under path as one DataFrame, with scaling efficiency per sweep."""
-    from benchsuite.metrics.scaling import add_scaling_efficiency
-
     rows = [flatten(r) for r in load_records(path)]
     df = pd.DataFrame(rows)
     if df.empty:

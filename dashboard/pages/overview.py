@@ -95,7 +95,7 @@ def render(data: SiteData) -> Section:
             f"<tbody>{body}</tbody></table></div>"
             '<p class="note">Click a column to sort; click a workload for its run page. '
             "Scaling efficiency: weak = throughput(N) / (N × throughput(1)), strong = time(1) / (N × time(N)), "
-            "against the 1-device run of the same sweep.</p>")
+            "against the 1-device run(s) of the sweep with the same config, hardware and threads per rank.</p>")
     return Section("overview", "Runs", html)
 
 

@@ -114,7 +114,13 @@ def _headline(row, rec) -> str:
             ("model FLOPs / token", f_sig(fl.get("model_per_token"))),
             ("executed FLOPs / token", f_sig(fl.get("executed_per_token"))),
             ("counted FLOPs / token", f_sig(fl.get("counted_per_token"))),
-            ("scaling efficiency", f_pct(row.get("scaling_efficiency"))),
+            ("scaling efficiency", f_pct(row.get("scaling_efficiency")) if present(row.get("scaling_efficiency"))
+             else f"— ({row.get('scaling_efficiency_reason') or 'not computed'})"),
+            ("scaling baseline", row.get("scaling_baseline")),
+            ("matmul ceiling, TFLOP/s", f_sig(m.get("matmul_ceiling_tflops"))
+             + (f" · {m['matmul_ceiling_source']}" if present(m.get("matmul_ceiling_source")) else "")),
+            ("model FLOP/s vs ceiling", f_pct(m.get("mfu_vs_ceiling")) if present(m.get("mfu_vs_ceiling"))
+             else f"— ({m.get('mfu_vs_ceiling_reason') or 'not measured'})"),
             ("J / token", f_sig(row.get("j_per_token"))), ("g CO2e / Mtok", f_sig(row.get("gco2e_per_mtok"))),
             ("avg W per device (GPU)", f_sig(row.get("avg_w_per_device")))]
     return kv_table(rows)
@@ -130,9 +136,11 @@ def _identity(row, rec) -> str:
                      ("duration (s)", f_sig(rec.get("duration_s"))), ("run key", rec.get("run_key"))])
 
 
-def _flags(rec) -> str:
-    """The sanity guard's flags (results/sanity.py): figures no real run can produce, in a warning box."""
-    flags = [f for f in rec.get("flags") or [] if isinstance(f, dict)]
+def _flags(row, rec) -> str:
+    """The sanity guard's flags (results/sanity.py): figures no real run can produce, in a warning box.
+    The row's: the record's plus those computed across records (superlinear scaling efficiency)."""
+    flags = row.get("flags") if isinstance(row.get("flags"), list) else rec.get("flags")
+    flags = [f for f in flags or [] if isinstance(f, dict)]
     if not flags:
         return ""
     rows = [[f.get("field"), f_sig(f.get("value")) if num(f.get("value")) is not None else f.get("value"),
@@ -243,8 +251,13 @@ def _env(rec) -> str:
     env = rec.get("env") or {}
     if not isinstance(env, dict) or not env:
         return missing("Environment", "not recorded")
+    shown_apart = ("devices", "threads_per_rank", "threads_source")
     rows = [(k, ", ".join(map(str, v)) if isinstance(v, list) else v) for k, v in env.items()
-            if k != "devices" and (not isinstance(v, (dict, list)) or all(not isinstance(x, (dict, list)) for x in v))]
+            if k not in shown_apart and (not isinstance(v, (dict, list)) or all(not isinstance(x, (dict, list))
+                                                                                for x in v))]
+    # the same for every run of a sweep (launch.thread_plan), so scaling compares like with like
+    threads = env.get("threads_per_rank") if present(env.get("threads_per_rank")) else "—"
+    rows.insert(0, ("CPU threads per rank", f"{threads} · {env.get('threads_source') or 'not recorded'}"))
     html = kv_table(rows)
     devs = [d for d in env.get("devices") or [] if isinstance(d, dict)]
     if devs:
@@ -275,7 +288,7 @@ def render(row: dict, rec: dict) -> Section:
     if "fig-run-loss" in {f.id for f in figs} and not any(num(s.get("val_loss")) is not None for s in _steps(rec)):
         note = '<p class="note">Validation loss: not measured (no eval steps).</p>'
         blocks["loss"] = f'<div>{blocks["loss"]}{note}</div>'
-    html = (_error(rec) + _flags(rec) +
+    html = (_error(rec) + _flags(row, rec) +
             f'<div class="row2"><div><h3>Run</h3>{_identity(row, rec)}</div>'
             f'<div><h3>Headline figures</h3>{_headline(row, rec)}</div></div>'
             f'<h2>Time and loss</h2><div class="row2">{blocks["steps"]}{blocks["loss"]}</div>'

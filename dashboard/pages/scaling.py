@@ -1,11 +1,13 @@
 """Scaling: throughput vs devices against ideal linear scaling, and weak/strong scaling
-efficiency vs devices, one curve per sweep (the `scaling_efficiency` column)."""
+efficiency vs devices, one curve per sweep (the `scaling_efficiency` column), each point naming
+its baseline; superlinear points (flagged by the sanity guard) are marked, and why a point has
+no efficiency is said under the figures."""
 
 from __future__ import annotations
 
 from dashboard.data import SiteData, latest_ok_per_size
 from dashboard.pages import Page, series_colors
-from dashboard.render import Figure, Section, esc, f_num, f_pct, layout, missing, num, ptext, short
+from dashboard.render import Figure, Section, esc, f_num, f_pct, layout, missing, num, present, ptext, short
 
 
 def _hover(label, n, value, what):
@@ -44,11 +46,16 @@ def efficiency_figure(curves, colors) -> Figure | None:
         scaling = str(g["scaling"].iloc[0])
         xs = [int(n) for n in g["world_size"]]
         ys = [short(num(v)) for v in g["scaling_efficiency"]]
+        flagged = [_efficiency_flag(f) for f in g["flags"]] if "flags" in g else [None] * len(xs)
+        text = [_hover(series, n, y, f"{scaling} efficiency {f_pct(y)}<br>baseline: {ptext(b)}"
+                       + (f"<br>⚠ {ptext(f)}" if f else ""))
+                for n, y, b, f in zip(xs, ys, g["scaling_baseline"], flagged)]
         data.append({"type": "scatter", "mode": "lines+markers", "name": ptext(f"{series} ({scaling})"),
                      "x": xs, "y": ys, "line": {"color": colors[series], "dash": "dash" if scaling == "strong"
                                                 else "solid"},
-                     "hovertemplate": "%{text}<extra></extra>",
-                     "text": [_hover(series, n, y, f"{scaling} efficiency {f_pct(y)}") for n, y in zip(xs, ys)]})
+                     "marker": {"symbol": ["x" if f else "circle" for f in flagged],
+                                "size": [12 if f else 7 for f in flagged]},
+                     "hovertemplate": "%{text}<extra></extra>", "text": text})
     if not data:
         return None
     sizes = sorted({x for t in data for x in t["x"]})
@@ -60,21 +67,41 @@ def efficiency_figure(curves, colors) -> Figure | None:
                                   "line": {"color": "#888", "dash": "dot", "width": 1}}]))
 
 
+def _efficiency_flag(flags) -> str | None:
+    """The sanity guard's reason when it flagged this efficiency (results/sanity.py), else None."""
+    return next((f.get("reason") for f in flags or [] if isinstance(f, dict) and f.get("field") == "scaling_efficiency"),
+                None)
+
+
+def _notes(curves) -> list[str]:
+    """Under the figures: each sweep's baseline, and why a point has no efficiency."""
+    notes = []
+    for series, g in curves:
+        bases = sorted({str(b) for b in g["scaling_baseline"] if present(b)})
+        if bases:
+            notes.append(f"{esc(series)}: baseline {'; '.join(esc(b) for b in bases)}.")
+        for n, reason in zip(g["world_size"], g["scaling_efficiency_reason"]):
+            if present(reason):
+                notes.append(f"{esc(series)} · {int(n)} devices: no efficiency ({esc(reason)}).")
+        for n, flags in zip(g["world_size"], g["flags"]):
+            if _efficiency_flag(flags):
+                notes.append(f"⚠ {esc(series)} · {int(n)} devices: {esc(_efficiency_flag(flags))}.")
+    return notes
+
+
 def render(data: SiteData) -> Section:
     if data.ok.empty:
         return Section("scaling", "Scaling", missing("Scaling", "no successful runs"))
     df = latest_ok_per_size(data.df)
     df = df[df["tokens_per_s"].map(lambda v: num(v) is not None)]
     colors = series_colors(data.df)
-    curves, single, no_base = [], [], []
+    curves, single = [], []
     for series, g in df.groupby("series", sort=True):
         g = g.sort_values("world_size")
         if g["world_size"].nunique() < 2:
             single.append(series)
             continue
         curves.append((series, g))
-        if not (g["world_size"] == 1).any():
-            no_base.append(series)
     if not curves:
         return Section("scaling", "Scaling", missing("Scaling", "no sweep has successful runs at two or more "
                                                     "world sizes"))
@@ -87,10 +114,7 @@ def render(data: SiteData) -> Section:
     else:
         html += missing("Scaling efficiency", "no sweep has a successful 1-device run to compare against")
     html += "</div>"
-    notes = []
-    if no_base:
-        notes.append("No 1-device run (efficiency not computed; ideal line drawn from the smallest run): "
-                     + ", ".join(esc(s) for s in no_base) + ".")
+    notes = _notes(curves)
     if single:
         notes.append("One world size only (no curve): " + ", ".join(esc(s) for s in single) + ".")
     html += "".join(f'<p class="note">{n}</p>' for n in notes)
