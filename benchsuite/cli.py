@@ -160,6 +160,33 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_compare(args) -> int:
+    """B against A, run by run; exit 1 on a significant regression only with --fail-on-regression."""
+    from benchsuite.results.compare import CompareError, compare_folders, comparison_doc, comparison_table
+    from benchsuite.results.report import printable
+
+    if not 0 <= args.threshold < 1:
+        raise UsageError(f"--threshold must be in [0, 1) (a fraction: 0.05 is 5 %), got {args.threshold:g}")
+    try:
+        c = compare_folders(args.a, args.b, threshold=args.threshold)
+    except CompareError as e:
+        raise UsageError(str(e)) from None
+    if args.json:
+        _print_json(comparison_doc(c))
+    else:
+        if c.runs:
+            out.print(comparison_table(c))
+        for side, folder, runs in (("A", c.a, c.only_a), ("B", c.b, c.only_b)):
+            for run in runs:
+                out.print(printable(f"only in {side} ({folder}): {run.run} on {run.hardware} "
+                                    f"(config {run.identity})"), markup=False)
+        if not c.runs:
+            err.print(f"no run of {c.a} matches a run of {c.b} (same resolved config)", markup=False)
+        for run in c.regressions:
+            err.print(printable(f"regression: {run.run}"), markup=False)
+    return 1 if args.fail_on_regression and c.regressions else 0
+
+
 def cmd_dashboard(args) -> int:
     from dashboard import build_site
 
@@ -403,6 +430,17 @@ def build_parser() -> argparse.ArgumentParser:
     db.add_argument("-o", "--out", default="site", help="site folder (default: site); opens as OUT/index.html")
     db.add_argument("--json", action="store_true", help='print {"index", "records", "pages"} on stdout')
     db.set_defaults(fn=cmd_dashboard)
+
+    cm = sub.add_parser("compare", help="B against A (two commits, two clusters): ratios of tok/s, MFU, J/token "
+                        "and gCO2e/Mtok with bootstrap 95 % CIs, run by run")
+    cm.add_argument("a", help="results folder A (the baseline)")
+    cm.add_argument("b", help="results folder B (compared against A)")
+    cm.add_argument("--threshold", type=float, default=0.05,
+                    help="smallest change that counts, as a fraction (default 0.05: 5 %%)")
+    cm.add_argument("--fail-on-regression", action="store_true",
+                    help="exit 1 when any figure of B is significantly worse than A (for CI)")
+    cm.add_argument("--json", action="store_true", help="print the comparison as one JSON document")
+    cm.set_defaults(fn=cmd_compare)
 
     sl = sub.add_parser("slurm", help="write an sbatch script that runs the suite on a Slurm allocation")
     sl.add_argument("suite")
