@@ -26,6 +26,17 @@ class UsageError(Exception):
     """Bad command-line input: printed as one line, exit code 2."""
 
 
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (argparse names the option and exits 2 otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
+    return value
+
+
 def _print_json(doc) -> None:
     sys.stdout.write(json.dumps(doc, indent=2, allow_nan=False, default=str) + "\n")
 
@@ -280,10 +291,20 @@ def cmd_slurm(args) -> int:
     if not any(r.nodes == args.nodes for r in suite.runs):
         raise UsageError(f"{args.suite}: no run has nodes = {args.nodes}; set [sweep] nodes to include it")
     try:
-        script = sbatch_script(Path(args.suite).resolve(), suite.name, Path(args.out).resolve(), args.nodes,
-                               args.gpus_per_node, args.partition, args.time, args.account)
+        out_dir = Path(args.out).resolve()
+        job_output = args.job_output or str(out_dir / "logs" / "slurm-%j.out")
+        script = sbatch_script(Path(args.suite).resolve(), suite.name, out_dir, args.nodes, args.gpus_per_node,
+                               args.partition, args.time, args.account, cpus_per_task=args.cpus_per_task,
+                               exclusive=args.exclusive, job_output=job_output)
     except ValueError as e:
-        raise UsageError(str(e)) from None
+        hint = "" if args.job_output else "; give --job-output PATTERN (the default is OUT/logs/slurm-%j.out)"
+        raise UsageError(f"{e}{hint}") from None
+    log_dir = Path(job_output).parent
+    if "%" not in str(log_dir):  # Slurm does not create it: without it the job dies with no output at all
+        try:
+            log_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UsageError(f"--job-output {job_output}: cannot create {log_dir}: {e.strerror or e}") from None
     if args.output == "-":
         sys.stdout.write(script)
     else:
@@ -446,6 +467,15 @@ def build_parser() -> argparse.ArgumentParser:
     sl.add_argument("suite")
     sl.add_argument("--nodes", type=int, required=True)
     sl.add_argument("--gpus-per-node", type=int, required=True)
+    sl.add_argument("--cpus-per-task", type=_positive_int, default=None,
+                    help="CPUs of the node's one task, which runs all G ranks (default: 8 × --gpus-per-node; "
+                         "Slurm's own default of 1 CPU per task would be shared by every rank)")
+    sl.add_argument("--exclusive", action="store_true",
+                    help="the nodes to this job alone: CPU and DRAM energy (RAPL) is measured per host, so "
+                         "another job on the node would be counted in the run's joules")
+    sl.add_argument("--job-output", metavar="PATTERN",
+                    help="the job's stdout/stderr (#SBATCH --output; %%j is the job id); default "
+                         "OUT/logs/slurm-%%j.out, its folder created now (Slurm does not create it)")
     sl.add_argument("--partition")
     sl.add_argument("--time", help="wall-clock limit, e.g. 02:00:00")
     sl.add_argument("--account")
