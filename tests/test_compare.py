@@ -159,3 +159,19 @@ def test_bad_folder_exits_2_naming_it(tmp_path, capsys, which):
         shutil.copy(FIXTURES / DENSE, bad)
     assert main(["compare", str(good), str(bad)]) == 2
     assert str(bad) in capsys.readouterr().err
+
+
+def test_record_strings_never_drive_the_terminal(tmp_path, capsys):
+    hostile = "\x1b]0;pwned\x07[red]x[/red]"
+    a = _folder(tmp_path, "a", _record(DENSE, TIMES_A, workload=hostile), _record(SWITCH, TIMES_A, workload=hostile))
+    b = _folder(tmp_path, "b", _record(DENSE, TIMES_A, workload=hostile))
+    assert main(["compare", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\\x1b]0;pwned\\x07[red]x[/red]" in out.replace("\n", "")
+
+
+@pytest.mark.parametrize("threshold", ["-0.1", "1.5"])
+def test_a_threshold_outside_0_to_1_is_refused(tmp_path, capsys, threshold):
+    a = _folder(tmp_path, "a", _record(DENSE, TIMES_A))
+    assert main(["compare", str(a), str(a), "--threshold", threshold]) == 2
+    assert "--threshold" in capsys.readouterr().err

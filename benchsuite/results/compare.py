@@ -270,7 +270,7 @@ def _figure(v: float | None) -> str:
 
 def comparison_table(c: Comparison) -> Table:
     """One row per (run, figure); every string from a record goes through printable."""
-    table = Table(title=f"B / A: {printable(c.b)} vs {printable(c.a)}", header_style="bold",
+    table = Table(title=escape(printable(f"B / A: {c.b} vs {c.a}")), header_style="bold",
                   caption=f"95 % bootstrap CI ({c.resamples} resamples, seed {c.seed}); "
                           f"significant: CI excludes 1 and the change exceeds {c.threshold:.0%}")
     for header in ("run", "hardware A → B", "figure", "A", "B", "B/A (95% CI)", "verdict"):
