@@ -30,8 +30,16 @@ chromium:
 test: setup chromium
 	$(BIN)/python -m pytest -q
 
+# Every benchmark in benchmarks/: the pytest-benchmark file, then each script in its CPU mode (the
+# ones that default to CUDA on a GPU box use it there). tests/test_bench_targets.py checks that
+# every benchmarks/*.py is run here.
+BENCH_OUT ?= results/bench
 bench: setup
-	$(BIN)/python -m pytest benchmarks --benchmark-enable -q
+	$(BIN)/python -m pytest benchmarks/test_bench_step.py --benchmark-enable -q
+	$(BIN)/python benchmarks/bench_dashboard.py
+	$(BIN)/python benchmarks/bench_meter_overhead.py
+	$(BIN)/python benchmarks/bench_moe.py
+	$(BIN)/python benchmarks/gpu_check.py --tiny --out $(BENCH_OUT)/gpu_check
 
 clean:
 	rm -rf $(VENV) results site .pytest_cache

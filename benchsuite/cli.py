@@ -26,6 +26,17 @@ class UsageError(Exception):
     """Bad command-line input: printed as one line, exit code 2."""
 
 
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (argparse names the option and exits 2 otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
+    return value
+
+
 def _print_json(doc) -> None:
     sys.stdout.write(json.dumps(doc, indent=2, allow_nan=False, default=str) + "\n")
 
@@ -181,6 +192,33 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_compare(args) -> int:
+    """B against A, run by run; exit 1 on a significant regression only with --fail-on-regression."""
+    from benchsuite.results.compare import CompareError, compare_folders, comparison_doc, comparison_table
+    from benchsuite.results.report import printable
+
+    if not 0 <= args.threshold < 1:
+        raise UsageError(f"--threshold must be in [0, 1) (a fraction: 0.05 is 5 %), got {args.threshold:g}")
+    try:
+        c = compare_folders(args.a, args.b, threshold=args.threshold)
+    except CompareError as e:
+        raise UsageError(str(e)) from None
+    if args.json:
+        _print_json(comparison_doc(c))
+    else:
+        if c.runs:
+            out.print(comparison_table(c))
+        for side, folder, runs in (("A", c.a, c.only_a), ("B", c.b, c.only_b)):
+            for run in runs:
+                out.print(printable(f"only in {side} ({folder}): {run.run} on {run.hardware} "
+                                    f"(config {run.identity})"), markup=False)
+        if not c.runs:
+            err.print(f"no run of {c.a} matches a run of {c.b} (same resolved config)", markup=False)
+        for run in c.regressions:
+            err.print(printable(f"regression: {run.run}"), markup=False)
+    return 1 if args.fail_on_regression and c.regressions else 0
+
+
 def cmd_dashboard(args) -> int:
     from dashboard import build_site
 
@@ -296,10 +334,20 @@ def cmd_slurm(args) -> int:
     if not any(r.nodes == args.nodes for r in suite.runs):
         raise UsageError(f"{args.suite}: no run has nodes = {args.nodes}; set [sweep] nodes to include it")
     try:
-        script = sbatch_script(Path(args.suite).resolve(), suite.name, Path(args.out).resolve(), args.nodes,
-                               args.gpus_per_node, args.partition, args.time, args.account)
+        out_dir = Path(args.out).resolve()
+        job_output = args.job_output or str(out_dir / "logs" / "slurm-%j.out")
+        script = sbatch_script(Path(args.suite).resolve(), suite.name, out_dir, args.nodes, args.gpus_per_node,
+                               args.partition, args.time, args.account, cpus_per_task=args.cpus_per_task,
+                               exclusive=args.exclusive, job_output=job_output)
     except ValueError as e:
-        raise UsageError(str(e)) from None
+        hint = "" if args.job_output else "; give --job-output PATTERN (the default is OUT/logs/slurm-%j.out)"
+        raise UsageError(f"{e}{hint}") from None
+    log_dir = Path(job_output).parent
+    if "%" not in str(log_dir):  # Slurm does not create it: without it the job dies with no output at all
+        try:
+            log_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UsageError(f"--job-output {job_output}: cannot create {log_dir}: {e.strerror or e}") from None
     if args.output == "-":
         sys.stdout.write(script)
     else:
@@ -449,10 +497,30 @@ def build_parser() -> argparse.ArgumentParser:
     db.add_argument("--json", action="store_true", help='print {"index", "records", "pages"} on stdout')
     db.set_defaults(fn=cmd_dashboard)
 
+    cm = sub.add_parser("compare", help="B against A (two commits, two clusters): ratios of tok/s, MFU, J/token "
+                        "and gCO2e/Mtok with bootstrap 95 % CIs, run by run")
+    cm.add_argument("a", help="results folder A (the baseline)")
+    cm.add_argument("b", help="results folder B (compared against A)")
+    cm.add_argument("--threshold", type=float, default=0.05,
+                    help="smallest change that counts, as a fraction (default 0.05: 5 %%)")
+    cm.add_argument("--fail-on-regression", action="store_true",
+                    help="exit 1 when any figure of B is significantly worse than A (for CI)")
+    cm.add_argument("--json", action="store_true", help="print the comparison as one JSON document")
+    cm.set_defaults(fn=cmd_compare)
+
     sl = sub.add_parser("slurm", help="write an sbatch script that runs the suite on a Slurm allocation")
     sl.add_argument("suite")
     sl.add_argument("--nodes", type=int, required=True)
     sl.add_argument("--gpus-per-node", type=int, required=True)
+    sl.add_argument("--cpus-per-task", type=_positive_int, default=None,
+                    help="CPUs of the node's one task, which runs all G ranks (default: 8 × --gpus-per-node; "
+                         "Slurm's own default of 1 CPU per task would be shared by every rank)")
+    sl.add_argument("--exclusive", action="store_true",
+                    help="the nodes to this job alone: CPU and DRAM energy (RAPL) is measured per host, so "
+                         "another job on the node would be counted in the run's joules")
+    sl.add_argument("--job-output", metavar="PATTERN",
+                    help="the job's stdout/stderr (#SBATCH --output; %%j is the job id); default "
+                         "OUT/logs/slurm-%%j.out, its folder created now (Slurm does not create it)")
     sl.add_argument("--partition")
     sl.add_argument("--time", help="wall-clock limit, e.g. 02:00:00")
     sl.add_argument("--account")

@@ -1,6 +1,10 @@
 """An sbatch script for a suite: one launcher per node via srun, c10d rendezvous on the
 allocation's first host. Every interpolated value is shell-quoted; #SBATCH values, which
-Slurm reads without a shell, are checked against a strict pattern instead."""
+Slurm reads without a shell, are checked against a strict pattern instead.
+
+The node's one task runs torchrun with G ranks, so it asks for many CPUs (Slurm's default is one
+per task, which every rank would share). The rendezvous port comes from the job id, so two jobs
+whose first host is the same node do not collide."""
 
 from __future__ import annotations
 
@@ -11,36 +15,48 @@ from pathlib import Path
 
 from benchsuite.results.store import slug
 
-_SBATCH_SAFE = re.compile(r"^[A-Za-z0-9_.:+,=@/-]+$")
-RDZV_PORT = 29500
+_SBATCH_SAFE = re.compile(r"^[A-Za-z0-9_.:+,=@/%-]+$")
+CPUS_PER_GPU = 8  # the default --cpus-per-task is this × GPUs per node (DGX-class nodes have 14-16)
+RDZV_PORT_BASE, RDZV_PORT_SPAN = 20000, 10000  # port = base + job id % span, below the ephemeral range
 
 
 def _directive(name: str, value: str | int) -> str:
     value = str(value)
     if not _SBATCH_SAFE.match(value):
-        raise ValueError(f"--{name} {value!r}: only letters, digits and _.:+,=@/- are allowed in #SBATCH values")
+        raise ValueError(f"--{name} {value!r}: only letters, digits and _.:+,=@/%- are allowed in #SBATCH values")
     return f"#SBATCH --{name}={value}"
 
 
 def sbatch_script(suite_path: str | Path, suite_name: str, out_dir: str | Path, nodes: int, gpus_per_node: int,
                   partition: str | None = None, time: str | None = None, account: str | None = None,
-                  python: str = sys.executable) -> str:
+                  python: str = sys.executable, cpus_per_task: int | None = None, exclusive: bool = False,
+                  job_output: str | None = None) -> str:
+    """job_output: the #SBATCH --output pattern (e.g. DIR/logs/slurm-%j.out); None keeps Slurm's
+    slurm-%j.out in the submit directory."""
     job = slug(suite_name, 53)
     lines = ["#!/bin/bash", _directive("job-name", f"benchsuite-{job}"[:64]), _directive("nodes", nodes),
-             _directive("ntasks-per-node", 1), _directive("gpus-per-node", gpus_per_node)]
-    for name, value in (("partition", partition), ("time", time), ("account", account)):
+             _directive("ntasks-per-node", 1), _directive("gpus-per-node", gpus_per_node),
+             _directive("cpus-per-task", cpus_per_task or CPUS_PER_GPU * gpus_per_node)]
+    if exclusive:  # node CPU/DRAM energy (RAPL) is per host: another job on the node would be counted
+        lines.append("#SBATCH --exclusive")
+    for name, value in (("output", job_output), ("partition", partition), ("time", time), ("account", account)):
         if value:
             lines.append(_directive(name, value))
     lines += [
         "set -euo pipefail",
+        '# From where sbatch was called, as Slurm would by default: relative train.data paths resolve.',
+        'cd "$SLURM_SUBMIT_DIR"',
         f"SUITE={shlex.quote(str(suite_path))}",
         f"OUT={shlex.quote(str(out_dir))}",
         f"PYTHON={shlex.quote(python)}",
         "# sed reads the whole list (head would close the pipe early: SIGPIPE under pipefail)",
         'HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)',
-        f'RDZV="$HEAD_NODE:{RDZV_PORT}"',
+        f"RDZV_PORT=$(({RDZV_PORT_BASE} + SLURM_JOB_ID % {RDZV_PORT_SPAN}))",
+        'RDZV="$HEAD_NODE:$RDZV_PORT"',
         "# One launcher per node; each starts torchrun for every run, rendezvous at the first host.",
-        'srun --kill-on-bad-exit=1 --ntasks-per-node=1 bash -c \'exec "$0" -m benchsuite.cli run "$1" --out "$2" '
+        "# The CPUs are passed to srun explicitly: Slurm 22.05 on does not hand sbatch's --cpus-per-task to srun.",
+        'srun --kill-on-bad-exit=1 --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" '
+        'bash -c \'exec "$0" -m benchsuite.cli run "$1" --out "$2" '
         '--nnodes "$SLURM_NNODES" --node-rank "$SLURM_NODEID" --rdzv-endpoint "$3" --rdzv-id "$SLURM_JOB_ID"\' '
         '"$PYTHON" "$SUITE" "$OUT" "$RDZV"',
     ]

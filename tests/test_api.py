@@ -1,0 +1,93 @@
+"""benchsuite.load / load_steps: the documented columns, their dtypes, NaN for what was not measured."""
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import benchsuite
+from benchsuite.results.api import COLUMNS, STEP_COLUMNS
+
+FIXTURES = Path(__file__).parent / "fixtures" / "results"
+README = Path(__file__).parents[1] / "README.md"
+SMOKE_W2 = "smoke__dense-tiny__w2n1-weak__6a7938ff8f2a1420.json"  # an ok run with no energy or carbon
+
+EXPECTED = ["run_key", "suite", "workload", "status", "kind", "router", "world_size", "nodes", "scaling", "tensor",
+            "zero", "expert", "started_at", "duration_s", "tokens_per_s", "mfu", "step_time_median_s",
+            "step_time_ci95_lo_s", "step_time_ci95_hi_s", "scaling_efficiency", "tflops_per_device",
+            "model_flops_per_token", "params_active", "peak_memory_bytes", "energy_j", "gpu_energy_j",
+            "energy_source", "j_per_token", "gpu_j_per_token", "gco2e_per_mtok", "co2e_g", "intensity_g_per_kwh",
+            "flagged", "error_type", "path"]
+
+
+def test_load_has_the_documented_columns_in_order_with_their_dtypes():
+    df = benchsuite.load(FIXTURES)
+    assert list(df.columns) == EXPECTED
+    assert len(df) == len(list(FIXTURES.glob("*.json")))
+    assert str(df["started_at"].dtype) == "datetime64[ns, UTC]"
+    assert df["started_at"].min() == pd.Timestamp("2026-11-20T10:00:00Z")
+    assert isinstance(df["status"].dtype, pd.CategoricalDtype)
+    assert list(df["status"].cat.categories) == ["ok", "failed"]
+    assert df["status"].value_counts()["failed"] == 1
+    for col in ("tokens_per_s", "mfu", "j_per_token", "gco2e_per_mtok", "energy_j", "scaling_efficiency"):
+        assert df[col].dtype == np.float64, col
+    assert df["world_size"].dtype == pd.Int64Dtype() and df["flagged"].dtype == bool
+    assert {c.name: str(df[c.name].dtype) for c in COLUMNS} == {c.name: c.dtype for c in COLUMNS}
+
+
+def test_the_column_list_is_stable_for_any_folder(tmp_path):
+    """A folder whose records lack whole sections, or no records at all: the same columns and dtypes."""
+    shutil.copy(FIXTURES / SMOKE_W2, tmp_path)
+    full, sparse, empty = benchsuite.load(FIXTURES), benchsuite.load(tmp_path), benchsuite.load(tmp_path / SMOKE_W2)
+    (tmp_path / "none").mkdir()
+    nothing = benchsuite.load(tmp_path / "none")
+    for df in (sparse, empty, nothing):
+        assert list(df.columns) == EXPECTED
+        assert (df.dtypes == full.dtypes).all()
+    assert len(nothing) == 0 and len(empty) == 1
+
+
+def test_missing_figures_are_nan_not_zero(tmp_path):
+    shutil.copy(FIXTURES / SMOKE_W2, tmp_path)  # CPU run: no MFU; written before energy was recorded
+    row = benchsuite.load(tmp_path).iloc[0]
+    for col in ("mfu", "j_per_token", "gco2e_per_mtok", "energy_j", "co2e_g", "gpu_j_per_token"):
+        assert np.isnan(row[col]), col
+    assert row["tokens_per_s"] == pytest.approx(json.loads((FIXTURES / SMOKE_W2).read_text())["metrics"]
+                                                ["tokens_per_s"])
+    assert pd.isna(row["energy_source"])
+
+
+def test_load_steps_one_row_per_measured_step():
+    steps = benchsuite.load_steps(FIXTURES)
+    records = [json.loads(p.read_text()) for p in FIXTURES.glob("*.json")]
+    assert list(steps.columns) == [c.name for c in STEP_COLUMNS] == [
+        "run_key", "suite", "workload", "path", "step", "time_s", "loss", "tokens", "val_loss"]
+    assert len(steps) == sum(len(r.get("steps") or []) for r in records)
+    rec = json.loads((FIXTURES / "make_dense-q.json").read_text())
+    mine = steps[steps["path"] == str(FIXTURES / "make_dense-q.json")]
+    assert mine["time_s"].tolist() == [s["time_s"] for s in rec["steps"]]
+    assert mine["val_loss"].isna().sum() == sum("val_loss" not in s for s in rec["steps"]) > 0
+    assert steps["time_s"].dtype == np.float64 and steps["step"].dtype == pd.Int64Dtype()
+
+
+def test_missing_folder_is_an_error_naming_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope"):
+        benchsuite.load(tmp_path / "nope")
+
+
+def test_import_benchsuite_stays_light():
+    code = "import sys, benchsuite; print('pandas' in sys.modules, callable(benchsuite.load))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "True"]
+
+
+def test_readme_documents_every_column():
+    section = README.read_text().split("## Results API", 1)[1].split("\n## ", 1)[0]
+    documented = re.findall(r"^\| `([a-z0-9_]+)` \| `([^`]+)` \|", section, flags=re.M)
+    assert documented == [(c.name, c.dtype) for c in COLUMNS]
