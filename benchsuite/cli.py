@@ -12,6 +12,7 @@ import math
 import os
 import signal
 import sys
+import warnings
 from pathlib import Path
 
 from rich.console import Console
@@ -532,11 +533,18 @@ def _terminate_like_ctrl_c(signum, frame):
     raise KeyboardInterrupt
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning (e.g. a skipped record, named by its file) as one line, through `printable`."""
+    err.print(f"warning: {printable(message)}", markup=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate_like_ctrl_c)
     try:
-        return args.fn(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            return args.fn(args)
     except ConfigError as e:  # one problem a line (keys and values inside are quoted by the loader)
         err.print("\n".join(printable(line) for line in str(e).split("\n")), markup=False)
         return 2
