@@ -52,7 +52,8 @@ def number(kind: type = float, *, above: float | None = None, at_least: float | 
 
 COUNT = number(int, at_least=1)  # nodes, GPUs per node, devices, data-parallel degree
 INDEX = number(int, at_least=0)  # --node-rank
-POSITIVE = number(above=0)  # amounts that scale a result: chips, hours, watts, tokens, TFLOP/s, parameters
+POSITIVE = number(above=0)  # amounts that scale a result: chips, hours, watts, tokens, TFLOP/s
+PARAMS = number(at_least=1)  # a parameter count, e.g. 7.5e9
 NON_NEGATIVE = number(at_least=0)  # grid intensity (0 g/kWh: a carbon-free supply)
 PUE = number(at_least=1)  # facility energy / IT energy, >= 1 by definition
 
@@ -96,14 +97,14 @@ def _print_json(doc) -> None:
 
 
 def cmd_run(args) -> int:
+    if args.node_rank >= args.nnodes:
+        raise UsageError(f"--node-rank {args.node_rank} must be < --nnodes {args.nnodes} (ranks count from 0)")
     suite = load_suite(args.suite)  # before the heavy imports: a bad file is refused at once
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from benchsuite.launch import Rendezvous, run_suite
 
-    if args.node_rank >= args.nnodes:
-        raise UsageError(f"--node-rank {args.node_rank} must be < --nnodes {args.nnodes} (ranks count from 0)")
     if args.nnodes > 1 and not args.rdzv_endpoint:
         raise UsageError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (the first node's address)")
     rdzv = Rendezvous(nnodes=args.nnodes, node_rank=args.node_rank, endpoint=args.rdzv_endpoint,
@@ -414,8 +415,8 @@ def cmd_tokenize(args) -> int:
     if args.json:
         _print_json(doc)
     else:
-        out.print(f"wrote {printable(doc['path'])}: {doc['tokens']:,} tokens from {doc['files']} file(s), byte-level ids "
-                  f"(model.vocab >= {doc['vocab_needed']}), sha256 {doc['sha256'][:12]}…; "
+        out.print(f"wrote {printable(doc['path'])}: {doc['tokens']:,} tokens from {doc['files']} file(s), "
+                  f"byte-level ids (model.vocab >= {doc['vocab_needed']}), sha256 {doc['sha256'][:12]}…; "
                   f'use it with train.data = "{printable(doc["path"])}"', markup=False)
     return 0
 
@@ -429,7 +430,7 @@ class Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="benchsuite", description="What training a transformer really costs: "
-                                "throughput, FLOPs/MFU, scaling, memory, energy and CO2e.")
+               "throughput, FLOPs/MFU, scaling, memory, energy and CO2e.")
     sub = p.add_subparsers(dest="verb", required=True)
 
     r = sub.add_parser("run", help="run a suite (one torchrun per run) and write one record per run")
@@ -517,7 +518,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     mm = sub.add_parser("memory", help="per-device model-state bytes of DDP and ZeRO stages 1/2/3")
     mm.add_argument("suite", nargs="?", default=None, help="suite TOML: use its models' parameter counts")
-    mm.add_argument("--params", type=number(at_least=1), default=None, help="parameter count Ψ (e.g. 7.5e9)")
+    mm.add_argument("--params", type=PARAMS, default=None, help="parameter count Ψ (e.g. 7.5e9)")
     mm.add_argument("--dp", type=COUNT, default=None,
                     help="data-parallel degree N (default with a suite: each run's own)")
     mm.add_argument("--precision", choices=("mixed", "fp32"), default="mixed",

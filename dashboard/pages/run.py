@@ -1,8 +1,8 @@
 """One page per run: the sanity guard's flags (a warning box), headline figures, step-time series,
 loss curve (with validation loss and the target loss), per-rank step time (stragglers), MoE expert
-load per layer and expert (and the expert implementation), model-state memory measured vs analytic, energy per device, carbon, environment and the
-resolved config. Every section a record lacks says so ("not measured") instead of drawing nothing
-or zero."""
+load per layer and expert (and the expert implementation), model-state memory measured vs analytic,
+energy per device, carbon, environment and the resolved config. Every section a record lacks says
+so ("not measured") instead of drawing nothing or zero."""
 
 from __future__ import annotations
 
@@ -70,6 +70,9 @@ def rank_figure(rec) -> Figure | None:
                   layout(title, "rank", "ms", xaxis={"type": "category"}, **SMALL))
 
 
+LOAD_COLORS = [[0, "#1971c2"], [0.5, "#f8f9fa"], [1, "#e03131"]]  # under-used blue, balanced white, overloaded red
+
+
 def expert_load(rec) -> list[list[float]] | None:
     """metrics.moe.expert_load: [MoE layer][expert] tokens routed in the last step, summed over
     ranks (None unless every layer is a list of numbers)."""
@@ -91,7 +94,7 @@ def expert_figure(rec) -> Figure | None:
         "y": list(range(len(rows))), "z": rel, "customdata": [[short(v) for v in row] for row in rows],
         "hovertemplate": "MoE layer %{y}, expert %{x}: %{customdata:,} tokens, %{z:.2f} × the layer mean"
                          "<extra></extra>",
-        "colorscale": "RdBu", "reversescale": True, "zmid": 1, "colorbar": {"title": {"text": "÷ mean"}}}],
+        "colorscale": LOAD_COLORS, "zmid": 1, "colorbar": {"title": {"text": "÷ mean"}}}],
         layout("MoE expert load, last step (tokens routed ÷ the layer's mean; 1 = balanced)", "expert",
                "MoE layer", xaxis={"type": "category"}, yaxis={"type": "category", "autorange": "reversed"},
                **SMALL))
