@@ -102,6 +102,14 @@ def read_manifest(site: Path) -> set[str]:
     return {f for f in files if isinstance(f, str) and SITE_FILE.fullmatch(f)} if isinstance(files, list) else set()
 
 
+def owned_files(site: Path, files: set[str]) -> set[str]:
+    """What earlier builds wrote: the manifest's list. A site built before the manifest existed (it has
+    assets/plotly.version, which only this build writes) owns the files this build rewrites, no more."""
+    if not (site / MANIFEST).exists() and (site / "assets" / "plotly.version").is_file():
+        return {f for f in files if (site / f).is_file()}
+    return read_manifest(site)
+
+
 def write_manifest(site: Path, files: set[str]) -> None:
     _write(site / MANIFEST, json.dumps({"written_by": "benchsuite dashboard", "files": sorted(files)}, indent=1))
 
@@ -135,7 +143,7 @@ def build_site(results, out, *, validate: bool = False) -> BuildResult:
     data = sitedata.load(results)
     files = {"index.html", *(f"assets/{a}" for a in ASSET_FILES),
              *([] if data.df.empty else data.df["page"])}
-    owned = read_manifest(out)
+    owned = owned_files(out, files)
     check_ownership(out, files, owned)
     write_manifest(out, owned | files)  # first: a build stopped part-way still owns what it wrote
     size = write_assets(out)

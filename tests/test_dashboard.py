@@ -530,3 +530,17 @@ def test_cli_dashboard_refuses_to_overwrite_a_users_index(tmp_path):
     r = run_cli("dashboard", str(FIXTURES), "-o", str(tmp_path))
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "was not written by an earlier build" in r.stderr and (tmp_path / "index.html").read_text() == "mine"
+
+
+def test_a_site_built_before_the_manifest_is_rebuilt_without_removing_what_it_cannot_know(tmp_path):
+    recs = load_records(FIXTURES)
+    build_site(recs[:3], tmp_path)
+    (tmp_path / ".benchsuite-manifest.json").unlink()  # as an older benchsuite left it
+    (tmp_path / "runs" / "mine.html").write_text("mine")
+    old_pages = {p.name for p in (tmp_path / "runs").iterdir()}
+    res = build_site(recs[:1], tmp_path)
+    assert (tmp_path / "runs" / "mine.html").read_text() == "mine"
+    assert {p.name for p in (tmp_path / "runs").iterdir()} == old_pages  # rewritten, none removed
+    assert json.loads((tmp_path / ".benchsuite-manifest.json").read_text())["files"] == sorted(
+        {"index.html", *res.pages, *(f"assets/{a}" for a in ("plotly.min.js", "plotly.version", "theme.js",
+                                                              "dashboard.css", "dashboard.js"))})
