@@ -94,10 +94,14 @@ def _validate(figures: list[Figure]) -> None:
 
 
 def read_manifest(site: Path) -> set[str]:
-    """The files earlier builds wrote; none when the manifest is missing or unreadable."""
+    """The files earlier builds wrote; none when the manifest is missing, not a regular file (a FIFO
+    would block the read) or unreadable."""
+    path = site / MANIFEST
+    if not path.is_file():
+        return set()
     try:
-        files = json.loads((site / MANIFEST).read_text(encoding="utf-8")).get("files")
-    except (OSError, ValueError, AttributeError):
+        files = json.loads(path.read_text(encoding="utf-8")).get("files")
+    except (OSError, ValueError, AttributeError, RecursionError):
         return set()
     return {f for f in files if isinstance(f, str) and SITE_FILE.fullmatch(f)} if isinstance(files, list) else set()
 

@@ -544,3 +544,16 @@ def test_a_site_built_before_the_manifest_is_rebuilt_without_removing_what_it_ca
     assert json.loads((tmp_path / ".benchsuite-manifest.json").read_text())["files"] == sorted(
         {"index.html", *res.pages, *(f"assets/{a}" for a in ("plotly.min.js", "plotly.version", "theme.js",
                                                               "dashboard.css", "dashboard.js"))})
+
+
+@pytest.mark.parametrize("manifest", ["{not json", "[" * 100_000, '{"files": "index.html"}', "[]", "fifo"])
+def test_an_odd_manifest_owns_nothing(tmp_path, manifest):
+    import os
+
+    from dashboard.build import MANIFEST, read_manifest
+
+    if manifest == "fifo":
+        os.mkfifo(tmp_path / MANIFEST)  # reading it would block the build
+    else:
+        (tmp_path / MANIFEST).write_text(manifest)
+    assert read_manifest(tmp_path) == set()
