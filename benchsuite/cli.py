@@ -8,33 +8,88 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import sys
+import warnings
 from pathlib import Path
 
 from rich.console import Console
 
 from benchsuite.config import RANKS_PER_CORE, ConfigError, check_ranks_per_node, load_suite, usable_cores
+from benchsuite.terminal import printable, printable_markup
 
-err = Console(stderr=True, highlight=False, soft_wrap=True)  # messages are never cut into lines
+# Every user string reaches these through benchsuite.terminal.printable; emoji=False: a name like
+# ":warning:" is shown as typed (markup=False alone still replaces emoji codes).
+err = Console(stderr=True, highlight=False, emoji=False, soft_wrap=True)  # messages are never cut into lines
 # Piped into a file or a CI log there is no terminal width: tables get room instead of 80 columns.
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+out = Console(highlight=False, emoji=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 
 
 class UsageError(Exception):
     """Bad command-line input: printed as one line, exit code 2."""
 
 
-def _positive_int(text: str) -> int:
-    """argparse type: an integer >= 1 (argparse names the option and exits 2 otherwise)."""
+def number(kind: type = float, *, above: float | None = None, at_least: float | None = None):
+    """An argparse `type=` for a numeric option: a finite `kind` (int or float), > `above` or >=
+    `at_least`. Anything else is refused by argparse with the option's name, exit code 2."""
+    what = "an integer" if kind is int else "a finite number"
+    bound = f" > {above:g}" if above is not None else f" >= {at_least:g}" if at_least is not None else ""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not math.isfinite(value) or (above is not None and not value > above) or (
+                at_least is not None and not value >= at_least):
+            raise argparse.ArgumentTypeError(f"expected {what}{bound}, got {text!r}")
+        return value
+
+    return parse
+
+
+COUNT = number(int, at_least=1)  # nodes, GPUs per node, devices, data-parallel degree
+INDEX = number(int, at_least=0)  # --node-rank
+POSITIVE = number(above=0)  # amounts that scale a result: chips, hours, watts, tokens, TFLOP/s
+PARAMS = number(at_least=1)  # a parameter count, e.g. 7.5e9
+NON_NEGATIVE = number(at_least=0)  # grid intensity (0 g/kWh: a carbon-free supply)
+PUE = number(at_least=1)  # facility energy / IT energy, >= 1 by definition
+
+
+def _file_in_the_way(path: Path) -> Path | None:
+    """The file (not a folder) at `path` or at the nearest existing folder above it, if any."""
+    nearest = next((p for p in (path, *path.parents) if p.exists() or p.is_symlink()), None)
+    return None if nearest is None or nearest.is_dir() else nearest
+
+
+def make_folder(option: str, path: str | Path, what: str) -> Path:
+    """The folder an option names, created if missing: a file at or above it is bad input."""
+    path = Path(path)
+    blocker = _file_in_the_way(path)
+    if blocker is not None:
+        where = "exists and is not a folder" if blocker == path else f"{blocker} is a file, not a folder"
+        raise UsageError(f"{option} {path}: {where}; give a {what} (created if missing)")
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
-    return value
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"{option} {path}: cannot create the {what}: {e.strerror or e}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UsageError(f"{option} {path}: the {what} is not writable")
+    return path
+
+
+def output_file(option: str, path: str | Path, what: str) -> Path:
+    """The file an option names, to be (over)written: not a folder, and its folder can be made."""
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"{option} {path}: is a folder; give the {what}'s file name")
+    blocker = _file_in_the_way(path.parent)
+    if blocker is not None:
+        raise UsageError(f"{option} {path}: {blocker} is a file, not a folder; give a {what} path in a folder")
+    make_folder(option, path.parent, f"folder of the {what}")
+    return path
 
 
 def _print_json(doc) -> None:
@@ -42,6 +97,8 @@ def _print_json(doc) -> None:
 
 
 def cmd_run(args) -> int:
+    if args.node_rank >= args.nnodes:
+        raise UsageError(f"--node-rank {args.node_rank} must be < --nnodes {args.nnodes} (ranks count from 0)")
     suite = load_suite(args.suite)  # before the heavy imports: a bad file is refused at once
     _check_ranks_per_node(suite, args)
 
@@ -56,22 +113,16 @@ def cmd_run(args) -> int:
     runs_here = [r for r in suite.runs if r.nodes == rdzv.nnodes]
     if not runs_here:
         raise UsageError(f"{args.suite}: no run of this suite has nodes = {rdzv.nnodes}")
-    out_dir = Path(args.out)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UsageError(f"--out {out_dir}: exists and is not a folder; give a results folder (created if missing)")
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UsageError(f"--out {out_dir}: cannot create the results folder: {e.strerror or e}") from None
-    if not os.access(out_dir, os.W_OK | os.X_OK):
-        raise UsageError(f"--out {out_dir}: the results folder is not writable")
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                        TimeElapsedColumn(), console=err, transient=True, disable=args.json)
-    task = progress.add_task(suite.name, total=len(suite.runs))
+    make_folder("--out", args.out, "results folder")
+    progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(),
+                        TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=err, transient=True,
+                        disable=args.json)
+    task = progress.add_task(printable(suite.name), total=len(suite.runs))
 
     def on_event(kind, i, total, payload):
         if kind == "start":
-            progress.update(task, description=f"{payload.workload} · world {payload.world_size} · {payload.scaling}")
+            progress.update(task, description=printable(f"{payload.workload} · world {payload.world_size} · "
+                                                        f"{payload.scaling}"))
             return
         progress.advance(task)
         if not args.json:
@@ -82,7 +133,7 @@ def cmd_run(args) -> int:
             outcomes = run_suite(suite, args.out, resume=args.resume, peak_tflops=args.peak_tflops, rdzv=rdzv,
                                  on_event=on_event)
     except OSError as e:  # disk full, folder removed mid-suite, ...: say so, no traceback
-        err.print(f"benchsuite: cannot write to the results folder {args.out}: {e}\n"
+        err.print(f"benchsuite: cannot write to the results folder {printable(args.out)}: {printable(e)}\n"
                   "records completed before this are kept; free space and rerun the same command to resume",
                   markup=False, soft_wrap=True)
         return 1
@@ -95,7 +146,7 @@ def cmd_run(args) -> int:
     else:
         counts = {s: sum(o.status == s for o in outcomes) for s in ("ok", "failed", "skipped")}
         err.print(f"{counts['ok']} ok, {counts['failed']} failed, {counts['skipped']} skipped (already recorded)"
-                  f" → {args.out}   next: benchsuite report {args.out}")
+                  f" → {printable_markup(args.out)}   next: benchsuite report {printable_markup(args.out)}")
     return 1 if any(o.status == "failed" for o in outcomes) else 0
 
 
@@ -172,7 +223,7 @@ def cmd_list(args) -> int:
         out.print(printable(f"{r['run_key']}  {status:8}  {r['suite']}/{r['workload']}  w{r['world_size']} "
                             f"n{r['nodes']} {r['scaling']}  {r['started_at']}"), markup=False)
     if not rows:
-        err.print(f"no records in {args.dir}")
+        err.print(f"no records in {printable(args.dir)}", markup=False)
     return 0
 
 
@@ -184,7 +235,7 @@ def cmd_report(args) -> int:
         _print_json(report_rows(df))
         return 0
     if df.empty:
-        err.print(f"no records in {args.dir}")
+        err.print(f"no records in {printable(args.dir)}", markup=False)
         return 0
     out.print(report_table(df))
     for table in section_tables(df):
@@ -221,17 +272,25 @@ def cmd_compare(args) -> int:
 
 def cmd_dashboard(args) -> int:
     from dashboard import build_site
+    from dashboard.build import SiteError
 
     if not Path(args.dir).exists():
         raise UsageError(f"{args.dir}: no such results folder (run `benchsuite run SUITE.toml --out {args.dir}` first)")
-    res = build_site(args.dir, args.out)
+    make_folder("-o", args.out, "site folder")
+    try:
+        res = build_site(args.dir, args.out)
+    except SiteError as e:
+        raise UsageError(f"-o {e}") from None
+    except OSError as e:  # a page's path taken by a folder, the disk full, ...
+        raise UsageError(f"-o {args.out}: cannot write the site: {e}") from None
     if args.json:
         _print_json({"index": str(res.index), "records": res.records, "pages": res.pages})
         return 0
     if not res.records:
-        err.print(f"no records in {args.dir}: the site says so")
-    err.print(f"{res.records} runs, {len(res.pages)} pages, {res.bytes / 2**20:.1f} MiB → {args.out}")
-    out.print(str(res.index), markup=False)
+        err.print(f"no records in {printable(args.dir)}: the site says so", markup=False)
+    err.print(f"{res.records} runs, {len(res.pages)} pages, {res.bytes / 2**20:.1f} MiB → {printable(args.out)}",
+              markup=False)
+    out.print(printable(res.index), markup=False)
     return 0
 
 
@@ -250,7 +309,7 @@ def cmd_flops(args) -> int:
         _print_json({"suite": suite.name, "runs": rows})
     else:
         for r in rows:
-            out.print(f"{r['workload']:<24} w{r['world_size']:<3} params {r['params']:10.4g}  "
+            out.print(f"{printable(r['workload']):<24} w{r['world_size']:<3} params {r['params']:10.4g}  "
                       f"active {r['params_active']:10.4g}  model {r['model_flops_per_token']:10.4g} FLOP/tok  "
                       f"executed {r['executed_flops_per_token']:10.4g} FLOP/tok", markup=False)
     return 0
@@ -263,10 +322,6 @@ def cmd_memory(args) -> int:
 
     if args.suite is None and args.params is None:
         raise UsageError("give a suite (its models' parameter counts) or --params N")
-    if args.params is not None and not args.params > 0:
-        raise UsageError(f"--params must be > 0, got {args.params:g}")
-    if args.dp is not None and args.dp < 1:
-        raise UsageError(f"--dp must be >= 1, got {args.dp}")
     if args.suite is None and args.dp is None:
         raise UsageError("--dp N (the data-parallel degree) is needed with --params")
     doc = {"precision": args.precision,
@@ -310,7 +365,7 @@ def cmd_memory(args) -> int:
               f"; each run's train.precision, \"auto\" as on this machine ({doc['device']})"), markup=False)
     for name, consts, psi, dp, stages, act, record in rows:
         cells = "  ".join(f"{r['name']} {r['total'] / 1e9:10.4g} GB" for r in stages)
-        out.print(f"{name:<24} {consts.name}, K = {consts.k:g}", markup=False)
+        out.print(f"{printable(name):<24} {consts.name}, K = {consts.k:g}", markup=False)
         out.print(f"{'':<24} Ψ {psi:,.0f}  N {dp:<4} {cells}", markup=False)
         if record and record["analytic"]:
             out.print(f"{'':<24} the record's analytic figure: {record['formula']} = "
@@ -331,8 +386,13 @@ def cmd_slurm(args) -> int:
     from benchsuite.slurm import sbatch_script
 
     suite = load_suite(args.suite)
-    if not any(r.nodes == args.nodes for r in suite.runs):
+    runs = [r for r in suite.runs if r.nodes == args.nodes]
+    if not runs:
         raise UsageError(f"{args.suite}: no run has nodes = {args.nodes}; set [sweep] nodes to include it")
+    ranks_per_node = max(r.nproc_per_node for r in runs)  # one rank per GPU
+    if args.gpus_per_node < ranks_per_node:
+        raise UsageError(f"--gpus-per-node {args.gpus_per_node}: the suite's runs on {args.nodes} node(s) start up to "
+                         f"{ranks_per_node} ranks per node, one per GPU; give --gpus-per-node {ranks_per_node} or more")
     try:
         out_dir = Path(args.out).resolve()
         job_output = args.job_output or str(out_dir / "logs" / "slurm-%j.out")
@@ -353,9 +413,10 @@ def cmd_slurm(args) -> int:
     else:
         from benchsuite.atomic import atomic_file
 
+        output_file("-o", args.output, "sbatch script")
         with atomic_file(args.output, "w", encoding="utf-8") as f:
             f.write(script)
-        err.print(f"wrote {args.output}; submit with: sbatch {args.output}", markup=False)
+        err.print(printable(f"wrote {args.output}; submit with: sbatch {args.output}"), markup=False)
     return 0
 
 
@@ -383,7 +444,7 @@ def cmd_carbon_estimate(args) -> int:
               f"× PUE {res['pue']:g} × {res['intensity_g_per_kwh']:.0f} g/kWh ({res['intensity_source']}) "
               f"= {res['co2e_kg']:,.1f} kg CO2e", markup=False)
     if res.get("intensity_note"):
-        err.print(f"note: {res['intensity_note']}", markup=False)
+        err.print(f"note: {printable(res['intensity_note'])}", markup=False)
     return 0
 
 
@@ -415,9 +476,9 @@ def cmd_carbon_project(args) -> int:
         _print_json(rows)
         return 0
     for r in rows:
-        head = f"{r['suite']}/{r['workload']} (world {r['world_size']})"
+        head = printable(f"{r['suite']}/{r['workload']} (world {r['world_size']})")
         if "error" in r:
-            out.print(f"{head}: cannot project: {r['error']}", markup=False)
+            out.print(f"{head}: cannot project: {printable(r['error'])}", markup=False)
         else:
             out.print(f"{head}: {r['hours']:,.1f} h on {r['devices']} devices, {r['energy_kwh']:.3g} kWh, "
                       f"{r['co2e_t']:.3g} t CO2e (PUE {r['pue']:g}, {r['intensity_g_per_kwh']:.0f} g/kWh, "
@@ -447,6 +508,7 @@ def cmd_tokenize(args) -> int:
     """Text files → a .bin of byte-level tokens that train.data can name."""
     from benchsuite.data import tokenize_files
 
+    output_file("-o", args.output, "token file")
     try:
         doc = tokenize_files(args.files, args.output)
     except ValueError as e:
@@ -454,15 +516,22 @@ def cmd_tokenize(args) -> int:
     if args.json:
         _print_json(doc)
     else:
-        out.print(f"wrote {doc['path']}: {doc['tokens']:,} tokens from {doc['files']} file(s), byte-level ids "
-                  f"(model.vocab >= {doc['vocab_needed']}), sha256 {doc['sha256'][:12]}…; "
-                  f'use it with train.data = "{doc["path"]}"', markup=False)
+        out.print(f"wrote {printable(doc['path'])}: {doc['tokens']:,} tokens from {doc['files']} file(s), "
+                  f"byte-level ids (model.vocab >= {doc['vocab_needed']}), sha256 {doc['sha256'][:12]}…; "
+                  f'use it with train.data = "{printable(doc["path"])}"', markup=False)
     return 0
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with its messages (which quote what was typed) shown through `printable`."""
+
+    def error(self, message: str):
+        super().error(printable(message))
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="benchsuite", description="What training a transformer really costs: "
-                                "throughput, FLOPs/MFU, scaling, memory, energy and CO2e.")
+    p = Parser(prog="benchsuite", description="What training a transformer really costs: "
+               "throughput, FLOPs/MFU, scaling, memory, energy and CO2e.")
     sub = p.add_subparsers(dest="verb", required=True)
 
     r = sub.add_parser("run", help="run a suite (one torchrun per run) and write one record per run")
@@ -470,10 +539,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", default="results", help="results folder (default: results)")
     r.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
                    help="skip runs already recorded ok (default: on)")
-    r.add_argument("--peak-tflops", type=float, default=None,
+    r.add_argument("--peak-tflops", type=POSITIVE, default=None,
                    help="peak FLOP/s of one device (TFLOP/s) for MFU where the device is not in the table")
-    r.add_argument("--nnodes", type=int, default=1, help="nodes in this job (multi-node: one launcher per node)")
-    r.add_argument("--node-rank", type=int, default=0, help="this node's rank; node 0 writes the records")
+    r.add_argument("--nnodes", type=COUNT, default=1, help="nodes in this job (multi-node: one launcher per node)")
+    r.add_argument("--node-rank", type=INDEX, default=0, help="this node's rank; node 0 writes the records")
     r.add_argument("--rdzv-endpoint", default=None, help="HOST:PORT of the c10d rendezvous (multi-node)")
     r.add_argument("--rdzv-id", default="benchsuite", help="job id shared by every node's launcher")
     r.add_argument("--max-ranks-per-node", type=int, default=None, metavar="N",
@@ -510,9 +579,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sl = sub.add_parser("slurm", help="write an sbatch script that runs the suite on a Slurm allocation")
     sl.add_argument("suite")
-    sl.add_argument("--nodes", type=int, required=True)
-    sl.add_argument("--gpus-per-node", type=int, required=True)
-    sl.add_argument("--cpus-per-task", type=_positive_int, default=None,
+    sl.add_argument("--cpus-per-task", type=COUNT, default=None,
                     help="CPUs of the node's one task, which runs all G ranks (default: 8 × --gpus-per-node; "
                          "Slurm's own default of 1 CPU per task would be shared by every rank)")
     sl.add_argument("--exclusive", action="store_true",
@@ -521,6 +588,8 @@ def build_parser() -> argparse.ArgumentParser:
     sl.add_argument("--job-output", metavar="PATTERN",
                     help="the job's stdout/stderr (#SBATCH --output; %%j is the job id); default "
                          "OUT/logs/slurm-%%j.out, its folder created now (Slurm does not create it)")
+    sl.add_argument("--nodes", type=COUNT, required=True)
+    sl.add_argument("--gpus-per-node", type=COUNT, required=True)
     sl.add_argument("--partition")
     sl.add_argument("--time", help="wall-clock limit, e.g. 02:00:00")
     sl.add_argument("--account")
@@ -531,23 +600,23 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("carbon", help="carbon accounting: plain estimates and projections from records")
     csub = c.add_subparsers(dest="carbon_verb", required=True)
     ce = csub.add_parser("estimate", help="chips × hours × watts × PUE × grid intensity")
-    ce.add_argument("--chips", type=float, required=True)
-    ce.add_argument("--hours", type=float, required=True)
-    ce.add_argument("--watts", type=float, required=True, help="average power per chip")
-    ce.add_argument("--pue", type=float, default=1.0)
+    ce.add_argument("--chips", type=POSITIVE, required=True)
+    ce.add_argument("--hours", type=POSITIVE, required=True)
+    ce.add_argument("--watts", type=POSITIVE, required=True, help="average power per chip")
+    ce.add_argument("--pue", type=PUE, default=1.0)
     where = ce.add_mutually_exclusive_group()
-    where.add_argument("--intensity", type=float, help="grid intensity, g CO2e per kWh")
+    where.add_argument("--intensity", type=NON_NEGATIVE, help="grid intensity, g CO2e per kWh")
     where.add_argument("--country", help="ISO 3166 alpha-3 code, looked up in codecarbon's offline data")
     ce.add_argument("--region")
     ce.add_argument("--json", action="store_true")
     ce.set_defaults(fn=cmd_carbon_estimate)
     cp = csub.add_parser("project", help="hours, kWh and t CO2e of a full training run from measured rates")
     cp.add_argument("records", help="a record file or a results folder")
-    cp.add_argument("--tokens", type=float, required=True, help="tokens of the full training run")
-    cp.add_argument("--devices", type=int, help="devices of the full run (default: the record's world size)")
-    cp.add_argument("--pue", type=float, help="default: the record's")
+    cp.add_argument("--tokens", type=POSITIVE, required=True, help="tokens of the full training run")
+    cp.add_argument("--devices", type=COUNT, help="devices of the full run (default: the record's world size)")
+    cp.add_argument("--pue", type=PUE, help="default: the record's")
     where = cp.add_mutually_exclusive_group()
-    where.add_argument("--intensity", type=float, help="default: the record's")
+    where.add_argument("--intensity", type=NON_NEGATIVE, help="default: the record's")
     where.add_argument("--country", help="ISO 3166 alpha-3 code, looked up in codecarbon's offline data")
     cp.add_argument("--region")
     cp.add_argument("--json", action="store_true")
@@ -573,8 +642,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     mm = sub.add_parser("memory", help="per-device model-state bytes of DDP and ZeRO stages 1/2/3")
     mm.add_argument("suite", nargs="?", default=None, help="suite TOML: use its models' parameter counts")
-    mm.add_argument("--params", type=float, default=None, help="parameter count Ψ (e.g. 7.5e9)")
-    mm.add_argument("--dp", type=int, default=None,
+    mm.add_argument("--params", type=PARAMS, default=None, help="parameter count Ψ (e.g. 7.5e9)")
+    mm.add_argument("--dp", type=COUNT, default=None,
                     help="data-parallel degree N (default with a suite: each run's own)")
     mm.add_argument("--precision", choices=("mixed", "fp32"), default=None,
                     help="mixed: 2+2+K with K = 12 (the paper); fp32: 4+4+8. Default: each run's train.precision "
@@ -590,16 +659,23 @@ def _terminate_like_ctrl_c(signum, frame):
     raise KeyboardInterrupt
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning (e.g. a skipped record, named by its file) as one line, through `printable`."""
+    err.print(f"warning: {printable(message)}", markup=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate_like_ctrl_c)
     try:
-        return args.fn(args)
-    except ConfigError as e:
-        err.print(str(e), markup=False)
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            return args.fn(args)
+    except ConfigError as e:  # one problem a line (keys and values inside are quoted by the loader)
+        err.print("\n".join(printable(line) for line in str(e).split("\n")), markup=False)
         return 2
     except UsageError as e:
-        err.print(f"benchsuite: {e}", markup=False)
+        err.print(f"benchsuite: {printable(e)}", markup=False)
         return 2
     except KeyboardInterrupt:
         err.print("interrupted: completed records are kept; rerun the same command to resume")

@@ -5,6 +5,8 @@
     SITE/runs/<run_key>.html one page per record
     SITE/assets/             plotly.min.js (from the installed plotly package, once), theme.js,
                              dashboard.css, dashboard.js
+    SITE/.benchsuite-manifest.json  the files the last build wrote: a rebuild removes only those
+                             it no longer needs, and never overwrites a file it did not write
 
 The site opens from disk with no network: no CDN, no fetch; every figure is a Plotly JSON
 spec built in Python and embedded in its page, drawn by Plotly.newPlot.
@@ -12,6 +14,8 @@ spec built in Python and embedded in its page, drawn by Plotly.newPlot.
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +26,14 @@ from dashboard.pages import summary_pages
 from dashboard.render import TEMPLATE_LAYOUT, Figure, esc, page_html, script_json
 
 ASSETS = Path(__file__).resolve().parent / "assets"
+ASSET_FILES = ("plotly.min.js", "plotly.version", "theme.js", "dashboard.css", "dashboard.js")
+MANIFEST = ".benchsuite-manifest.json"
+# What a build can write (relative to the site); a manifest entry of any other form is ignored.
+SITE_FILE = re.compile(r"index\.html|assets/\w[\w.-]*|runs/\w[\w.-]*\.html")
+
+
+class SiteError(ValueError):
+    """The site folder holds a file the build would overwrite but did not write itself."""
 
 
 @dataclass
@@ -81,6 +93,48 @@ def _validate(figures: list[Figure]) -> None:
         go.Figure(f.spec())  # raises ValueError naming the bad property
 
 
+def read_manifest(site: Path) -> set[str]:
+    """The files earlier builds wrote; none when the manifest is missing, not a regular file (a FIFO
+    would block the read) or unreadable."""
+    path = site / MANIFEST
+    if not path.is_file():
+        return set()
+    try:
+        files = json.loads(path.read_text(encoding="utf-8")).get("files")
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return set()
+    return {f for f in files if isinstance(f, str) and SITE_FILE.fullmatch(f)} if isinstance(files, list) else set()
+
+
+def owned_files(site: Path, files: set[str]) -> set[str]:
+    """What earlier builds wrote: the manifest's list. A site built before the manifest existed (it has
+    assets/plotly.version, which only this build writes) owns the files this build rewrites, no more."""
+    if not (site / MANIFEST).exists() and (site / "assets" / "plotly.version").is_file():
+        return {f for f in files if (site / f).is_file()}
+    return read_manifest(site)
+
+
+def write_manifest(site: Path, files: set[str]) -> None:
+    _write(site / MANIFEST, json.dumps({"written_by": "benchsuite dashboard", "files": sorted(files)}, indent=1))
+
+
+def check_ownership(site: Path, files: set[str], owned: set[str]) -> None:
+    """Refuse to overwrite a file of `files` that exists but no earlier build wrote (a user's)."""
+    foreign = sorted(f for f in files - owned if (site / f).exists() or (site / f).is_symlink())
+    if foreign:
+        more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
+        raise SiteError(f"{site / foreign[0]}{more}: exists and was not written by an earlier build of this site "
+                        f"(not in {MANIFEST}); give a new or empty site folder, or move the file away")
+
+
+def remove_stale(site: Path, files: set[str]) -> None:
+    """Files an earlier build wrote that this one did not (pages of records no longer there)."""
+    for f in sorted(files):
+        path = site / f
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+
+
 NAV = [("Runs", "#overview"), ("Scaling", "#scaling"), ("Dense vs sparse", "#compare"),
        ("Equal quality", "#quality"), ("Energy and carbon", "#energy")]
 
@@ -91,6 +145,11 @@ def build_site(results, out, *, validate: bool = False) -> BuildResult:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     data = sitedata.load(results)
+    files = {"index.html", *(f"assets/{a}" for a in ASSET_FILES),
+             *([] if data.df.empty else data.df["page"])}
+    owned = owned_files(out, files)
+    check_ownership(out, files, owned)
+    write_manifest(out, owned | files)  # first: a build stopped part-way still owns what it wrote
     size = write_assets(out)
     pages = []
 
@@ -108,7 +167,6 @@ def build_site(results, out, *, validate: bool = False) -> BuildResult:
     runs = out / "runs"
     runs.mkdir(exist_ok=True)
     run_nav = [(t, f"../index.html{h}") for t, h in NAV]
-    written = set()
     for row in data.df.to_dict("records") if not data.df.empty else []:
         section = run_page.render(row, data.record(row))
         if validate:
@@ -116,11 +174,9 @@ def build_site(results, out, *, validate: bool = False) -> BuildResult:
         size += _write(out / row["page"], page_html(section.title, section.html, section.figures, "../", run_nav,
                                                     f"{row['suite']} · {row['status']}"))
         pages.append(row["page"])
-        written.add(Path(row["page"]).name)
     size += _write(out / "index.html", page_html("Training cost: dense vs sparse", body, figures, "", NAV,
                                                  subtitle))
     pages.insert(0, "index.html")
-    for stale in runs.glob("*.html"):  # pages of records no longer in the results
-        if stale.name not in written:
-            stale.unlink()
+    remove_stale(out, owned - files)
+    write_manifest(out, files)
     return BuildResult(index=(out / "index.html").resolve(), records=len(data.records), pages=pages, bytes=size)

@@ -428,3 +428,132 @@ def test_cli_dashboard_verb(tmp_path):
     assert r.returncode == 0 and r.stdout.strip() == str((tmp_path / "t" / "index.html").resolve())
     r = run_cli("dashboard", str(tmp_path / "nope"), "-o", str(tmp_path / "u"))
     assert r.returncode == 2 and "no such results folder" in " ".join(r.stderr.split())
+
+
+# ----------------------------------------------------------------------------- run page: MoE and ranks
+
+
+def _run_page(tmp_path, rec) -> tuple[str, dict]:
+    """The built page's text and its figures' specs, by element id."""
+    from dashboard.pages import run as run_page
+
+    res = build_site([rec], tmp_path, validate=True)
+    data = load([rec])
+    section = run_page.render(data.df.to_dict("records")[0], rec)
+    return (tmp_path / res.pages[1]).read_text(encoding="utf-8"), {f.id: f.spec() for f in section.figures}
+
+
+@pytest.mark.parametrize("name", ["make_dvs-switch-w1.json", "make_dvs-switch-w2.json", "make_dvs-switch-w4.json"])
+def test_moe_run_page_draws_the_load_of_every_layer_and_expert(tmp_path, name):
+    rec = _record(name)
+    load = rec["metrics"]["moe"]["expert_load"]  # [MoE layer][expert], as the worker writes it
+    page, figs = _run_page(tmp_path, rec)
+    assert "MoE expert load</strong>: not measured" not in page
+    (trace,) = figs["fig-run-experts"]["data"]
+    assert trace["type"] == "heatmap" and len(trace["z"]) == len(load) == 6
+    for row, z, counts in zip(load, trace["z"], trace["customdata"]):
+        mean = sum(row) / len(row)
+        assert z == pytest.approx([v / mean for v in row], rel=1e-3)
+        assert counts == row
+    assert trace["x"] == list(range(8)) and trace["zmid"] == 1
+    text = " ".join(_parse(next(tmp_path.glob("runs/*.html"))).text)
+    assert "expert implementation" in text and "grouped_mm" in text  # metrics.moe.expert_impl
+
+
+def test_moe_run_page_without_per_layer_load_says_not_measured(tmp_path):
+    rec = copy.deepcopy(_record("make_dvs-switch-w2.json"))
+    rec["metrics"]["moe"]["expert_load"] = [[1.0, "x"], []]  # not a [layer][expert] table of numbers
+    page, figs = _run_page(tmp_path, rec)
+    assert "fig-run-experts" not in figs and "MoE expert load</strong>: not measured" in page
+
+
+def test_per_rank_figure_names_the_straggler_ratio_the_worker_computes(tmp_path):
+    rec = _record("make_dvs-switch-w2.json")
+    ratio = rec["metrics"]["per_rank"]["straggler_ratio"]
+    _, figs = _run_page(tmp_path, rec)
+    title = figs["fig-run-ranks"]["layout"]["title"]["text"]
+    assert f"slowest / median = {ratio:.2f}" in title and "fastest" not in title
+
+
+# ----------------------------------------------------------------------------- the site folder
+
+
+def test_rebuild_keeps_a_users_files_and_removes_only_stale_pages_it_wrote(tmp_path):
+    recs = load_records(FIXTURES)
+    first = build_site(recs, tmp_path)
+    (tmp_path / "notes.txt").write_text("mine")
+    (tmp_path / "runs" / "my-page.html").write_text("mine too")
+    (tmp_path / "assets" / "logo.svg").write_text("<svg/>")
+    second = build_site(recs[:2], tmp_path)
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+    assert (tmp_path / "runs" / "my-page.html").read_text() == "mine too"
+    assert (tmp_path / "assets" / "logo.svg").exists()
+    stale = set(first.pages) - set(second.pages)
+    assert len(stale) == len(recs) - 2 and not any((tmp_path / p).exists() for p in stale)
+    manifest = json.loads((tmp_path / ".benchsuite-manifest.json").read_text())
+    assert "index.html" in manifest["files"] and set(second.pages) <= set(manifest["files"])
+    assert not set(manifest["files"]) & {"notes.txt", "runs/my-page.html", "assets/logo.svg"}
+
+
+def test_build_never_overwrites_a_file_it_did_not_write(tmp_path):
+    from dashboard.build import SiteError
+
+    (tmp_path / "index.html").write_text("my own index")
+    with pytest.raises(SiteError, match="index.html"):
+        build_site(load_records(FIXTURES)[:1], tmp_path)
+    assert (tmp_path / "index.html").read_text() == "my own index"
+
+
+def test_a_crafted_manifest_cannot_remove_files_outside_the_sites_pages(tmp_path):
+    site, victim = tmp_path / "site", tmp_path / "victim.txt"
+    victim.write_text("keep")
+    site.mkdir()
+    (site / "notes.txt").write_text("keep")
+    (site / ".benchsuite-manifest.json").write_text(json.dumps(
+        {"files": ["../victim.txt", str(victim), "notes.txt", "runs/../../victim.txt", "assets/.."]}))
+    build_site(load_records(FIXTURES)[:1], site)
+    assert victim.read_text() == "keep" and (site / "notes.txt").read_text() == "keep"
+
+
+@pytest.mark.parametrize("where", ["file", "under-file"])
+def test_cli_dashboard_out_at_or_under_a_file_exits_2(tmp_path, where):
+    existing = tmp_path / "site.txt"
+    existing.write_text("x")
+    target = existing if where == "file" else existing / "site"
+    r = run_cli("dashboard", str(FIXTURES), "-o", str(target))
+    assert r.returncode == 2 and "Traceback" not in r.stderr and str(existing) in r.stderr
+    assert "not a folder" in r.stderr and existing.read_text() == "x"
+
+
+def test_cli_dashboard_refuses_to_overwrite_a_users_index(tmp_path):
+    (tmp_path / "index.html").write_text("mine")
+    r = run_cli("dashboard", str(FIXTURES), "-o", str(tmp_path))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "was not written by an earlier build" in r.stderr and (tmp_path / "index.html").read_text() == "mine"
+
+
+def test_a_site_built_before_the_manifest_is_rebuilt_without_removing_what_it_cannot_know(tmp_path):
+    recs = load_records(FIXTURES)
+    build_site(recs[:3], tmp_path)
+    (tmp_path / ".benchsuite-manifest.json").unlink()  # as an older benchsuite left it
+    (tmp_path / "runs" / "mine.html").write_text("mine")
+    old_pages = {p.name for p in (tmp_path / "runs").iterdir()}
+    res = build_site(recs[:1], tmp_path)
+    assert (tmp_path / "runs" / "mine.html").read_text() == "mine"
+    assert {p.name for p in (tmp_path / "runs").iterdir()} == old_pages  # rewritten, none removed
+    assert json.loads((tmp_path / ".benchsuite-manifest.json").read_text())["files"] == sorted(
+        {"index.html", *res.pages, *(f"assets/{a}" for a in ("plotly.min.js", "plotly.version", "theme.js",
+                                                              "dashboard.css", "dashboard.js"))})
+
+
+@pytest.mark.parametrize("manifest", ["{not json", "[" * 100_000, '{"files": "index.html"}', "[]", "fifo"])
+def test_an_odd_manifest_owns_nothing(tmp_path, manifest):
+    import os
+
+    from dashboard.build import MANIFEST, read_manifest
+
+    if manifest == "fifo":
+        os.mkfifo(tmp_path / MANIFEST)  # reading it would block the build
+    else:
+        (tmp_path / MANIFEST).write_text(manifest)
+    assert read_manifest(tmp_path) == set()

@@ -7,6 +7,7 @@ tests/test_dashboard.py the fixture folder's hostile record.)"""
 from __future__ import annotations
 
 import ast
+import json
 import re
 import unicodedata
 from html.parser import HTMLParser
@@ -203,7 +204,7 @@ def test_out_pointing_at_a_file_is_refused_with_a_message(tmp_path, tiny_suite, 
     assert "exists and is not a folder" in capsys.readouterr().err
     assert existing.read_text() == "not a folder"
     assert cli.main(["run", str(suite), "--out", str(existing / "sub")]) == 2
-    assert "cannot create the results folder" in capsys.readouterr().err
+    assert f"{existing} is a file, not a folder" in capsys.readouterr().err
 
 
 def test_out_pointing_at_a_file_as_a_process_exits_2_without_traceback(tmp_path, tiny_suite):
@@ -241,3 +242,97 @@ def test_train_data_is_checked_before_launch(tmp_path, monkeypatch):
     write_bin(tmp_path / "tokens.bin", list(range(100)) * 10)
     assert load_suite(write_suite(tmp_path / "s.toml", text.format(vocab=256, data="tokens.bin"))).runs
     assert load_suite(write_suite(tmp_path / "s.toml", text.format(vocab=300, data="builtin"))).runs
+
+
+# ----------------------------------------------------------------------------- one renderer for the terminal
+
+from benchsuite.terminal import printable  # noqa: E402
+
+# a right-to-left override, an isolate, rich markup, an emoji code, an OSC retitle + BEL, clear-screen
+HOSTILE = "\u202e\u2066[/bold]w[red]:warning:\x1b]0;pwned\x07\x1b[2J"
+HOSTILE_TOML = r'"\u202e\u2066[/bold]w[red]:warning:\u001b]0;pwned\u0007\u001b[2J"'
+SHOWN = r"\u202e\u2066[/bold]w[red]:warning:\x1b]0;pwned\x07\x1b[2J"  # what the terminal shows
+RAW = ["\x1b]0;pwned", "\x07", "\x1b[2J", "\u202e", "\u2066"]
+
+
+def test_printable_shows_controls_bidi_overrides_and_surrogates_escaped():
+    assert printable(HOSTILE) == SHOWN
+    assert printable("\x00\t\n\r\x7f\x9b") == r"\x00\x09\x0a\x0d\x7f\x9b"
+    assert printable("".join(map(chr, [0x61c, 0x200e, 0x200f, *range(0x202a, 0x202f), *range(0x2066, 0x206a)]))) == (
+        r"\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+    assert printable("bad\udcff") == r"bad\udcff"  # a lone surrogate (a non-UTF-8 file name) cannot break stdout
+    assert printable("é → ✓ 日本 [b]") == "é → ✓ 日本 [b]" and printable(None) == "None"
+
+
+def _hostile_suite(path: Path) -> Path:
+    return write_suite(path, f"""
+    [suite]
+    name = {HOSTILE_TOML}
+    [defaults]
+    model = {{ layers = 1, hidden = 16, heads = 2, vocab = 64, seq_len = 8 }}
+    train = {{ micro_batch = 2, steps = 3, warmup_steps = 2, timeout_s = 120 }}
+    [[workload]]
+    name = {HOSTILE_TOML}
+    kind = "dense"
+    """)
+
+
+def _hostile_results(out: Path) -> Path:
+    from test_store import make_record
+
+    rec = make_record("h1", workload=HOSTILE)
+    rec["suite"] = rec["config"]["suite"] = HOSTILE
+    write_record(out, rec)
+    return out
+
+
+def _verb_argv(verb: str, tmp_path: Path) -> tuple[list[str], int, str]:
+    """The command line that shows a hostile name through `verb`, its exit code, and what the
+    terminal must show of the name."""
+    if verb == "warning: unreadable record":  # the reader's warning names the file
+        (tmp_path / "bad").mkdir()
+        name = HOSTILE.replace("/", "-")
+        (tmp_path / "bad" / f"{name}.json").write_text("{not json")
+        return ["list", str(tmp_path / "bad")], 0, SHOWN.replace("/", "-")
+    suite = str(_hostile_suite(tmp_path / "hostile.toml"))
+    results = str(_hostile_results(tmp_path / "results"))
+    argv, code = {"report": (["report", results], 0), "list": (["list", results], 0), "flops": (["flops", suite], 0),
+                  "memory": (["memory", suite], 0),
+                  "carbon project": (["carbon", "project", results, "--tokens", "1e9"], 0),
+                  "error: no results folder": (["list", str(tmp_path / HOSTILE)], 2),
+                  "error: suite file": (["flops", str(tmp_path / HOSTILE)], 2),
+                  "error: option": (["memory", "--dp", HOSTILE], 2),
+                  "dashboard -o": (["dashboard", results, "-o", str(tmp_path / "site" / HOSTILE)], 0)}[verb]
+    return argv, code, SHOWN
+
+
+@pytest.mark.parametrize("verb", ["report", "list", "flops", "memory", "carbon project", "error: no results folder",
+                                  "error: suite file", "error: option", "dashboard -o",
+                                  "warning: unreadable record"])
+def test_every_verb_shows_a_hostile_name_as_text(tmp_path, capsys, verb):
+    argv, code, name = _verb_argv(verb, tmp_path)
+    try:
+        assert cli.main(argv) == code
+    except SystemExit as e:  # argparse's own errors
+        assert e.code == code
+    shown = "".join(capsys.readouterr())
+    assert_terminal_safe(shown)
+    assert not [r for r in RAW if r in shown], shown
+    if verb != "report":  # (the report's table may cut a long name short)
+        assert name in shown.replace("\n", ""), shown
+
+
+def test_run_on_a_terminal_shows_a_hostile_workload_name(tmp_path, monkeypatch):
+    """rich's live progress and the outcome lines, as on a TTY: `[/bold]` once crashed the run."""
+    import io
+
+    from rich.console import Console
+
+    buf = io.StringIO()
+    monkeypatch.setattr(cli, "err", Console(file=buf, force_terminal=True, width=300, highlight=False, emoji=False,
+                                            soft_wrap=True))
+    assert cli.main(["run", str(_hostile_suite(tmp_path / "s.toml")), "--out", str(tmp_path / "r")]) == 0
+    shown = buf.getvalue()
+    assert not [r for r in RAW if r in shown], shown
+    assert f"✓ {SHOWN} · world 1 · weak" in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", shown)  # rich's own colours
+    assert [r["workload"] for r in map(json.loads, map(Path.read_text, (tmp_path / "r").glob("*.json")))] == [HOSTILE]

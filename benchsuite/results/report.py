@@ -7,6 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from benchsuite.results.values import num, present
+from benchsuite.terminal import printable  # every string of a record reaches the terminal through it
 
 COLUMNS = [
     # (header, column, format)
@@ -27,15 +28,6 @@ COLUMNS = [
 FLAG_MARK = "⚠"
 MEMORY_MEASURED = "metrics.memory.model_state_bytes.measured.total"
 MEMORY_ANALYTIC = "metrics.memory.model_state_bytes.analytic.total"
-
-
-_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7f, 0xa0))}
-
-
-def printable(text) -> str:
-    """A string from a record, safe for a terminal: control characters (ESC sequences that retitle,
-    clear or recolour the terminal, BEL, newlines) are shown as \\xNN escapes instead of acting."""
-    return str(text).translate(_CONTROL)
 
 
 def _fmt(fmt: str, v) -> str:

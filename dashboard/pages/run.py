@@ -1,8 +1,8 @@
 """One page per run: the sanity guard's flags (a warning box), headline figures, step-time series,
 loss curve (with validation loss and the target loss), per-rank step time (stragglers), MoE expert
-load, model-state memory measured vs analytic, energy per device, carbon, environment and the
-resolved config. Every section a record lacks says so ("not measured") instead of drawing nothing
-or zero."""
+load per layer and expert (and the expert implementation), model-state memory measured vs analytic,
+energy per device, carbon, environment and the resolved config. Every section a record lacks says
+so ("not measured") instead of drawing nothing or zero."""
 
 from __future__ import annotations
 
@@ -62,25 +62,42 @@ def rank_figure(rec) -> Figure | None:
     ys = [None if num(v) is None else short(num(v) * 1e3, 4) for v in meds]
     worst = max(range(len(ys)), key=lambda i: ys[i] if ys[i] is not None else -1)
     ratio = num(per_rank.get("straggler_ratio"))
-    title = "Median step time per rank" + (f" (slowest / fastest = {ratio:.2f})" if ratio is not None else "")
+    # the worker's straggler ratio: the slowest rank's median step time / the median over ranks
+    title = "Median step time per rank" + (f" (slowest / median = {ratio:.2f})" if ratio is not None else "")
     return Figure("fig-run-ranks", [{"type": "bar", "name": "median step time", "x": list(range(len(ys))), "y": ys,
                                      "marker": {"color": ["#d62728" if i == worst and len(ys) > 1 else "#4c6ef5"
                                                           for i in range(len(ys))]}}],
                   layout(title, "rank", "ms", xaxis={"type": "category"}, **SMALL))
 
 
-def expert_figure(rec) -> Figure | None:
+LOAD_COLORS = [[0, "#1971c2"], [0.5, "#f8f9fa"], [1, "#e03131"]]  # under-used blue, balanced white, overloaded red
+
+
+def expert_load(rec) -> list[list[float]] | None:
+    """metrics.moe.expert_load: [MoE layer][expert] tokens routed in the last step, summed over
+    ranks (None unless every layer is a list of numbers)."""
     load = dig(rec, "metrics", "moe", "expert_load")
-    if not isinstance(load, list) or not any(num(v) is not None for v in load):
+    if not isinstance(load, list) or not load or not all(isinstance(layer, list) and layer for layer in load):
         return None
-    ys = [short(num(v)) for v in load]
-    vals = [v for v in ys if v is not None]
-    mean = sum(vals) / len(vals)
-    return Figure("fig-run-experts", [{"type": "bar", "name": "tokens routed", "x": list(range(len(ys))), "y": ys,
-                                       "marker": {"color": "#f08c00"}}],
-                  layout("MoE expert load (dotted: mean)", "expert", "load", xaxis={"type": "category"},
-                         shapes=[{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": short(mean),
-                                  "y1": short(mean), "line": {"color": "#555", "dash": "dot", "width": 1}}], **SMALL))
+    rows = [[num(v) for v in layer] for layer in load]
+    return None if any(v is None for row in rows for v in row) else rows
+
+
+def expert_figure(rec) -> Figure | None:
+    """A heatmap, one row per MoE layer: each expert's tokens ÷ its layer's mean (1 = balanced)."""
+    rows = expert_load(rec)
+    if rows is None:
+        return None
+    rel = [[short(v / (sum(row) / len(row)), 4) if sum(row) > 0 else None for v in row] for row in rows]
+    return Figure("fig-run-experts", [{
+        "type": "heatmap", "name": "tokens routed", "x": list(range(max(map(len, rows)))),
+        "y": list(range(len(rows))), "z": rel, "customdata": [[short(v) for v in row] for row in rows],
+        "hovertemplate": "MoE layer %{y}, expert %{x}: %{customdata:,} tokens, %{z:.2f} × the layer mean"
+                         "<extra></extra>",
+        "colorscale": LOAD_COLORS, "zmid": 1, "colorbar": {"title": {"text": "÷ mean"}}}],
+        layout("MoE expert load, last step (tokens routed ÷ the layer's mean; 1 = balanced)", "expert",
+               "MoE layer", xaxis={"type": "category"}, yaxis={"type": "category", "autorange": "reversed"},
+               **SMALL))
 
 
 def memory_figure(rec) -> Figure | None:
@@ -160,11 +177,16 @@ def _error(rec) -> str:
             f"<pre>{esc(e.get('message') or '')}</pre></div>")
 
 
+MOE_LABELS = {"expert_impl": "expert implementation", "load_max_over_mean": "load max / mean (mean over layers)"}
+
+
 def _moe(rec) -> str:
+    """The routing figures of metrics.moe; strings (expert_impl, source) shown as they are."""
     moe = dig(rec, "metrics", "moe")
     if not isinstance(moe, dict):
         return ""
-    rows = [(k.replace("_", " "), f_sig(v)) for k, v in moe.items() if not isinstance(v, (list, dict))]
+    rows = [(MOE_LABELS.get(k, k.replace("_", " ")), f_sig(v) if num(v) is not None else v)
+            for k, v in moe.items() if not isinstance(v, (list, dict))]
     return kv_table(rows)
 
 
