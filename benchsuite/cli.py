@@ -75,6 +75,9 @@ def cmd_run(args) -> int:
                   markup=False, soft_wrap=True)
         return 1
     interrupted = any(o.interrupted for o in outcomes)
+    if interrupted:  # the suite is over: more Ctrl-C presses must not cut short its last words or exit code
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
     if args.json:
         _print_json({"suite": suite.name, "out": str(args.out), "interrupted": interrupted,
                      "runs": [{"workload": o.run.workload, "world_size": o.run.world_size, "scaling": o.run.scaling,

@@ -208,7 +208,7 @@ class _StopRequest:
             self.signum = signum
         if first and self._waiting:
             raise Interrupted(signum)
-        os.write(2, b"benchsuite: stopping: the run's processes are being stopped and its record written\n")
+        os.write(2, b"benchsuite: stopping: the run in progress is being stopped and recorded, then the suite ends\n")
 
     def wait(self, proc: subprocess.Popen, timeout: float) -> int:
         """proc.wait, interruptible by the first stop signal (also one that came before it)."""
@@ -227,7 +227,9 @@ class _StopRequest:
 
 @contextlib.contextmanager
 def _stop_signals():
-    """A _StopRequest handles SIGINT and SIGTERM for the block (signals exist in the main thread only)."""
+    """A _StopRequest handles SIGINT and SIGTERM for the block (signals exist in the main thread only).
+    Once a stop was requested its handler stays: the suite is ending, and a later signal must not
+    break off the outcome and the messages still to be written."""
     stop = _StopRequest()
     if threading.current_thread() is not threading.main_thread():
         yield stop
@@ -236,8 +238,9 @@ def _stop_signals():
     try:
         yield stop
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+        if stop.signum is None:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
 
 
 def record_path(out_dir: Path, run: RunConfig, key: str) -> Path:
