@@ -2,6 +2,8 @@
 
 A run that raises, is killed, segfaults or hangs past `train.timeout_s` becomes a failed
 record naming the rank and the reason; every process of the run is reaped; the suite goes on.
+Ctrl-C / SIGTERM stops the suite after recording the run in progress, and never replaces an ok
+record by a failed one. Each run is measured under its lock (runlock.py): one launcher per run.
 """
 
 from __future__ import annotations
@@ -405,7 +407,8 @@ def run_suite(suite: Suite, out_dir: str | Path, resume: bool = True, peak_tflop
     return outcomes
 
 
-def _claim_and_launch(run, key, out_dir, hardware, rdzv, peak_tflops, resume, start: Callable[[], None]) -> RunOutcome:
+def _claim_and_launch(run: RunConfig, key: str, out_dir: Path, hardware: dict, rdzv: Rendezvous,
+                      peak_tflops: float | None, resume: bool, start: Callable[[], None]) -> RunOutcome:
     """Node 0 holds the run's lock for the whole run (the other nodes follow their node 0): a run
     another launcher is measuring is skipped, and one it finished since this suite began (its ok
     record is there now) is not measured again."""

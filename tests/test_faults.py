@@ -226,10 +226,10 @@ def test_ctrl_c_pressed_again_and_again_during_shutdown_still_records_the_run_an
         launcher.send_signal(signal.SIGINT)
         time.sleep(0.02)
     _, err = launcher.communicate(timeout=30)
+    rec = strict_load(out).get(key)
+    assert rec and rec["status"] == "failed" and rec["error"]["type"] == "Interrupted", err
     assert launcher.returncode == 130, err
     assert "Traceback" not in err and "benchsuite: stopping" in err
-    rec = strict_load(out)[key]
-    assert rec["status"] == "failed" and rec["error"]["type"] == "Interrupted"
     no_orphans(key)
 
 
@@ -239,11 +239,12 @@ def test_a_symlink_planted_in_the_logs_folder_is_never_written_through(tmp_path,
     suite = tiny_suite(name="links", world_sizes=(1,))
     out, outside = tmp_path / "out", tmp_path / "precious.txt"
     outside.write_text("a user's file\n")
-    from benchsuite.environment import hardware_identity
-    from benchsuite.launch import record_path
+    from benchsuite.results.store import record_filename
 
     (run,) = load_suite(suite).runs
-    log = out / "logs" / f"{record_path(out, run, run.run_key(hardware_identity())).stem}.node0.log"
+    (key,) = run_keys(suite)
+    name = record_filename({"suite": run.suite, "workload": run.workload, "config": run.to_dict(), "run_key": key})
+    log = out / "logs" / f"{Path(name).stem}.node0.log"
     log.parent.mkdir(parents=True)
     log.symlink_to(outside)
     res = run_cli("run", str(suite), "--out", str(out), "--json", timeout=120)
