@@ -18,7 +18,7 @@ from pathlib import Path
 from rich.console import Console
 
 from benchsuite.config import RANKS_PER_CORE, ConfigError, check_ranks_per_node, load_suite, usable_cores
-from benchsuite.terminal import printable, printable_markup
+from benchsuite.terminal import printable
 
 # Every user string reaches these through benchsuite.terminal.printable; emoji=False: a name like
 # ":warning:" is shown as typed (markup=False alone still replaces emoji codes).
@@ -104,7 +104,7 @@ def cmd_run(args) -> int:
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from benchsuite.launch import Rendezvous, run_suite
+    from benchsuite.launch import Rendezvous, RunStatus, run_suite
 
     if args.nnodes > 1 and not args.rdzv_endpoint:
         raise UsageError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (the first node's address)")
@@ -137,17 +137,42 @@ def cmd_run(args) -> int:
                   "records completed before this are kept; free space and rerun the same command to resume",
                   markup=False, soft_wrap=True)
         return 1
+    interrupted = any(o.interrupted for o in outcomes)
+    if interrupted:  # the suite is over: more Ctrl-C presses must not cut short its last words or exit code
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
     if args.json:
-        _print_json({"suite": suite.name, "out": str(args.out),
+        _print_json({"suite": suite.name, "out": str(args.out), "interrupted": interrupted,
                      "runs": [{"workload": o.run.workload, "world_size": o.run.world_size, "scaling": o.run.scaling,
-                               "run_key": o.run_key, "status": o.status, "record": o.record_path, "error": o.error,
+                               "run_key": o.run_key, "status": o.status.value, "record": o.record_path,
+                               "error": o.error, "holder": str(o.holder) if o.holder else None,
+                               "kept_earlier_record": o.kept_earlier,
                                "flags": (_ok_record(o) or {}).get("flags") or []}
                               for o in outcomes]})
     else:
-        counts = {s: sum(o.status == s for o in outcomes) for s in ("ok", "failed", "skipped")}
-        err.print(f"{counts['ok']} ok, {counts['failed']} failed, {counts['skipped']} skipped (already recorded)"
-                  f" → {printable_markup(args.out)}   next: benchsuite report {printable_markup(args.out)}")
-    return 1 if any(o.status == "failed" for o in outcomes) else 0
+        err.print(_summary_line(outcomes, len(suite.runs))
+                  + f" → {printable(args.out)}   next: benchsuite report {printable(args.out)}",
+                  markup=False)
+    if interrupted:
+        err.print("interrupted: completed records are kept; rerun the same command to resume")
+        return 130
+    return 1 if any(o.status in (RunStatus.FAILED, RunStatus.INTERRUPTED) for o in outcomes) else 0
+
+
+SUMMARY_WORDS = {  # RunStatus value → how the summary line counts it
+    "ok": "ok", "failed": "failed", "interrupted": "interrupted", "skipped_recorded": "skipped (already recorded)",
+    "skipped_other_nodes": "left to a job with another --nnodes",
+    "skipped_locked": "being measured by another launcher",
+}
+
+
+def _summary_line(outcomes, total: int) -> str:
+    """'2 ok, 0 failed, 1 skipped (already recorded)': ok and failed always, the other statuses when present."""
+    counts = {word: sum(o.status.value == status for o in outcomes) for status, word in SUMMARY_WORDS.items()}
+    parts = [f"{n} {word}" for word, n in counts.items() if n or word in ("ok", "failed")]
+    if len(outcomes) < total:
+        parts.append(f"{total - len(outcomes)} not started")
+    return ", ".join(parts)
 
 
 def _check_ranks_per_node(suite, args) -> None:
@@ -171,11 +196,12 @@ def _check_ranks_per_node(suite, args) -> None:
 
 
 def _ok_record(o) -> dict | None:
-    """The record an ok outcome wrote (None for failed and skipped runs)."""
+    """The record an ok outcome wrote (None for the other statuses)."""
     return json.loads(Path(o.record_path).read_text()) if o.status == "ok" else None
 
 
 def _outcome_line(o) -> str:
+    """One line per run for every RunStatus (a status without a line here is a KeyError, caught by the tests)."""
     from rich.markup import escape as _escape
 
     from benchsuite.results.report import printable
@@ -184,10 +210,22 @@ def _outcome_line(o) -> str:
         return _escape(printable(text))
 
     name = escape(f"{o.run.workload} · world {o.run.world_size} · {o.run.scaling}")
-    if o.status == "failed":
-        return f"[red]✗[/red] {name}: {escape(o.error['type'])}: {escape(o.error['message'][:300])}"
-    if o.status == "skipped":
-        return f"[dim]↷ {name}: already recorded ({o.run_key})[/dim]"
+    kept = f"; the earlier ok record is kept as the run's result ({escape(o.record_path)})" if o.kept_earlier else ""
+    lines = {
+        "failed": lambda: f"[red]✗[/red] {name}: {escape(o.error['type'])}: {escape(o.error['message'][:300])}{kept}",
+        "interrupted": lambda: f"[yellow]■[/yellow] {name}: interrupted ({escape(o.error['message'])})"
+                               + (kept or ("; recorded failed" if o.record_path else "")),
+        "skipped_recorded": lambda: f"[dim]↷ {name}: already recorded ({o.run_key})[/dim]",
+        "skipped_other_nodes": lambda: f"[dim]↷ {name}: nodes = {o.run.nodes}, left to a job started with "
+                                       f"--nnodes {o.run.nodes}[/dim]",
+        "skipped_locked": lambda: f"[dim]↷ {name}: being measured by {escape(o.holder)}; its record appears in "
+                                  "the results folder when it finishes[/dim]",
+        "ok": lambda: _ok_line(o, name, escape),
+    }
+    return lines[o.status.value]()
+
+
+def _ok_line(o, name: str, escape) -> str:
     rec = _ok_record(o)
     m = rec["metrics"]
     mfu = f"{m['mfu']:.1%}" if m.get("mfu") is not None else "n/a"

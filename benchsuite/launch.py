@@ -2,6 +2,8 @@
 
 A run that raises, is killed, segfaults or hangs past `train.timeout_s` becomes a failed
 record naming the rank and the reason; every process of the run is reaped; the suite goes on.
+Ctrl-C / SIGTERM stops the suite after recording the run in progress, and never replaces an ok
+record by a failed one. Each run is measured under its lock (runlock.py): one launcher per run.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Callable
 
@@ -25,6 +29,7 @@ from benchsuite.config import ConfigError, RunConfig, Suite
 from benchsuite.environment import THREADS_SOURCE_VAR, hardware_identity, software_versions
 from benchsuite.results.schema import failed_record, utc_now
 from benchsuite.results.store import ok_run_keys, record_filename, write_record
+from benchsuite.runlock import Holder, claim
 
 
 @dataclass(frozen=True)
@@ -41,14 +46,28 @@ class Rendezvous:
         return self.nnodes > 1
 
 
+class RunStatus(StrEnum):
+    """What became of one run of the suite in this launcher."""
+
+    OK = "ok"  # measured; its ok record is on disk
+    FAILED = "failed"  # crashed, killed or timed out; recorded failed (or an earlier ok record kept)
+    INTERRUPTED = "interrupted"  # Ctrl-C / SIGTERM stopped it; recorded failed (or an earlier ok record kept)
+    SKIPPED_RECORDED = "skipped_recorded"  # resume: an ok record of this run key is already on disk
+    SKIPPED_OTHER_NODES = "skipped_other_nodes"  # its `nodes` differs from --nnodes: left to another job
+    SKIPPED_LOCKED = "skipped_locked"  # another launcher is measuring it (its lock is held)
+
+
 @dataclass
 class RunOutcome:
     run: RunConfig
     run_key: str
-    status: str  # ok | failed | skipped | not_on_this_node
+    status: RunStatus
     record_path: str | None = None
     error: dict | None = None
     duration_s: float = 0.0
+    holder: Holder | None = None  # skipped_locked: the launcher measuring the run
+    kept_earlier: bool = False  # failed or interrupted: the earlier ok record of this run key stays its result
+    interrupted: bool = False  # Ctrl-C / SIGTERM arrived during this run: the suite stops after it
 
 
 def torchrun_command(run: RunConfig, key: str, workdir: Path, rdzv: Rendezvous) -> list[str]:
@@ -195,55 +214,162 @@ def diagnose(returncode: int, workdir: Path, log_text: str) -> dict:
             "rank": None}
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) or SIGTERM stopped the launcher while it waited on a run."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_STOP_MESSAGES = {signal.SIGINT: "stopped by SIGINT (Ctrl-C)", signal.SIGTERM: "stopped by SIGTERM"}
+
+
+class _StopRequest:
+    """SIGINT / SIGTERM during one run. The first signal, while the launcher waits on the run,
+    raises Interrupted there: the run's processes are stopped and the run is recorded. Every
+    later signal, and a first one that arrives while a record is being written, is only noted
+    (and said on stderr), so a second Ctrl-C cannot cut that shutdown short and lose the record."""
+
+    def __init__(self):
+        self.signum: int | None = None
+        self._waiting = False
+
+    def handle(self, signum, frame) -> None:
+        first = self.signum is None
+        if first:
+            self.signum = signum
+        if first and self._waiting:
+            raise Interrupted(signum)
+        os.write(2, b"benchsuite: stopping: the run in progress is being stopped and recorded, then the suite ends\n")
+
+    def wait(self, proc: subprocess.Popen, timeout: float) -> int:
+        """proc.wait, interruptible by the first stop signal (also one that came before it)."""
+        self._waiting = True
+        try:
+            if self.signum is not None:
+                raise Interrupted(self.signum)
+            return proc.wait(timeout=timeout)
+        finally:
+            self._waiting = False
+
+    @property
+    def message(self) -> str:
+        return _STOP_MESSAGES.get(self.signum, f"stopped by {_signal_name(self.signum)}")
+
+
+@contextlib.contextmanager
+def _stop_signals():
+    """A _StopRequest handles SIGINT and SIGTERM for the block (signals exist in the main thread only).
+    Once a stop was requested its handler stays: the suite is ending, and a later signal must not
+    break off the outcome and the messages still to be written."""
+    stop = _StopRequest()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    previous = {s: signal.signal(s, stop.handle) for s in STOP_SIGNALS}
+    try:
+        yield stop
+    finally:
+        if stop.signum is None:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+
+def record_path(out_dir: Path, run: RunConfig, key: str) -> Path:
+    """Where this run's record goes (the file name write_record gives it)."""
+    return out_dir / record_filename({"suite": run.suite, "workload": run.workload, "config": run.to_dict(),
+                                      "run_key": key})
+
+
+def _open_log(log_dir: Path, name: str):
+    """The run's log, opened for writing without ever following a symlink: a link planted at the
+    log's name (or a logs folder that is itself a link) cannot redirect the write elsewhere; a
+    planted link is removed (the link, never what it points to) and a fresh file created."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        dir_fd = os.open(log_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as e:
+        raise OSError(e.errno, f"{log_dir}: not a plain folder ({e.strerror}); remove it so logs can be "
+                               "written there") from None
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=dir_fd)
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666,
+                     dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+    return os.fdopen(fd, "w")
+
+
 def launch_run(run: RunConfig, key: str, out_dir: Path, hardware: dict, rdzv: Rendezvous,
                peak_tflops: float | None = None, threads: Threads | None = None) -> RunOutcome:
-    """One torchrun for one run; returns when its record (ok or failed) is on disk. threads: the
+    """One torchrun for one run; returns when its record (ok or failed) is on disk, also after
+    Ctrl-C / SIGTERM (then the outcome says interrupted and the suite stops). threads: the
     sweep's (thread_plan); by default the plan of this run alone."""
     threads = threads or thread_plan([run])[run.sweep_id]
     started_at, t0 = utc_now(), time.perf_counter()
-    stem = Path(record_filename({"suite": run.suite, "workload": run.workload, "config": run.to_dict(),
-                                 "run_key": key})).stem
-    log_dir = out_dir / "logs"
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"{stem}.node{rdzv.node_rank}.log"
-    final = out_dir / f"{stem}.json"
+    final = record_path(out_dir, run, key)
+    log_name = f"{final.stem}.node{rdzv.node_rank}.log"
+    log_path = out_dir / "logs" / log_name
     before = _fingerprint(final)
-    with tempfile.TemporaryDirectory(prefix=f"{WORKDIR_PREFIX}{key}-") as tmp:
+    with _stop_signals() as stop, tempfile.TemporaryDirectory(prefix=f"{WORKDIR_PREFIX}{key}-") as tmp:
         workdir = Path(tmp)
         (workdir / "launcher.pid").write_text(str(os.getpid()))
         (workdir / "run.json").write_text(json.dumps({"run": run.to_dict(), "run_key": key, "out": str(out_dir),
                                                       "peak_tflops": peak_tflops}))
         cmd = torchrun_command(run, key, workdir, rdzv)
-        with open(log_path, "w") as log:
+        with _open_log(out_dir / "logs", log_name) as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, env=worker_env(run, threads),
                                     preexec_fn=prctl.die_with_this_process(signal.SIGTERM))
+            error = None
             try:
-                returncode = proc.wait(timeout=run.train.timeout_s)
-                error = None
+                returncode = stop.wait(proc, run.train.timeout_s)
             except subprocess.TimeoutExpired:
                 _kill_run(proc, workdir)
                 returncode = proc.returncode
                 error = {"type": "Timeout", "rank": None,
                          "message": f"run exceeded train.timeout_s = {run.train.timeout_s:g} s and was killed"}
-            except KeyboardInterrupt:
+            except Interrupted:
                 _kill_run(proc, workdir)
-                error = {"type": "Interrupted", "rank": None, "message": "stopped by Ctrl-C"}
-                _write_failed(run, key, out_dir, hardware, error, started_at, t0, rdzv)
-                raise
+                returncode = proc.returncode
+                error = {"type": "Interrupted", "rank": None, "message": stop.message}
             _reap_ranks(workdir)
         if error is None and returncode != 0:
             error = diagnose(returncode, workdir, log_path.read_text(errors="replace"))
-    duration = time.perf_counter() - t0
-    if error is None and rdzv.node_rank == 0 and not final.exists():
-        error = {"type": "NoRecord", "rank": 0, "message": f"workers exited cleanly but wrote no record; see {log_path}"}
-    if error is not None:
-        error["log"] = str(log_path)
-        if rdzv.node_rank == 0 and _fingerprint(final) != before and _keep_written_record(final, out_dir, key, error):
-            return RunOutcome(run, key, "ok", str(final), None, duration)
-        _write_failed(run, key, out_dir, hardware, error, started_at, t0, rdzv)
-        return RunOutcome(run, key, "failed", str(final), error, duration)
-    return RunOutcome(run, key, "ok", str(final), None, duration)
+        if error is None and rdzv.node_rank == 0 and not final.exists():
+            error = {"type": "NoRecord", "rank": 0,
+                     "message": f"workers exited cleanly but wrote no record; see {log_path}"}
+        outcome = RunOutcome(run, key, RunStatus.OK, str(final), None)
+        if error is not None:
+            error["log"] = str(log_path)
+            failed = _failed_record(run, key, hardware, error, started_at, t0)
+            outcome = _settle_failure(run, key, final, failed, rdzv, written=_fingerprint(final) != before)
+        outcome.duration_s = time.perf_counter() - t0
+        outcome.interrupted = stop.signum is not None
+    return outcome
+
+
+def _settle_failure(run: RunConfig, key: str, final: Path, failed: dict, rdzv: Rendezvous,
+                    written: bool) -> RunOutcome:
+    """The run failed or was interrupted. An ok record of this run key on disk is never replaced by
+    a failed one: written by this run (the figures are complete) it stays ok, flagged with what
+    happened after it; written earlier (a --no-resume rerun) it stays the run's result and this
+    attempt is not recorded (its log is kept). Otherwise the failed record is written."""
+    error = failed["error"]
+    status = RunStatus.INTERRUPTED if error["type"] == "Interrupted" else RunStatus.FAILED
+    if rdzv.node_rank != 0:  # node 0 writes the records
+        return RunOutcome(run, key, status, None, error)
+    rec = _ok_record_on_disk(final, key)
+    if rec is not None and written:
+        _flag_written_record(rec, final.parent, error)
+        return RunOutcome(run, key, RunStatus.OK, str(final), None)
+    if rec is not None:
+        return RunOutcome(run, key, status, str(final), error, kept_earlier=True)
+    write_record(final.parent, failed)
+    return RunOutcome(run, key, status, str(final), error)
 
 
 def _fingerprint(path: Path) -> tuple | None:
@@ -255,36 +381,43 @@ def _fingerprint(path: Path) -> tuple | None:
     return st.st_ino, st.st_mtime_ns, st.st_size
 
 
-def _keep_written_record(final: Path, out_dir: Path, key: str, error: dict) -> bool:
-    """Rank 0 wrote this run's ok record, then a rank failed (a crash or hang in process-group
-    teardown): the measurement is complete, so it is kept, flagged with what happened after it."""
+def _ok_record_on_disk(final: Path, key: str) -> dict | None:
+    """The ok record of this run key at final, if that is what is there (never reads a FIFO or device)."""
+    if not final.is_file():
+        return None
     try:
         rec = json.loads(final.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return False
-    if rec.get("status") != "ok" or rec.get("run_key") != key:
-        return False
+        return None
+    if not isinstance(rec, dict) or rec.get("status") != "ok" or rec.get("run_key") != key:
+        return None
+    return rec
+
+
+def _flag_written_record(rec: dict, out_dir: Path, error: dict) -> None:
+    """Rank 0 wrote this run's ok record, then a rank failed (a crash or hang in process-group
+    teardown) or the launcher was interrupted: the measurement is complete, so it is kept,
+    flagged with what happened after it."""
     where = f" on rank {error['rank']}" if error.get("rank") is not None else ""
     rec["flags"] = [*(rec.get("flags") or []), {
         "field": "status", "value": error["type"],
-        "reason": f"the workers failed after this record was written ({error['type']}{where}: "
+        "reason": f"the run ended badly after this record was written ({error['type']}{where}: "
                   f"{error['message'][:300]}; log {error['log']}); the measured figures are complete"}]
     write_record(out_dir, rec)
-    return True
 
 
-def _write_failed(run, key, out_dir, hardware, error, started_at, t0, rdzv) -> None:
-    if rdzv.node_rank != 0:
-        return
+def _failed_record(run: RunConfig, key: str, hardware: dict, error: dict, started_at: str, t0: float) -> dict:
     env = {"hardware": hardware, "world_size": run.world_size, "nodes": run.nodes, **software_versions()}
-    write_record(out_dir, failed_record(key, run.to_dict(), env, error, started_at, time.perf_counter() - t0))
+    return failed_record(key, run.to_dict(), env, error, started_at, time.perf_counter() - t0)
 
 
 def run_suite(suite: Suite, out_dir: str | Path, resume: bool = True, peak_tflops: float | None = None,
               rdzv: Rendezvous = Rendezvous(),
               on_event: Callable[[str, int, int, RunOutcome | RunConfig], None] | None = None) -> list[RunOutcome]:
-    """Run every run of the suite in order. on_event(kind, index, total, payload) reports
-    'start' (payload: the RunConfig) and 'done' (payload: the RunOutcome)."""
+    """Run every run of the suite in order, until one is interrupted (Ctrl-C, SIGTERM).
+    on_event(kind, index, total, payload) reports 'start' (payload: the RunConfig) and 'done'
+    (payload: the RunOutcome)."""
+    on_event = on_event or (lambda kind, index, total, payload: None)
     threads = thread_plan(suite.runs)  # a bad OMP_NUM_THREADS is refused before anything starts
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -296,14 +429,34 @@ def run_suite(suite: Suite, out_dir: str | Path, resume: bool = True, peak_tflop
     for i, run in enumerate(suite.runs):
         key = run.run_key(hardware)
         if key in done:
-            outcome = RunOutcome(run, key, "skipped")
+            outcome = RunOutcome(run, key, RunStatus.SKIPPED_RECORDED)
         elif run.nodes != rdzv.nnodes:
-            outcome = RunOutcome(run, key, "not_on_this_node")
+            outcome = RunOutcome(run, key, RunStatus.SKIPPED_OTHER_NODES)
         else:
-            if on_event:
-                on_event("start", i, len(suite.runs), run)
-            outcome = launch_run(run, key, out_dir, hardware, rdzv, peak_tflops, threads=threads[run.sweep_id])
+            outcome = _claim_and_launch(run, key, out_dir, hardware, rdzv, peak_tflops, resume,
+                                        start=lambda: on_event("start", i, len(suite.runs), run),
+                                        threads=threads[run.sweep_id])
         outcomes.append(outcome)
-        if on_event:
-            on_event("done", i, len(suite.runs), outcome)
+        on_event("done", i, len(suite.runs), outcome)
+        if outcome.interrupted:
+            break
     return outcomes
+
+
+def _claim_and_launch(run: RunConfig, key: str, out_dir: Path, hardware: dict, rdzv: Rendezvous,
+                      peak_tflops: float | None, resume: bool, start: Callable[[], None],
+                      threads: Threads) -> RunOutcome:
+    """Node 0 holds the run's lock for the whole run (the other nodes follow their node 0): a run
+    another launcher is measuring is skipped, and one it finished since this suite began (its ok
+    record is there now) is not measured again."""
+    if rdzv.node_rank != 0:
+        start()
+        return launch_run(run, key, out_dir, hardware, rdzv, peak_tflops, threads=threads)
+    with claim(out_dir, key) as holder:
+        if holder is not None:
+            return RunOutcome(run, key, RunStatus.SKIPPED_LOCKED, holder=holder)
+        final = record_path(out_dir, run, key)
+        if resume and key in ok_run_keys(final):
+            return RunOutcome(run, key, RunStatus.SKIPPED_RECORDED, str(final))
+        start()
+        return launch_run(run, key, out_dir, hardware, rdzv, peak_tflops, threads=threads)

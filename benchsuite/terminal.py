@@ -1,15 +1,13 @@
 """Strings from records, suites and the command line, made safe for a terminal.
 
 `printable` is the one function every verb passes such a string through before it reaches the
-terminal. What it leaves is plain text: print it with `markup=False`, or inside a rich markup
-string through `printable_markup`, so that a name like `[/bold]` is shown, never parsed.
+terminal. What it leaves is plain text: print it with `markup=False`, so that a name like
+`[/bold]` is shown, never parsed.
 """
 
 from __future__ import annotations
 
 import re
-
-from rich.markup import escape
 
 # C0 and C1 controls and DEL (ESC sequences retitle, clear or recolour a terminal; BEL, CR and
 # newlines fake lines), lone surrogates (a terminal's encoder fails on them), and Unicode's
@@ -27,7 +25,3 @@ def printable(value) -> str:
     """`value` as text for a terminal: every unsafe character shown as a \\xNN or \\uNNNN escape."""
     return _UNSAFE.sub(_escaped, str(value))
 
-
-def printable_markup(value) -> str:
-    """`printable(value)` for a rich markup string: its brackets are shown, not read as tags."""
-    return escape(printable(value))

@@ -148,14 +148,14 @@ def moe_stats(model, all_to_all_share: float | None = None) -> dict | None:
 
 
 FAULT_PHASES = {"raise": "measure", "hang": "measure", "kill": "measure", "segv": "measure",
-                "abort_at_exit": "exit"}
+                "abort_at_exit": "exit", "hang_at_exit": "exit"}
 
 
 def inject_fault(rank: int, phase: str = "measure") -> None:
     """Deliberate failure for testing failure isolation: BENCHSUITE_INJECT_FAULT=KIND:RANK with
     KIND raise | hang | kill | segv, applied by that rank before the first measured step, or
-    abort_at_exit, applied after the record is written and the process groups are destroyed
-    (the SIGABRT a library can raise in teardown)."""
+    abort_at_exit | hang_at_exit, applied after the record is written and the process groups are
+    destroyed (the SIGABRT or hang a library can cause in teardown)."""
     spec = os.environ.get("BENCHSUITE_INJECT_FAULT")
     if not spec:
         return
@@ -164,7 +164,7 @@ def inject_fault(rank: int, phase: str = "measure") -> None:
         return
     if kind == "raise":
         raise RuntimeError(f"injected fault on rank {rank}")
-    if kind == "hang":
+    if kind in ("hang", "hang_at_exit"):
         time.sleep(10**6)
     if kind == "kill":
         os.kill(os.getpid(), signal.SIGKILL)

@@ -126,7 +126,7 @@ def test_launcher_interrupted_then_killed_mid_suite_then_resumed(tmp_path, tiny_
     res = run_cli("run", str(suite), "--out", str(out), "--json", timeout=240)
     assert res.returncode == 0, res.stderr
     assert not any(d.exists() for d in stale), "the next run removes the dead launcher's work folder"
-    assert [r["status"] for r in json.loads(res.stdout)["runs"]] == ["skipped", "ok"]
+    assert [r["status"] for r in json.loads(res.stdout)["runs"]] == ["skipped_recorded", "ok"]
     recs = strict_load(out)
     assert recs[k1]["status"] == recs[k2]["status"] == "ok"
     assert (out / Path(recs[k1]["_path"]).name).read_bytes() == before[Path(recs[k1]["_path"]).name]
@@ -165,6 +165,92 @@ def test_sigterm_to_the_launcher_stops_the_suite_like_ctrl_c(tmp_path, tiny_suit
     assert launcher.returncode == 130, err
     assert strict_load(out)[key]["error"]["type"] == "Interrupted"
     no_orphans(key)
+
+
+def test_an_interrupt_never_destroys_a_measurement_neither_this_runs_nor_an_earlier_one(tmp_path, tiny_suite,
+                                                                                        reap):
+    """Ctrl-C after rank 0 wrote the ok record (a rank then hangs in teardown): the record stays ok, its
+    figures intact, flagged with the interruption. Then a --no-resume rerun interrupted mid-measurement:
+    the earlier ok record is kept byte for byte and stays the run's result for resume and report."""
+    suite = tiny_suite(name="keep", world_sizes=(1,), timeout=120)
+    out = tmp_path / "out"
+    (key,) = run_keys(suite)
+    reap.append(key)
+    launcher = subprocess.Popen(CLI + ["run", str(suite), "--out", str(out)], cwd=REPO, text=True,
+                                env={**os.environ, "BENCHSUITE_INJECT_FAULT": "hang_at_exit:0"},
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    record = wait_for(lambda: next(iter(out.glob("*.json")), None), 120, "the run's ok record")
+    launcher.send_signal(signal.SIGINT)
+    _, err = launcher.communicate(timeout=60)
+    assert launcher.returncode == 130, err
+    rec = strict_load(out)[key]
+    assert rec["status"] == "ok" and rec["error"] is None and len(rec["steps"]) == 3
+    assert rec["metrics"]["tokens_per_s"] > 0
+    (flag,) = [f for f in rec["flags"] if f["field"] == "status"]
+    assert flag["value"] == "Interrupted" and "stopped by SIGINT (Ctrl-C)" in flag["reason"]
+    no_orphans(key)
+
+    kept = record.read_bytes()
+    old = workdirs(key)
+    launcher = subprocess.Popen(CLI + ["run", str(suite), "--out", str(out), "--no-resume"], cwd=REPO, text=True,
+                                env={**os.environ, "BENCHSUITE_INJECT_FAULT": "hang:0"},
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wait_for(lambda: rank_started(key, 0, old), 120, "the rerun's rank 0")
+    launcher.send_signal(signal.SIGINT)
+    _, err = launcher.communicate(timeout=60)
+    assert launcher.returncode == 130, err
+    assert "interrupted (stopped by SIGINT (Ctrl-C)); the earlier ok record is kept" in err
+    assert [p.name for p in out.glob("*.json")] == [record.name] and record.read_bytes() == kept
+    no_orphans(key)
+    res = run_cli("run", str(suite), "--out", str(out), "--json", timeout=120)
+    assert res.returncode == 0 and [r["status"] for r in json.loads(res.stdout)["runs"]] == ["skipped_recorded"]
+    report = run_cli("report", str(out), "--json", timeout=60)
+    assert [(r["run_key"], r["status"]) for r in json.loads(report.stdout)] == [(key, "ok")]
+
+
+def test_ctrl_c_pressed_again_and_again_during_shutdown_still_records_the_run_and_leaves_no_process(
+        tmp_path, tiny_suite, reap):
+    """Impatient users press Ctrl-C repeatedly: the later presses are only acknowledged, the run's
+    processes are still stopped and the interrupted run is still recorded."""
+    suite = tiny_suite(name="again", world_sizes=(2,), timeout=120)
+    out = tmp_path / "out"
+    (key,) = run_keys(suite)
+    reap.append(key)
+    old = workdirs(key)
+    launcher = subprocess.Popen(CLI + ["run", str(suite), "--out", str(out)], cwd=REPO, text=True,
+                                env={**os.environ, "BENCHSUITE_INJECT_FAULT": "hang:1"},
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wait_for(lambda: rank_started(key, 1, old), 120, "rank 1")
+    deadline = time.monotonic() + 60
+    while launcher.poll() is None and time.monotonic() < deadline:
+        launcher.send_signal(signal.SIGINT)
+        time.sleep(0.02)
+    _, err = launcher.communicate(timeout=30)
+    rec = strict_load(out).get(key)
+    assert rec and rec["status"] == "failed" and rec["error"]["type"] == "Interrupted", err
+    assert launcher.returncode == 130, err
+    assert "Traceback" not in err and "benchsuite: stopping" in err
+    no_orphans(key)
+
+
+def test_a_symlink_planted_in_the_logs_folder_is_never_written_through(tmp_path, tiny_suite):
+    """A link planted at the log's name (pointing at a user's file outside) must not let the run
+    truncate or write that file."""
+    suite = tiny_suite(name="links", world_sizes=(1,))
+    out, outside = tmp_path / "out", tmp_path / "precious.txt"
+    outside.write_text("a user's file\n")
+    from benchsuite.results.store import record_filename
+
+    (run,) = load_suite(suite).runs
+    (key,) = run_keys(suite)
+    name = record_filename({"suite": run.suite, "workload": run.workload, "config": run.to_dict(), "run_key": key})
+    log = out / "logs" / f"{Path(name).stem}.node0.log"
+    log.parent.mkdir(parents=True)
+    log.symlink_to(outside)
+    res = run_cli("run", str(suite), "--out", str(out), "--json", timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert outside.read_text() == "a user's file\n"
+    assert log.is_file() and not log.is_symlink()  # the link was replaced by the run's own log
 
 
 HOSTILE_SUITE = """
@@ -277,7 +363,7 @@ def test_disk_full_mid_suite_is_a_clear_error_not_a_traceback(tmp_path, tiny_sui
         if len(calls) == 2:
             raise OSError(errno.ENOSPC, f"cannot write record {out_dir}/x.json: No space left on device")
         rec = {**_record(key), "config": {**run.to_dict()}, "suite": run.suite, "workload": run.workload}
-        return launch.RunOutcome(run, key, "ok", str(write_record(out_dir, rec)), None, 0.1)
+        return launch.RunOutcome(run, key, launch.RunStatus.OK, str(write_record(out_dir, rec)), None, 0.1)
 
     monkeypatch.setattr(launch, "launch_run", fake_launch)
     assert cli.main(["run", str(suite), "--out", str(out)]) == 1

@@ -84,7 +84,7 @@ def test_a_raising_rank_is_recorded_and_the_suite_goes_on_then_resume_reruns_it(
 
     res = run_cli("run", str(suite), "--out", str(out), "--json")
     assert res.returncode == 0
-    assert [r["status"] for r in json.loads(res.stdout)["runs"]] == ["ok", "skipped"]
+    assert [r["status"] for r in json.loads(res.stdout)["runs"]] == ["ok", "skipped_recorded"]
     assert _records(out)[2]["status"] == "ok"
     assert len(load_records(out)) == 2  # the ok record replaced the failed one
 
@@ -181,3 +181,44 @@ def test_diagnosis_names_the_root_cause_not_the_rank_torchrun_stopped(tmp_path):
     (tmp_path / "error.0.json").write_text(json.dumps({"type": "RuntimeError", "message": "gloo: peer closed",
                                                        "rank": 0, "time": 1}))
     assert diagnose(1, tmp_path, TORCHRUN_SEGV_LOG)["rank"] == 1  # a peer's broken collective is a consequence
+
+
+def test_runs_left_to_another_node_count_are_listed_not_a_crash(tmp_path, tiny_suite):
+    """A suite with nodes = [1, 2] run with --nnodes 1: the one-node run is measured, the two-node
+    run is reported as left to another job, in the lines, the summary and --json."""
+    suite = tiny_suite(name="mixed", world_sizes=(2,), extra="nodes = [1, 2]\n")
+    out = tmp_path / "out"
+    res = run_cli("run", str(suite), "--out", str(out), "--nnodes", "1")
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    assert "nodes = 2, left to a job started with --nnodes 2" in res.stderr
+    assert "1 ok, 0 failed, 1 left to a job with another --nnodes" in res.stderr
+    res = run_cli("run", str(suite), "--out", str(out), "--json")
+    assert res.returncode == 0, res.stderr
+    assert [(r["status"], r["record"]) for r in json.loads(res.stdout)["runs"]] == [
+        ("skipped_recorded", None), ("skipped_other_nodes", None)]
+
+
+def test_every_run_status_has_an_outcome_line_and_a_place_in_the_summary(tiny_suite):
+    from benchsuite.cli import SUMMARY_WORDS, _outcome_line, _summary_line
+    from benchsuite.config import load_suite
+    from benchsuite.launch import RunOutcome, RunStatus
+    from benchsuite.runlock import Holder
+
+    (run,) = load_suite(tiny_suite()).runs
+    error = {"type": "Interrupted", "message": "stopped by SIGTERM", "rank": None}
+    lines = {}
+    for status in RunStatus:
+        if status == RunStatus.OK:
+            continue  # an ok line reads the record: covered by the real runs above
+        o = RunOutcome(run, "k" * 16, status, "out/r.json", error, holder=Holder(42, "node7"))
+        lines[status] = _outcome_line(o)
+    assert "being measured by pid 42 on host node7" in lines[RunStatus.SKIPPED_LOCKED]
+    assert "interrupted (stopped by SIGTERM); recorded failed" in lines[RunStatus.INTERRUPTED]
+    assert "already recorded (kkkkkkkkkkkkkkkk)" in lines[RunStatus.SKIPPED_RECORDED]
+    assert "Interrupted: stopped by SIGTERM" in lines[RunStatus.FAILED]
+    assert len(set(lines.values())) == len(lines)
+    assert set(SUMMARY_WORDS) == {s.value for s in RunStatus}
+    outcomes = [RunOutcome(run, "k", s) for s in (RunStatus.SKIPPED_LOCKED, RunStatus.SKIPPED_LOCKED)]
+    assert _summary_line(outcomes, 3) == "0 ok, 0 failed, 2 being measured by another launcher, 1 not started"
+    kept = RunOutcome(run, "k", RunStatus.FAILED, "out/r.json", error, kept_earlier=True)
+    assert "the earlier ok record is kept as the run's result (out/r.json)" in _outcome_line(kept)
