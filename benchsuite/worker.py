@@ -303,14 +303,15 @@ def measure(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None) -
 
 def merge_moe_stats(per_rank: list[dict]) -> dict:
     """Scalars averaged over ranks; expert load summed (each rank routes its own tokens)."""
-    scalars = ("dropped_frac", "padding_frac", "load_max_over_mean", "aux_loss", "z_loss")
-    out = {k: statistics.fmean(r[k] for r in per_rank) for k in scalars}
+    from benchsuite.models.moe import SCALAR_STATS
+
+    out = {k: statistics.fmean(r[k] for r in per_rank) for k in SCALAR_STATS}
     out["expert_load"] = [[sum(vals) for vals in zip(*layer)] for layer in zip(*(r["expert_load"] for r in per_rank))]
     out["expert_impl"] = per_rank[0]["expert_impl"]
     shares = [r["all_to_all_share"] for r in per_rank if r["all_to_all_share"] is not None]
     out["all_to_all_share"] = max(shares) if shares else None
-    out["source"] = ("last step, mean over MoE layers and ranks; all_to_all_share from one extra synchronised "
-                     "step (slowest rank)")
+    out["source"] = ("last measured step, mean over MoE layers and ranks; all_to_all_share from an extra "
+                     "synchronised step after an untimed one (slowest rank)")
     return out
 
 
