@@ -152,7 +152,8 @@ def table(records: list[dict], overhead: dict) -> str:
             f"{fmt(m.get('mfu'), '.1%'):>8}{fmt(a_mfu, '.1%'):>8}"
             f"{fmt(TARGET_MFU[router] if 'compiled' in r['workload'] else None, '.0%'):>8}"
             f"{fmt(m.get('mfu_vs_ceiling'), '.1%'):>9}{fmt(e.get('j_per_token'), '.2f', 1e3):>8}"
-            f"{fmt(e.get('gpu_j_per_token'), '.2f', 1e3):>11}{fmt(a_mj, '.2f'):>8}{fmt(e.get('avg_w_per_device'), '.0f'):>7}{fmt(cross, '+.2%'):>17}")
+            f"{fmt(e.get('gpu_j_per_token'), '.2f', 1e3):>11}{fmt(a_mj, '.2f'):>8}"
+            f"{fmt(e.get('avg_w_per_device'), '.0f'):>7}{fmt(cross, '+.2%'):>17}")
         if r["status"] != "ok":
             rows.append(f"    error: {r['error']['type']}: {r['error']['message'][:200]}")
     ceil = next((r["metrics"]["matmul_ceiling_tflops"] for r in records if r.get("metrics")), None)

@@ -221,7 +221,8 @@ def measure(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None) -
     torch.manual_seed(run.train.seed)
     precision = bdist.resolve_precision(run.train.precision, ctx.device)
     # On GPU the NVML counter is the figure; integrated power samples ride along as its cross-check.
-    monitor = NodeEnergyMonitor.create([ctx.device], run.energy, rank=ctx.rank, sample_power=ctx.device.type == "cuda")
+    monitor = NodeEnergyMonitor.create([ctx.device], run.energy, rank=ctx.rank,
+                                       sample_power=ctx.device.type == "cuda")
     if run.energy.idle_baseline_s > 0:  # before the model touches the device: a cold, idle GPU
         monitor.measure_idle(run.energy.idle_baseline_s)
     model = build_model(run.model, run.moe, seed=run.train.seed).to(ctx.device)
@@ -284,7 +285,8 @@ def measure(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None) -
                    "eval_tokens": sum(y.numel() for _, y in val),
                    "data": source.describe() if ctx.is_main else None}
     monitor.close()
-    a2a_share = all_to_all_share(par, batches(step + run.train.steps), precision, ctx.device) if ctx.dims.ep_enabled else None
+    a2a_share = all_to_all_share(par, batches(step + run.train.steps), precision, ctx.device) \
+        if ctx.dims.ep_enabled else None
     step_times = timer.durations_s()
     loss_values = torch.stack(losses)
     if ctx.world_size > 1:

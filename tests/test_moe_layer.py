@@ -7,7 +7,8 @@ from torch.testing import assert_close
 
 from benchsuite.config import ModelConfig, MoEConfig
 from benchsuite.models import moe as moe_mod
-from benchsuite.models.moe import MoELayer, RoutingStats, route, select_expert_impl, set_expert_impl, summarize_stats
+from benchsuite.models.moe import (MoELayer, RoutingStats, route, select_expert_impl, set_expert_impl,
+                                   summarize_stats)
 from benchsuite.models.transformer import build_model
 
 ROUTERS = ["switch", "gshard", "expert_choice"]
@@ -190,7 +191,8 @@ def test_grouped_path_on_cuda(router):
     cfg = ModelConfig(hidden=128, ffn_hidden=256, activation="swiglu")
     moe = MoEConfig(experts=8, router=router, capacity_factor=1.0)
     torch.manual_seed(0)
-    auto = MoELayer(cfg, moe, expert_impl=select_expert_impl(torch.device("cuda"), torch.bfloat16)).cuda().bfloat16()
+    impl = select_expert_impl(torch.device("cuda"), torch.bfloat16)
+    auto = MoELayer(cfg, moe, expert_impl=impl).cuda().bfloat16()
     padded = MoELayer(cfg, moe, expert_impl="padded_bmm").cuda().bfloat16()
     padded.load_state_dict(auto.state_dict())
     x = torch.randn(4, 64, 128, device="cuda", dtype=torch.bfloat16)

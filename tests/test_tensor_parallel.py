@@ -5,9 +5,10 @@ Each layout builds the plain model with the same seed, parallelizes it with
 benchsuite.parallel.parallelize and trains it with the worker's own train_step, beside a
 single-process reference trained on the concatenated global batch. Checked (fp32, relative
 error ‖a − b‖ / ‖b‖ ≤ 1e-5): logits (gathered from the vocab shards), the loss, every gradient
-after the first backward (gathered), and every weight after 3 steps of the fused AdamW a GPU runs. Also: the logits stay
-vocab-sharded (no rank holds the full-vocabulary logits), the collectives seen are all-reduces,
-and the parameter, gradient and Adam-state bytes a rank holds match the per-rank formula.
+after the first backward (gathered), and every weight after 3 steps of the fused AdamW a GPU
+runs. Also: the logits stay vocab-sharded (no rank holds the full-vocabulary logits), the
+collectives seen are all-reduces, and the parameter, gradient and Adam-state bytes a rank holds
+match the per-rank formula.
 """
 
 from __future__ import annotations

@@ -173,7 +173,8 @@ def test_fsdp_stages_compute_in_the_precision_of_ddp(tmp_path):
     plain = build_model(run.model, seed=0)
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
     try:
-        sharded = apply_fsdp(build_model(run.model, seed=0), init_device_mesh("cpu", (1,)), reshard_after_forward=True)
+        mesh = init_device_mesh("cpu", (1,))
+        sharded = apply_fsdp(build_model(run.model, seed=0), mesh, reshard_after_forward=True)
         seen = []
         for block in sharded.blocks:
             block.register_forward_pre_hook(lambda m, args: seen.append((args[0].dtype, m.attn.qkv.weight.dtype)))
@@ -195,8 +196,8 @@ def test_v1_records_get_the_precision_policy_they_ran_with():
 
     old_fsdp = upgrade_v1_precision_policy(v1("FSDP2 fully_shard(reshard_after_forward=True) + "
                                               "MixedPrecisionPolicy(bf16 params, fp32 reduce)"))
-    assert old_fsdp["metrics"]["precision_policy"] == {"params": "fp32", "forward_params": "bf16", "compute": "bf16",
-                                                       "gradients": "fp32", "residual": "bf16"}
+    assert old_fsdp["metrics"]["precision_policy"] == {"params": "fp32", "forward_params": "bf16",
+                                                       "compute": "bf16", "gradients": "fp32", "residual": "bf16"}
     ddp = upgrade_v1_precision_policy(v1("DistributedDataParallel", "fp32"))["metrics"]["precision_policy"]
     assert set(ddp.values()) == {"fp32"}
     failed = {"schema_version": 1, "metrics": None}

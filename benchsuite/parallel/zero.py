@@ -37,7 +37,7 @@ dp rank, gradients all-reduced and averaged over dp) that understands 2-D DTenso
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 from torch import nn
@@ -78,7 +78,7 @@ def upgrade_v1_precision_policy(record: dict) -> dict:
     metrics = record.get("metrics")
     if not metrics or "precision_policy" in metrics or "precision" not in metrics:
         return record
-    policy = precision_policy(metrics["precision"]).__dict__
+    policy = asdict(precision_policy(metrics["precision"]))
     if "MixedPrecisionPolicy" in str((metrics.get("implementation") or {}).get("data", "")):
         policy.update(forward_params="bf16", residual="bf16")
     return {**record, "metrics": {**metrics, "precision_policy": policy}}
