@@ -16,5 +16,5 @@ def test_smoke_training_step(benchmark):
     par = Parallelized(model, make_adamw(model.parameters(), run))
     source = make_source("synthetic", run.model.vocab, run.model.seq_len, seed=0)
     batch = [source.batch(0, 0, 1, run.train.micro_batch)]
-    loss = benchmark(train_step, par, batch, "fp32", torch.device("cpu"))
-    assert torch.isfinite(loss)
+    result = benchmark(train_step, par, batch, "fp32", torch.device("cpu"))
+    assert torch.isfinite(result.loss)
