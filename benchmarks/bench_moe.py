@@ -49,7 +49,7 @@ def time_step(module: torch.nn.Module, x: torch.Tensor, steps: int, warmup: int)
         x.grad = None
         sync(x.device)
         start = time.perf_counter()
-        y, aux = module(x)
+        y, aux = module(x)[:2]
         loss = y.float().square().mean()
         (loss + aux if aux is not None else loss).backward()
         sync(x.device)
@@ -94,9 +94,9 @@ def main() -> None:
         dense_s = dense_s or seconds
         row = f"{name:<14} {impl:<11} {seconds * 1e3:>9.2f} {tokens / seconds:>12,.0f} {seconds / dense_s:>8.2f}"
         if moe is not None:
-            s = module.last_stats
+            _, _, s = module(x)
             row += (f" {active_experts_per_token(moe):>11.2f} {expected_slots_per_token(moe, tokens):>9.2f}"
-                    f" {s['dropped_frac'].item():>8.3f} {s['padding_frac'].item():>8.3f}")
+                    f" {s.dropped_frac.item():>8.3f} {s.padding_frac.item():>8.3f}")
         print(row)
 
 

@@ -17,7 +17,9 @@ import statistics
 import sys
 import time
 import traceback
+from dataclasses import asdict
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -37,6 +39,7 @@ from benchsuite.energy.meters import NodeEnergyMonitor
 from benchsuite.metrics.timing import StepTimer, summarize, synchronize
 from benchsuite.models.transformer import build_model
 from benchsuite.parallel import Parallelized, parallelize
+from benchsuite.parallel.zero import precision_policy
 from benchsuite.results.sanity import finite_or_none, sanity_flags
 from benchsuite.results.schema import SCHEMA_VERSION, utc_now
 from benchsuite.results.store import write_record
@@ -55,14 +58,32 @@ def lm_loss(par: Parallelized, logits: torch.Tensor, targets: torch.Tensor) -> t
     return loss.full_tensor() if par.loss_parallel else loss  # TP: a replicated DTensor scalar
 
 
-def train_step(par: Parallelized, batches, precision: str, device: torch.device, probe=None) -> torch.Tensor:
-    """One optimizer step over grad_accum micro-batches; returns the mean loss, still on device.
+def timed_steps(timer: StepTimer, step, batches: list) -> list:
+    """step(b) for each of `batches`, one timer interval each; the interval chain ends with the
+    last step. The one way steps are timed: the measured loop and the GPU check's bare loop both
+    come through here, so their figures differ only by what their step does."""
+    timer.mark()
+    results = []
+    for b in batches:
+        results.append(step(b))
+        timer.mark()
+    timer.pause()
+    return results
+
+
+class StepResult(NamedTuple):
+    loss: torch.Tensor  # 0-d, the mean loss over the micro-batches, still on device
+    routing: tuple  # RoutingStats of each MoE layer for the last micro-batch (empty for a dense model)
+
+
+def train_step(par: Parallelized, batches, precision: str, device: torch.device, probe=None) -> StepResult:
+    """One optimizer step over grad_accum micro-batches.
     probe (metrics.memory.ModelStateProbe) is told when the gradients and the optimizer state exist."""
     total = torch.zeros((), device=device)
     for i, (inputs, targets) in enumerate(batches):
         with par.grad_sync(i == len(batches) - 1):  # DDP all-reduces on the last micro-batch only
             with autocast(precision, device):
-                logits, aux = par.model(inputs)
+                logits, aux, routing = par.model(inputs)
             with par.loss_context():
                 loss = (lm_loss(par, logits, targets) + aux) / len(batches)
                 loss.backward()
@@ -75,17 +96,14 @@ def train_step(par: Parallelized, batches, precision: str, device: torch.device,
     if probe is not None:
         probe.after_step()
     par.optimizer.zero_grad(set_to_none=True)
-    return total
+    return StepResult(total, routing)
 
 
 def evaluate_loss(par: Parallelized, batches, precision: str, device: torch.device) -> torch.Tensor:
     """Mean validation loss per token over `batches`, still on device: eval mode, no grad, the
     training loss path (autocast; vocab-parallel cross-entropy under tensor parallel) without the
-    MoE auxiliary losses. Training mode, the MoE layers' routing statistics and the RNG state
-    (GShard's random policy draws from it) are restored, so evaluating does not change training."""
-    from benchsuite.models.moe import moe_layers
-
-    saved = [(m, m.last_stats) for m in moe_layers(par.model)]
+    MoE auxiliary losses. Training mode and the RNG state (GShard's random policy draws from it) are
+    restored, so evaluating does not change training."""
     was_training = par.model.training
     total = torch.zeros((), device=device)
     count = 0
@@ -94,15 +112,13 @@ def evaluate_loss(par: Parallelized, batches, precision: str, device: torch.devi
         with torch.no_grad(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             for inputs, targets in batches:
                 with autocast(precision, device):
-                    logits, _ = par.model(inputs)
+                    logits, _, _ = par.model(inputs)
                 with par.loss_context():
                     loss = lm_loss(par, logits, targets)
                 total += loss * targets.numel()
                 count += targets.numel()
     finally:
         par.model.train(was_training)
-        for m, stats in saved:
-            m.last_stats = stats
     return total / count
 
 
@@ -118,11 +134,14 @@ def peak_memory(device: torch.device) -> dict:
 
 
 def all_to_all_share(par: Parallelized, batches, precision: str, device: torch.device) -> float:
-    """Share of step time in expert all-to-alls, from one extra unmeasured step with the device
-    synchronised around each collective (which lengthens that step a little)."""
+    """Share of step time in expert all-to-alls, from extra unmeasured steps with the device
+    synchronised around each collective (which lengthens a step a little). The timers break a
+    compiled block's graph around each collective, so the first such step recompiles the blocks:
+    it runs untimed, and the share comes from the second."""
     from benchsuite.parallel.expert import all_to_all_seconds, set_all_to_all_timing
 
     set_all_to_all_timing(par.model, True)
+    train_step(par, batches, precision, device)
     all_to_all_seconds(par.model, reset=True)
     synchronize(device)
     t0 = time.perf_counter()
@@ -133,15 +152,15 @@ def all_to_all_share(par: Parallelized, batches, precision: str, device: torch.d
     return share
 
 
-def moe_stats(model, all_to_all_share: float | None = None) -> dict | None:
-    """Routing figures of the last step, averaged over MoE layers (read after timing)."""
+def moe_stats(model, routing, all_to_all_share: float | None = None) -> dict | None:
+    """Routing figures of one step (its RoutingStats per MoE layer), averaged over MoE layers."""
     from benchsuite.models.moe import moe_layers, summarize_stats
 
     layers = moe_layers(model)
     if not layers:
         return None
-    stats = summarize_stats(model)
-    stats["expert_load"] = [m.last_stats["expert_load"].float().tolist() for m in layers]
+    stats = summarize_stats(routing)
+    stats["expert_load"] = [r.expert_load.float().tolist() for r in routing]
     stats["expert_impl"] = layers[0].expert_impl
     stats["all_to_all_share"] = all_to_all_share
     return stats
@@ -202,6 +221,11 @@ def measure(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None) -
 
     torch.manual_seed(run.train.seed)
     precision = bdist.resolve_precision(run.train.precision, ctx.device)
+    # On GPU the NVML counter is the figure; integrated power samples ride along as its cross-check.
+    monitor = NodeEnergyMonitor.create([ctx.device], run.energy, rank=ctx.rank,
+                                       sample_power=ctx.device.type == "cuda")
+    if run.energy.idle_baseline_s > 0:  # before the model touches the device: a cold, idle GPU
+        monitor.measure_idle(run.energy.idle_baseline_s)
     model = build_model(run.model, run.moe, seed=run.train.seed).to(ctx.device)
     par = parallelize(model, run, ctx)
     source = make_source(run.train.data, run.model.vocab, run.model.seq_len, run.train.seed)
@@ -221,10 +245,9 @@ def measure(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None) -
 
     if ctx.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(ctx.device)
-    # On GPU the NVML counter is the figure; integrated power samples ride along as its cross-check.
-    monitor = NodeEnergyMonitor.create([ctx.device], run.energy, rank=ctx.rank, sample_power=ctx.device.type == "cuda")
-    if run.energy.idle_baseline_s > 0:
-        monitor.measure_idle(run.energy.idle_baseline_s)
+    # Every measured step's batches are on the device before the first one: no host-to-device copy
+    # (from pageable memory) inside a timed step.
+    measured = [batches(step + i) for i in range(run.train.steps)]
     inject_fault(ctx.rank)
     # Measured steps run in energy windows "train-k" between validation points (one window when
     # train.eval_every = 0); each evaluation has its own window "eval-k" outside the step timer.
@@ -245,12 +268,9 @@ def measure(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None) -
         evaluate(0)
     for start, stop in zip(points, points[1:]):
         monitor.begin(f"train-{start}")  # window edges synchronise the device
-        timer.mark()
-        for _ in range(start, stop):
-            losses.append(train_step(par, batches(step), precision, ctx.device))
-            timer.mark()
-            step += 1
-        timer.pause()
+        results = timed_steps(timer, lambda b: train_step(par, b, precision, ctx.device), measured[start:stop])
+        losses.extend(r.loss for r in results)
+        routing = results[-1].routing
         train_windows.append(monitor.end(f"train-{start}").to_dict())
         if evaluating:
             evaluate(stop)
@@ -266,7 +286,8 @@ def measure(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None) -
                    "eval_tokens": sum(y.numel() for _, y in val),
                    "data": source.describe() if ctx.is_main else None}
     monitor.close()
-    a2a_share = all_to_all_share(par, batches(step), precision, ctx.device) if ctx.dims.ep_enabled else None
+    a2a_share = all_to_all_share(par, batches(step + run.train.steps), precision, ctx.device) \
+        if ctx.dims.ep_enabled else None
     step_times = timer.durations_s()
     loss_values = torch.stack(losses)
     if ctx.world_size > 1:
@@ -277,22 +298,24 @@ def measure(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None) -
         "step_times_s": step_times, "losses": loss_values.tolist(), "counted_flops": counted_flops,
         "memory": peak_memory(ctx.device), "matmul_ceiling_flops": ceiling.flops_per_s,
         "matmul_ceiling_source": ceiling.source, "precision": precision,
+        "precision_policy": asdict(precision_policy(precision)),
         "impl": par.impl, "peak_tflops": peak_tflops,
         "model_state": model_state, "comm": comm_bytes, "energy_window": energy_window,
-        "moe": moe_stats(par.model, a2a_share), "quality": quality,
+        "moe": moe_stats(par.model, routing, a2a_share), "quality": quality,
     }
 
 
 def merge_moe_stats(per_rank: list[dict]) -> dict:
     """Scalars averaged over ranks; expert load summed (each rank routes its own tokens)."""
-    scalars = ("dropped_frac", "padding_frac", "load_max_over_mean", "aux_loss", "z_loss")
-    out = {k: statistics.fmean(r[k] for r in per_rank) for k in scalars}
+    from benchsuite.models.moe import SCALAR_STATS
+
+    out = {k: statistics.fmean(r[k] for r in per_rank) for k in SCALAR_STATS}
     out["expert_load"] = [[sum(vals) for vals in zip(*layer)] for layer in zip(*(r["expert_load"] for r in per_rank))]
     out["expert_impl"] = per_rank[0]["expert_impl"]
     shares = [r["all_to_all_share"] for r in per_rank if r["all_to_all_share"] is not None]
     out["all_to_all_share"] = max(shares) if shares else None
-    out["source"] = ("last step, mean over MoE layers and ranks; all_to_all_share from one extra synchronised "
-                     "step (slowest rank)")
+    out["source"] = ("last measured step, mean over MoE layers and ranks; all_to_all_share from an extra "
+                     "synchronised step after an untimed one (slowest rank)")
     return out
 
 
@@ -369,6 +392,7 @@ def build_record(run: RunConfig, run_key: str, ranks: list[dict], ctx: bdist.Dis
         "per_rank": {"step_time_median_s": rank_medians,
                      "straggler_ratio": max(rank_medians) / statistics.median(rank_medians)},
         "precision": r0["precision"],
+        "precision_policy": r0["precision_policy"],
         "implementation": r0["impl"],
         "speed_valid": not ctx.shared_device,
     }

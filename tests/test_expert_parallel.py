@@ -19,7 +19,7 @@ from torch.testing import assert_close
 
 from benchsuite.config import ModelConfig, MoEConfig
 from benchsuite.dist import shutdown
-from benchsuite.models.moe import moe_layers
+from benchsuite.models.moe import set_expert_impl
 from benchsuite.models.transformer import build_model
 from benchsuite.parallel.expert import (all_to_all_seconds, apply_expert_parallel, ignore_expert_params_in_ddp,
                                         new_expert_groups, sync_expert_grads)
@@ -33,8 +33,8 @@ def rank_tokens(rank, device):
 
 
 def loss_of(model, idx):
-    logits, aux = model(idx)
-    return F.cross_entropy(logits.flatten(0, 1), idx.flatten()) + aux, logits, aux
+    logits, aux, routing = model(idx)
+    return F.cross_entropy(logits.flatten(0, 1), idx.flatten()) + aux, logits, aux, routing
 
 
 def ref_name(name):
@@ -46,22 +46,20 @@ def check_case(rank, world, device, router, ep, activation, impl, wrap):
     moe = MoEConfig(experts=4, router=router, every=1, capacity_factor=1.0, z_loss_coef=0.001)
 
     ref = build_model(cfg, moe, seed=0).to(device)
-    for layer in moe_layers(ref):
-        layer.impl_request = impl
+    set_expert_impl(ref, impl)
     mean_grads = {n: torch.zeros_like(p) for n, p in ref.named_parameters()}
     for r in range(world):  # the reference sees every rank's tokens: its gradient is the mean loss's
         ref.zero_grad()
-        loss, logits, aux = loss_of(ref, rank_tokens(r, device))
+        loss, logits, aux, routing = loss_of(ref, rank_tokens(r, device))
         loss.backward()
         for n, p in ref.named_parameters():
             mean_grads[n] += p.grad / world
         if r == rank:
-            own = dict(logits=logits.detach(), aux=aux.detach(), stats=[m.last_stats for m in moe_layers(ref)],
+            own = dict(logits=logits.detach(), aux=aux.detach(), stats=routing,
                        grads={n: p.grad.clone() for n, p in ref.named_parameters()})
 
     model = build_model(cfg, moe, seed=0).to(device)
-    for layer in moe_layers(model):
-        layer.impl_request = impl
+    set_expert_impl(model, impl)
     ep_group, expert_dp_group = new_expert_groups(ep)
     ignored = apply_expert_parallel(model, ep_group, timing=True)
     assert sorted(ignored) == sorted(n for n, _ in model.named_parameters() if n.rpartition(".")[2] in EXPERT_PARAMS)
@@ -73,15 +71,16 @@ def check_case(rank, world, device, router, ep, activation, impl, wrap):
         ignored = ignore_expert_params_in_ddp(model)
         assert all("_checkpoint_wrapped_module" in n for n in ignored)
     wrapped = DDP(model) if wrap != "none" else model
-    loss, logits, aux = loss_of(wrapped, rank_tokens(rank, device))
+    loss, logits, aux, routing = loss_of(wrapped, rank_tokens(rank, device))
     loss.backward()
 
     assert_close(logits, own["logits"], **TOL)
     assert_close(aux, own["aux"], **TOL)
-    for got, want in zip([m.last_stats for m in moe_layers(model)], own["stats"]):
-        assert torch.equal(got["expert_load"], want["expert_load"])
-        assert torch.equal(got["dropped_frac"], want["dropped_frac"])
-        assert torch.equal(got["padding_frac"], want["padding_frac"])
+    assert len(routing) == len(own["stats"])
+    for got, want in zip(routing, own["stats"]):
+        assert torch.equal(got.expert_load, want.expert_load)
+        assert torch.equal(got.dropped_frac, want.dropped_frac)
+        assert torch.equal(got.padding_frac, want.padding_frac)
     assert all_to_all_seconds(model) > 0
 
     shard = dist.get_rank(ep_group)

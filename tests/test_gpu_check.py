@@ -1,10 +1,36 @@
-"""benchmarks/gpu_check.py --tiny: the GPU check's whole path on CPU (tiny models, no compile)."""
+"""benchmarks/gpu_check.py: the GPU check's whole path on CPU (tiny models, no compile), and its
+harness-overhead comparison timing both loops through the same code."""
 
+import importlib.util
 import json
+import statistics
 import subprocess
 import sys
 
 from conftest import REPO
+
+from benchsuite.metrics.timing import StepTimer
+
+
+def load_gpu_check():
+    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "benchmarks" / "gpu_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_harness_and_bare_loop_are_timed_by_the_same_step_timer(tmp_path, monkeypatch):
+    """Both loops' step times are StepTimer intervals (CUDA events on a GPU), as many for each; a
+    bare loop timed with its own host clock would add no StepTimer reading."""
+    gpu_check = load_gpu_check()
+    readings = []
+    durations = StepTimer.durations_s
+    monkeypatch.setattr(StepTimer, "durations_s", lambda self: readings.append(durations(self)) or readings[-1])
+    overhead = gpu_check.bare_loop_vs_harness(gpu_check.suite_file(True, tmp_path), rounds=1)
+    steps = gpu_check.TINY["train"]["steps"]
+    assert readings == [overhead["harness_step_times_s"][0], overhead["bare_step_times_s"][0]]
+    assert [len(r) for r in readings] == [steps, steps]
+    assert overhead["overhead_ratio"] == statistics.median(readings[0]) / statistics.median(readings[1])
 
 
 def test_gpu_check_dry_run_prints_the_table_and_writes_records(tmp_path):
@@ -17,6 +43,8 @@ def test_gpu_check_dry_run_prints_the_table_and_writes_records(tmp_path):
                      "switch-eager"}
     assert all(r["status"] == "ok" for r in records)
     table = (tmp_path / "gpu_check_table.txt").read_text()
-    assert "harness overhead" in table and "expert-choice-compiled" in table
+    assert "harness overhead" in table and "expert-choice-compiled" in table and "GPU mJ/tok" in table
     overhead = json.loads((tmp_path / "gpu_check_overhead.json").read_text())
-    assert overhead["overhead_ratio"] == overhead["harness_step_s"] / overhead["bare_step_s"]
+    (harness,), (bare,) = overhead["harness_step_times_s"], overhead["bare_step_times_s"]
+    assert len(harness) == len(bare) == 3 and min(harness + bare) > 0
+    assert overhead["overhead_ratio"] == statistics.median(harness) / statistics.median(bare)

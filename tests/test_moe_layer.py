@@ -7,7 +7,8 @@ from torch.testing import assert_close
 
 from benchsuite.config import ModelConfig, MoEConfig
 from benchsuite.models import moe as moe_mod
-from benchsuite.models.moe import MoELayer, route, select_expert_impl, summarize_stats
+from benchsuite.models.moe import (MoELayer, RoutingStats, route, select_expert_impl, set_expert_impl,
+                                   summarize_stats)
 from benchsuite.models.transformer import build_model
 
 ROUTERS = ["switch", "gshard", "expert_choice"]
@@ -43,7 +44,7 @@ def loop_reference(layer, x):
 def test_padded_path_matches_token_loop(router, activation):
     layer = make_layer(router, activation)
     x = torch.randn(B, T, H)
-    y, aux = layer(x)
+    y, aux, _ = layer(x)
     assert layer.expert_impl == "padded_bmm"
     assert y.shape == x.shape and aux.dtype == torch.float32 and aux.dim() == 0
     assert_close(y, loop_reference(layer, x), rtol=1e-5, atol=1e-6)
@@ -64,12 +65,11 @@ def test_grouped_path_matches_padded_path(router, activation):
     """Forced onto the CPU fallback kernel in fp32, so both paths must agree tightly."""
     padded = make_layer(router, activation)
     grouped = make_layer(router, activation)
-    grouped.impl_request = "grouped_mm"
+    set_expert_impl(grouped, "grouped_mm")
     x = torch.randn(B, T, H)
     xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
-    ya, auxa = padded(xa)
-    yb, auxb = grouped(xb)
-    assert grouped.expert_impl == "grouped_mm"
+    ya, auxa, _ = padded(xa)
+    yb, auxb, _ = grouped(xb)
     assert_close(ya, yb, rtol=1e-5, atol=1e-6)
     (ya.pow(2).sum() + auxa).backward()
     (yb.pow(2).sum() + auxb).backward()
@@ -90,12 +90,33 @@ def test_impl_choice(monkeypatch):
     assert make_layer("switch").expert_impl == "padded_bmm"
     with pytest.raises(ValueError):
         MoELayer(ModelConfig(hidden=H), MoEConfig(experts=E), expert_impl="fast")
+    with pytest.raises(ValueError):
+        set_expert_impl(make_layer("switch"), "auto")
+
+
+def test_parallelize_fixes_the_expert_impl_for_the_device_before_any_forward(monkeypatch):
+    """The choice is made once, outside forward (a forward that writes attributes cannot be traced
+    under activation checkpointing): a model built on CPU and parallelized for an sm90 GPU in bf16
+    gets grouped_mm, and a forward on CPU does not change it."""
+    from benchsuite.config import CarbonConfig, EnergyConfig, ParallelConfig, RunConfig, TrainConfig
+    from benchsuite.dist import DistContext, ParallelDims
+    from benchsuite.parallel import choose_expert_impl
+
+    cfg = ModelConfig(layers=2, hidden=H, heads=2, vocab=32, seq_len=8, ffn_hidden=FFN)
+    moe = MoEConfig(experts=E, every=1)
+    run = RunConfig(suite="t", workload="w", kind="moe", model=cfg, train=TrainConfig(precision="bf16"),
+                    parallel=ParallelConfig(), moe=moe, energy=EnergyConfig(), carbon=CarbonConfig(), world_size=1)
+    model = build_model(cfg, moe)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    choose_expert_impl(model, run, DistContext(0, 0, 1, 0, torch.device("cuda", 0), None, ParallelDims(1)))
+    model(torch.zeros(1, 8, dtype=torch.long))
+    assert [m.expert_impl for m in moe_mod.moe_layers(model)] == ["grouped_mm", "grouped_mm"]
 
 
 @pytest.mark.parametrize("router", ROUTERS)
 def test_gradients_reach_router_and_every_expert(router):
     layer = make_layer(router, "swiglu", capacity_factor=2.0)
-    y, aux = layer(torch.randn(B, T, H))
+    y, aux, _ = layer(torch.randn(B, T, H))
     (y.pow(2).sum() + aux).backward()
     assert layer.router.weight.grad.abs().sum() > 0
     for name in ("w_up", "w_gate", "w_down"):
@@ -108,25 +129,25 @@ def test_dropped_tokens_give_exact_zero():
     layer = make_layer("switch", capacity_factor=1.25)
     with torch.no_grad():
         layer.router.weight.zero_()  # every token ties: all go to expert 0, which keeps C = 10
-    y, _ = layer(torch.randn(B, T, H))
+    y, _, s = layer(torch.randn(B, T, H))
     flat = y.reshape(-1, H)
     assert (flat[10:] == 0).all()
     assert (flat[:10].abs().sum(1) > 0).all()
-    s = layer.last_stats
-    assert_close(s["dropped_frac"], torch.tensor(22 / 32))
-    assert_close(s["padding_frac"], torch.tensor(30 / 40))
-    assert_close(s["load_max_over_mean"], torch.tensor(4.0))
-    assert s["expert_load"].tolist() == [32.0, 0.0, 0.0, 0.0]
+    assert_close(s.dropped_frac, torch.tensor(22 / 32))
+    assert_close(s.padding_frac, torch.tensor(30 / 40))
+    assert_close(s.load_max_over_mean, torch.tensor(4.0))
+    assert s.expert_load.tolist() == [32.0, 0.0, 0.0, 0.0]
 
 
-def test_last_stats_are_detached_tensors():
+def test_routing_stats_are_returned_detached_and_not_kept_on_the_layer():
     layer = make_layer("gshard")
-    layer(torch.randn(B, T, H, requires_grad=True))
-    s = layer.last_stats
-    assert set(s) == {"dropped_frac", "padding_frac", "load_max_over_mean", "aux_loss", "z_loss", "expert_load"}
-    assert all(isinstance(v, torch.Tensor) and not v.requires_grad for v in s.values())
-    assert s["expert_load"].shape == (E,) and s["expert_load"].sum() == 2 * B * T
-    assert all(s[k].dim() == 0 for k in s if k != "expert_load")
+    before = dict(vars(layer))
+    _, _, s = layer(torch.randn(B, T, H, requires_grad=True))
+    assert vars(layer) == before  # forward writes no attribute
+    assert isinstance(s, RoutingStats)
+    assert all(isinstance(v, torch.Tensor) and not v.requires_grad for v in s)
+    assert s.expert_load.shape == (E,) and s.expert_load.sum() == 2 * B * T
+    assert all(v.dim() == 0 for k, v in s._asdict().items() if k != "expert_load")
 
 
 @pytest.mark.parametrize("router", ROUTERS)
@@ -135,14 +156,14 @@ def test_moe_inside_the_model(router):
     model = build_model(cfg, MoEConfig(experts=E, router=router, every=2, z_loss_coef=0.001), seed=0)
     assert isinstance(model.blocks[1].ffn, MoELayer) and not isinstance(model.blocks[0].ffn, MoELayer)
     idx = torch.randint(0, 32, (4, 8), generator=torch.Generator().manual_seed(0))
-    logits, aux = model(idx)
-    assert logits.shape == (4, 8, 32) and aux > 0
+    logits, aux, routing = model(idx)
+    assert logits.shape == (4, 8, 32) and aux > 0 and len(routing) == 1
     loss = F.cross_entropy(logits.flatten(0, 1), idx.flatten()) + aux
     loss.backward()
     for name, p in model.named_parameters():
         assert p.grad is not None and torch.isfinite(p.grad).all(), name
     assert model.blocks[1].ffn.router.weight.grad.abs().sum() > 0
-    stats = summarize_stats(model)
+    stats = summarize_stats(routing)
     assert set(stats) == {"dropped_frac", "padding_frac", "load_max_over_mean", "aux_loss", "z_loss"}
     assert stats["aux_loss"] + stats["z_loss"] == pytest.approx(aux.item(), rel=1e-6)
 
@@ -158,7 +179,7 @@ def test_router_runs_in_fp32_under_autocast(monkeypatch):
 
     monkeypatch.setattr(moe_mod, "route", spy)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        _, aux = layer(torch.randn(B, T, H))
+        _, aux, _ = layer(torch.randn(B, T, H))
     assert seen["dtype"] == torch.float32 and aux.dtype == torch.float32
 
 
@@ -170,13 +191,14 @@ def test_grouped_path_on_cuda(router):
     cfg = ModelConfig(hidden=128, ffn_hidden=256, activation="swiglu")
     moe = MoEConfig(experts=8, router=router, capacity_factor=1.0)
     torch.manual_seed(0)
-    auto = MoELayer(cfg, moe).cuda().bfloat16()
+    impl = select_expert_impl(torch.device("cuda"), torch.bfloat16)
+    auto = MoELayer(cfg, moe, expert_impl=impl).cuda().bfloat16()
     padded = MoELayer(cfg, moe, expert_impl="padded_bmm").cuda().bfloat16()
     padded.load_state_dict(auto.state_dict())
     x = torch.randn(4, 64, 128, device="cuda", dtype=torch.bfloat16)
     xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
-    ya, _ = auto(xa)
-    yb, _ = padded(xb)
+    ya, _, _ = auto(xa)
+    yb, _, _ = padded(xb)
     assert auto.expert_impl == "grouped_mm"
     assert_near(ya, yb)
     ya.float().square().sum().backward()
@@ -203,7 +225,7 @@ def test_random_second_expert_under_recompute_needs_preserved_rng():
     for recompute in (False, True):
         layer.zero_grad()
         torch.manual_seed(7)
-        y, aux = checkpoint(layer, x, use_reentrant=False, preserve_rng_state=True) if recompute else layer(x)
+        y, aux, _ = checkpoint(layer, x, use_reentrant=False, preserve_rng_state=True) if recompute else layer(x)
         (y.pow(2).sum() + aux).backward()
         grads.append([p.grad.clone() for p in layer.parameters()])
     for a, b in zip(*grads):
@@ -218,7 +240,7 @@ def test_expert_choice_without_z_loss_returns_no_aux_term():
     cfg = ModelConfig(hidden=16, heads=2)
     x = torch.randn(2, 8, 16)
     assert MoELayer(cfg, MoEConfig(experts=4, router="expert_choice"))(x)[1] is None
-    _, aux = MoELayer(cfg, MoEConfig(experts=4, router="expert_choice", z_loss_coef=1e-3))(x)
+    _, aux, _ = MoELayer(cfg, MoEConfig(experts=4, router="expert_choice", z_loss_coef=1e-3))(x)
     assert aux.requires_grad
-    _, aux = MoELayer(cfg, MoEConfig(experts=4, router="switch"))(x)
+    _, aux, _ = MoELayer(cfg, MoEConfig(experts=4, router="switch"))(x)
     assert aux.requires_grad

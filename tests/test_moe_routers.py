@@ -74,8 +74,8 @@ def test_switch_assignments_overflow_and_ties():
     assert_close(r.aux_loss, torch.tensor(0.011375))
     assert_close(r.z_loss, torch.tensor(0.0))
     stats = r.stats()
-    assert_close(stats["padding_frac"], torch.tensor(2 / 6))
-    assert_close(stats["load_max_over_mean"], torch.tensor(2.0))
+    assert_close(stats.padding_frac, torch.tensor(2 / 6))
+    assert_close(stats.load_max_over_mean, torch.tensor(2.0))
 
 
 def test_z_loss_and_shift_invariance():
@@ -118,7 +118,7 @@ def test_gshard_top1_fills_capacity_before_top2():
     assert_close(r.dropped_frac, torch.tensor(2 / 8))
     # top-1 f = [1, 1, 2, 0] / 4, P = [0.25, 0.25, 0.375, 0.125]: 0.01 * 4 * 0.3125
     assert_close(r.aux_loss, torch.tensor(0.0125))
-    assert_close(r.stats()["padding_frac"], torch.tensor(2 / 8))
+    assert_close(r.stats().padding_frac, torch.tensor(2 / 8))
 
 
 def test_gshard_ties_take_lowest_two():
@@ -180,8 +180,8 @@ def test_expert_choice_takes_top_k_tokens_per_expert():
     assert r.expert_load.tolist() == [2.0, 2.0, 2.0]
     assert_close(r.dropped_frac, torch.tensor(1 / 6))
     assert_close(r.aux_loss, torch.tensor(0.0))
-    assert_close(r.stats()["padding_frac"], torch.tensor(0.0))
-    assert_close(r.stats()["load_max_over_mean"], torch.tensor(1.0))
+    assert_close(r.stats().padding_frac, torch.tensor(0.0))
+    assert_close(r.stats().load_max_over_mean, torch.tensor(1.0))
 
 
 def test_expert_choice_ties_at_the_cutoff_take_earlier_tokens():

@@ -69,7 +69,7 @@ def _rank(rank: int, world: int, out_dir: str) -> None:
     torch.set_num_threads(1)
     run = make_run(world, 1)
     ref = build_model(run.model, seed=0)
-    opt = make_adamw(ref.parameters(), run, torch.device("cpu"))
+    opt = make_adamw(ref.parameters(), run)
     for step in range(STEPS):
         x, y = global_batch(step, world, run.model.vocab, run.model.seq_len)
         F.cross_entropy(ref(x)[0].flatten(0, 1), y.flatten()).backward()
@@ -155,3 +155,50 @@ def test_shipped_zero_and_megatron_suites_are_valid():
     assert {r.world_size for r in zero.runs} == {1, 2, 4}
     mega = load_suite(root / "dense-megatron.toml")
     assert {r.parallel.tensor for r in mega.runs} >= {1, 2, 4}
+
+
+def test_fsdp_stages_compute_in_the_precision_of_ddp(tmp_path):
+    """bf16 compute: ZeRO-3 (FSDP2) reads fp32 parameters and carries an fp32 residual stream, as DDP
+    and ZeRO-1 do under the same autocast, so its logits equal the plain model's bit for bit and the
+    recorded policy says what ran. No device decides the policy, so this CPU run takes a GPU's path."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from benchsuite.models.transformer import build_model
+    from benchsuite.parallel.zero import PrecisionPolicy, apply_fsdp, precision_policy
+    from benchsuite.worker import autocast
+
+    run = make_run(1, 1, zero=3)
+    x = torch.randint(0, run.model.vocab, (MB, run.model.seq_len), generator=torch.Generator().manual_seed(0))
+    plain = build_model(run.model, seed=0)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+        sharded = apply_fsdp(build_model(run.model, seed=0), mesh, reshard_after_forward=True)
+        seen = []
+        for block in sharded.blocks:
+            block.register_forward_pre_hook(lambda m, args: seen.append((args[0].dtype, m.attn.qkv.weight.dtype)))
+        with torch.no_grad(), autocast("bf16", torch.device("cpu")):
+            got, want = sharded(x).logits, plain(x).logits
+    finally:
+        dist.destroy_process_group()
+    assert seen == [(torch.float32, torch.float32)] * run.model.layers  # residual stream, gathered weights
+    assert got.dtype == torch.bfloat16 and torch.equal(got, want)
+    assert precision_policy("bf16") == PrecisionPolicy(params="fp32", forward_params="fp32", compute="bf16",
+                                                       gradients="fp32", residual="fp32")
+
+
+def test_v1_records_get_the_precision_policy_they_ran_with():
+    from benchsuite.parallel.zero import upgrade_v1_precision_policy
+
+    def v1(data: str, precision: str = "bf16") -> dict:
+        return {"schema_version": 1, "metrics": {"precision": precision, "implementation": {"data": data}}}
+
+    old_fsdp = upgrade_v1_precision_policy(v1("FSDP2 fully_shard(reshard_after_forward=True) + "
+                                              "MixedPrecisionPolicy(bf16 params, fp32 reduce)"))
+    assert old_fsdp["metrics"]["precision_policy"] == {"params": "fp32", "forward_params": "bf16",
+                                                       "compute": "bf16", "gradients": "fp32", "residual": "bf16"}
+    ddp = upgrade_v1_precision_policy(v1("DistributedDataParallel", "fp32"))["metrics"]["precision_policy"]
+    assert set(ddp.values()) == {"fp32"}
+    failed = {"schema_version": 1, "metrics": None}
+    assert upgrade_v1_precision_policy(failed) == failed

@@ -20,6 +20,7 @@ torch.topk does not promise an order for equal values, hence the sort.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -59,6 +60,22 @@ def active_experts_per_token(moe: MoEConfig) -> float:
 
 # ----------------------------------------------------------------------------- routing
 
+class RoutingStats(NamedTuple):
+    """One MoE layer call's routing figures: detached tensors, read from the device only when the
+    caller wants them (no host sync in the step). Returned by the layer, not kept on it, so a
+    checkpointed and compiled block has no attribute write to trace."""
+
+    dropped_frac: torch.Tensor  # 0-d, defined per router
+    padding_frac: torch.Tensor  # 0-d, empty slots / (E * C)
+    load_max_over_mean: torch.Tensor  # 0-d, of expert_load
+    aux_loss: torch.Tensor  # 0-d, coefficient applied
+    z_loss: torch.Tensor  # 0-d, coefficient applied
+    expert_load: torch.Tensor  # [E] assignments per expert before capacity
+
+
+SCALAR_STATS = ("dropped_frac", "padding_frac", "load_max_over_mean", "aux_loss", "z_loss")
+
+
 @dataclass
 class Routing:
     """One layer call's routing in slot layout (see the module docstring)."""
@@ -75,17 +92,10 @@ class Routing:
     def capacity(self) -> int:
         return self.index.shape[1]
 
-    def stats(self) -> dict[str, torch.Tensor]:
-        """Detached tensors, no host sync: the caller decides when to read them."""
+    def stats(self) -> RoutingStats:
         load = self.expert_load.detach()
-        return {
-            "dropped_frac": self.dropped_frac.detach(),
-            "padding_frac": 1.0 - self.mask.float().mean(),
-            "load_max_over_mean": load.max() / load.mean(),
-            "aux_loss": self.aux_loss.detach(),
-            "z_loss": self.z_loss.detach(),
-            "expert_load": load,
-        }
+        return RoutingStats(self.dropped_frac.detach(), 1.0 - self.mask.float().mean(), load.max() / load.mean(),
+                            self.aux_loss.detach(), self.z_loss.detach(), load)
 
 
 def _top(scores: torch.Tensor, k: int, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -285,34 +295,24 @@ class Experts(nn.Module):
 # ----------------------------------------------------------------------------- layer
 
 class MoELayer(nn.Module):
-    """Drop-in FFN: forward(x [B, T, H]) -> (y [B, T, H], aux [] fp32 = balance + z loss, or None
-    when no loss term applies, see has_aux_loss).
+    """Drop-in FFN: forward(x [B, T, H]) -> (y [B, T, H], aux, stats). aux: [] fp32 = balance + z
+    loss, or None when no loss term applies (see has_aux_loss); stats: this call's RoutingStats.
 
-    Routing is over all B*T tokens of the local batch, in fp32. After each forward
-    `last_stats` holds detached 0-d tensors (no host sync): dropped_frac (see each
-    router), padding_frac (empty slots / E*C), load_max_over_mean (of expert_load),
-    aux_loss, z_loss, and expert_load [E] (assignments per expert before capacity).
-    `expert_impl` names the expert path of the last forward ("padded_bmm" |
-    "grouped_mm"); pass expert_impl="padded_bmm" or "grouped_mm" to force one.
+    Routing is over all B*T tokens of the local batch, in fp32. `expert_impl` names the expert
+    path ("padded_bmm" | "grouped_mm"). It is fixed before the first forward (set_expert_impl;
+    parallelize picks it for the run's device and precision), never inside forward: a forward
+    that writes attributes cannot be traced under activation checkpointing.
     """
 
-    def __init__(self, cfg: ModelConfig, moe: MoEConfig, expert_impl: str = "auto"):
+    def __init__(self, cfg: ModelConfig, moe: MoEConfig, expert_impl: str = "padded_bmm"):
         super().__init__()
-        if expert_impl not in ("auto", *EXPERT_IMPLS):
-            raise ValueError(f"expert_impl must be 'auto' or one of {EXPERT_IMPLS}, got {expert_impl!r}")
+        check_expert_impl(expert_impl)
         self.moe = moe
-        self.impl_request = expert_impl
+        self.expert_impl = expert_impl
         self.router = nn.Linear(cfg.hidden, moe.experts, bias=False)
         self.experts = Experts(moe.experts, cfg.hidden, moe.expert_hidden or cfg.ffn, cfg.activation)
-        self.expert_impl = self._choose_impl(self.experts.w_up)
-        self.last_stats: dict[str, torch.Tensor] = {}
 
-    def _choose_impl(self, x: torch.Tensor) -> str:
-        if self.impl_request != "auto":
-            return self.impl_request
-        return select_expert_impl(x.device, compute_dtype(x, self.experts.w_up))
-
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, RoutingStats]:
         b, t, h = x.shape
         tokens = x.reshape(b * t, h)  # [N, H]
         with torch.autocast(x.device.type, enabled=False):
@@ -320,12 +320,23 @@ class MoELayer(nn.Module):
         r = route(logits, self.moe)
         e, c = r.index.shape
         xs = tokens.index_select(0, r.index.reshape(-1)).view(e, c, h)  # [E, C, H]
-        self.expert_impl = self._choose_impl(x)
         ys = self.experts(xs, r.mask, self.expert_impl)  # [E, C, H]
         weighted = ys.float() * r.weight.unsqueeze(-1)  # [E, C, H] fp32, 0 in empty slots
         y = tokens.new_zeros(b * t, h, dtype=torch.float32).index_add(0, r.index.reshape(-1), weighted.view(-1, h))
-        self.last_stats = r.stats()
-        return y.to(x.dtype).view(b, t, h), (r.aux_loss + r.z_loss) if has_aux_loss(self.moe) else None
+        aux = (r.aux_loss + r.z_loss) if has_aux_loss(self.moe) else None
+        return y.to(x.dtype).view(b, t, h), aux, r.stats()
+
+
+def check_expert_impl(impl: str) -> None:
+    if impl not in EXPERT_IMPLS:
+        raise ValueError(f"expert_impl must be one of {EXPERT_IMPLS}, got {impl!r}")
+
+
+def set_expert_impl(model: nn.Module, impl: str) -> None:
+    """Fix the expert path of every MoE layer (before the model is compiled)."""
+    check_expert_impl(impl)
+    for layer in moe_layers(model):
+        layer.expert_impl = impl
 
 
 def has_aux_loss(moe: MoEConfig) -> bool:
@@ -339,10 +350,8 @@ def moe_layers(model: nn.Module) -> list[MoELayer]:
     return [m for m in model.modules() if isinstance(m, MoELayer)]
 
 
-def summarize_stats(model: nn.Module) -> dict[str, float]:
-    """Mean over MoE layers of the scalar last_stats. Reads the device (host sync): call after a step."""
-    layers = [m for m in moe_layers(model) if m.last_stats]
-    if not layers:
+def summarize_stats(routing: Sequence[RoutingStats]) -> dict[str, float]:
+    """Mean over MoE layers of the scalar stats of one step. Reads the device (host sync): call after a step."""
+    if not routing:
         return {}
-    keys = ("dropped_frac", "padding_frac", "load_max_over_mean", "aux_loss", "z_loss")
-    return {k: torch.stack([m.last_stats[k] for m in layers]).mean().item() for k in keys}
+    return {k: torch.stack([getattr(r, k) for r in routing]).mean().item() for k in SCALAR_STATS}

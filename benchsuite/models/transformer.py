@@ -8,12 +8,22 @@ benchsuite/parallel/ can shard weights (whole heads per rank) without touching i
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from benchsuite.config import ModelConfig, MoEConfig
+
+if TYPE_CHECKING:
+    from benchsuite.models.moe import RoutingStats
+
+
+class ModelOutput(NamedTuple):
+    logits: torch.Tensor  # [B, T, V]
+    aux_loss: torch.Tensor  # [] fp32, summed over MoE layers (0 without any loss term)
+    routing: tuple[RoutingStats, ...]  # one per MoE layer, in block order (empty for a dense model)
 
 
 class Attention(nn.Module):
@@ -45,16 +55,18 @@ class MLP(nn.Module):
         self.gate = nn.Linear(hidden, ffn, bias=False) if activation == "swiglu" else None
         self.down = nn.Linear(ffn, hidden, bias=False)
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None]:
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        """(output, no aux loss, no routing stats): the MoE layer's signature."""
         if self.gate is not None:
             h = F.silu(self.gate(x)) * self.up(x)
         else:
             h = F.gelu(self.up(x), approximate="tanh")
-        return self.down(h), None
+        return self.down(h), None, None
 
 
 class Block(nn.Module):
-    """Pre-LN block; `ffn` is an MLP or an MoE layer, both returning (output, aux_loss | None)."""
+    """Pre-LN block; `ffn` is an MLP or an MoE layer, both returning (output, aux_loss | None,
+    RoutingStats | None)."""
 
     def __init__(self, cfg: ModelConfig, ffn: nn.Module):
         super().__init__()
@@ -63,10 +75,10 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(cfg.hidden)
         self.ffn = ffn
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, RoutingStats | None]:
         x = x + self.attn(self.ln1(x))
-        y, aux = self.ffn(self.ln2(x))
-        return x + y, aux
+        y, aux, routing = self.ffn(self.ln2(x))
+        return x + y, aux, routing
 
 
 class GPT(nn.Module):
@@ -90,17 +102,20 @@ class GPT(nn.Module):
                 std = 0.02 / math.sqrt(2 * self.cfg.layers)
             nn.init.normal_(p, mean=0.0, std=std)
 
-    def forward(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """idx [B, T] token ids -> (logits [B, T, V], summed auxiliary loss of MoE layers)."""
+    def forward(self, idx: torch.Tensor) -> ModelOutput:
+        """idx [B, T] token ids -> (logits, summed auxiliary loss, routing stats of the MoE layers)."""
         T = idx.shape[1]
         pos = torch.arange(T, device=idx.device)
         x = self.tok_emb(idx) + self.pos_emb(pos)  # [B, T, H]
         aux_total = x.new_zeros((), dtype=torch.float32)
+        routing = []
         for block in self.blocks:
-            x, aux = block(x)
+            x, aux, stats = block(x)
             if aux is not None:
                 aux_total = aux_total + aux
-        return self.head(self.ln_f(x)), aux_total
+            if stats is not None:
+                routing.append(stats)
+        return ModelOutput(self.head(self.ln_f(x)), aux_total, tuple(routing))
 
 
 def is_moe_layer(layer_index: int, moe: MoEConfig | None) -> bool:

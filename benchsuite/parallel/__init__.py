@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from benchsuite.config import RunConfig
-from benchsuite.dist import DistContext
+from benchsuite.dist import DistContext, resolve_precision
 
 
 @dataclass
@@ -58,12 +58,23 @@ def apply_compile(model: nn.Module) -> None:
         block.compile()
 
 
+def choose_expert_impl(model: nn.Module, run: RunConfig, ctx: DistContext) -> None:
+    """The experts' GEMM path for this device and compute precision, fixed once before anything
+    traces the model (MoELayer.forward never decides it)."""
+    from benchsuite.models.moe import select_expert_impl, set_expert_impl
+
+    bf16 = resolve_precision(run.train.precision, ctx.device) == "bf16"
+    set_expert_impl(model, select_expert_impl(ctx.device, torch.bfloat16 if bf16 else torch.float32))
+
+
 def parallelize(model: nn.Module, run: RunConfig, ctx: DistContext) -> Parallelized:
     from benchsuite.parallel.zero import apply_data_parallel
 
     impl: dict = {}
     hooks: list = []
     loss_parallel = False
+    if run.moe is not None:
+        choose_expert_impl(model, run, ctx)
     if ctx.dims.tp_enabled:
         from benchsuite.parallel.tensor import apply_tensor_parallel
 

@@ -71,7 +71,7 @@ def check_divisible(model: nn.Module, tp: int) -> None:
 def apply_tensor_parallel(model: nn.Module, tp_mesh) -> str:
     """Shard `model` in place over the 1-D device mesh `tp_mesh`; returns the implementation name.
 
-    Afterwards model(idx) returns (logits, aux) with logits a DTensor sharded on the vocabulary
+    Afterwards model(idx) returns (logits, aux, routing) with logits a DTensor sharded on the vocabulary
     dimension: compute the loss under torch.distributed.tensor.parallel.loss_parallel()."""
     from torch.distributed.tensor.parallel import parallelize_module
 

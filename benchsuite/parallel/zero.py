@@ -20,11 +20,13 @@ head are one group each, then the root (which then owns no parameter of its own)
 embeddings and head separately, as torchtitan does, keeps the root from holding the large vocab
 matrices gathered for the whole step (FSDP2 never reshards the root's own group after forward).
 
-Precision: with bf16 on a GPU, FSDP2 gets ``MixedPrecisionPolicy(param_dtype=bf16,
-reduce_dtype=fp32)``: the sharded parameters stay fp32 (the master copy Adam updates), the
-gathered ones are bf16, gradients are reduced and kept in fp32. On CPU / fp32 no policy is set.
-DDP and stage 1 train fp32 parameters under autocast (the worker's autocast), so their states
-are fp32 whatever the compute precision.
+Precision (`PrecisionPolicy`, in the record as metrics.precision_policy): the same in every stage
+and on every device, so a stage comparison changes the stage alone. Parameters, gradients and
+their reduction are fp32 (FSDP2 gets no MixedPrecisionPolicy: it gathers the fp32 parameters
+DDP holds); bf16 compute is the worker's autocast around the forward, which casts each matmul's
+operands and leaves the residual stream (embedding output, residual adds) in fp32. A bf16
+param_dtype would gather half the bytes, but its bf16 embedding output would carry the residual
+stream in bf16 through the blocks, a precision change hidden in a stage change.
 
 Tensor parallel × data parallel: torch's DDP refuses DTensor parameters ("got mixed torch.Tensor
 and DTensor" while broadcasting module states, torch 2.13), so with tensor > 1 the data-parallel
@@ -35,12 +37,14 @@ dp rank, gradients all-reduced and averaged over dp) that understands 2-D DTenso
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
+
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from benchsuite.config import RunConfig
-from benchsuite.dist import DistContext, resolve_precision
+from benchsuite.dist import DistContext
 
 STAGE_NAMES = {
     0: "DistributedDataParallel",
@@ -50,15 +54,59 @@ STAGE_NAMES = {
 }
 
 
-def adamw_kwargs(run: RunConfig, device: torch.device) -> dict:
-    return {"lr": run.train.lr, "betas": (0.9, 0.95), "weight_decay": 0.1, "fused": device.type == "cuda"}
+@dataclass(frozen=True)
+class PrecisionPolicy:
+    """The dtype of each part of a training step ("fp32" | "bf16")."""
+
+    params: str  # stored parameters, the ones AdamW updates
+    forward_params: str  # parameters as the forward reads them (what FSDP2 gathers)
+    compute: str  # matmuls (autocast)
+    gradients: str  # gradients as kept and reduced
+    residual: str  # the residual stream between blocks
 
 
-def make_adamw(params, run: RunConfig, device: torch.device) -> torch.optim.Optimizer:
-    """AdamW, fused on CUDA (one kernel for all parameters). FSDP2's sharded DTensor
-    parameters go in as they are: the optimizer then only ever sees (and allocates state for)
-    the local shards."""
-    return torch.optim.AdamW(params, **adamw_kwargs(run, device))
+def precision_policy(precision: str) -> PrecisionPolicy:
+    """What apply_data_parallel and the worker's autocast give a run of compute `precision`, any stage."""
+    return PrecisionPolicy(params="fp32", forward_params="fp32", compute=precision, gradients="fp32",
+                           residual="fp32")
+
+
+def upgrade_v1_precision_policy(record: dict) -> dict:
+    """metrics.precision_policy for a version-1 record, from what that version ran: bf16 ZeRO-2/3 on a
+    GPU gathered bf16 parameters (its implementation name says MixedPrecisionPolicy), whose bf16
+    embedding output kept the residual stream in bf16; every other run is today's policy."""
+    metrics = record.get("metrics")
+    if not metrics or "precision_policy" in metrics or "precision" not in metrics:
+        return record
+    policy = asdict(precision_policy(metrics["precision"]))
+    if "MixedPrecisionPolicy" in str((metrics.get("implementation") or {}).get("data", "")):
+        policy.update(forward_params="bf16", residual="bf16")
+    return {**record, "metrics": {**metrics, "precision_policy": policy}}
+
+
+def adamw_kwargs(run: RunConfig) -> dict:
+    """Fused on every device (torch has the kernel on CPU and CUDA alike), so the CPU tests run the
+    optimizer path a GPU runs."""
+    return {"lr": run.train.lr, "betas": (0.9, 0.95), "weight_decay": 0.1, "fused": True}
+
+
+def dtensor_param_groups(params) -> list[dict]:
+    """DTensor and plain parameters in separate groups. AdamW runs one fused kernel per group, and
+    that kernel refuses a mix of the two ("got mixed torch.Tensor and DTensor"), which tensor
+    parallel without data parallel gives: its sharded Linears are DTensors, the position embedding,
+    norms and MoE layers stay plain. Groups keep the order of `params` within each kind."""
+    from torch.distributed.tensor import DTensor
+
+    params = list(params)
+    kinds = ([p for p in params if isinstance(p, DTensor)], [p for p in params if not isinstance(p, DTensor)])
+    return [{"params": group} for group in kinds if group]
+
+
+def make_adamw(params, run: RunConfig) -> torch.optim.Optimizer:
+    """Fused AdamW, one parameter group per tensor kind (dtensor_param_groups). FSDP2's sharded
+    DTensor parameters go in as they are: the optimizer then only ever sees (and allocates state
+    for) the local shards."""
+    return torch.optim.AdamW(dtensor_param_groups(params), **adamw_kwargs(run))
 
 
 def fsdp_groups(model: nn.Module) -> list:
@@ -74,22 +122,11 @@ def fsdp_groups(model: nn.Module) -> list:
     return groups
 
 
-def mixed_precision_policy(precision: str, device: torch.device):
-    """bf16 compute with fp32 reduction and fp32 master shards on GPU; None (pure fp32) otherwise."""
-    if precision != "bf16" or device.type != "cuda":
-        return None
-    from torch.distributed.fsdp import MixedPrecisionPolicy
-
-    return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-
-
-def apply_fsdp(model: nn.Module, mesh, reshard_after_forward: bool, mp_policy=None) -> nn.Module:
-    """fully_shard every group of fsdp_groups(model), then the root."""
+def apply_fsdp(model: nn.Module, mesh, reshard_after_forward: bool) -> nn.Module:
+    """fully_shard every group of fsdp_groups(model), then the root (fp32 throughout: see PrecisionPolicy)."""
     from torch.distributed.fsdp import fully_shard
 
     kw = {"mesh": mesh, "reshard_after_forward": reshard_after_forward}
-    if mp_policy is not None:
-        kw["mp_policy"] = mp_policy
     for group in fsdp_groups(model):
         fully_shard(group, **kw)
     fully_shard(model, **kw)
@@ -114,25 +151,23 @@ def apply_data_parallel(model: nn.Module, run: RunConfig, ctx: DistContext):
                                                     f"data-parallel rank; nothing to shard)"
         if ctx.dims.tp_enabled:
             name = "none (tensor parallel only)"
-        return model, make_adamw(model.parameters(), run, ctx.device), name
+        return model, make_adamw(model.parameters(), run), name
     dp_mesh = ctx.mesh["dp"]
     if ctx.dims.tp_enabled:
         if stage:
             raise ValueError("ZeRO stages 1-3 with tensor > 1 are not supported (config.py rejects them)")
         model = apply_replicate(model, dp_mesh)
-        return model, make_adamw(model.parameters(), run, ctx.device), \
+        return model, make_adamw(model.parameters(), run), \
             "replicate_with_fsdp over dp (DDP semantics for DTensor params)"
     if stage in (0, 1):
         model = DDP(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
                     process_group=ctx.dp_group, gradient_as_bucket_view=True)
         if stage == 0:
-            return model, make_adamw(model.parameters(), run, ctx.device), STAGE_NAMES[0]
+            return model, make_adamw(model.parameters(), run), STAGE_NAMES[0]
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
         opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW,
-                                      process_group=ctx.dp_group, **adamw_kwargs(run, ctx.device))
+                                      process_group=ctx.dp_group, **adamw_kwargs(run))
         return model, opt, STAGE_NAMES[1]
-    mp = mixed_precision_policy(resolve_precision(run.train.precision, ctx.device), ctx.device)
-    model = apply_fsdp(model, dp_mesh, reshard_after_forward=stage == 3, mp_policy=mp)
-    name = STAGE_NAMES[stage] + (" + MixedPrecisionPolicy(bf16 params, fp32 reduce)" if mp else "")
-    return model, make_adamw(model.parameters(), run, ctx.device), name
+    model = apply_fsdp(model, dp_mesh, reshard_after_forward=stage == 3)
+    return model, make_adamw(model.parameters(), run), STAGE_NAMES[stage]

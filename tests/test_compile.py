@@ -1,0 +1,104 @@
+"""torch.compile on CPU, as the worker applies it: every block kind compiles whole and stays compiled.
+
+Each case builds a tiny model of one block kind (dense, switch, gshard, expert choice; with and
+without full recompute), parallelizes it with benchsuite.parallel.parallelize (checkpoint, then
+one compiled region per block) and trains the worker's unmeasured steps and then measured steps.
+The compiler backend is dynamo's counting backend over aot_eager (forward and backward graphs
+traced, no C++ build): graph breaks and recompiles are decided by dynamo, before any backend.
+Checked: no graph break at all, one compiled frame per distinct block (dense 1, MoE models 2),
+and no frame compiled during the measured steps. With expert parallel, the all-to-all share is
+timed over a step that compiles nothing (its synchronised timers recompile the blocks once).
+"""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch._dynamo.testing import CompileCounterWithBackend
+from torch._dynamo.utils import counters
+
+from benchsuite.config import (CarbonConfig, EnergyConfig, ModelConfig, MoEConfig, ParallelConfig, RunConfig,
+                               TrainConfig)
+from benchsuite.dist import DistContext, ParallelDims
+from benchsuite.models.transformer import build_model
+from benchsuite.parallel import Parallelized, apply_compile, parallelize
+from benchsuite.parallel.zero import make_adamw
+from benchsuite import worker
+
+CPU = torch.device("cpu")
+MEASURED = 2
+
+
+def make_run(router: str | None, recompute: str) -> RunConfig:
+    moe = MoEConfig(experts=4, router=router, every=2, z_loss_coef=0.0) if router else None
+    return RunConfig(suite="t", workload="w", kind="moe" if router else "dense",
+                     model=ModelConfig(layers=2, hidden=32, heads=2, vocab=64, seq_len=16, ffn_hidden=64),
+                     train=TrainConfig(micro_batch=2, steps=MEASURED, precision="fp32", compile=True,
+                                       recompute=recompute),
+                     parallel=ParallelConfig(), moe=moe, energy=EnergyConfig(), carbon=CarbonConfig(), world_size=1)
+
+
+def batch(step: int, run: RunConfig):
+    g = torch.Generator().manual_seed(step)
+    x = torch.randint(0, run.model.vocab, (run.train.micro_batch, run.model.seq_len), generator=g)
+    return [(x, torch.roll(x, -1, 1))]
+
+
+@pytest.fixture
+def backend(monkeypatch):
+    """Every Module.compile() of this test counts its frames on aot_eager."""
+    torch._dynamo.reset()
+    counters.clear()
+    counting = CompileCounterWithBackend("aot_eager")
+    compile_module = torch.nn.Module.compile
+    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kw: compile_module(self, backend=counting))
+    yield counting
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("recompute", ["none", "full"])
+@pytest.mark.parametrize("router", [None, "switch", "gshard", "expert_choice"])
+def test_every_block_kind_compiles_without_break_or_recompile(router, recompute, backend):
+    run = make_run(router, recompute)
+    ctx = DistContext(0, 0, 1, 0, CPU, None, ParallelDims(1))
+    par = parallelize(build_model(run.model, run.moe, seed=0), run, ctx)
+    assert par.impl["compile"] == "torch.compile per block"
+    warm = worker.unmeasured_steps(run)
+    for step in range(warm):
+        worker.train_step(par, batch(step, run), "fp32", CPU)
+    compiled = backend.frame_count
+    for step in range(warm, warm + MEASURED):
+        result = worker.train_step(par, batch(step, run), "fp32", CPU)
+    assert dict(counters["graph_break"]) == {}, f"graph breaks: {dict(counters['graph_break'])}"
+    assert compiled == (2 if router else 1), f"{compiled} frames compiled for {2 if router else 1} block kinds"
+    assert backend.frame_count == compiled, "a measured step recompiled"
+    assert len(result.routing) == (1 if router else 0)  # the MoE block's routing stats came out of the graph
+
+
+def test_all_to_all_share_is_timed_over_a_step_that_compiles_nothing(backend, monkeypatch, tmp_path):
+    """The share's step switches the synchronised collective timers on, which recompiles the
+    blocks (graph breaks around the timed collectives): that must not land in the timed interval."""
+    from benchsuite.parallel.expert import apply_expert_parallel
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        run = make_run("switch", "none")
+        model = build_model(run.model, run.moe, seed=0)
+        apply_expert_parallel(model)
+        apply_compile(model)
+        par = Parallelized(model, make_adamw(model.parameters(), run))
+        for step in range(3):
+            worker.train_step(par, batch(step, run), "fp32", CPU)
+        frames_at_clock = []  # frames compiled so far, at each clock read of the worker
+        monkeypatch.setattr(worker, "time", types.SimpleNamespace(
+            perf_counter=lambda: frames_at_clock.append(backend.frame_count) or __import__("time").perf_counter()))
+        share = worker.all_to_all_share(par, batch(3, run), "fp32", CPU)
+    finally:
+        dist.destroy_process_group()
+    start, end = frames_at_clock[-2:]
+    assert backend.frame_count > 2, "the timers were expected to recompile the blocks"
+    assert start == end, f"{end - start} frames compiled inside the timed step"
+    assert 0 < share < 1
