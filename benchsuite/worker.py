@@ -349,7 +349,7 @@ def build_record(run: RunConfig, run_key: str, ranks: list[dict], ctx: bdist.Dis
                                  "FlopCounterMode, one eager step"),
         "params": {"total": f.params, "active": f.params_active, "non_embedding": f.params_non_embedding},
         # MFU and tflops_per_device by model FLOPs (no recompute), HFU by hardware FLOPs
-        **fl.throughput_figures(f.model, f.hardware, tokens_per_s, run.world_size, peak),
+        **fl.rate_figures(per_device, f.hardware * tokens_per_s / run.world_size, peak),
         "peak_tflops": peak / 1e12 if peak else None,
         "peak_source": peak_source,
         "matmul_ceiling_tflops": ceiling / 1e12,

@@ -1,5 +1,5 @@
 import json
-import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -204,7 +204,8 @@ def test_record_of_a_recompute_run_carries_model_and_hardware_figures(monkeypatc
     assert "down-projection" in m["flops"]["hardware_source"]
     assert m["tflops_per_device"] == pytest.approx(f.model * m["tokens_per_s"] / 1e12, rel=1e-9)
     assert m["hardware_tflops_per_device"] == pytest.approx(f.hardware * m["tokens_per_s"] / 1e12, rel=1e-9)
-    assert m["mfu"] == pytest.approx(m["tflops_per_device"]) and m["hfu"] == pytest.approx(m["hardware_tflops_per_device"])
+    assert m["mfu"] == pytest.approx(m["tflops_per_device"])  # peak 1 TFLOP/s
+    assert m["hfu"] == pytest.approx(m["hardware_tflops_per_device"])
     assert m["hfu"] / m["mfu"] == pytest.approx(f.hardware / f.model) and m["hfu"] > 1.2 * m["mfu"]
     q = m["quality"]
     assert q["curve"][-1]["model_flops"] == pytest.approx(q["curve"][-1]["tokens"] * f.model)
@@ -230,14 +231,14 @@ def test_flops_command_prints_model_and_hardware_flops(tmp_path):
     suite = tmp_path / "s.toml"
     suite.write_text('[suite]\nname = "s"\n[defaults]\nmodel = { layers = 2, hidden = 64, heads = 4, seq_len = 32, '
                      'vocab = 256 }\ntrain = { micro_batch = 2, recompute = "full" }\n[[workload]]\nname = "d"\n')
-    run = parse_suite({"workload": [{"name": "d", "model": SMALL, "train": {"micro_batch": 2, "recompute": "full"}}]}).runs[0]
-    f = fl.flops_per_token(run)
+    f = fl.flops_per_token(_run("full", **SMALL))
     doc = json.loads(run_cli("flops", str(suite), "--json").stdout)
     r = doc["runs"][0]
     assert r["model_flops_per_token"] == f.model and r["hardware_flops_per_token"] == f.hardware
     assert r["hardware_flops_per_token"] > r["model_flops_per_token"] and r["recompute"] == "full"
     text = run_cli("flops", str(suite))
-    assert text.returncode == 0 and f"model {f.model:10.4g}" in text.stdout and f"hardware {f.hardware:10.4g}" in text.stdout
+    assert text.returncode == 0
+    assert f"model {f.model:10.4g}" in text.stdout and f"hardware {f.hardware:10.4g}" in text.stdout
 
 
 # ----------------------------------------------------------------------------- schema 1 records
@@ -246,8 +247,14 @@ def _v1_record(run, device="NVIDIA L40", peak_source="datasheet:L4:bf16"):
     """A schema-1 record as the old worker wrote it: model FLOPs with the blanket 8x/16x recompute factor."""
     cfg, h, l, s, v = run.model, run.model.hidden, run.model.layers, run.model.seq_len, run.model.vocab
     pc = fl.param_counts(cfg, run.moe, run.micro_batch_per_rank * s)
+    active = pc.active_matmul
+    if run.moe is not None:  # schema 1: expert choice at cf experts per token
+        from benchsuite.models.moe import active_experts_per_token
+
+        active += pc.moe_layers * pc.expert * (run.moe.capacity_factor
+                                               - active_experts_per_token(run.moe, run.micro_batch_per_rank * s))
     mult, attn = (8, 16) if run.train.recompute == "full" else (6, 12)
-    old_model = mult * pc.active_matmul + 6 * pc.lm_head + attn * l * s * h
+    old_model = mult * active + 6 * pc.lm_head + attn * l * s * h
     tps = 1000.0
     return {"schema_version": 1, "status": "ok", "config": run.to_dict(),
             "env": {"devices": [{"name": device}]},
@@ -268,11 +275,37 @@ def test_upgrade_v1_recomputes_flops_peak_and_utilisation_from_the_config():
     scale = f.model / old["metrics"]["flops"]["model_per_token"]
     assert old["metrics"]["flops"]["model_per_token"] > f.model  # schema 1 counted the recompute; untouched input
     assert m["flops"]["model_per_token"] == f.model and m["flops"]["hardware_per_token"] == f.hardware
-    assert "executed_per_token" not in m["flops"] and "recomputed" in m["flops"]["upgraded_from"]
+    assert "executed_per_token" not in m["flops"] and "corrected from the stored config" in m["flops"]["upgraded_from"]
     assert m["peak_tflops"] == 181.05 and "L40 bf16" in m["peak_source"]  # exact name, not the L4's figure
-    assert m["mfu"] == pytest.approx(f.model * 1000 / 181.05e12) and m["hfu"] == pytest.approx(f.hardware * 1000 / 181.05e12)
+    assert m["mfu"] == pytest.approx(f.model * 1000 / 181.05e12)
+    assert m["hfu"] == pytest.approx(f.hardware * 1000 / 181.05e12)
     assert m["mfu_vs_ceiling"] == pytest.approx(0.5 * scale) and m["energy"]["j_per_pflop"] == pytest.approx(10 / scale)
-    assert m["quality"]["model_flops"] == pytest.approx(100 * scale) and m["quality"]["curve"][1]["model_flops"] == pytest.approx(100 * scale)
+    assert m["quality"]["model_flops"] == pytest.approx(100 * scale)
+    assert m["quality"]["curve"][1]["model_flops"] == pytest.approx(100 * scale)
+
+
+def test_schema_1_model_flops_as_the_old_code_computed_them():
+    """Figures printed by schema 1's flops_per_token for these two runs."""
+    assert fl._v1_model_per_token(_run("full", **SMALL)) == 950272.0
+    ec = {"experts": 3, "router": "expert_choice", "capacity_factor": 1.0, "every": 1}
+    assert fl._v1_model_per_token(_run(moe=ec, layers=1, hidden=64, heads=4, seq_len=32, vocab=256)) == 418944.0
+
+
+def test_upgrade_v1_corrects_stored_measurements_by_exact_ratios():
+    """A record whose stored figures are its own (not the config's formula) keeps them where
+    nothing changed, and expert choice moves by E·floor(cf·N/E)/N over cf."""
+    synthetic = _v1_record(_run(**SMALL), device="NVIDIA H100 80GB HBM3")
+    synthetic["metrics"]["flops"]["model_per_token"] = 1.6e9
+    synthetic["metrics"]["tflops_per_device"] = 400.0
+    m = fl.upgrade_v1_flops(synthetic)["metrics"]
+    assert m["flops"]["model_per_token"] == 1.6e9 and m["tflops_per_device"] == 400.0
+    assert m["mfu"] == pytest.approx(400 / 989.5) and m["mfu_vs_ceiling"] == 0.5
+    plain = fl.flops_per_token(_run(**SMALL))
+    assert m["hfu"] / m["mfu"] == pytest.approx(plain.hardware / plain.model)
+    ec = _run(moe={"experts": 3, "router": "expert_choice", "capacity_factor": 1.0, "every": 1}, **SMALL)
+    m = fl.upgrade_v1_flops(_v1_record(ec))["metrics"]
+    assert m["flops"]["model_per_token"] == pytest.approx(fl.flops_per_token(ec).model)
+    assert m["flops"]["model_per_token"] < _v1_record(ec)["metrics"]["flops"]["model_per_token"]
 
 
 def test_upgrade_v1_keeps_a_given_peak_and_marks_a_config_that_no_longer_parses():
@@ -291,3 +324,28 @@ def test_upgrade_v1_keeps_a_given_peak_and_marks_a_config_that_no_longer_parses(
             assert m["flops"]["model_per_token"] is None and m["mfu"] is None and m["energy"]["j_per_pflop"] is None
     failed = {"schema_version": 1, "status": "failed", "metrics": None}
     assert fl.upgrade_v1_flops(failed) == failed
+
+
+def test_report_and_dashboard_show_hfu_beside_mfu(tmp_path):
+    import pandas as pd
+    from rich.console import Console
+
+    from benchsuite.results.report import report_rows, report_table
+    from benchsuite.results.store import flatten
+    from dashboard import build_site
+
+    fixture = json.loads((Path(__file__).parent / "fixtures" / "results" / "make_dvs-dense-w1.json").read_text())
+    rec = fl.upgrade_v1_flops(fixture)
+    rec["metrics"].update(mfu=0.4123, hfu=0.5234)
+    row = report_rows(pd.DataFrame([flatten(rec)]))[0]
+    assert row["mfu"] == 0.4123 and row["metrics.hfu"] == 0.5234
+    console = Console(width=300, record=True)
+    console.print(report_table(pd.DataFrame([flatten(rec)])))
+    text = console.export_text()
+    assert "HFU" in text and "41.2%" in text and "52.3%" in text
+    res = build_site([rec], tmp_path, validate=True)
+    index = (tmp_path / res.pages[0]).read_text()
+    page = (tmp_path / res.pages[1]).read_text()
+    assert "MFU (HFU)" in index and "41.2% (52.3%)" in index
+    assert "HFU (hardware FLOPs, recompute included)" in page and "52.3%" in page
+    assert "hardware FLOPs / token" in page

@@ -25,7 +25,6 @@ FlopCounterMode over a real step counts the same work (tests/test_flops.py check
 from __future__ import annotations
 
 import copy
-import math
 import time
 import warnings
 from dataclasses import dataclass
@@ -44,6 +43,8 @@ class ParamCounts:
     executed_matmul: float  # like active, but with the expert slots the expert GEMMs compute
     lm_head: int
     dense_down: int  # the dense blocks' FFN down-projections (the checkpoint never re-runs them)
+    moe_layers: int
+    expert: int  # matmul weights of one expert (0 without MoE)
 
 
 def _moe_layer_count(cfg: ModelConfig, moe: MoEConfig | None) -> int:
@@ -70,6 +71,7 @@ def param_counts(cfg: ModelConfig, moe: MoEConfig | None = None, tokens_per_rout
     matmul = cfg.layers * attn + n_dense * dense_ffn
     active = float(matmul)
     executed = float(matmul)
+    expert = 0
     if n_moe:
         from benchsuite.models.moe import active_experts_per_token, expected_slots_per_token
 
@@ -80,7 +82,8 @@ def param_counts(cfg: ModelConfig, moe: MoEConfig | None = None, tokens_per_rout
         active += n_moe * (active_experts_per_token(moe, tokens) * expert + router)
         executed += n_moe * (expected_slots_per_token(moe, tokens) * computed_slot_share * expert + router)
     return ParamCounts(total=matmul + lm_head + embedding + norms, embedding=embedding, matmul=matmul,
-                       active_matmul=active, executed_matmul=executed, lm_head=lm_head, dense_down=n_dense * h * f)
+                       active_matmul=active, executed_matmul=executed, lm_head=lm_head, dense_down=n_dense * h * f,
+                       moe_layers=n_moe, expert=expert)
 
 
 @dataclass(frozen=True)
@@ -127,8 +130,8 @@ def hardware_basis(run: RunConfig, expert_impl: str | None) -> str:
     if run.train.recompute == "full":
         parts.append("full recompute of each block, less the dense FFN down-projection (checkpoint early stop)")
     if run.moe is not None:
-        parts.append("filled expert slots only (grouped_mm; filled share of the last step)" if expert_impl == "grouped_mm"
-                     else "every expert slot, padding included (padded_bmm)")
+        parts.append("filled expert slots only (grouped_mm; filled share of the last step)"
+                     if expert_impl == "grouped_mm" else "every expert slot, padding included (padded_bmm)")
     return "; ".join(parts)
 
 
@@ -140,18 +143,13 @@ def record_flops(model: float | None, hardware: float | None, hardware_source: s
             "counted_per_token": counted, "counted_source": counted_source}
 
 
-def throughput_figures(model: float | None, hardware: float | None, tokens_per_s: float | None, world_size: int,
-                       peak: float | None) -> dict:
-    """A record's FLOP-rate figures from FLOPs per token: TFLOP/s per device and utilisation of the
+def rate_figures(model_per_device: float | None, hardware_per_device: float | None, peak: float | None) -> dict:
+    """A record's FLOP-rate figures from achieved FLOP/s per device: TFLOP/s and utilisation of the
     peak, by model FLOPs (tflops_per_device, mfu: the field's convention) and by hardware FLOPs
     (hardware_tflops_per_device, hfu)."""
-    def per_device(per_token: float | None) -> float | None:
-        return None if per_token is None or tokens_per_s is None else per_token * tokens_per_s / world_size
-
-    model_s, hardware_s = per_device(model), per_device(hardware)
-    return {"tflops_per_device": None if model_s is None else model_s / 1e12,
-            "hardware_tflops_per_device": None if hardware_s is None else hardware_s / 1e12,
-            "mfu": mfu(model_s, peak), "hfu": mfu(hardware_s, peak)}
+    return {"tflops_per_device": None if model_per_device is None else model_per_device / 1e12,
+            "hardware_tflops_per_device": None if hardware_per_device is None else hardware_per_device / 1e12,
+            "mfu": mfu(model_per_device, peak), "hfu": mfu(hardware_per_device, peak)}
 
 
 def _extra_formulas() -> dict:
@@ -222,10 +220,12 @@ PEAKS = (
     Peak("A100", ("NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM-80GB", "NVIDIA A100-PCIE-40GB",
                   "NVIDIA A100-PCIE-80GB", "NVIDIA A100 80GB PCIe"), 312.0, 19.5,
          "NVIDIA A100 Tensor Core GPU datasheet (PCIe and SXM, 40 and 80 GB): BF16/FP16 312 (624 sparse), FP32 19.5"),
-    Peak("A10", ("NVIDIA A10",), 125.0, 31.2, "NVIDIA A10 Tensor Core GPU datasheet: BF16/FP16 125 (250 sparse), FP32 31.2"),
+    Peak("A10", ("NVIDIA A10",), 125.0, 31.2,
+         "NVIDIA A10 Tensor Core GPU datasheet: BF16/FP16 125 (250 sparse), FP32 31.2"),
     Peak("A10G", ("NVIDIA A10G",), None, None,
          "no vendor datasheet: NVIDIA publishes no A10G figures (an AWS part, clocks and SMs differ from the A10's)"),
-    Peak("L4", ("NVIDIA L4",), 121.0, 30.3, "NVIDIA L4 Tensor Core GPU datasheet: BF16/FP16 242 sparse (121 dense), FP32 30.3"),
+    Peak("L4", ("NVIDIA L4",), 121.0, 30.3,
+         "NVIDIA L4 Tensor Core GPU datasheet: BF16/FP16 242 sparse (121 dense), FP32 30.3"),
     Peak("L40", ("NVIDIA L40",), 181.05, 90.5, "NVIDIA L40 GPU datasheet: BF16/FP16 181.05 (362.1 sparse), FP32 90.5"),
     Peak("L40S", ("NVIDIA L40S",), 362.05, 91.6, "NVIDIA L40S GPU datasheet: BF16/FP16 362.05 (733 sparse), FP32 91.6"),
     Peak("H100 SXM", ("NVIDIA H100 80GB HBM3",), 989.5, 67.0,
@@ -241,7 +241,8 @@ PEAKS = (
     Peak("GH200", ("NVIDIA GH200 480GB", "NVIDIA GH200 144G HBM3e"), 989.5, 67.0,
          "NVIDIA GH200 Grace Hopper Superchip datasheet, GPU: BF16/FP16 1,979 sparse (989.5 dense), FP32 67"),
     Peak("B200", ("NVIDIA B200",), 2250.0, 75.0,
-         "NVIDIA HGX B200 datasheet, 8 GPUs: BF16/FP16 36 PFLOPS sparse (2,250 TFLOP/s dense per GPU), FP32 600 (75 per GPU)"),
+         "NVIDIA HGX B200 datasheet, 8 GPUs: BF16/FP16 36 PFLOPS sparse (2,250 TFLOP/s dense per GPU), "
+         "FP32 600 (75 per GPU)"),
     Peak("MI250X", ("AMD Instinct MI250X",), 383.0, 95.7,
          "AMD Instinct MI250X datasheet: BF16/FP16 383 (no sparsity on CDNA 2), FP32 matrix 95.7"),
     Peak("MI300X", ("AMD Instinct MI300X",), 1307.4, 163.4,
@@ -287,67 +288,79 @@ def mfu(flops_per_s_per_device: float | None, peak: float | None) -> float | Non
     return flops_per_s_per_device / peak
 
 
+def _v1_model_per_token(run: RunConfig) -> float:
+    """What schema 1 stored as model_per_token: expert choice at cf experts per token, and with
+    full recompute a blanket 8x / 16x on the blocks."""
+    from benchsuite.models.moe import active_experts_per_token
+
+    cfg, tokens = run.model, run.micro_batch_per_rank * run.model.seq_len
+    pc = param_counts(cfg, run.moe, tokens)
+    active = pc.active_matmul
+    if run.moe is not None and run.moe.router == "expert_choice":
+        active += pc.moe_layers * pc.expert * (run.moe.capacity_factor - active_experts_per_token(run.moe, tokens))
+    mult, attn = (8, 16) if run.train.recompute == "full" else (6, 12)
+    return mult * active + 6 * pc.lm_head + attn * cfg.layers * cfg.seq_len * cfg.hidden
+
+
 def upgrade_v1_flops(rec: dict) -> dict:
     """A schema-1 record's FLOP figures in schema 2's meaning; returns an upgraded copy.
 
     Schema 1 counted the recomputed forward in model FLOPs (and so in MFU, TFLOP/s, J/PFLOP,
     mfu_vs_ceiling and the quality figures), gave expert choice cf experts per token, matched
-    the peak table by substring and had executed_per_token (padded slots, recompute as a blanket
-    8x / 16x) where schema 2 has hardware_per_token and hfu. Every figure is recomputed from the
-    stored config, routing statistics, tokens/s and device name. When the config no longer parses,
-    model FLOPs stay only where schema 1 had them right (no recompute, not expert choice), hardware
-    FLOPs become null, and metrics.flops.upgraded_from says so.
+    the peak table by substring, and had executed_per_token (padded slots, recompute as a blanket
+    8x / 16x) where schema 2 has hardware_per_token and hfu. The stored measurements are kept and
+    corrected by exact ratios from the stored config (new model or hardware FLOPs / schema 1's
+    model FLOPs), and the peak is looked up again by exact device name. When the config no longer
+    parses, model figures stay only where schema 1 had them right (no recompute, not expert
+    choice), hardware figures are null, and metrics.flops.upgraded_from says so.
     """
     metrics = rec.get("metrics") or {}
     if not isinstance(metrics.get("flops"), dict):
         return rec  # a failed run: no figures
     rec = copy.deepcopy(rec)
     m, cfg = rec["metrics"], rec.get("config") or {}
-    old = m["flops"]
-    moe = m.get("moe") or {}
+    old, moe = m["flops"], m.get("moe") or {}
     try:
         run = RunConfig.from_dict(cfg)
     except (TypeError, ValueError, KeyError, AttributeError) as e:
         run, why = None, f"{type(e).__name__}: {e}"
     if run is not None:
-        f = flops_per_token(run, computed_slot_share(moe.get("expert_impl"), moe.get("padding_frac")))
-        model, hardware, basis = f.model, f.hardware, hardware_basis(run, moe.get("expert_impl"))
-        note = "schema 1, recomputed from the stored config"
+        f, v1 = flops_per_token(run, computed_slot_share(moe.get("expert_impl"), moe.get("padding_frac"))), \
+            _v1_model_per_token(run)
+        to_model, to_hardware = f.model / v1, f.hardware / v1
+        basis, note = hardware_basis(run, moe.get("expert_impl")), "schema 1, corrected from the stored config"
     else:
         exact = ((cfg.get("train") or {}).get("recompute") != "full"
                  and (cfg.get("moe") or {}).get("router") != "expert_choice")
-        model, hardware = (old.get("model_per_token") if exact else None), None
+        to_model, to_hardware = (1.0 if exact else None), None
         basis = "not known: the stored config no longer parses"
         note = (f"schema 1, config no longer parses ({why}): model FLOPs "
                 + ("kept (no recompute, no expert choice)" if exact else "unknown (schema 1 counted recompute)"))
-    m["flops"] = dict(record_flops(model, hardware, basis, old.get("counted_per_token"), old.get("counted_source")),
-                      upgraded_from=note)
+
+    def times(v, k):
+        return None if v is None or k is None else v * k
+
+    stored = old.get("model_per_token")
+    m["flops"] = dict(record_flops(times(stored, to_model), times(stored, to_hardware), basis,
+                                   old.get("counted_per_token"), old.get("counted_source")), upgraded_from=note)
     devices = (rec.get("env") or {}).get("devices") or [{}]
     if m.get("peak_source") == "given" and m.get("peak_tflops"):
         peak, source = m["peak_tflops"] * 1e12, "given (--peak-tflops)"
     else:
         peak, source = lookup_peak(str(devices[0].get("name")), m.get("precision"))
-    m.update(throughput_figures(model, hardware, m.get("tokens_per_s"), cfg.get("world_size") or 1, peak),
+    achieved = times(m.get("tflops_per_device"), 1e12)  # stored model FLOP/s per device
+    m.update(rate_figures(times(achieved, to_model), times(achieved, to_hardware), peak),
              peak_tflops=None if peak is None else peak / 1e12, peak_source=source)
-    scale = model / old["model_per_token"] if model and old.get("model_per_token") else None
-    _rescale_model_flops(m, scale)
-    return rec
-
-
-def _rescale_model_flops(m: dict, scale: float | None) -> None:
-    """Figures made from model FLOPs, moved to the new count (scale = new / old; None: unknown)."""
-    def times(v, k):
-        return None if v is None or k is None else v * k
-
     if "mfu_vs_ceiling" in m:
-        m["mfu_vs_ceiling"] = times(m["mfu_vs_ceiling"], scale)
+        m["mfu_vs_ceiling"] = times(m["mfu_vs_ceiling"], to_model)
     if isinstance(m.get("energy"), dict) and "j_per_pflop" in m["energy"]:
-        m["energy"]["j_per_pflop"] = times(m["energy"]["j_per_pflop"], None if scale is None else 1 / scale)
+        m["energy"]["j_per_pflop"] = times(m["energy"]["j_per_pflop"], None if not to_model else 1 / to_model)
     quality = m.get("quality")
     if isinstance(quality, dict):
         for part in [quality, *(quality.get("curve") or [])]:
             if "model_flops" in part:
-                part["model_flops"] = times(part["model_flops"], scale)
+                part["model_flops"] = times(part["model_flops"], to_model)
+    return rec
 
 
 def measure_matmul_ceiling(device: torch.device, dtype: torch.dtype, n: int | None = None, iters: int = 10) -> float:
