@@ -33,8 +33,8 @@ def _status_cell(row) -> str:
 
 
 COLUMNS = [("suite", "text"), ("workload", "text"), ("kind", "text"), ("world", "num"), ("nodes", "num"),
-           ("scaling", "text"), ("status", "text"), ("tok/s", "num"), ("MFU (HFU)", "num"), ("step ms (95% CI)", "num"),
-           ("scaling eff.", "num"), ("J/token", "num"), ("gCO2e/Mtok", "num")]
+           ("scaling", "text"), ("status", "text"), ("tok/s", "num"), ("MFU (HFU)", "num"),
+           ("step ms (95% CI)", "num"), ("scaling eff.", "num"), ("J/token", "num"), ("gCO2e/Mtok", "num")]
 
 
 def _utilisation(row) -> str:
