@@ -52,12 +52,12 @@ def _moe_layer_count(cfg: ModelConfig, moe: MoEConfig | None) -> int:
 
 
 def param_counts(cfg: ModelConfig, moe: MoEConfig | None = None, tokens_per_route: int | None = None,
-                 computed_slot_share: float = 1.0) -> ParamCounts:
+                 slot_share: float = 1.0) -> ParamCounts:
     """Exact counts for models/transformer.py (no biases; LayerNorm has weight and bias).
 
     tokens_per_route is the number of tokens one MoE layer routes at once (the local micro-batch
-    × seq_len); it sets the capacity C and so the E · C expert slots. computed_slot_share is the
-    share of those slots the expert GEMMs compute (see flops_per_token).
+    × seq_len); it sets the capacity C and so the E · C expert slots. slot_share is the share of
+    those slots the expert GEMMs compute (see flops_per_token).
     """
     h, f = cfg.hidden, cfg.ffn
     mats = 3 if cfg.activation == "swiglu" else 2
@@ -80,7 +80,7 @@ def param_counts(cfg: ModelConfig, moe: MoEConfig | None = None, tokens_per_rout
         tokens = tokens_per_route or cfg.seq_len
         matmul += n_moe * (moe.experts * expert + router)
         active += n_moe * (active_experts_per_token(moe, tokens) * expert + router)
-        executed += n_moe * (expected_slots_per_token(moe, tokens) * computed_slot_share * expert + router)
+        executed += n_moe * (expected_slots_per_token(moe, tokens) * slot_share * expert + router)
     return ParamCounts(total=matmul + lm_head + embedding + norms, embedding=embedding, matmul=matmul,
                        active_matmul=active, executed_matmul=executed, lm_head=lm_head, dense_down=n_dense * h * f,
                        moe_layers=n_moe, expert=expert)
@@ -97,16 +97,16 @@ class TokenFlops:
     params_non_embedding: int
 
 
-def flops_per_token(run: RunConfig, computed_slot_share: float = 1.0) -> TokenFlops:
+def flops_per_token(run: RunConfig, slot_share: float = 1.0) -> TokenFlops:
     """Model and hardware FLOPs per token of one run (formulas in the module docstring).
 
-    computed_slot_share: the share of the E · C expert slots that the expert GEMMs compute. 1 for
+    slot_share: the share of the E · C expert slots that the expert GEMMs compute. 1 for
     padded_bmm (every slot) and for a run not yet measured; for grouped_mm the filled share,
-    1 - padding_frac, which only a run can measure (see computed_slot_share below).
+    1 - padding_frac, which only a run can measure (computed_slot_share).
     """
     cfg = run.model
-    pc = param_counts(cfg, run.moe, run.micro_batch_per_rank * cfg.seq_len, computed_slot_share)
-    scores = cfg.layers * cfg.seq_len * cfg.hidden  # one Q·Kᵀ (or P·V) per token, all layers: s·h/2 MACs
+    pc = param_counts(cfg, run.moe, run.micro_batch_per_rank * cfg.seq_len, slot_share)
+    scores = cfg.layers * cfg.seq_len * cfg.hidden  # one Q·Kᵀ per token and layer is s·h MACs: 2 · scores FLOPs
     model = 6 * (pc.active_matmul + pc.lm_head) + 12 * scores
     hardware = 6 * (pc.executed_matmul + pc.lm_head) + (12 + 2) * scores  # + the fused backward's Q·Kᵀ
     if run.train.recompute == "full":
@@ -325,8 +325,8 @@ def upgrade_v1_flops(rec: dict) -> dict:
     except (TypeError, ValueError, KeyError, AttributeError) as e:
         run, why = None, f"{type(e).__name__}: {e}"
     if run is not None:
-        f, v1 = flops_per_token(run, computed_slot_share(moe.get("expert_impl"), moe.get("padding_frac"))), \
-            _v1_model_per_token(run)
+        f = flops_per_token(run, computed_slot_share(moe.get("expert_impl"), moe.get("padding_frac")))
+        v1 = _v1_model_per_token(run)
         to_model, to_hardware = f.model / v1, f.hardware / v1
         basis, note = hardware_basis(run, moe.get("expert_impl")), "schema 1, corrected from the stored config"
     else:
