@@ -95,7 +95,7 @@ def main() -> None:
         row = f"{name:<14} {impl:<11} {seconds * 1e3:>9.2f} {tokens / seconds:>12,.0f} {seconds / dense_s:>8.2f}"
         if moe is not None:
             _, _, s = module(x)
-            row += (f" {active_experts_per_token(moe):>11.2f} {expected_slots_per_token(moe, tokens):>9.2f}"
+            row += (f" {active_experts_per_token(moe, tokens):>11.2f} {expected_slots_per_token(moe, tokens):>9.2f}"
                     f" {s.dropped_frac.item():>8.3f} {s.padding_frac.item():>8.3f}")
         print(row)
 

@@ -333,23 +333,25 @@ def cmd_dashboard(args) -> int:
 
 
 def cmd_flops(args) -> int:
-    from benchsuite.metrics.flops import flops_per_token
+    from benchsuite.metrics.flops import flops_per_token, hardware_basis
 
     suite = load_suite(args.suite)
     rows = []
     for run in suite.runs:
         f = flops_per_token(run)
         rows.append({"workload": run.workload, "kind": run.kind, "router": run.moe.router if run.moe else None,
-                     "world_size": run.world_size, "scaling": run.scaling, "params": f["params"],
-                     "params_active": f["params_active"], "model_flops_per_token": f["model_per_token"],
-                     "executed_flops_per_token": f["executed_per_token"]})
+                     "world_size": run.world_size, "scaling": run.scaling, "recompute": run.train.recompute,
+                     "params": f.params, "params_active": f.params_active, "model_flops_per_token": f.model,
+                     "hardware_flops_per_token": f.hardware, "hardware_source": hardware_basis(run, None)})
     if args.json:
         _print_json({"suite": suite.name, "runs": rows})
     else:
+        out.print("model FLOPs (MFU): no recompute, active experts; hardware FLOPs (HFU): what runs, recompute "
+                  "and every expert slot included (grouped_mm runs count only the filled slots)", markup=False)
         for r in rows:
             out.print(f"{printable(r['workload']):<24} w{r['world_size']:<3} params {r['params']:10.4g}  "
                       f"active {r['params_active']:10.4g}  model {r['model_flops_per_token']:10.4g} FLOP/tok  "
-                      f"executed {r['executed_flops_per_token']:10.4g} FLOP/tok", markup=False)
+                      f"hardware {r['hardware_flops_per_token']:10.4g} FLOP/tok", markup=False)
     return 0
 
 

@@ -357,9 +357,12 @@ def build_record(run: RunConfig, run_key: str, ranks: list[dict], ctx: bdist.Dis
     summary = summarize(step_times)
     tokens_per_step = run.global_batch * run.model.seq_len
     tokens_per_s = tokens_per_step / summary["median"]
-    f = fl.flops_per_token(run)
+    moe = merge_moe_stats([r["moe"] for r in ranks]) if run.kind == "moe" else None
+    expert_impl = moe["expert_impl"] if moe else None
+    # grouped_mm computes only the filled expert slots: the hardware figure counts those
+    f = fl.flops_per_token(run, fl.computed_slot_share(expert_impl, moe["padding_frac"] if moe else None))
     counted_per_token = sum(r["counted_flops"] for r in ranks) / tokens_per_step
-    per_device = f["model_per_token"] * tokens_per_s / run.world_size
+    per_device = f.model * tokens_per_s / run.world_size
     peak, peak_source = fl.peak_flops(r0["device"]["name"], r0["precision"], r0["peak_tflops"])
     ceiling = min(r["matmul_ceiling_flops"] for r in ranks)  # the slowest rank's best
     vs, vs_reason = vs_ceiling(per_device, ceiling)
@@ -368,11 +371,11 @@ def build_record(run: RunConfig, run_key: str, ranks: list[dict], ctx: bdist.Dis
         "tokens_per_s": tokens_per_s,
         "tokens_per_step": tokens_per_step,
         "step_time_s": summary,
-        "flops": {"model_per_token": f["model_per_token"], "executed_per_token": f["executed_per_token"],
-                  "counted_per_token": counted_per_token, "counted_source": "FlopCounterMode, one eager step"},
-        "params": {"total": f["params"], "active": f["params_active"], "non_embedding": f["params_non_embedding"]},
-        "tflops_per_device": per_device / 1e12,
-        "mfu": fl.mfu(per_device, peak),
+        "flops": fl.record_flops(f.model, f.hardware, fl.hardware_basis(run, expert_impl), counted_per_token,
+                                 "FlopCounterMode, one eager step"),
+        "params": {"total": f.params, "active": f.params_active, "non_embedding": f.params_non_embedding},
+        # MFU and tflops_per_device by model FLOPs (no recompute), HFU by hardware FLOPs
+        **fl.rate_figures(per_device, f.hardware * tokens_per_s / run.world_size, peak),
         "peak_tflops": peak / 1e12 if peak else None,
         "peak_source": peak_source,
         "matmul_ceiling_tflops": ceiling / 1e12,
@@ -399,10 +402,10 @@ def build_record(run: RunConfig, run_key: str, ranks: list[dict], ctx: bdist.Dis
     energy = attribute_energy([r["energy_window"] for r in ranks])
     carbon = carbon_section(energy["total_j"], run.carbon, energy_source=energy["source"])
     measured_tokens = tokens_per_step * len(step_times)
-    metrics["energy"] = derived_metrics(energy, tokens=measured_tokens, model_flops=measured_tokens * f["model_per_token"],
+    metrics["energy"] = derived_metrics(energy, tokens=measured_tokens, model_flops=measured_tokens * f.model,
                                         carbon=carbon)
-    if run.kind == "moe":
-        metrics["moe"] = merge_moe_stats([r["moe"] for r in ranks])
+    if moe:
+        metrics["moe"] = moe
     devices = [dict(r["device"], rank=r["rank"], node_rank=r["node_rank"]) for r in ranks]
     env = {"hosts": sorted({d["host"] for d in devices}), "nodes": len({r["node_rank"] for r in ranks}),
            "world_size": ctx.world_size, "backend": ctx.backend, "devices": devices, **host_facts(devices),
@@ -412,7 +415,7 @@ def build_record(run: RunConfig, run_key: str, ranks: list[dict], ctx: bdist.Dis
     steps = [{"step": i, "time_s": t, "loss": loss, "tokens": tokens_per_step}
              for i, (t, loss) in enumerate(zip(step_times, r0["losses"]))]
     if r0.get("quality"):
-        metrics["quality"] = quality_section(run, ranks, step_times, tokens_per_step, f["model_per_token"],
+        metrics["quality"] = quality_section(run, ranks, step_times, tokens_per_step, f.model,
                                              energy, carbon)
         for point in metrics["quality"]["curve"][1:]:  # steps[i]: the loss after step i's update
             steps[point["step"] - 1]["val_loss"] = point["val_loss"]

@@ -126,7 +126,7 @@ def check_loads_or_names_a_key(path: Path, text_desc: str = "") -> str:
                 assert run.data_parallel % run.parallel.expert == 0
             run.run_key({"gpus": [], "cpu": "x", "machine": "y"})
             f = flops_per_token(run)
-            assert f["model_per_token"] > 0 and math.isfinite(f["model_per_token"])
+            assert f.model > 0 and math.isfinite(f.model) and f.hardware > 0 and math.isfinite(f.hardware)
     except Exception as e:
         pytest.fail(f"a suite that validated is unusable: {type(e).__name__}: {e}\n--- input ---\n"
                     f"{path.read_text(errors='replace')[:3000]}")

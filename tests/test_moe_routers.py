@@ -45,9 +45,10 @@ def test_slots_and_active_experts_per_token():
     assert expected_slots_per_token(MoEConfig(experts=4, router="switch", capacity_factor=1.25), 32) == 1.25
     assert expected_slots_per_token(MoEConfig(experts=4, router="gshard", capacity_factor=1.0), 6) == 4 * 3 / 6
     assert expected_slots_per_token(MoEConfig(experts=3, router="expert_choice", capacity_factor=1.0), 7) == 6 / 7
-    assert active_experts_per_token(MoEConfig(router="switch")) == 1.0
-    assert active_experts_per_token(MoEConfig(router="gshard")) == 2.0
-    assert active_experts_per_token(MoEConfig(router="expert_choice", capacity_factor=1.5)) == 1.5
+    assert active_experts_per_token(MoEConfig(router="switch"), 32) == 1.0
+    assert active_experts_per_token(MoEConfig(router="gshard"), 32) == 2.0
+    # expert choice: E * floor(cf * N / E) / N = 3 * 2 / 7, not cf = 1
+    assert active_experts_per_token(MoEConfig(experts=3, router="expert_choice", capacity_factor=1.0), 7) == 6 / 7
 
 
 # ----------------------------------------------------------------------------- switch

@@ -1,16 +1,30 @@
-"""FLOP accounting: analytic model FLOPs, counted FLOPs, peak table, MFU.
+"""FLOP accounting: model and hardware FLOPs per token, counted FLOPs, peak table, MFU and HFU.
 
-Analytic training FLOPs per token (forward + backward), DESIGN.md:
-    6 * (non-embedding matmul params active per token + LM head) + 12 * layers * seq_len * hidden
-With full activation recompute each block's forward runs twice: factor 8 and 16 instead of 6
-and 12 for the blocks (the LM head is not recomputed), the 96-vs-72 form of Narayanan et al. 2021 ("Efficient Large-Scale Language Model Training
-on GPU Clusters", eq. 3). Attention is counted without a causal discount, as in that paper
-and in PaLM's MFU (Chowdhery et al. 2022, appendix B).
+Model FLOPs, the numerator of MFU, count the work the model needs, whatever the implementation
+does to run it (PaLM, Chowdhery et al. 2022, appendix B; torchtitan; Korthikanti et al. 2022):
+never activation recompute, never padding. Per token, forward + backward:
+    6 · (non-embedding matmul parameters active per token + LM head) + 12 · layers · seq_len · hidden
+MoE layers count the router and the experts a token uses: top-1 (switch), top-2 (gshard), and for
+expert choice the E · ⌊cf · N / E⌋ slots of a call shared by its N tokens. Attention is counted
+without a causal discount, as in PaLM and Narayanan et al. 2021 (eq. 3).
+
+Hardware FLOPs, the numerator of HFU, count what the device executes in the eager step:
+- the expert slots the expert GEMMs compute: padded_bmm every E · C slot, grouped_mm only the
+  filled ones (rows past offs[-1] are never computed);
+- the fused attention backward (flash / memory-efficient / the CPU flash kernel) recomputes the
+  scores Q·Kᵀ from the saved log-sum-exp: 2 · seq_len · hidden more per layer;
+- with recompute = "full", the forward the non-reentrant checkpoint re-runs in backward. Its early
+  stop ends the re-run once the last tensor saved for backward is rebuilt: in a dense block that is
+  the input of the FFN down-projection (a matmul saves its inputs before it runs), so that GEMM is
+  never re-run; in an MoE block the combine saves the slot index after the experts, so the whole
+  block re-runs. The LM head sits outside the checkpointed blocks. Compiled graphs recompute what
+  the partitioner chooses; the figure describes the eager checkpoint.
+FlopCounterMode over a real step counts the same work (tests/test_flops.py checks both).
 """
 
 from __future__ import annotations
 
-import math
+import copy
 import warnings
 from dataclasses import dataclass
 
@@ -24,20 +38,25 @@ class ParamCounts:
     total: int  # every parameter, embeddings and norms included
     embedding: int  # token + position embeddings (lookups: no FLOPs)
     matmul: int  # all matmul weights except the LM head (every expert counted)
-    active_matmul: float  # matmul weights one token passes through (top-k experts + router)
-    executed_matmul: float  # like active, but with the padded expert slots actually computed
+    active_matmul: float  # matmul weights one token passes through (its experts + router)
+    executed_matmul: float  # like active, but with the expert slots the expert GEMMs compute
     lm_head: int
+    dense_down: int  # the dense blocks' FFN down-projections (the checkpoint never re-runs them)
+    moe_layers: int
+    expert: int  # matmul weights of one expert (0 without MoE)
 
 
 def _moe_layer_count(cfg: ModelConfig, moe: MoEConfig | None) -> int:
     return 0 if moe is None else cfg.layers // moe.every
 
 
-def param_counts(cfg: ModelConfig, moe: MoEConfig | None = None, tokens_per_route: int | None = None) -> ParamCounts:
+def param_counts(cfg: ModelConfig, moe: MoEConfig | None = None, tokens_per_route: int | None = None,
+                 slot_share: float = 1.0) -> ParamCounts:
     """Exact counts for models/transformer.py (no biases; LayerNorm has weight and bias).
 
-    tokens_per_route is the number of tokens one MoE layer routes at once (the local
-    micro-batch × seq_len); it sets the capacity and so the executed (padded) expert slots.
+    tokens_per_route is the number of tokens one MoE layer routes at once (the local micro-batch
+    × seq_len); it sets the capacity C and so the E · C expert slots. slot_share is the share of
+    those slots the expert GEMMs compute (see flops_per_token).
     """
     h, f = cfg.hidden, cfg.ffn
     mats = 3 if cfg.activation == "swiglu" else 2
@@ -51,6 +70,7 @@ def param_counts(cfg: ModelConfig, moe: MoEConfig | None = None, tokens_per_rout
     matmul = cfg.layers * attn + n_dense * dense_ffn
     active = float(matmul)
     executed = float(matmul)
+    expert = 0
     if n_moe:
         from benchsuite.models.moe import active_experts_per_token, expected_slots_per_token
 
@@ -58,30 +78,77 @@ def param_counts(cfg: ModelConfig, moe: MoEConfig | None = None, tokens_per_rout
         router = h * moe.experts
         tokens = tokens_per_route or cfg.seq_len
         matmul += n_moe * (moe.experts * expert + router)
-        active += n_moe * (active_experts_per_token(moe) * expert + router)
-        executed += n_moe * (expected_slots_per_token(moe, tokens) * expert + router)
+        active += n_moe * (active_experts_per_token(moe, tokens) * expert + router)
+        executed += n_moe * (expected_slots_per_token(moe, tokens) * slot_share * expert + router)
     return ParamCounts(total=matmul + lm_head + embedding + norms, embedding=embedding, matmul=matmul,
-                       active_matmul=active, executed_matmul=executed, lm_head=lm_head)
+                       active_matmul=active, executed_matmul=executed, lm_head=lm_head, dense_down=n_dense * h * f,
+                       moe_layers=n_moe, expert=expert)
 
 
-def _training_flops(block_params: float, lm_head: int, cfg: ModelConfig, recompute: str) -> float:
-    """Full recompute re-runs each block's forward (8 = 2 fwd + 4 bwd + 2 recompute); the LM head
-    sits outside the checkpointed blocks and stays at 6 (Narayanan et al.'s V/16lh term)."""
-    mult, attn_mult = (8, 16) if recompute == "full" else (6, 12)
-    return mult * block_params + 6 * lm_head + attn_mult * cfg.layers * cfg.seq_len * cfg.hidden
+@dataclass(frozen=True)
+class TokenFlops:
+    """Training FLOPs per token (forward + backward) and the parameter counts behind them."""
+
+    model: float  # MFU's: what the model needs (module docstring)
+    hardware: float  # HFU's: what the device executes, recompute and computed padding included
+    params: int
+    params_active: float
+    params_non_embedding: int
 
 
-def flops_per_token(run: RunConfig) -> dict:
-    """Model and executed training FLOPs per token, plus the parameter counts behind them."""
+def flops_per_token(run: RunConfig, slot_share: float = 1.0) -> TokenFlops:
+    """Model and hardware FLOPs per token of one run (formulas in the module docstring).
+
+    slot_share: the share of the E · C expert slots that the expert GEMMs compute. 1 for
+    padded_bmm (every slot) and for a run not yet measured; for grouped_mm the filled share,
+    1 - padding_frac, which only a run can measure (computed_slot_share).
+    """
     cfg = run.model
-    pc = param_counts(cfg, run.moe, run.micro_batch_per_rank * cfg.seq_len)
-    return {
-        "model_per_token": _training_flops(pc.active_matmul, pc.lm_head, cfg, run.train.recompute),
-        "executed_per_token": _training_flops(pc.executed_matmul, pc.lm_head, cfg, run.train.recompute),
-        "params": pc.total,
-        "params_active": pc.active_matmul + pc.lm_head + pc.embedding,
-        "params_non_embedding": pc.matmul + pc.lm_head,
-    }
+    pc = param_counts(cfg, run.moe, run.micro_batch_per_rank * cfg.seq_len, slot_share)
+    scores = cfg.layers * cfg.seq_len * cfg.hidden  # one Q·Kᵀ per token and layer is s·h MACs: 2 · scores FLOPs
+    model = 6 * (pc.active_matmul + pc.lm_head) + 12 * scores
+    hardware = 6 * (pc.executed_matmul + pc.lm_head) + (12 + 2) * scores  # + the fused backward's Q·Kᵀ
+    if run.train.recompute == "full":
+        hardware += 2 * (pc.executed_matmul - pc.dense_down) + 4 * scores
+    return TokenFlops(model=model, hardware=hardware, params=pc.total,
+                      params_active=pc.active_matmul + pc.lm_head + pc.embedding,
+                      params_non_embedding=pc.matmul + pc.lm_head)
+
+
+def computed_slot_share(expert_impl: str | None, padding_frac: float | None) -> float:
+    """Share of the expert slots a run's expert GEMMs computed: grouped_mm skips the empty slots
+    (padding_frac of them, measured on the last step), padded_bmm computes every one."""
+    if expert_impl == "grouped_mm" and padding_frac is not None:
+        return 1.0 - padding_frac
+    return 1.0
+
+
+def hardware_basis(run: RunConfig, expert_impl: str | None) -> str:
+    """What metrics.flops.hardware_per_token counts for this run, in words."""
+    parts = ["analytic, eager step: fused attention backward recomputes Q·Kᵀ"]
+    if run.train.recompute == "full":
+        parts.append("full recompute of each block, less the dense FFN down-projection (checkpoint early stop)")
+    if run.moe is not None:
+        parts.append("filled expert slots only (grouped_mm; filled share of the last step)"
+                     if expert_impl == "grouped_mm" else "every expert slot, padding included (padded_bmm)")
+    return "; ".join(parts)
+
+
+def record_flops(model: float | None, hardware: float | None, hardware_source: str,
+                 counted: float | None, counted_source: str | None) -> dict:
+    """A record's metrics.flops: FLOPs per token by each count (hardware_per_token replaces
+    schema 1's executed_per_token)."""
+    return {"model_per_token": model, "hardware_per_token": hardware, "hardware_source": hardware_source,
+            "counted_per_token": counted, "counted_source": counted_source}
+
+
+def rate_figures(model_per_device: float | None, hardware_per_device: float | None, peak: float | None) -> dict:
+    """A record's FLOP-rate figures from achieved FLOP/s per device: TFLOP/s and utilisation of the
+    peak, by model FLOPs (tflops_per_device, mfu: the field's convention) and by hardware FLOPs
+    (hardware_tflops_per_device, hfu)."""
+    return {"tflops_per_device": None if model_per_device is None else model_per_device / 1e12,
+            "hardware_tflops_per_device": None if hardware_per_device is None else hardware_per_device / 1e12,
+            "mfu": mfu(model_per_device, peak), "hfu": mfu(hardware_per_device, peak)}
 
 
 def _extra_formulas() -> dict:
@@ -95,20 +162,36 @@ def _extra_formulas() -> dict:
     def sdpa_backward(grad_out, q, k, v, *args, out_shape=None, **kwargs):
         return flop_counter.sdpa_backward_flop_count(grad_out, q, k, v)
 
-    def grouped_mm(a, b, *args, out_shape=None, **kwargs):
-        # 2D x 2D (weight gradients) contracts over the grouped rows: out [G, K, N]; else out x K.
-        if len(a) == 2 and len(b) == 2 and len(out_shape) == 3:
-            return 2 * (math.prod(out_shape) // out_shape[0]) * a[-1]
-        return 2 * math.prod(out_shape) * a[-1]
-
     aten = torch.ops.aten
     mapping = {}
     if hasattr(aten, "_scaled_dot_product_flash_attention_for_cpu"):
         mapping[aten._scaled_dot_product_flash_attention_for_cpu] = sdpa_forward
         mapping[aten._scaled_dot_product_flash_attention_for_cpu_backward] = sdpa_backward
     if hasattr(aten, "_grouped_mm"):
-        mapping[aten._grouped_mm] = grouped_mm
+        mapping[aten._grouped_mm] = grouped_mm_flops
     return mapping
+
+
+def grouped_mm_flops(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, *args,
+                     out_val: torch.Tensor | None = None, **kwargs) -> int:
+    """FLOPs torch._grouped_mm computes: only the groups' rows up to offs[-1] (rows past it are
+    never computed, so empty expert slots cost nothing). Takes the tensors themselves (_get_raw)
+    to read offs: one host sync, in the counted step only.
+
+    [M, K] x [G, K, N] (forward, input gradient): the first offs[-1] rows of the output;
+    [K, M] x [M, N] -> [G, K, N] (weight gradient): the contraction over the first offs[-1] rows;
+    [G, M, K] x [K, N] -> [M, N]: the first offs[-1] columns; no offs (3D x 3D): every batch."""
+    if offs is None:
+        return 2 * out_val.numel() * a.shape[-1]
+    filled = int(offs[-1])
+    if a.dim() == 2 and b.dim() == 3:
+        return 2 * filled * a.shape[1] * b.shape[2]
+    if a.dim() == 2:
+        return 2 * a.shape[0] * filled * b.shape[1]
+    return 2 * a.shape[1] * a.shape[2] * filled
+
+
+grouped_mm_flops._get_raw = True  # FlopCounterMode passes tensors, not shapes
 
 
 def flop_counter():
@@ -118,39 +201,163 @@ def flop_counter():
     return FlopCounterMode(display=False, custom_mapping=_extra_formulas())
 
 
-# Peak dense tensor-core FLOP/s by device and precision (no sparsity), from vendor datasheets:
-#   H100 SXM / H200 SXM: NVIDIA H100 and H200 datasheets (989.4 TFLOP/s bf16 dense, 66.9 fp32);
-#   H100 PCIe: NVIDIA H100 datasheet (756 bf16, 51 fp32);
-#   A100: NVIDIA A100 datasheet (312 bf16, 19.5 fp32);
-#   L40S: NVIDIA L40S datasheet (362.05 bf16, 91.6 fp32); L4: NVIDIA L4 datasheet (121 bf16, 30.3 fp32);
-#   A10: NVIDIA A10 datasheet (125 bf16, 31.2 fp32); MI300X: AMD Instinct MI300X datasheet (1307.4 bf16, 163.4 fp32).
-# Order matters: the first substring that occurs in the device name wins.
-PEAK_TFLOPS = [
-    ("H200", {"bf16": 989.4, "fp32": 66.9}),
-    ("H100 PCIe", {"bf16": 756.0, "fp32": 51.0}),
-    ("H100", {"bf16": 989.4, "fp32": 66.9}),
-    ("GH200", {"bf16": 989.4, "fp32": 66.9}),
-    ("A100", {"bf16": 312.0, "fp32": 19.5}),
-    ("L40S", {"bf16": 362.05, "fp32": 91.6}),
-    ("L4", {"bf16": 121.0, "fp32": 30.3}),
-    ("A10", {"bf16": 125.0, "fp32": 31.2}),
-    ("MI300X", {"bf16": 1307.4, "fp32": 163.4}),
-]
+@dataclass(frozen=True)
+class Peak:
+    """Dense (no sparsity) peak TFLOP/s of one part, from its vendor datasheet. bf16 is also the
+    fp16 figure on every part here. fp32 is plain FP32, not TF32 (torch leaves TF32 matmuls off);
+    on AMD parts the FP32 matrix rate. None: the vendor publishes no figure."""
+
+    part: str
+    names: tuple[str, ...]  # the device names NVML / torch.cuda report for it
+    bf16: float | None
+    fp32: float | None
+    source: str
+
+
+# NVIDIA datasheets give Tensor Core rates "with sparsity"; the dense figure is half of it.
+PEAKS = (
+    Peak("A100", ("NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM-80GB", "NVIDIA A100-PCIE-40GB",
+                  "NVIDIA A100-PCIE-80GB", "NVIDIA A100 80GB PCIe"), 312.0, 19.5,
+         "NVIDIA A100 Tensor Core GPU datasheet (PCIe and SXM, 40 and 80 GB): BF16/FP16 312 (624 sparse), FP32 19.5"),
+    Peak("A10", ("NVIDIA A10",), 125.0, 31.2,
+         "NVIDIA A10 Tensor Core GPU datasheet: BF16/FP16 125 (250 sparse), FP32 31.2"),
+    Peak("A10G", ("NVIDIA A10G",), None, None,
+         "no vendor datasheet: NVIDIA publishes no A10G figures (an AWS part, clocks and SMs differ from the A10's)"),
+    Peak("L4", ("NVIDIA L4",), 121.0, 30.3,
+         "NVIDIA L4 Tensor Core GPU datasheet: BF16/FP16 242 sparse (121 dense), FP32 30.3"),
+    Peak("L40", ("NVIDIA L40",), 181.05, 90.5, "NVIDIA L40 GPU datasheet: BF16/FP16 181.05 (362.1 sparse), FP32 90.5"),
+    Peak("L40S", ("NVIDIA L40S",), 362.05, 91.6, "NVIDIA L40S GPU datasheet: BF16/FP16 362.05 (733 sparse), FP32 91.6"),
+    Peak("H100 SXM", ("NVIDIA H100 80GB HBM3",), 989.5, 67.0,
+         "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM: BF16/FP16 1,979 sparse (989.5 dense), FP32 67"),
+    Peak("H100 PCIe", ("NVIDIA H100 PCIe",), 756.5, 51.0,
+         "NVIDIA H100 Tensor Core GPU datasheet, H100 PCIe: BF16/FP16 1,513 sparse (756.5 dense), FP32 51"),
+    Peak("H100 NVL", ("NVIDIA H100 NVL",), 835.5, 60.0,
+         "NVIDIA H100 Tensor Core GPU datasheet, H100 NVL: BF16/FP16 1,671 sparse (835.5 dense), FP32 60"),
+    Peak("H200 SXM", ("NVIDIA H200",), 989.5, 67.0,
+         "NVIDIA H200 Tensor Core GPU datasheet, H200 SXM: BF16/FP16 1,979 sparse (989.5 dense), FP32 67"),
+    Peak("H200 NVL", ("NVIDIA H200 NVL",), 835.5, 60.0,
+         "NVIDIA H200 Tensor Core GPU datasheet, H200 NVL: BF16/FP16 1,671 sparse (835.5 dense), FP32 60"),
+    Peak("GH200", ("NVIDIA GH200 480GB", "NVIDIA GH200 144G HBM3e"), 989.5, 67.0,
+         "NVIDIA GH200 Grace Hopper Superchip datasheet, GPU: BF16/FP16 1,979 sparse (989.5 dense), FP32 67"),
+    Peak("B200", ("NVIDIA B200",), 2250.0, 75.0,
+         "NVIDIA HGX B200 datasheet, 8 GPUs: BF16/FP16 36 PFLOPS sparse (2,250 TFLOP/s dense per GPU), "
+         "FP32 600 (75 per GPU)"),
+    Peak("MI250X", ("AMD Instinct MI250X",), 383.0, 95.7,
+         "AMD Instinct MI250X datasheet: BF16/FP16 383 (no sparsity on CDNA 2), FP32 matrix 95.7"),
+    Peak("MI300X", ("AMD Instinct MI300X",), 1307.4, 163.4,
+         "AMD Instinct MI300X datasheet: BF16/FP16 1,307.4 (2,614.9 sparse), FP32 matrix 163.4"),
+)
+
+
+def normalise_device_name(name: str) -> str:
+    """Case and runs of whitespace do not matter; every other character does ("L4" is not "L40")."""
+    return " ".join(name.split()).casefold()
+
+
+PEAK_BY_NAME = {normalise_device_name(n): p for p in PEAKS for n in p.names}
+
+
+def lookup_peak(device_name: str, precision: str) -> tuple[float | None, str]:
+    """(peak FLOP/s or None, source) for one exact device name; no guess for a name not in PEAKS."""
+    peak = PEAK_BY_NAME.get(normalise_device_name(device_name))
+    if peak is None:
+        return None, (f"unknown device: {device_name!r} is not in the peak table (benchsuite/metrics/flops.py); "
+                      "pass --peak-tflops")
+    tflops = {"bf16": peak.bf16, "fp32": peak.fp32}.get(precision)
+    if tflops is None:
+        return None, f"no {precision} figure for {peak.part}: {peak.source}; pass --peak-tflops"
+    return tflops * 1e12, f"datasheet: {peak.part} {precision} dense ({peak.source})"
 
 
 def peak_flops(device_name: str, precision: str, override_tflops: float | None = None) -> tuple[float | None, str]:
     """(peak FLOP/s or None, source). Unknown hardware gives None and a warning, never a guess."""
     if override_tflops is not None:
-        return override_tflops * 1e12, "given"
-    for key, table in PEAK_TFLOPS:
-        if key in device_name and precision in table:
-            return table[precision] * 1e12, f"datasheet:{key}:{precision}"
-    warnings.warn(f"no peak FLOP/s known for {device_name!r} at {precision}; MFU is null "
-                  "(pass --peak-tflops to set one)", stacklevel=2)
-    return None, "unknown device"
+        return override_tflops * 1e12, "given (--peak-tflops)"
+    peak, source = lookup_peak(device_name, precision)
+    if peak is None:
+        warnings.warn(f"no peak FLOP/s for {device_name!r} at {precision}, MFU and HFU are null: {source}",
+                      stacklevel=2)
+    return peak, source
 
 
-def mfu(model_flops_per_s_per_device: float | None, peak: float | None) -> float | None:
-    if not model_flops_per_s_per_device or not peak:
+def mfu(flops_per_s_per_device: float | None, peak: float | None) -> float | None:
+    """Achieved FLOP/s per device / peak FLOP/s: MFU with model FLOPs, HFU with hardware FLOPs."""
+    if not flops_per_s_per_device or not peak:
         return None
-    return model_flops_per_s_per_device / peak
+    return flops_per_s_per_device / peak
+
+
+def _v1_model_per_token(run: RunConfig) -> float:
+    """What schema 1 stored as model_per_token: expert choice at cf experts per token, and with
+    full recompute a blanket 8x / 16x on the blocks."""
+    from benchsuite.models.moe import active_experts_per_token
+
+    cfg, tokens = run.model, run.micro_batch_per_rank * run.model.seq_len
+    pc = param_counts(cfg, run.moe, tokens)
+    active = pc.active_matmul
+    if run.moe is not None and run.moe.router == "expert_choice":
+        active += pc.moe_layers * pc.expert * (run.moe.capacity_factor - active_experts_per_token(run.moe, tokens))
+    mult, attn = (8, 16) if run.train.recompute == "full" else (6, 12)
+    return mult * active + 6 * pc.lm_head + attn * cfg.layers * cfg.seq_len * cfg.hidden
+
+
+def upgrade_v1_flops(rec: dict) -> dict:
+    """A schema-1 record's FLOP figures in schema 2's meaning; returns an upgraded copy.
+
+    Schema 1 counted the recomputed forward in model FLOPs (and so in MFU, TFLOP/s, J/PFLOP,
+    mfu_vs_ceiling and the quality figures), gave expert choice cf experts per token, matched
+    the peak table by substring, and had executed_per_token (padded slots, recompute as a blanket
+    8x / 16x) where schema 2 has hardware_per_token and hfu. The stored measurements are kept and
+    corrected by exact ratios from the stored config (new model or hardware FLOPs / schema 1's
+    model FLOPs), and the peak is looked up again by exact device name. When the config no longer
+    parses, model figures stay only where schema 1 had them right (no recompute, not expert
+    choice), hardware figures are null, and metrics.flops.upgraded_from says so.
+    """
+    metrics = rec.get("metrics") or {}
+    if not isinstance(metrics.get("flops"), dict):
+        return rec  # a failed run: no figures
+    rec = copy.deepcopy(rec)
+    m, cfg = rec["metrics"], rec.get("config") or {}
+    old, moe = m["flops"], m.get("moe") or {}
+    try:
+        run = RunConfig.from_dict(cfg)
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
+        run, why = None, f"{type(e).__name__}: {e}"
+    if run is not None:
+        f = flops_per_token(run, computed_slot_share(moe.get("expert_impl"), moe.get("padding_frac")))
+        v1 = _v1_model_per_token(run)
+        to_model, to_hardware = f.model / v1, f.hardware / v1
+        basis, note = hardware_basis(run, moe.get("expert_impl")), "schema 1, corrected from the stored config"
+    else:
+        exact = ((cfg.get("train") or {}).get("recompute") != "full"
+                 and (cfg.get("moe") or {}).get("router") != "expert_choice")
+        to_model, to_hardware = (1.0 if exact else None), None
+        basis = "not known: the stored config no longer parses"
+        note = (f"schema 1, config no longer parses ({why}): model FLOPs "
+                + ("kept (no recompute, no expert choice)" if exact else "unknown (schema 1 counted recompute)"))
+
+    def times(v, k):
+        return None if v is None or k is None else v * k
+
+    stored = old.get("model_per_token")
+    m["flops"] = dict(record_flops(times(stored, to_model), times(stored, to_hardware), basis,
+                                   old.get("counted_per_token"), old.get("counted_source")), upgraded_from=note)
+    devices = (rec.get("env") or {}).get("devices") or [{}]
+    if m.get("peak_source") == "given" and m.get("peak_tflops"):
+        peak, source = m["peak_tflops"] * 1e12, "given (--peak-tflops)"
+    else:
+        peak, source = lookup_peak(str(devices[0].get("name")), m.get("precision"))
+    achieved = times(m.get("tflops_per_device"), 1e12)  # stored model FLOP/s per device
+    m.update(rate_figures(times(achieved, to_model), times(achieved, to_hardware), peak),
+             peak_tflops=None if peak is None else peak / 1e12, peak_source=source)
+    if "mfu_vs_ceiling" in m:
+        m["mfu_vs_ceiling"] = times(m["mfu_vs_ceiling"], to_model)
+    if isinstance(m.get("energy"), dict) and "j_per_pflop" in m["energy"]:
+        m["energy"]["j_per_pflop"] = times(m["energy"]["j_per_pflop"], None if not to_model else 1 / to_model)
+    quality = m.get("quality")
+    if isinstance(quality, dict):
+        for part in [quality, *(quality.get("curve") or [])]:
+            if "model_flops" in part:
+                part["model_flops"] = times(part["model_flops"], to_model)
+    return rec
+

@@ -53,9 +53,12 @@ def expected_slots_per_token(moe: MoEConfig, tokens: int) -> float:
     return moe.experts * capacity(moe, tokens) / tokens
 
 
-def active_experts_per_token(moe: MoEConfig) -> float:
-    """Experts a token uses in the model-FLOP count: 1 (switch), 2 (gshard), cf (expert choice)."""
-    return {"switch": 1.0, "gshard": 2.0}.get(moe.router, float(moe.capacity_factor))
+def active_experts_per_token(moe: MoEConfig, tokens: int) -> float:
+    """Experts a token uses in the model-FLOP count: 1 (switch), 2 (gshard); expert choice fills
+    all E * floor(cf * N / E) slots of a call of N tokens, E * C / N per token (not cf)."""
+    if moe.router == "expert_choice":
+        return expected_slots_per_token(moe, tokens)
+    return 1.0 if moe.router == "switch" else 2.0
 
 
 # ----------------------------------------------------------------------------- routing

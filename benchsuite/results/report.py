@@ -17,7 +17,8 @@ COLUMNS = [
     ("nodes", "nodes", "{}"),
     ("scaling", "scaling", "{}"),
     ("tok/s", "tokens_per_s", "{:,.0f}"),
-    ("MFU", "mfu", "{:.1%}"),
+    ("MFU", "mfu", "{:.1%}"),  # model FLOPs, no recompute (metrics/flops.py)
+    ("HFU", "metrics.hfu", "{:.1%}"),  # hardware FLOPs: what ran, recompute included
     ("step ms (95% CI)", None, None),
     ("efficiency", None, None),  # against the baseline named in the next column (metrics/scaling.py)
     ("baseline", None, None),
@@ -149,7 +150,7 @@ MOE_COLUMNS = [("workload", "workload", "{}"), ("router", "router", "{}"), ("wor
                ("aux loss", "metrics.moe.aux_loss", "{:.4f}"), ("z loss", "metrics.moe.z_loss", "{:.4f}"),
                ("all-to-all share", "metrics.moe.all_to_all_share", "{:.0%}"),
                ("model FLOP/tok", "metrics.flops.model_per_token", "{:.4g}"),
-               ("executed FLOP/tok", "metrics.flops.executed_per_token", "{:.4g}")]
+               ("hardware FLOP/tok", "metrics.flops.hardware_per_token", "{:.4g}")]
 
 ENERGY_COLUMNS = [("workload", "workload", "{}"), ("world", "world_size", "{}"),
                   ("total J", "energy.total_j", "{:,.1f}"), ("source", "energy.source", "{}"),

@@ -33,8 +33,14 @@ def _status_cell(row) -> str:
 
 
 COLUMNS = [("suite", "text"), ("workload", "text"), ("kind", "text"), ("world", "num"), ("nodes", "num"),
-           ("scaling", "text"), ("status", "text"), ("tok/s", "num"), ("MFU", "num"), ("step ms (95% CI)", "num"),
-           ("scaling eff.", "num"), ("J/token", "num"), ("gCO2e/Mtok", "num")]
+           ("scaling", "text"), ("status", "text"), ("tok/s", "num"), ("MFU (HFU)", "num"),
+           ("step ms (95% CI)", "num"), ("scaling eff.", "num"), ("J/token", "num"), ("gCO2e/Mtok", "num")]
+
+
+def _utilisation(row) -> str:
+    """MFU (model FLOPs, no recompute) with HFU (hardware FLOPs, recompute included) beside it."""
+    hfu = row.get("metrics.hfu")
+    return f_pct(row.get("mfu")) + (f" ({f_pct(hfu)})" if present(hfu) else "")
 
 
 def _row(row) -> str:
@@ -48,7 +54,7 @@ def _row(row) -> str:
         _cell(esc(row["scaling"])),
         _status_cell(row),
         _cell(f_num(row.get("tokens_per_s")), row.get("tokens_per_s")),
-        _cell(f_pct(row.get("mfu")), row.get("mfu")),
+        _cell(_utilisation(row), row.get("mfu")),
         _cell(esc(f_ms(med, row.get("step_time_ci95_lo_s"), row.get("step_time_ci95_hi_s"))), med),
         _cell(f_pct(row.get("scaling_efficiency")), row.get("scaling_efficiency")),
         _cell(esc(f_sig(row.get("j_per_token"))), row.get("j_per_token")),

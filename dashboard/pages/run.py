@@ -124,12 +124,15 @@ def memory_figure(rec) -> Figure | None:
 def _headline(row, rec) -> str:
     m = rec.get("metrics") or {}
     fl = m.get("flops") or {}
-    rows = [("tokens / s", f_num(row.get("tokens_per_s"))), ("MFU", f_pct(row.get("mfu"))),
+    rows = [("tokens / s", f_num(row.get("tokens_per_s"))),
+            ("MFU (model FLOPs, no recompute)", f_pct(row.get("mfu"))),
+            ("HFU (hardware FLOPs, recompute included)", f_pct(m.get("hfu"))),
             ("step time, ms (median, 95% CI)", f_ms(row.get("step_time_median_s"), row.get("step_time_ci95_lo_s"),
                                                    row.get("step_time_ci95_hi_s"))),
-            ("TFLOP/s per device", f_sig(m.get("tflops_per_device"))),
+            ("TFLOP/s per device (model / hardware)",
+             f"{f_sig(m.get('tflops_per_device'))} / {f_sig(m.get('hardware_tflops_per_device'))}"),
             ("model FLOPs / token", f_sig(fl.get("model_per_token"))),
-            ("executed FLOPs / token", f_sig(fl.get("executed_per_token"))),
+            ("hardware FLOPs / token", f_sig(fl.get("hardware_per_token"))),
             ("counted FLOPs / token", f_sig(fl.get("counted_per_token"))),
             ("scaling efficiency", f_pct(row.get("scaling_efficiency")) if present(row.get("scaling_efficiency"))
              else f"— ({row.get('scaling_efficiency_reason') or 'not computed'})"),
