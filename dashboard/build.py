@@ -4,7 +4,7 @@
                              quality, energy) as sections
     SITE/runs/<run_key>.html one page per record
     SITE/assets/             plotly.min.js (from the installed plotly package, once), theme.js,
-                             dashboard.css, dashboard.js
+                             dashboard.css, dashboard.js, runs.js (the runs table's rows)
 
 The site opens from disk with no network: no CDN, no fetch; every figure is a Plotly JSON
 spec built in Python and embedded in its page, drawn by Plotly.newPlot.
@@ -117,8 +117,11 @@ def build_site(results, out, *, validate: bool = False) -> BuildResult:
                                                     f"{row['suite']} · {row['status']}"))
         pages.append(row["page"])
         written.add(Path(row["page"]).name)
+    data_files = [d for s in sections for d in s.data_files]
+    for d in data_files:  # the runs table's rows: after the run pages they link, before the index
+        size += _write(out / d.path, d.js())
     size += _write(out / "index.html", page_html("Training cost: dense vs sparse", body, figures, "", NAV,
-                                                 subtitle))
+                                                 subtitle, data_files))
     pages.insert(0, "index.html")
     for stale in runs.glob("*.html"):  # pages of records no longer in the results
         if stale.name not in written:
