@@ -144,7 +144,7 @@ class Figure:
 # "plotly_white" template at build time), not in each page's figure JSON.
 TEMPLATE_LAYOUT = {"title": {"x": 0.01, "font": {"size": 15}}, "margin": {"l": 60, "r": 20, "t": 44, "b": 40},
                    "height": 360, "xaxis": {"automargin": True}, "yaxis": {"automargin": True},
-                   "legend": {"orientation": "h", "yanchor": "top", "y": -0.3}}
+                   "legend": {"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom", "x": 0}}
 
 
 def layout(title: str, xtitle: str = "", ytitle: str = "", **extra) -> dict:

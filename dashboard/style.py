@@ -87,10 +87,10 @@ def series_styles(df) -> dict[str, SeriesStyle]:
 
 
 def trace_styles(df, by_family: bool) -> dict[str, SeriesStyle]:
-    """Styles keyed by what a summary figure draws a trace per: the family's display name (`kind_label`)
-    or the series."""
+    """Styles keyed by what a summary figure draws a trace per: the family's display name (`kind_label`,
+    dense first, then the known routers, then the others) or the series."""
     if not by_family:
         return series_styles(df)
-    pairs = df[["kind_label", "family"]].drop_duplicates("kind_label")
-    families = Families(pairs["family"])
-    return {name: SeriesStyle(families[key], DASHES[0], PATTERNS[0]) for name, key in pairs.itertuples(index=False)}
+    keys = set(df["family"])
+    families = Families(keys)
+    return {families[k].name: SeriesStyle(families[k], DASHES[0], PATTERNS[0]) for k in families.styles if k in keys}

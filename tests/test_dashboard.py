@@ -291,7 +291,7 @@ def test_quality_curves_one_trace_per_run_and_panel():
 
 def test_quality_to_target_never_draws_a_zero_bar():
     fig = next(f for f in _quality(FIXTURES).figures if f.id == "fig-quality-target")
-    assert [t["name"] for t in fig.data] == ["tokens", "seconds", "energy (kWh)", "g CO2e"]
+    assert [t["name"] for t in fig.data] == ["Tokens", "Time (s)", "Energy (kWh)", "CO2e (g)"]
     for t in fig.data:
         assert t["y"] == QUALITY_RUNS and t["orientation"] == "h"
         assert all(v is None or v > 0 for v in t["x"]), t["name"]

@@ -55,7 +55,7 @@ def bar_figure(df, column, title, axis, fmt, tickformat, styles, by_family: bool
         data.append(trace)
     yaxis = {"tickformat": tickformat} if tickformat else log_axis([y for t in data for y in t["y"]])
     return Figure(f"fig-compare-{column}", data,
-                  layout(title, "devices (world size)", axis, barmode="group", height=320,
+                  layout(title, "devices (world size)", axis, barmode="group", height=240 + 24 * len(data),
                          xaxis={"type": "category", "categoryorder": "array",
                                 "categoryarray": [f"w{n}" for n in sizes]}, yaxis=yaxis))
 
@@ -87,8 +87,10 @@ def pareto_figure(df, families) -> tuple[Figure | None, str]:
                 "not measured)"
         yval = lambda r: num(r["tokens_per_s"]) / max(num(r["world_size"]) or 1, 1)  # noqa: E731
     data, points = [], []
-    for name, g in pts.groupby("kind_label", sort=False):
-        style = families[name]
+    for name, style in families.items():  # dense first, then each router in a fixed order
+        g = pts[pts["kind_label"] == name]
+        if g.empty:
+            continue
         xs = [short(num(v)) for v in g["j_per_token"]]
         ys = [short(yval(r)) for r in g.to_dict("records")]
         points += list(zip(xs, ys))
@@ -109,7 +111,7 @@ def render(data: SiteData) -> Section:
     if data.ok.empty:
         return Section("compare", "Dense vs sparse", missing("Dense vs sparse", "no successful runs"))
     df = latest_ok_per_size(data.df)
-    by_family = per_family(df)
+    by_family = per_family(data.df)
     styles = trace_styles(data.df, by_family)
     figs, parts = [], []
     for column, title, axis, fmt, tickformat in METRICS:

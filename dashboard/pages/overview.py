@@ -64,8 +64,9 @@ def _glance(data: SiteData) -> str:
             continue
         best = sub["mfu"].max() if "mfu" in sub else None
         jpt = sub["j_per_token"].min() if "j_per_token" in sub else None
-        cards.append((f"{kind}: best MFU", f_pct(best) if present(best) else DASH))
-        cards.append((f"{kind}: lowest J/token", f_sig(jpt) if present(jpt) else DASH))
+        name = "MoE" if kind == "moe" else kind
+        cards.append((f"{name}: best MFU", f_pct(best) if present(best) else DASH))
+        cards.append((f"{name}: lowest energy/token (J)", f_sig(jpt) if present(jpt) else DASH))
     return '<div class="cards">' + "".join(f'<div class="card"><div class="v">{esc(v)}</div>'
                                            f'<div class="k">{esc(k)}</div></div>' for k, v in cards) + "</div>"
 

@@ -27,10 +27,10 @@ CURVES = [("tokens", "vs training tokens", "training tokens", "tokens"),
           ("energy_j", "vs training energy", "training energy (J)", "J"),
           ("model_flops", "vs model FLOPs", "model FLOPs", "FLOPs")]
 # (panel title, value of a run) for the to-target panels
-TARGETS = [("tokens", lambda q: num(q.get("tokens"))),
-           ("seconds", lambda q: num(q.get("seconds"))),
-           ("energy (kWh)", lambda q: None if num(q.get("energy_j")) is None else num(q["energy_j"]) / J_PER_KWH),
-           ("g CO2e", lambda q: num(q.get("co2e_g")))]
+TARGETS = [("Tokens", lambda q: num(q.get("tokens"))),
+           ("Time (s)", lambda q: num(q.get("seconds"))),
+           ("Energy (kWh)", lambda q: None if num(q.get("energy_j")) is None else num(q["energy_j"]) / J_PER_KWH),
+           ("CO2e (g)", lambda q: num(q.get("co2e_g")))]
 ENERGY_PANELS = {2, 3}  # the to-target panels whose figure is energy (or CO2e from it)
 NOT_MEASURED_SOURCES = ("estimated", "sampled")
 
@@ -119,9 +119,9 @@ def _styles(runs: list[Run], data: SiteData) -> dict[int, dict]:
     styles = trace_styles(data.df, per_family(data.df))
     seen: dict[str, int] = {}
     out = {}
-    for i, r in enumerate(runs):
-        n = seen.get(r.series, 0)
-        seen[r.series] = n + 1
+    for i, r in enumerate(runs):  # a dash per run within its family, so no two runs look alike
+        fam = styles[r.series].family.name
+        n = seen[fam] = seen.get(fam, -1) + 1
         out[i] = {"color": styles[r.series].color, "symbol": styles[r.series].symbol, "dash": DASHES[n % len(DASHES)]}
     return out
 

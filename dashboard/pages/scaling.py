@@ -70,7 +70,7 @@ def render(data: SiteData) -> Section:
         return Section("scaling", "Scaling", missing("Scaling", "no successful runs"))
     df = latest_ok_per_size(data.df)
     df = df[df["tokens_per_s"].map(lambda v: num(v) is not None)]
-    by_family = per_family(df)
+    by_family = per_family(data.df)
     styles = trace_styles(data.df, by_family)
     curves, single, no_base = [], [], []
     for series, g in df.groupby(["kind_label", "scaling"] if by_family else "series", sort=True):
