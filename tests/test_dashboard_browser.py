@@ -107,7 +107,8 @@ def _names(pairs):
 H = f"{HOSTILE} (MoE · <b onmouseover=alert(3)>r</b>)"
 # the runs with metrics.quality after the hostile one; switch-q last (the energy panel has no trace for it)
 QUALITY_RUNS = [("dense · w1 (dense)", 5), ("dense · w2 (dense)", 5), ("dense · w4 (dense)", 5),
-                ("dense-q (dense)", 6), ("gshard-q (MoE · GShard)", 6), ("switch · w1 (MoE · Switch)", 5), ("switch · w2 (MoE · Switch)", 5),
+                ("dense-q (dense)", 6), ("gshard-q (MoE · GShard)", 6),
+                ("switch · w1 (MoE · Switch)", 5), ("switch · w2 (MoE · Switch)", 5),
                 ("switch · w4 (MoE · Switch)", 5), ("switch-q (MoE · Switch)", 6)]
 EXPECTED_INDEX = {
     "fig-scaling-throughput": _names([("dense", 3), ("dense · ideal", 3), ("dense-tiny", 2),

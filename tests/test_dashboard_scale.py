@@ -57,7 +57,7 @@ def test_the_same_router_has_the_same_name_colour_and_marker_on_every_page():
     seen = []  # (family, colour, symbol or None) of every trace that names its series or family
     for column in ("tokens_per_s", "mfu", "j_per_token"):
         for t in figs[f"fig-compare-{column}"].data:
-            series = next(s for s in kind_of_series if t["name"].startswith(s.replace("<", "&lt;").replace(">", "&gt;")))
+            series = next(s for s in kind_of_series if t["name"].startswith(ptext(s)))
             seen.append((kind_of_series[series], t["marker"]["color"], None))
     for t in figs["fig-scaling-throughput"].data:
         if "ideal" not in t["name"]:

@@ -84,7 +84,8 @@ def render(data: SiteData) -> Section:
         '<option value="ok">ok</option><option value="failed">failed</option></select>'
         f'<select data-filter="kind" aria-label="model"><option value="">any model</option>{kinds}</select>'
         f'<span class="count" data-count>{len(df)} runs</span></div>')
-    pager = ('<div class="pager" data-pager-for="runs-table"><button type="button" data-page="prev">‹ previous</button>'
+    pager = ('<div class="pager" data-pager-for="runs-table">'
+             '<button type="button" data-page="prev">‹ previous</button>'
              '<span data-page-info></span><button type="button" data-page="next">next ›</button></div>')
     html = (_glance(data) + controls +
             f'<div class="scroll"><table class="grid sortable runs" id="runs-table" data-rows="BENCHSUITE_RUNS" '
