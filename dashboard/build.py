@@ -4,7 +4,7 @@
                              quality, energy) as sections
     SITE/runs/<run_key>.html one page per record
     SITE/assets/             plotly.min.js (from the installed plotly package, once), theme.js,
-                             dashboard.css, dashboard.js
+                             dashboard.css, dashboard.js, runs.js (the runs table's rows)
     SITE/.benchsuite-manifest.json  the files the last build wrote: a rebuild removes only those
                              it no longer needs, and never overwrites a file it did not write
 
@@ -145,7 +145,9 @@ def build_site(results, out, *, validate: bool = False) -> BuildResult:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     data = sitedata.load(results)
-    files = {"index.html", *(f"assets/{a}" for a in ASSET_FILES),
+    sections = [p.render(data) for p in summary_pages()]
+    data_files = [d for s in sections for d in s.data_files]
+    files = {"index.html", *(f"assets/{a}" for a in ASSET_FILES), *(d.path for d in data_files),
              *([] if data.df.empty else data.df["page"])}
     owned = owned_files(out, files)
     check_ownership(out, files, owned)
@@ -153,7 +155,6 @@ def build_site(results, out, *, validate: bool = False) -> BuildResult:
     size = write_assets(out)
     pages = []
 
-    sections = [p.render(data) for p in summary_pages()]
     figures = [f for s in sections for f in s.figures]
     if validate:
         _validate(figures)
@@ -174,8 +175,10 @@ def build_site(results, out, *, validate: bool = False) -> BuildResult:
         size += _write(out / row["page"], page_html(section.title, section.html, section.figures, "../", run_nav,
                                                     f"{row['suite']} · {row['status']}"))
         pages.append(row["page"])
+    for d in data_files:  # the runs table's rows: after the run pages they link, before the index
+        size += _write(out / d.path, d.js())
     size += _write(out / "index.html", page_html("Training cost: dense vs sparse", body, figures, "", NAV,
-                                                 subtitle))
+                                                 subtitle, data_files))
     pages.insert(0, "index.html")
     remove_stale(out, owned - files)
     write_manifest(out, files)

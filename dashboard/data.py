@@ -18,6 +18,10 @@ from benchsuite.metrics.scaling import add_scaling_efficiency
 from benchsuite.results.sanity import with_flags
 from benchsuite.results.store import flatten, load_records, slug
 from dashboard.render import num, present
+from dashboard.style import Families, family
+
+# More series than a legend can tell apart: summary figures then draw one trace per model family.
+MAX_SERIES = 12
 
 # Energy per unit of work: the harness keeps them under metrics.energy; metrics.derived and the top
 # of metrics are read too (first found wins), so records of every version show them.
@@ -84,7 +88,9 @@ def dataframe(records: list[dict]) -> pd.DataFrame:
                    zip(df["sweep_id"], df["suite"], df["workload"], df["scaling"])]
     df = add_scaling_efficiency(df.sort_values(["suite", "workload", "world_size", "started_at"],
                                                ignore_index=True))
-    df["kind_label"] = [f"{k}/{r}" if present(r) else str(k) for k, r in zip(df["kind"], df["router"])]
+    df["family"] = [family(k, r) for k, r in zip(df["kind"], df["router"])]
+    families = Families(df["family"])
+    df["kind_label"] = [families[f].name for f in df["family"]]
     labels = _series_labels(df)
     df["series"] = df["sweep"].map(labels)
     run_labels, seen = [], {}
@@ -120,3 +126,11 @@ def latest_ok_per_size(df: pd.DataFrame) -> pd.DataFrame:
     ok = df[df["status"] == "ok"]
     return ok.sort_values("started_at").drop_duplicates(["sweep", "world_size"], keep="last") \
         .sort_values(["series", "world_size"])
+
+
+
+def per_family(df: pd.DataFrame) -> bool:
+    """Whether summary figures draw one trace per model family (each point the median of its sweeps)
+    instead of one per series: when there are more series than a legend can tell apart, so that
+    10,000 runs give a figure of a few traces, not thousands."""
+    return df["series"].nunique() > MAX_SERIES

@@ -144,7 +144,7 @@ class Figure:
 # "plotly_white" template at build time), not in each page's figure JSON.
 TEMPLATE_LAYOUT = {"title": {"x": 0.01, "font": {"size": 15}}, "margin": {"l": 60, "r": 20, "t": 44, "b": 40},
                    "height": 360, "xaxis": {"automargin": True}, "yaxis": {"automargin": True},
-                   "legend": {"orientation": "h", "yanchor": "top", "y": -0.3}}
+                   "legend": {"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom", "x": 0}}
 
 
 def layout(title: str, xtitle: str = "", ytitle: str = "", **extra) -> dict:
@@ -158,6 +158,13 @@ def layout(title: str, xtitle: str = "", ytitle: str = "", **extra) -> dict:
     return base
 
 
+def log_axis(values: list, decades: float = 2) -> dict:
+    """{"type": "log"} for an axis whose positive values span more than `decades` decades (energy of a
+    1-device smoke run and a 64-device run), else {} (a linear axis reads best)."""
+    vals = [v for v in values if v is not None and v > 0]
+    return {"type": "log"} if vals and max(vals) / min(vals) > 10 ** decades else {}
+
+
 def series(xs: list, ys: list) -> dict:
     """x/y of a series: x0/dx in place of an x array when x is n, n+1, n+2, … (smaller pages)."""
     if xs and all(isinstance(x, int) and x == xs[0] + i for i, x in enumerate(xs)):
@@ -166,18 +173,36 @@ def series(xs: list, ys: list) -> dict:
 
 
 @dataclass
+class DataFile:
+    """Data a page script reads, as a script of its own: assets/<name>.js sets window.<var> (pages opened
+    from file:// may not fetch() a JSON file). Keeps long tables out of the page's HTML."""
+    name: str
+    var: str
+    payload: Any
+
+    @property
+    def path(self) -> str:
+        return f"assets/{self.name}.js"
+
+    def js(self) -> str:
+        return f"window.{self.var} = {script_json(self.payload)};\n"
+
+
+@dataclass
 class Section:
-    """What a page plug-in returns: body HTML (already escaped) and the figures it places."""
+    """What a page plug-in returns: body HTML (already escaped), the figures it places and the data
+    files its script reads."""
     slug: str
     title: str
     html: str
     figures: list[Figure] = field(default_factory=list)
+    data_files: list[DataFile] = field(default_factory=list)
 
 
 def page_html(title: str, body: str, figures: list[Figure], root: str, nav: list[tuple[str, str]],
-              subtitle: str = "") -> str:
+              subtitle: str = "", data_files: list[DataFile] = ()) -> str:
     """A whole HTML document. root is the relative path to the site root ("" or "../");
-    plotly.js, the theme, CSS and the page script are shared files under assets/."""
+    plotly.js, the theme, CSS, the page script and its data files are shared files under assets/."""
     links = "".join(f'<a href="{esc(href)}">{esc(text)}</a>' for text, href in nav)
     plotly = f'<script src="{root}assets/plotly.min.js"></script><script src="{root}assets/theme.js"></script>' \
         if figures else ""
@@ -190,5 +215,6 @@ def page_html(title: str, body: str, figures: list[Figure], root: str, nav: list
         f'<body><header><a class="brand" href="{root}index.html">benchsuite</a><nav>{links}</nav></header>\n'
         f'<main><h1>{esc(title)}</h1>{f"<p class=sub>{esc(subtitle)}</p>" if subtitle else ""}\n{body}</main>\n'
         f'<script type="application/json" id="bs-figures">{specs}</script>\n'
+        + "".join(f'<script src="{root}{esc(d.path)}"></script>' for d in data_files) +
         f'<script src="{root}assets/dashboard.js"></script></body></html>\n'
     )

@@ -55,6 +55,13 @@ def _parse(path: Path) -> _Tags:
     return p
 
 
+def _runs_rows(site: Path) -> list:
+    """The runs table's rows, [page, status, model, note, cells], as assets/runs.js holds them."""
+    text = (site / "assets" / "runs.js").read_text(encoding="utf-8")
+    assert text.startswith("window.BENCHSUITE_RUNS = ") and text.endswith(";\n")
+    return json.loads(text[len("window.BENCHSUITE_RUNS = "):-2])
+
+
 def test_site_builds_from_the_fixture_folder(site):
     out, res = site
     n = len(list(FIXTURES.glob("*.json")))
@@ -212,7 +219,7 @@ def test_empty_and_all_failed_results_build(tmp_path):
     failed = [_strip(r, "metrics") for r in load_records(FIXTURES) if r["metrics"]][:3]
     res = build_site(failed, tmp_path / "failed", validate=True)
     index = (tmp_path / "failed" / "index.html").read_text()
-    assert "no successful runs" in index and index.count('class="status-failed"') == 3
+    assert "no successful runs" in index and [r[1] for r in _runs_rows(tmp_path / "failed")] == ["failed"] * 3
     assert res.records == 3
 
 
@@ -284,7 +291,7 @@ def test_quality_curves_one_trace_per_run_and_panel():
 
 def test_quality_to_target_never_draws_a_zero_bar():
     fig = next(f for f in _quality(FIXTURES).figures if f.id == "fig-quality-target")
-    assert [t["name"] for t in fig.data] == ["tokens", "seconds", "energy (kWh)", "g CO2e"]
+    assert [t["name"] for t in fig.data] == ["Tokens", "Time (s)", "Energy (kWh)", "CO2e (g)"]
     for t in fig.data:
         assert t["y"] == QUALITY_RUNS and t["orientation"] == "h"
         assert all(v is None or v > 0 for v in t["x"]), t["name"]
@@ -411,7 +418,7 @@ def test_a_build_stopped_part_way_keeps_the_previous_index_and_no_partial_page(t
     with pytest.raises(MemoryError):
         build_site(recs, tmp_path)
     assert (tmp_path / "index.html").read_bytes() == before[tmp_path / "index.html"]
-    index_links = set(re.findall(r'href="(runs/[^"#]+)"', (tmp_path / "index.html").read_text()))
+    index_links = {r[0] for r in _runs_rows(tmp_path)}  # the runs table's links, from assets/runs.js
     assert index_links and all((tmp_path / link).is_file() for link in index_links)
     assert not [p for p in tmp_path.rglob("*.tmp")], "a temp file left behind"
     for page in (tmp_path / "runs").glob("*.html"):
@@ -543,7 +550,7 @@ def test_a_site_built_before_the_manifest_is_rebuilt_without_removing_what_it_ca
     assert {p.name for p in (tmp_path / "runs").iterdir()} == old_pages  # rewritten, none removed
     assert json.loads((tmp_path / ".benchsuite-manifest.json").read_text())["files"] == sorted(
         {"index.html", *res.pages, *(f"assets/{a}" for a in ("plotly.min.js", "plotly.version", "theme.js",
-                                                              "dashboard.css", "dashboard.js"))})
+                                                              "dashboard.css", "dashboard.js", "runs.js"))})
 
 
 @pytest.mark.parametrize("manifest", ["{not json", "[" * 100_000, '{"files": "index.html"}', "[]", "fifo"])

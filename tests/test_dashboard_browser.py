@@ -104,11 +104,12 @@ def _names(pairs):
     return [[html.escape(n, quote=False), k] for n, k in pairs]
 
 
-H = f"{HOSTILE} (moe/<b onmouseover=alert(3)>r</b>)"
+H = f"{HOSTILE} (MoE · <b onmouseover=alert(3)>r</b>)"
 # the runs with metrics.quality after the hostile one; switch-q last (the energy panel has no trace for it)
 QUALITY_RUNS = [("dense · w1 (dense)", 5), ("dense · w2 (dense)", 5), ("dense · w4 (dense)", 5),
-                ("dense-q (dense)", 6), ("gshard-q (moe/gshard)", 6), ("switch · w1 (moe/switch)", 5), ("switch · w2 (moe/switch)", 5),
-                ("switch · w4 (moe/switch)", 5), ("switch-q (moe/switch)", 6)]
+                ("dense-q (dense)", 6), ("gshard-q (MoE · GShard)", 6),
+                ("switch · w1 (MoE · Switch)", 5), ("switch · w2 (MoE · Switch)", 5),
+                ("switch · w4 (MoE · Switch)", 5), ("switch-q (MoE · Switch)", 6)]
 EXPECTED_INDEX = {
     "fig-scaling-throughput": _names([("dense", 3), ("dense · ideal", 3), ("dense-tiny", 2),
                                       ("dense-tiny · ideal", 2), ("switch", 3), ("switch · ideal", 3), ("zero3", 3),
@@ -116,20 +117,22 @@ EXPECTED_INDEX = {
     "fig-scaling-efficiency": _names([("dense (weak)", 3), ("dense-tiny (weak)", 2), ("switch (weak)", 3),
                                       ("zero3 (strong)", 3)]),
     "fig-compare-tokens_per_s": _names([(H, 1), ("dense (dense)", 3), ("dense-q (dense)", 1), ("dense-tiny (dense)", 2),
-                                        ("gshard-q (moe/gshard)", 1), ("switch (moe/switch)", 3),
-                                        ("switch-q (moe/switch)", 1), ("zero3 (dense)", 3)]),
-    "fig-compare-mfu": _names([(H, 1), ("dense (dense)", 3), ("dense-q (dense)", 1), ("gshard-q (moe/gshard)", 1),
-                               ("switch (moe/switch)", 3), ("switch-q (moe/switch)", 1), ("zero3 (dense)", 3)]),
+                                        ("gshard-q (MoE · GShard)", 1), ("switch (MoE · Switch)", 3),
+                                        ("switch-q (MoE · Switch)", 1), ("zero3 (dense)", 3)]),
+    "fig-compare-mfu": _names([(H, 1), ("dense (dense)", 3), ("dense-q (dense)", 1), ("gshard-q (MoE · GShard)", 1),
+                               ("switch (MoE · Switch)", 3), ("switch-q (MoE · Switch)", 1), ("zero3 (dense)", 3)]),
     # the smoke runs: w1 from a harness with energy (estimated), w2 from one without; switch-q: no energy meter
     **{f"fig-compare-{c}": _names([(H, 1), ("dense (dense)", 3), ("dense-q (dense)", 1), ("dense-tiny (dense)", 1),
-                                   ("gshard-q (moe/gshard)", 1), ("switch (moe/switch)", 3), ("zero3 (dense)", 3)])
+                                   ("gshard-q (MoE · GShard)", 1), ("switch (MoE · Switch)", 3), ("zero3 (dense)", 3)])
        for c in ("j_per_token", "gco2e_per_mtok")},
-    "fig-compare-pareto": _names([("dense", 4), ("MoE (sparse)", 5), ("Pareto front", 2)]),
+    # a trace (colour and marker) per model family
+    "fig-compare-pareto": _names([("dense", 4), ("MoE · Switch", 3), ("MoE · GShard", 1),
+                                  ("MoE · <b onmouseover=alert(3)>r</b>", 1), ("Pareto front", 2)]),
     # three panels (tokens, energy, model FLOPs), a trace per run in each: 5 evaluations (eval_every 5 over
     # 20 steps) or 6 (every 4); switch-q has no energy meter, so no trace in the energy panel
     "fig-quality-curves": _names([(H, 5), *QUALITY_RUNS, (H, 5), *QUALITY_RUNS[:-1], (H, 5), *QUALITY_RUNS]),
     # one bar per run and panel (tokens, seconds, kWh, g CO2e); not-reached runs are null there, not 0
-    "fig-quality-target": [["tokens", 10], ["seconds", 10], ["energy (kWh)", 10], ["g CO2e", 10]],
+    "fig-quality-target": [["Tokens", 10], ["Time (s)", 10], ["Energy (kWh)", 10], ["CO2e (g)", 10]],
     "fig-energy-stacked": _names([("GPU · measured", 8), ("GPU · sampled", 3), ("CPU · measured", 4),
                                   ("CPU · estimated", 8), ("DRAM · measured", 4), ("DRAM · estimated", 2)]),
 }
@@ -187,18 +190,56 @@ def test_runs_table_sorts_and_filters(index):
     assert "OutOfMemoryError" in p.page.inner_text("#runs-table tbody tr:not([hidden])")
     p.page.fill("[data-filter-text]", "")
     p.page.select_option("select[data-filter=status]", "")
-    p.page.select_option("select[data-filter=kind]", "moe/switch")
+    p.page.select_option("select[data-filter=kind]", "MoE · Switch")
     assert p.page.evaluate(visible) == 5
     p.page.select_option("select[data-filter=kind]", "")
     col = "(i) => [...document.querySelectorAll('#runs-table tbody tr')].map(r => r.cells[i].getAttribute('data-v'))"
-    p.page.click("#runs-table th:has-text('tok/s')")
+    p.page.click("#runs-table th:has-text('Tokens/s')")
     tps = [float(v) if v else None for v in p.page.evaluate(col, 7)]
     nums = [v for v in tps if v is not None]
     assert nums == sorted(nums) and tps[-1] is None  # ascending, the failed run (no figure) last
-    p.page.click("#runs-table th:has-text('tok/s')")
+    p.page.click("#runs-table th:has-text('Tokens/s')")
     nums = [float(v) for v in p.page.evaluate(col, 7) if v]
     assert nums == sorted(nums, reverse=True)
     p.check_clean()
+
+
+def test_runs_table_pages_through_every_run_and_sorts_across_pages(browser, tmp_path):
+    """230 runs, 100 a page: every run page is reached from the table, sorting and filtering see every
+    run (not only the page shown), and a link on the last page opens its run page."""
+    from benchmarks.bench_dashboard import synthetic_records
+
+    res = build_site(synthetic_records(230, steps=4), tmp_path)
+    p = Page(browser, (tmp_path / "index.html").as_uri())
+    rows = "() => [...document.querySelectorAll('#runs-table tbody tr')]"
+    links = rows + ".map(r => r.querySelector('a').getAttribute('href'))"
+    assert p.page.inner_text("[data-count]") == "230 of 230 runs"
+    seen = []
+    for page, n in ((1, 100), (2, 100), (3, 30)):
+        assert p.page.inner_text("[data-page-info]") == f"page {page} of 3"
+        seen += p.page.evaluate(links)
+        assert len(seen) == 100 * (page - 1) + n
+        if page < 3:
+            p.page.click("[data-page=next]")
+    assert p.page.is_disabled("[data-page=next]") and sorted(seen) == sorted(res.pages[1:])
+    assert all((tmp_path / href).is_file() for href in seen)
+    p.page.click("#runs-table th:has-text('Tokens/s')")  # ascending over all 230, back on page 1
+    assert p.page.inner_text("[data-page-info]") == "page 1 of 3"
+    first = p.page.evaluate("() => parseFloat(document.querySelector('#runs-table tbody tr').cells[7]"
+                            ".getAttribute('data-v'))")
+    lowest = min(r["metrics"]["tokens_per_s"] for r in synthetic_records(230, steps=4) if r["metrics"])
+    assert first == pytest.approx(lowest)
+    p.page.select_option("select[data-filter=status]", "failed")
+    assert p.page.inner_text("[data-count]") == "11 of 230 runs" and p.page.is_hidden(".pager")
+    p.page.select_option("select[data-filter=status]", "")
+    p.page.click("[data-page=next]")
+    p.page.click("[data-page=next]")
+    href = p.page.evaluate(links)[-1]
+    p.page.click(f'#runs-table a[href="{href}"]')
+    p.page.wait_for_load_state()
+    assert p.page.url == (tmp_path / href).as_uri()
+    p.check_clean()
+    p.page.close()
 
 
 EXPECTED_RUN = {

@@ -4,9 +4,11 @@ intensity (with its source) each CO2e figure used."""
 
 from __future__ import annotations
 
-from dashboard.data import SiteData
+from statistics import median
+
+from dashboard.data import SiteData, per_family
 from dashboard.pages import Page
-from dashboard.render import Figure, Section, esc, f_sig, layout, missing, num, ptext, short, table
+from dashboard.render import Figure, Section, esc, f_sig, layout, log_axis, missing, num, ptext, short, table
 
 PARTS = [("gpu", "GPU", "#2f9e44"), ("cpu", "CPU", "#1971c2"), ("dram", "DRAM", "#f08c00")]
 # How each source is drawn: (pattern shape, opacity). Order = most to least trustworthy.
@@ -21,44 +23,51 @@ def _source(rec_energy: dict, part: str) -> str:
 
 def stacked_figure(data: SiteData) -> tuple[Figure | None, list[str]]:
     """Traces per (part, source) so the legend tells measured from estimated; runs whose energy
-    section is missing (or holds no figure) are returned by label, not drawn as zero."""
-    rows = []
-    unmeasured = []
+    section is missing (or holds no figure) are returned by label, not drawn as zero. A bar per run,
+    or past MAX_SERIES series one per (model family, world size): the median of its runs."""
+    by_family = per_family(data.df)
+    values: dict[tuple, dict[str, list[float]]] = {}  # (part, source) → bar label → values
+    labels, unmeasured = [], []
     for row in data.df.to_dict("records"):
         e = data.record(row).get("energy")
         if not isinstance(e, dict) or all(num(e.get(f"{p}_j")) is None for p, _, _ in PARTS):
             unmeasured.append(row["run_label"])
             continue
-        rows.append((row, e))
-    if not rows:
-        return None, unmeasured
-    labels = [ptext(r["run_label"]) for r, _ in rows]
-    traces = {}
-    for part, name, color in PARTS:
-        for (row, e), label in zip(rows, labels):
+        label = ptext(f"{row['kind_label']} · w{row['world_size']}" if by_family else row["run_label"])
+        if label not in labels:
+            labels.append(label)
+        for part, _, _ in PARTS:
             v = num(e.get(f"{part}_j"))
-            if v is None:
-                continue
-            src = _source(e, part)
-            t = traces.get((part, src))
-            if t is None:
-                shape, opacity = SOURCES.get(src, OTHER)
-                t = traces[(part, src)] = {
-                    "type": "bar", "name": ptext(f"{name} · {src}"), "x": [], "y": [], "text": [],
-                    "marker": {"color": color, "opacity": opacity, "pattern": {"shape": shape, "solidity": 0.35},
-                               "line": {"color": color, "width": 1}},
-                    "hovertemplate": "%{text}<extra></extra>", "textposition": "none"}
-            t["x"].append(label)
-            t["y"].append(short(v))
-            t["text"].append(f"{label}<br>{name}: {f_sig(v)} J ({ptext(src)})")
-    order = list(SOURCES) + sorted({s for _, s in traces if s not in SOURCES})
-    data_ = [traces[k] for k in sorted(traces, key=lambda k: ([p for p, _, _ in PARTS].index(k[0]),
-                                                              order.index(k[1])))]
-    fig = Figure("fig-energy-stacked", data_,
-                 layout("Energy per run: GPU + CPU + DRAM (solid: measured; hatched/pale: sampled or estimated)",
-                        "", "energy (J)", barmode="stack", height=420,
+            if v is not None:
+                values.setdefault((part, _source(e, part)), {}).setdefault(label, []).append(v)
+    if not values:
+        return None, unmeasured
+    if by_family:
+        labels.sort()
+    names = {part: (name, color) for part, name, color in PARTS}
+    order = list(SOURCES) + sorted({s for _, s in values if s not in SOURCES})
+    traces = []
+    for part, src in sorted(values, key=lambda k: ([p for p, _, _ in PARTS].index(k[0]), order.index(k[1]))):
+        name, color = names[part]
+        shape, opacity = SOURCES.get(src, OTHER)
+        bars = values[(part, src)]
+        xs = [x for x in labels if x in bars]
+        ys = [short(median(bars[x])) for x in xs]
+        counts = [f" (median of {len(bars[x])} runs)" if by_family else "" for x in xs]
+        traces.append({
+            "type": "bar", "name": ptext(f"{name} · {src}"), "x": xs, "y": ys,
+            "text": [f"{x}<br>{name}: {f_sig(y)} J ({ptext(src)}){c}" for x, y, c in zip(xs, ys, counts)],
+            "marker": {"color": color, "opacity": opacity, "pattern": {"shape": shape, "solidity": 0.35},
+                       "line": {"color": color, "width": 1}},
+            "hovertemplate": "%{text}<extra></extra>", "textposition": "none"})
+    totals = [sum(y for t in traces for x, y in zip(t["x"], t["y"]) if x == label) for label in labels]
+    log = log_axis(totals)
+    what = "median per model family and world size" if by_family else "per run"
+    fig = Figure("fig-energy-stacked", traces,
+                 layout(f"Energy {what}: GPU + CPU + DRAM (solid: measured; hatched/pale: sampled or estimated)",
+                        "", "energy (J)" + (", log scale" if log else ""), barmode="stack", height=420,
                         xaxis={"type": "category", "categoryorder": "array", "categoryarray": labels,
-                               "tickangle": -30}))
+                               "tickangle": -30}, yaxis=log))
     return fig, unmeasured
 
 
@@ -81,7 +90,8 @@ def carbon_table(data: SiteData) -> str:
         co2 = [num(c.get("co2e_g")) for c in cs if num(c.get("co2e_g")) is not None]
         rows.append([f_sig(pue), f_sig(intensity), source, len(cs),
                      f_sig(sum(kwh)) if kwh else "not measured", f_sig(sum(co2)) if co2 else "not measured"])
-    html = table(["PUE", "intensity (g CO2e/kWh)", "intensity source", "runs", "energy (kWh)", "CO2e (g)"], rows)
+    html = table(["PUE", "Grid intensity (g CO2e/kWh)", "Intensity source", "Runs", "Energy (kWh)", "CO2e (g)"],
+                 rows)
     html += ('<p class="note">CO2e = energy (kWh) × PUE × grid intensity. '
              + (f"{no_carbon} run(s) have no carbon figure (not measured or failed)." if no_carbon else "")
              + "</p>")

@@ -1,40 +1,37 @@
-"""Overview: headline counts, and every run in one sortable, filterable table (failed runs with
-their error). Sorting and filtering are a few lines of page script over this table; no figure."""
+"""Overview: headline counts, and every run in one sortable, filterable, paged table (failed runs
+with their error). The rows travel in assets/runs.js (a script, since file:// pages may not fetch),
+formatted here; the page script only sorts, filters and shows one page of them; no figure."""
 
 from __future__ import annotations
 
 from dashboard.data import SiteData
 from dashboard.pages import Page
-from dashboard.render import DASH, Section, esc, f_ms, f_num, f_pct, f_sig, num, present
-
-ERROR_CHARS = 160
+from dashboard.render import DASH, DataFile, Section, esc, f_ms, f_num, f_pct, f_sig, num, present
 
 
-def _cell(text: str, sort_value=None, cls: str = "") -> str:
+COLUMNS = [  # (header, sort type, how the page script draws the cell)
+    ("Suite", "text", ""), ("Workload", "text", "link"), ("Model", "text", ""), ("Devices", "num", ""),
+    ("Nodes", "num", ""), ("Scaling", "text", ""), ("Status", "text", "status"), ("Tokens/s", "num", ""),
+    ("MFU (HFU)", "num", ""), ("Step time (ms, 95% CI)", "num", ""), ("Scaling efficiency", "num", ""),
+    ("Energy/token (J)", "num", ""), ("CO2e/Mtok (g)", "num", "")]
+PAGE_SIZE = 100
+
+
+def _cell(text: str, sort_value=None) -> list:
+    """[text] or [text, number to sort by]; the page script shows `text` as text (never as markup)."""
     v = num(sort_value)
-    attr = f' data-v="{v!r}"' if v is not None else ""
-    return f'<td{attr}{f" class={cls}" if cls else ""}>{text}</td>'
+    return [text] if v is None else [text, v]
 
 
-def _status_cell(row) -> str:
+def _note(row) -> str:
+    """The status cell's second part: the sanity flags of an ok run, or a failed run's error."""
     if row["status"] == "ok":
-        if row.get("flagged") is True or row.get("flagged") == 1:  # results/sanity.py: impossible figures
-            why = str(row.get("flag_summary") or "")
-            return (f'<td class="status-flagged"><span class="ok">ok</span> '
-                    f'<span class="warn" title="{esc(why)}">⚠ flagged</span></td>')
-        return '<td><span class="ok">ok</span></td>'
+        flagged = row.get("flagged") is True or row.get("flagged") == 1  # results/sanity.py: impossible figures
+        return str(row.get("flag_summary") or "flagged") if flagged else ""
     kind = row.get("error_type") if present(row.get("error_type")) else "error"
     msg = str(row.get("error_message")) if present(row.get("error_message")) else ""
     rank = f" (rank {int(row['error_rank'])})" if num(row.get("error_rank")) is not None else ""
-    full = f"{kind}{rank}: {msg}"
-    shown = full if len(full) <= ERROR_CHARS else full[:ERROR_CHARS] + "…"
-    return (f'<td class="status-failed"><span class="bad">failed</span> '
-            f'<span class="err" title="{esc(full)}">{esc(shown)}</span></td>')
-
-
-COLUMNS = [("suite", "text"), ("workload", "text"), ("kind", "text"), ("world", "num"), ("nodes", "num"),
-           ("scaling", "text"), ("status", "text"), ("tok/s", "num"), ("MFU (HFU)", "num"),
-           ("step ms (95% CI)", "num"), ("scaling eff.", "num"), ("J/token", "num"), ("gCO2e/Mtok", "num")]
+    return f"{kind}{rank}: {msg}"
 
 
 def _utilisation(row) -> str:
@@ -43,25 +40,21 @@ def _utilisation(row) -> str:
     return f_pct(row.get("mfu")) + (f" ({f_pct(hfu)})" if present(hfu) else "")
 
 
-def _row(row) -> str:
+def _row(row) -> list:
+    """One run for assets/runs.js: [page, status, model, note, cells]."""
     med = row.get("step_time_median_s")
     cells = [
-        _cell(esc(row["suite"])),
-        _cell(f'<a href="{esc(row["page"])}">{esc(row["workload"])}</a>'),
-        _cell(esc(row["kind_label"])),
-        _cell(esc(row["world_size"]), row["world_size"]),
-        _cell(esc(row["nodes"]), row["nodes"]),
-        _cell(esc(row["scaling"])),
-        _status_cell(row),
+        _cell(str(row["suite"])), _cell(str(row["workload"])), _cell(str(row["kind_label"])),
+        _cell(str(row["world_size"]), row["world_size"]), _cell(str(row["nodes"]), row["nodes"]),
+        _cell(str(row["scaling"])), _cell(str(row["status"])),
         _cell(f_num(row.get("tokens_per_s")), row.get("tokens_per_s")),
         _cell(_utilisation(row), row.get("mfu")),
-        _cell(esc(f_ms(med, row.get("step_time_ci95_lo_s"), row.get("step_time_ci95_hi_s"))), med),
+        _cell(f_ms(med, row.get("step_time_ci95_lo_s"), row.get("step_time_ci95_hi_s")), med),
         _cell(f_pct(row.get("scaling_efficiency")), row.get("scaling_efficiency")),
-        _cell(esc(f_sig(row.get("j_per_token"))), row.get("j_per_token")),
-        _cell(esc(f_sig(row.get("gco2e_per_mtok"))), row.get("gco2e_per_mtok")),
+        _cell(f_sig(row.get("j_per_token")), row.get("j_per_token")),
+        _cell(f_sig(row.get("gco2e_per_mtok")), row.get("gco2e_per_mtok")),
     ]
-    return (f'<tr data-status="{esc(row["status"])}" data-kind="{esc(row["kind_label"])}"'
-            f'{" class=failed" if row["status"] != "ok" else ""}>' + "".join(cells) + "</tr>")
+    return [row["page"], str(row["status"]), str(row["kind_label"]), _note(row), cells]
 
 
 def _glance(data: SiteData) -> str:
@@ -76,8 +69,9 @@ def _glance(data: SiteData) -> str:
             continue
         best = sub["mfu"].max() if "mfu" in sub else None
         jpt = sub["j_per_token"].min() if "j_per_token" in sub else None
-        cards.append((f"{kind}: best MFU", f_pct(best) if present(best) else DASH))
-        cards.append((f"{kind}: lowest J/token", f_sig(jpt) if present(jpt) else DASH))
+        name = "MoE" if kind == "moe" else kind
+        cards.append((f"{name}: best MFU", f_pct(best) if present(best) else DASH))
+        cards.append((f"{name}: lowest energy/token (J)", f_sig(jpt) if present(jpt) else DASH))
     return '<div class="cards">' + "".join(f'<div class="card"><div class="v">{esc(v)}</div>'
                                            f'<div class="k">{esc(k)}</div></div>' for k, v in cards) + "</div>"
 
@@ -86,23 +80,28 @@ def render(data: SiteData) -> Section:
     df = data.df
     if df.empty:
         return Section("overview", "Runs", '<p class="missing">No records in this results folder.</p>')
-    head = "".join(f'<th data-type="{t}" tabindex="0">{esc(h)}</th>' for h, t in COLUMNS)
+    head = "".join(f'<th data-type="{t}" data-render="{r}" tabindex="0">{esc(h)}</th>' for h, t, r in COLUMNS)
     kinds = "".join(f'<option value="{esc(k)}">{esc(k)}</option>' for k in sorted(df["kind_label"].unique()))
     controls = (
         '<div class="filters" data-for="runs-table">'
         '<input type="search" data-filter-text placeholder="filter runs (any text)…" aria-label="filter runs">'
         '<select data-filter="status" aria-label="status"><option value="">any status</option>'
         '<option value="ok">ok</option><option value="failed">failed</option></select>'
-        f'<select data-filter="kind" aria-label="kind"><option value="">any kind</option>{kinds}</select>'
-        f'<span class="count" data-count>{len(df)} of {len(df)} runs</span></div>')
-    body = "".join(_row(r) for r in df.to_dict("records"))
+        f'<select data-filter="kind" aria-label="model"><option value="">any model</option>{kinds}</select>'
+        f'<span class="count" data-count>{len(df)} runs</span></div>')
+    pager = ('<div class="pager" data-pager-for="runs-table">'
+             '<button type="button" data-page="prev">‹ previous</button>'
+             '<span data-page-info></span><button type="button" data-page="next">next ›</button></div>')
     html = (_glance(data) + controls +
-            f'<div class="scroll"><table class="grid sortable runs" id="runs-table"><thead><tr>{head}</tr></thead>'
-            f"<tbody>{body}</tbody></table></div>"
-            '<p class="note">Click a column to sort; click a workload for its run page. '
+            f'<div class="scroll"><table class="grid sortable runs" id="runs-table" data-rows="BENCHSUITE_RUNS" '
+            f'data-page-size="{PAGE_SIZE}"><thead><tr>{head}</tr></thead><tbody></tbody></table></div>' + pager +
+            '<noscript><p class="missing">The runs table needs JavaScript; each run page is runs/&lt;run key&gt;.html.'
+            '</p></noscript>'
+            f'<p class="note">{PAGE_SIZE} runs a page. Click a column to sort; click a workload for its run page. '
             "Scaling efficiency: weak = throughput(N) / (N × throughput(1)), strong = time(1) / (N × time(N)), "
             "against the 1-device run(s) of the sweep with the same config, hardware and threads per rank.</p>")
-    return Section("overview", "Runs", html)
+    rows = DataFile("runs", "BENCHSUITE_RUNS", [_row(r) for r in df.to_dict("records")])
+    return Section("overview", "Runs", html, data_files=[rows])
 
 
 PAGE = Page("overview", "Runs", render)

@@ -15,22 +15,22 @@ from __future__ import annotations
 
 from benchsuite.energy.carbon import J_PER_KWH
 from benchsuite.results.values import dig
-from dashboard.data import SiteData, latest_ok_per_size
-from dashboard.pages import Page, series_colors
+from dashboard.data import SiteData, latest_ok_per_size, per_family
+from dashboard.pages import Page
 from dashboard.render import (DASH, Figure, Section, esc, f_num, f_sig, layout, missing, num, present, ptext,
                               short, table)
+from dashboard.style import DASHES, trace_styles
 
 NO_EVAL = "no evaluation in these records: set train.eval_every and train.target_loss"
-DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
 # (curve key, panel title, axis title, hover unit)
 CURVES = [("tokens", "vs training tokens", "training tokens", "tokens"),
           ("energy_j", "vs training energy", "training energy (J)", "J"),
           ("model_flops", "vs model FLOPs", "model FLOPs", "FLOPs")]
 # (panel title, value of a run) for the to-target panels
-TARGETS = [("tokens", lambda q: num(q.get("tokens"))),
-           ("seconds", lambda q: num(q.get("seconds"))),
-           ("energy (kWh)", lambda q: None if num(q.get("energy_j")) is None else num(q["energy_j"]) / J_PER_KWH),
-           ("g CO2e", lambda q: num(q.get("co2e_g")))]
+TARGETS = [("Tokens", lambda q: num(q.get("tokens"))),
+           ("Time (s)", lambda q: num(q.get("seconds"))),
+           ("Energy (kWh)", lambda q: None if num(q.get("energy_j")) is None else num(q["energy_j"]) / J_PER_KWH),
+           ("CO2e (g)", lambda q: num(q.get("co2e_g")))]
 ENERGY_PANELS = {2, 3}  # the to-target panels whose figure is energy (or CO2e from it)
 NOT_MEASURED_SOURCES = ("estimated", "sampled")
 
@@ -80,8 +80,8 @@ class Run:
 
 
 def quality_runs(data: SiteData) -> tuple[list[Run], list[str]]:
-    """Runs with a metrics.quality section (the latest per sweep and world size), and the labels
-    of ok runs without one."""
+    """Runs with a metrics.quality section (the latest per sweep and world size; past MAX_SERIES sweeps,
+    the median run of each model family and world size), and the labels of ok runs without one."""
     runs, without = [], []
     for row in latest_ok_per_size(data.df).to_dict("records"):
         rec = data.record(row)
@@ -90,6 +90,8 @@ def quality_runs(data: SiteData) -> tuple[list[Run], list[str]]:
             runs.append(Run(row, rec, q))
         else:
             without.append(str(row["run_label"]))
+    if per_family(data.df):
+        return _median_runs(runs), without
     per_series: dict[str, int] = {}
     for r in runs:
         per_series[r.series] = per_series.get(r.series, 0) + 1
@@ -99,14 +101,28 @@ def quality_runs(data: SiteData) -> tuple[list[Run], list[str]]:
     return runs, without
 
 
+def _median_runs(runs: list[Run]) -> list[Run]:
+    """One run per (family, world size): the one of median best validation loss, named for its group."""
+    groups: dict[tuple, list[Run]] = {}
+    for r in runs:
+        groups.setdefault((r.kind, int(r.row["world_size"])), []).append(r)
+    out = []
+    for (kind, n), rs in sorted(groups.items()):
+        rs = sorted(rs, key=lambda r: num(r.q.get("best_val_loss")) or 0.0)
+        r = rs[(len(rs) - 1) // 2]
+        r.series, r.label = kind, f"{kind} · w{n} (median of {len(rs)})"
+        out.append(r)
+    return out
+
+
 def _styles(runs: list[Run], data: SiteData) -> dict[int, dict]:
-    colors = series_colors(data.df)
+    styles = trace_styles(data.df, per_family(data.df))
     seen: dict[str, int] = {}
     out = {}
-    for i, r in enumerate(runs):
-        n = seen.get(r.series, 0)
-        seen[r.series] = n + 1
-        out[i] = {"color": colors.get(r.series, "#495057"), "dash": DASHES[n % len(DASHES)]}
+    for i, r in enumerate(runs):  # a dash per run within its family, so no two runs look alike
+        fam = styles[r.series].family.name
+        n = seen[fam] = seen.get(fam, -1) + 1
+        out[i] = {"color": styles[r.series].color, "symbol": styles[r.series].symbol, "dash": DASHES[n % len(DASHES)]}
     return out
 
 
@@ -146,7 +162,7 @@ def curves_figure(runs: list[Run], data: SiteData) -> tuple[Figure | None, list[
                 "xaxis": "x" if p == 0 else f"x{p + 1}", "yaxis": "y",
                 "x": [short(x) for x, _, _ in pts], "y": [short(y) for _, y, _ in pts],
                 "line": {"color": styles[i]["color"], "dash": styles[i]["dash"], "width": 2},
-                "marker": {"size": 5}, "hovertemplate": "%{text}<extra></extra>",
+                "marker": {"size": 6, "symbol": styles[i]["symbol"]}, "hovertemplate": "%{text}<extra></extra>",
                 "text": [f"{ptext(r.label)}<br>step {ptext(s)}: validation loss {f_sig(y)}<br>{f_sig(x)} {unit}{src}"
                          for x, y, s in pts]})
             in_legend.add(i)
@@ -215,7 +231,8 @@ def target_figure(runs: list[Run], data: SiteData) -> Figure | None:
     runs = [r for r in runs if r.target is not None]
     if not runs:
         return None
-    colors = [_styles(runs, data)[i]["color"] for i in range(len(runs))]
+    styles = _styles(runs, data)
+    colors = [styles[i]["color"] for i in range(len(runs))]
     labels = [ptext(r.label) for r in runs]
     traces, annotations = [], []
     for p, (title, value) in enumerate(TARGETS):
@@ -270,8 +287,8 @@ def target_table(runs: list[Run]) -> str:
                      f_sig(kwh / J_PER_KWH) if r.reached and kwh is not None else DASH,
                      f_sig(q.get("co2e_g")) if r.reached else DASH, r.energy_source,
                      f_sig(q.get("best_val_loss"))])
-    return table(["run", "kind", "target loss", "result", "tokens", "seconds", "kWh", "g CO2e", "energy source",
-                  "best validation loss"], rows)
+    return table(["Run", "Model", "Target loss", "Result", "Tokens", "Time (s)", "Energy (kWh)", "CO2e (g)",
+                  "Energy source", "Best validation loss"], rows)
 
 
 def render(data: SiteData) -> Section:
