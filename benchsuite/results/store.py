@@ -48,6 +48,7 @@ def write_record(out_dir: str | Path, rec: dict) -> Path:
 MAX_RECORD_BYTES = 64 * 2**20  # a record is kilobytes to a few MiB (200k steps ~ 20 MiB); larger is not one
 MAX_DEPTH = 32                 # a record nests about 6 deep; far deeper is damage (and recursion for readers)
 FLATTENED = ("metrics", "energy", "carbon")  # sections flatten() turns into dotted column names
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # how a lone surrogate gets into UTF-8 JSON text
 
 
 def _file_kind(mode: int) -> str:
@@ -127,41 +128,67 @@ def _no_constant(name: str):
 
 
 def parse_record(data: bytes) -> object:
-    """Strict JSON in UTF-8: no NaN/Infinity, no number out of float range."""
+    """Strict JSON in UTF-8: no NaN/Infinity, no number out of float range, no lone surrogate."""
     try:
-        return json.loads(data.decode("utf-8"), parse_float=_strict_float, parse_constant=_no_constant)
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise RecordError(f"not UTF-8 text (byte {e.start}: {e.reason})") from None
+    try:
+        doc = json.loads(text, parse_float=_strict_float, parse_constant=_no_constant)
     except RecursionError:
         raise RecordError("nested too deeply to parse") from None
     except ValueError as e:  # JSONDecodeError, the strictness above, an integer of thousands of digits
         raise RecordError(f"not valid JSON ({e})") from None
+    if _SURROGATE_ESCAPE.search(text):  # rare: only then is every string looked at
+        check_surrogates(doc)
+    return doc
 
 
 def _name(path: str, key) -> str:
     return f"{path}.{key}" if path else str(key)
 
 
-def check_structure(doc: object) -> None:
-    """What the schema's types do not see, over the whole document: nesting depth, lone surrogates
-    (\\ud800 escapes, which no file or terminal can encode) in any string or key, and dots in the key
-    names of the sections flatten() turns into dotted column names."""
-    stack = [(doc, "", 0, False)]
+def check_nesting(doc: object) -> None:
+    """What the schema's types do not see, over the whole document: nesting depth (readers recurse),
+    and dots in the key names of the sections flatten() turns into dotted column names. Names are
+    built only for the error (a record may hold a million containers)."""
+    # (container, depth, in a flattened section, (parent entry, key)); a bare scalar has nothing nested
+    stack = [(doc, 0, False, None)] if isinstance(doc, (dict, list)) else []
     while stack:
-        v, where, depth, flat = stack.pop()
+        entry = stack.pop()
+        v, depth, flat, _ = entry
         if depth > MAX_DEPTH:
-            raise RecordError(f"{where}: nested deeper than {MAX_DEPTH} levels")
+            raise RecordError(f"{_where(entry)}: nested deeper than {MAX_DEPTH} levels")
+        items = v.items() if isinstance(v, dict) else enumerate(v)
+        for k, x in items:
+            if flat and isinstance(k, str) and "." in k:
+                raise RecordError(f"{_where((x, 0, flat, (entry, k)))}: a '.' in a key is reserved for nested names")
+            if isinstance(x, (dict, list)):
+                stack.append((x, depth + 1, flat or (depth == 0 and k in FLATTENED), (entry, k)))
+
+
+def _where(entry) -> str:
+    """The dotted name of a check_nesting entry: metrics.memory.per_rank[0]."""
+    parts = []
+    while entry[3] is not None:
+        entry, key = entry[3]
+        parts.append(f"[{key}]" if isinstance(key, int) else f".{key}")
+    return "".join(reversed(parts)).lstrip(".")
+
+
+def check_surrogates(doc: object) -> None:
+    """A lone surrogate (a \\ud800 escape) in any string or key: no file, page or terminal can encode it."""
+    stack = [(doc, "")]
+    while stack:
+        v, where = stack.pop()
         if isinstance(v, str):
             _check_text(v, where)
         elif isinstance(v, dict):
             for k, x in v.items():
                 _check_text(k, where or "record keys")
-                name = _name(where, k)
-                if flat and "." in k:
-                    raise RecordError(f"{name}: a '.' in a key is reserved for nested names")
-                stack.append((x, name, depth + 1, flat or (depth == 0 and k in FLATTENED)))
+                stack.append((x, _name(where, k)))
         elif isinstance(v, list):
-            stack += [(x, f"{where}[{i}]", depth + 1, flat) for i, x in enumerate(v)]
+            stack += [(x, f"{where}[{i}]") for i, x in enumerate(v)]
 
 
 def _check_text(s: str, where: str) -> None:
@@ -174,7 +201,7 @@ def _check_text(s: str, where: str) -> None:
 def read_record(path: Path) -> dict:
     """One record file, checked and upgraded to the current schema version; RecordError says why not."""
     doc = parse_record(_read_bytes(path))
-    check_structure(doc)
+    check_nesting(doc)
     validate(doc)
     if doc["schema_version"] < SCHEMA_VERSION:
         doc = migrate(doc)
