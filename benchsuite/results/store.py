@@ -281,13 +281,23 @@ def flatten(rec: dict) -> dict:
     return row
 
 
-def records_dataframe(path: str | Path) -> pd.DataFrame:
-    """All records under path as one DataFrame, with scaling efficiency per sweep."""
+# Figures the DataFrame does arithmetic on (scaling efficiency, report cells): float columns, NaN
+# where a record has null, even when every record has null (object columns of None would not divide).
+FIGURES = ("duration_s", "tokens_per_s", "mfu", "step_time_median_s", "step_time_ci95_lo_s", "step_time_ci95_hi_s")
+
+
+def rows_dataframe(rows: list[dict]) -> pd.DataFrame:
+    """flatten() rows as one DataFrame in reading order, with scaling efficiency per sweep."""
     from benchsuite.metrics.scaling import add_scaling_efficiency
 
-    rows = [flatten(r) for r in load_records(path)]
     df = pd.DataFrame(rows)
     if df.empty:
         return df
+    df = df.astype({c: float for c in FIGURES})
     return add_scaling_efficiency(df.sort_values(["suite", "workload", "world_size", "started_at"],
                                                  ignore_index=True))
+
+
+def records_dataframe(path: str | Path) -> pd.DataFrame:
+    """All records under path as one DataFrame, with scaling efficiency per sweep."""
+    return rows_dataframe([flatten(r) for r in load_records(path)])
