@@ -297,7 +297,8 @@ def test_deep_nesting_is_refused_not_a_recursion_error(folder):
     ("energy.per_device", {"uuid": "x"}, "energy.per_device: expected a list or null, got object"),
     ("steps", {"0": {}}, "steps: expected a list, got object"),
     ("status", "maybe", "status: expected one of ok, failed, got 'maybe'"),
-    ("carbon.pue", 10**400, "carbon.pue: expected a finite number or null, got an int out of float range"),
+    ("energy.total_j", 10**400, "energy.total_j: expected a finite number or null, got an int out of float range"),
+    ("carbon.pue", None, "carbon.pue: expected a finite number >= 1, got null"),  # carbon project multiplied by it
 ])
 def test_wrong_types_are_named_with_the_field(folder, field, value, reason):
     doc = json.loads((FIXTURES / "make_dvs-switch-w2.json").read_text())

@@ -87,6 +87,12 @@ def count(v: Any, where: str) -> None:
         _fail(where, "a positive integer", v)
 
 
+def pue(v: Any, where: str) -> None:
+    """Power usage effectiveness: always stated (default 1.0), never below 1."""
+    if not (_is_finite_number(v) and v >= 1):
+        _fail(where, "a finite number >= 1", v)
+
+
 def text(v: Any, where: str) -> None:
     if v is not None and not isinstance(v, str):
         _fail(where, "a string or null", v)
@@ -115,7 +121,7 @@ def one_of(*values: str) -> Check:
 
 @dataclass(frozen=True)
 class ListOf:
-    """A list whose items each pass `item`; `length` fixes the length (a [lo, hi] interval)."""
+    """A list whose items each pass `item`; `length`, where set, is its exact length (ci95: [lo, hi])."""
     item: Check
     length: int | None = None
     nullable: bool = True
@@ -177,7 +183,7 @@ CONFIG = Obj({
                   "lr": number, "seed": integer, "eval_every": integer, "target_loss": number, "timeout_s": number,
                   "precision": text, "recompute": text, "data": text, "compile": boolean}),
     "energy": Obj({"idle_baseline_s": number, "min_window_s": number}),
-    "carbon": Obj({"pue": number, "intensity_g_per_kwh": number, "country": text, "region": text}),
+    "carbon": Obj({"pue": pue, "intensity_g_per_kwh": number, "country": text, "region": text}),
 }, required=("world_size", "nodes", "scaling"), nullable=False)
 
 DEVICE = Obj({"rank": integer, "node_rank": integer, "host": text, "type": text, "name": text, "uuid": text,
@@ -237,7 +243,7 @@ ENERGY = Obj({
                               "reading_rank": integer})),
     "per_node": ListOf(Obj({"host": text, "ranks": ListOf(integer), "cpu": PART_ENERGY, "dram": PART_ENERGY})),
 })
-CARBON = Obj({"kwh": number, "pue": number, "intensity_g_per_kwh": number, "co2e_g": number,
+CARBON = Obj({"kwh": number, "pue": pue, "intensity_g_per_kwh": number, "co2e_g": number,
               "intensity_source": text, "intensity_note": text, "energy_source": text})
 STEP = Obj({"step": number, "time_s": number, "loss": number, "val_loss": number, "tokens": number}, nullable=False)
 
