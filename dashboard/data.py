@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchsuite.metrics.scaling import add_scaling_efficiency
 from benchsuite.results.sanity import with_flags
-from benchsuite.results.store import flatten, load_records, slug
+from benchsuite.results.store import flatten, load_records, rows_dataframe, slug
 from dashboard.render import num, present
 from dashboard.style import Families, family
 
@@ -81,13 +80,11 @@ def dataframe(records: list[dict]) -> pd.DataFrame:
         for name in DERIVED:
             row[name] = next((row[p + name] for p in DERIVED_PLACES if num(row.get(p + name)) is not None), None)
         rows.append(row)
-    df = pd.DataFrame(rows)
+    df = rows_dataframe(rows)
     if df.empty:
         return df
     df["sweep"] = [s if present(s) else f"{a}/{b}/{c}" for s, a, b, c in
                    zip(df["sweep_id"], df["suite"], df["workload"], df["scaling"])]
-    df = add_scaling_efficiency(df.sort_values(["suite", "workload", "world_size", "started_at"],
-                                               ignore_index=True))
     df["family"] = [family(k, r) for k, r in zip(df["kind"], df["router"])]
     families = Families(df["family"])
     df["kind_label"] = [families[f].name for f in df["family"]]

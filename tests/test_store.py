@@ -96,3 +96,19 @@ def test_dataframe_has_headline_columns_and_scaling_efficiency(tmp_path):
     assert df.loc["a1", "scaling_efficiency"] == pytest.approx(1.0)
     assert df.loc["a4", "status"] == "failed" and df.loc["a4", "error_rank"] == 1
     assert df.loc["a2", "metrics.step_time_s.median"] == pytest.approx(1.1)
+
+
+def test_a_sweep_whose_figures_are_all_null_reads_as_not_measured(tmp_path, capsys):
+    """null throughput and step time in every record of a sweep (valid: not measured) once made
+    scaling efficiency divide None by None, a TypeError in report and dashboard."""
+    from benchsuite import cli
+
+    for key, world in (("n1", 1), ("n2", 2)):
+        rec = make_record(key, world_size=world)
+        rec["metrics"].update(tokens_per_s=None, step_time_s=None)
+        write_record(tmp_path, rec)
+    df = records_dataframe(tmp_path)
+    assert df["tokens_per_s"].isna().all() and df["scaling_efficiency"].isna().all()
+    assert cli.main(["report", str(tmp_path), "--json"]) == 0
+    assert [r["tokens_per_s"] for r in json.loads(capsys.readouterr().out)] == [None, None]
+    assert cli.main(["dashboard", str(tmp_path), "-o", str(tmp_path.parent / "site")]) == 0

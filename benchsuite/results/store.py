@@ -1,9 +1,13 @@
-"""Run records on disk: atomic writes, tolerant loading, one flat DataFrame."""
+"""Run records on disk: atomic writes, loading that checks every file (results/schema.py) before a
+reader sees it, one flat DataFrame."""
 
 from __future__ import annotations
 
 import json
+import math
+import os
 import re
+import stat
 import warnings
 from pathlib import Path
 
@@ -12,7 +16,8 @@ import pandas as pd
 from benchsuite.atomic import atomic_file
 from benchsuite.metrics.scaling import add_scaling_efficiency, scaling_identity
 from benchsuite.results.sanity import flag_summary, with_flags
-from benchsuite.results.schema import check_record
+from benchsuite.results.migrate import migrate
+from benchsuite.results.schema import SCHEMA_VERSION, RecordError, validate
 from benchsuite.results.values import dig
 
 
@@ -41,21 +46,184 @@ def write_record(out_dir: str | Path, rec: dict) -> Path:
     return final
 
 
+MAX_RECORD_BYTES = 64 * 2**20  # a record is kilobytes to a few MiB (200k steps ~ 20 MiB); larger is not one
+MAX_DEPTH = 32                 # a record nests about 6 deep; far deeper is damage (and recursion for readers)
+FLATTENED = ("metrics", "energy", "carbon")  # sections flatten() turns into dotted column names
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # how a lone surrogate gets into UTF-8 JSON text
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def _entry_problem(path: Path, root: Path) -> str | None:
+    """Why the folder entry at path is not a record file to open (None when it is one). Checked with
+    lstat before anything is opened: a FIFO or device is never opened, a symlink never leads out."""
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        target = Path(os.path.realpath(path))
+        if not target.is_relative_to(root):
+            return f"a symlink pointing out of the results folder (to {target})"
+        try:
+            st = os.stat(path)
+        except OSError as e:
+            return f"a broken symlink ({e.strerror or e})"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{_file_kind(st.st_mode)}, not a record file"
+    return None
+
+
+def record_files(path: Path) -> list[tuple[Path, str | None]]:
+    """(file, None) for every *.json under the folder (recursively, hidden names left out, symlinked
+    folders not followed), or (entry, why not) for one that is not a regular file in the folder."""
+    root = Path(os.path.realpath(path))
+    found = []
+    for folder, dirs, files in os.walk(path, followlinks=False):
+        for name in [d for d in dirs if d.endswith(".json") and not d.startswith(".")]:
+            dirs.remove(name)  # a folder named like a record: said, not searched
+            found.append(Path(folder) / name)
+        found += [Path(folder) / f for f in files if f.endswith(".json") and not f.startswith(".")]
+    entries = []
+    for p in sorted(found):
+        try:
+            entries.append((p, _entry_problem(p, root)))
+        except OSError as e:  # removed meanwhile, permission denied
+            entries.append((p, f"cannot be read ({e.strerror or e})"))
+    return entries
+
+
+def _read_bytes(path: Path) -> bytes:
+    """At most MAX_RECORD_BYTES of a regular file. Opened non-blocking and without following a final
+    symlink (the real path is opened), then checked again on the open descriptor: a FIFO swapped in
+    meanwhile is refused, never waited on."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(os.path.realpath(path), flags)
+    except OSError as e:
+        raise RecordError(f"cannot be read ({e.strerror or e})") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise RecordError(f"{_file_kind(st.st_mode)}, not a record file")
+        if st.st_size > MAX_RECORD_BYTES:
+            raise RecordError(f"{st.st_size:,} bytes, larger than a record can be ({MAX_RECORD_BYTES // 2**20} MiB)")
+        data = f.read(MAX_RECORD_BYTES + 1)
+    if len(data) > MAX_RECORD_BYTES:
+        raise RecordError(f"larger than a record can be ({MAX_RECORD_BYTES // 2**20} MiB)")
+    return data
+
+
+def _strict_float(s: str) -> float:
+    v = float(s)
+    if not math.isfinite(v):
+        raise ValueError(f"number {s[:40]} is out of range")
+    return v
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number (records are strict JSON)")
+
+
+def parse_record(data: bytes) -> object:
+    """Strict JSON in UTF-8: no NaN/Infinity, no number out of float range, no lone surrogate."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise RecordError(f"not UTF-8 text (byte {e.start}: {e.reason})") from None
+    try:
+        doc = json.loads(text, parse_float=_strict_float, parse_constant=_no_constant)
+    except RecursionError:
+        raise RecordError("nested too deeply to parse") from None
+    except ValueError as e:  # JSONDecodeError, the strictness above, an integer of thousands of digits
+        raise RecordError(f"not valid JSON ({e})") from None
+    if _SURROGATE_ESCAPE.search(text):  # rare: only then is every string looked at
+        check_surrogates(doc)
+    return doc
+
+
+def _name(path: str, key) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def check_nesting(doc: object) -> None:
+    """What the schema's types do not see, over the whole document: nesting depth (readers recurse),
+    and dots in the key names of the sections flatten() turns into dotted column names. Names are
+    built only for the error (a record may hold a million containers)."""
+    # (container, depth, in a flattened section, (parent entry, key)); a bare scalar has nothing nested
+    stack = [(doc, 0, False, None)] if isinstance(doc, (dict, list)) else []
+    while stack:
+        entry = stack.pop()
+        v, depth, flat, _ = entry
+        if depth > MAX_DEPTH:
+            raise RecordError(f"{_where(entry)}: nested deeper than {MAX_DEPTH} levels")
+        items = v.items() if isinstance(v, dict) else enumerate(v)
+        for k, x in items:
+            if flat and isinstance(k, str) and "." in k:
+                raise RecordError(f"{_where((x, 0, flat, (entry, k)))}: a '.' in a key is reserved for nested names")
+            if isinstance(x, (dict, list)):
+                stack.append((x, depth + 1, flat or (depth == 0 and k in FLATTENED), (entry, k)))
+
+
+def _where(entry) -> str:
+    """The dotted name of a check_nesting entry: metrics.memory.per_rank[0]."""
+    parts = []
+    while entry[3] is not None:
+        entry, key = entry[3]
+        parts.append(f"[{key}]" if isinstance(key, int) else f".{key}")
+    return "".join(reversed(parts)).lstrip(".")
+
+
+def check_surrogates(doc: object) -> None:
+    """A lone surrogate (a \\ud800 escape) in any string or key: no file, page or terminal can encode it."""
+    stack = [(doc, "")]
+    while stack:
+        v, where = stack.pop()
+        if isinstance(v, str):
+            _check_text(v, where)
+        elif isinstance(v, dict):
+            for k, x in v.items():
+                _check_text(k, where or "record keys")
+                stack.append((x, _name(where, k)))
+        elif isinstance(v, list):
+            stack += [(x, f"{where}[{i}]") for i, x in enumerate(v)]
+
+
+def _check_text(s: str, where: str) -> None:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise RecordError(f"{where}: a lone surrogate (\\u{ord(s[e.start]):04x}) is not text") from None
+
+
+def read_record(path: Path) -> dict:
+    """One record file, checked and upgraded to the current schema version; RecordError says why not."""
+    doc = parse_record(_read_bytes(path))
+    check_nesting(doc)
+    validate(doc)
+    if doc["schema_version"] < SCHEMA_VERSION:
+        doc = migrate(doc)
+        validate(doc)
+    return doc
+
+
 def load_records(path: str | Path) -> list[dict]:
     """Every readable record under path (a folder, searched recursively, or one file).
-    Unreadable, corrupt or newer-schema files are skipped with a warning naming them."""
+    Anything else — not a regular file, a symlink out of the folder, too large, not UTF-8 JSON,
+    a field of the wrong type, a newer schema — is skipped with one warning naming it and why."""
     path = Path(path)
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*.json") if not p.name.startswith("."))
+    entries = record_files(path) if path.is_dir() else [(path, None)]
     records = []
-    for p in files:
+    for p, problem in entries:
         try:
-            rec = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            warnings.warn(f"skipping {p}: not a readable record ({e})", stacklevel=2)
-            continue
-        problem = check_record(rec)
-        if problem:
-            warnings.warn(f"skipping {p}: {problem}", stacklevel=2)
+            if problem:
+                raise RecordError(problem)
+            rec = read_record(p)
+        except RecordError as e:
+            warnings.warn(f"skipping {p}: {e}", stacklevel=2)
             continue
         rec["_path"] = str(p)
         records.append(with_flags(rec))  # records written before the sanity guard are flagged on load
@@ -63,6 +231,8 @@ def load_records(path: str | Path) -> list[dict]:
 
 
 def ok_run_keys(path: str | Path) -> set[str]:
+    """Run keys recorded ok, for resume. Files this run did not write are skipped quietly: they never
+    stop a suite (the readers name them)."""
     if not Path(path).exists():
         return set()
     with warnings.catch_warnings():
@@ -113,11 +283,21 @@ def flatten(rec: dict) -> dict:
     return row
 
 
-def records_dataframe(path: str | Path) -> pd.DataFrame:
-    """All records under path as one DataFrame, with scaling efficiency per sweep."""
-    rows = [flatten(r) for r in load_records(path)]
+# Figures the DataFrame does arithmetic on (scaling efficiency, report cells): float columns, NaN
+# where a record has null, even when every record has null (object columns of None would not divide).
+FIGURES = ("duration_s", "tokens_per_s", "mfu", "step_time_median_s", "step_time_ci95_lo_s", "step_time_ci95_hi_s")
+
+
+def rows_dataframe(rows: list[dict]) -> pd.DataFrame:
+    """flatten() rows as one DataFrame in reading order, with scaling efficiency per sweep."""
     df = pd.DataFrame(rows)
     if df.empty:
         return df
+    df = df.astype({c: float for c in FIGURES})
     return add_scaling_efficiency(df.sort_values(["suite", "workload", "world_size", "started_at"],
                                                  ignore_index=True))
+
+
+def records_dataframe(path: str | Path) -> pd.DataFrame:
+    """All records under path as one DataFrame, with scaling efficiency per sweep."""
+    return rows_dataframe([flatten(r) for r in load_records(path)])

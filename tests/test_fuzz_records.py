@@ -1,0 +1,362 @@
+"""Record fuzzing: real records with fields replaced by other types, NaN, huge numbers, deep nesting,
+lists for objects (and random JSON documents) are written into a results folder and fed to every
+reader verb (list, report, dashboard, export, carbon project). Each verb exits 0 (the bad file
+skipped with one warning naming it) or 2, never with another exception, within a time bound.
+Then the file-level cases: FIFO, symlinks, non-UTF-8, lone surrogates, huge files, folders.
+
+Bounded: about 40 s of CPU for the module (no shrinking: a failure prints its whole input).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import json
+import os
+import shutil
+import time
+import warnings
+from pathlib import Path
+from unittest import mock
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from benchsuite import cli
+from benchsuite.results.migrate import update_to_2
+from benchsuite.results.schema import SCHEMA_VERSION, RecordError, check_record
+from benchsuite.results.store import MAX_RECORD_BYTES, load_records, ok_run_keys, read_record
+from conftest import REPO, run_cli
+
+FIXTURES = REPO / "tests" / "fixtures" / "results"
+SOURCES = ["make_dvs-switch-w2.json", "make_hostile.json", "make_dense-q.json", "make_dvs-switch-w8-failed.json",
+           "smoke__dense-tiny__w2n1-weak__6a7938ff8f2a1420.json", "make_zero-zero3-w2.json"]
+GOOD = "smoke__dense-tiny__w1n1-weak__ee7bbe62e331231c.json"  # an intact record beside the damaged one
+FUZZ = settings(max_examples=60, deadline=None, derandomize=True, database=None,
+                phases=[Phase.explicit, Phase.generate],  # no shrinking: a failure prints its whole input
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+SECONDS_PER_VERB = 20.0
+
+
+def _verbs(folder: Path, n: int) -> list[list[str]]:
+    return [["list", str(folder), "--json"], ["report", str(folder)], ["report", str(folder), "--json"],
+            ["dashboard", str(folder), "-o", str(folder.parent / f"site{n}")],
+            ["export", str(folder), "-o", str(folder.parent / f"emissions{n}.csv")],
+            ["carbon", "project", str(folder), "--tokens", "1e12"],
+            ["carbon", "project", str(folder), "--tokens", "1e12", "--json"]]
+
+
+def run_reader(argv: list[str]) -> tuple[int, list[str], str]:
+    """cli.main in this process: (exit code, warning messages, stdout); any exception fails the test."""
+    out, caught = io.StringIO(), []
+    show = lambda message, *args, **kwargs: caught.append(str(message))  # noqa: E731 (the CLI's one-line display)
+    with mock.patch.object(cli, "_show_warning", show), contextlib.redirect_stdout(out):
+        t0 = time.monotonic()
+        try:
+            rc = cli.main(argv)
+        except SystemExit as e:  # argparse
+            rc = e.code
+        elapsed = time.monotonic() - t0
+    assert elapsed < SECONDS_PER_VERB, f"{argv[0]} took {elapsed:.1f} s"
+    return rc, caught, out.getvalue()
+
+
+def check_every_reader(folder: Path, bad: Path, n: int, doc_desc: str) -> str:
+    """The damaged file either loads as a valid record or is skipped by every verb with one warning."""
+    try:
+        read_record(bad)
+        accepted = True
+    except RecordError:
+        accepted = False
+    for argv in _verbs(folder, n):
+        try:
+            rc, messages, _ = run_reader(argv)
+        except AssertionError:
+            raise
+        except Exception as e:  # a traceback: the bug this file exists to find
+            pytest.fail(f"{' '.join(argv[:2])}: {type(e).__name__}: {e}\n--- input ---\n{doc_desc[:3000]}")
+        assert rc in (0, 2), (argv, rc, doc_desc[:2000])
+        naming = [m for m in messages if bad.name in m]
+        if not accepted:
+            assert len(naming) == 1, (argv, messages)
+            assert naming[0].startswith(f"skipping {bad}: ")
+    shutil.rmtree(folder.parent / f"site{n}", ignore_errors=True)  # 5 MiB each
+    return "accepted" if accepted else "skipped"
+
+
+# ----------------------------------------------------------------------------- mutations of real records
+
+DEEP = "__deep__"
+
+
+def _paths(node, prefix=()):
+    """Key paths of a record, lists by their first items only (so steps do not crowd out the sections)."""
+    items = node.items() if isinstance(node, dict) else enumerate(node[:2]) if isinstance(node, list) else ()
+    for k, v in items:
+        yield prefix + (k,)
+        if len(prefix) < 6:
+            yield from _paths(v, prefix + (k,))
+
+
+def _parent(doc, path):
+    for k in path[:-1]:
+        doc = doc[k]
+    return doc
+
+
+WRONG = (st.sampled_from([None, "delete", DEEP, "NaN", "nan", "Infinity", "-inf", "", "x", "1.5", "\ud800", True,
+                          False, 0, -1, 0.0, -0.0, 1e308, -1e308, 2**31, 2**63, 2**70, 10**400, [], {}, [None],
+                          [1, "a"], ["only one"], {"a": 1}, {"a.b": 1}, {"moe.dropped_frac": "x"}, [[[]]],
+                          {"type": 3}, [{"uuid": ["x"]}]])
+         | st.floats(allow_nan=True, allow_infinity=True) | st.integers() | st.text(max_size=6)
+         | st.lists(st.integers() | st.text(max_size=3) | st.none(), max_size=3))
+
+
+def _serialize(doc, depth: int) -> str:
+    """JSON as a careless writer might produce it: NaN/Infinity literals allowed, and each DEEP
+    marker replaced by lists nested `depth` levels (too deep for json.dumps itself to write)."""
+    text = json.dumps(doc, allow_nan=True, indent=1)
+    return text.replace(json.dumps(DEEP), "[" * depth + "]" * depth)
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    return {"root": tmp_path_factory.mktemp("records"), "n": 0, "outcomes": {}}
+
+
+def _fresh_folder(ws) -> tuple[Path, int]:
+    ws["n"] += 1
+    folder = ws["root"] / f"r{ws['n']}"
+    folder.mkdir()
+    shutil.copy(FIXTURES / GOOD, folder / GOOD)
+    return folder, ws["n"]
+
+
+@FUZZ
+@given(data=st.data())
+def test_mutated_real_records_are_read_or_skipped_by_every_reader(workspace, data):
+    source = data.draw(st.sampled_from(SOURCES), label="record")
+    doc = json.loads((FIXTURES / source).read_text())
+    for _ in range(data.draw(st.integers(1, 3), label="mutations")):
+        path = data.draw(st.sampled_from(list(_paths(doc))), label="path")
+        parent, last = _parent(doc, path), path[-1]
+        new = copy.deepcopy(data.draw(WRONG, label="value"))
+        if new == "delete":
+            del parent[last]
+        elif data.draw(st.booleans(), label="add a sibling key instead") and isinstance(parent, dict):
+            parent[data.draw(st.sampled_from(["extra", "tokens_per_s", "x.y", "ci95", "per_device"]))] = new
+        else:
+            parent[last] = new
+    depth = data.draw(st.sampled_from([5, 40, 900, 5000]), label="depth of a deep value")
+    folder, n = _fresh_folder(workspace)
+    bad = folder / "damaged.json"
+    bad.write_text(_serialize(doc, depth), encoding="utf-8")
+    outcome = check_every_reader(folder, bad, n, bad.read_text()[:3000])
+    workspace["outcomes"][outcome] = workspace["outcomes"].get(outcome, 0) + 1
+
+
+JSON_VALUES = st.recursive(st.none() | st.booleans() | st.floats(allow_nan=False) | st.integers() | st.text(max_size=4),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner,
+                                                                                         max_size=3), max_leaves=8)
+ENVELOPES = st.fixed_dictionaries(
+    {"schema_version": st.sampled_from([1, SCHEMA_VERSION]) | JSON_VALUES, "run_key": JSON_VALUES,
+     "status": st.sampled_from(["ok", "failed"]) | JSON_VALUES},
+    optional={k: JSON_VALUES for k in ("suite", "workload", "error", "started_at", "duration_s", "config", "env",
+                                       "metrics", "energy", "carbon", "steps", "flags")})
+
+
+@settings(FUZZ, max_examples=30)
+@given(doc=ENVELOPES | JSON_VALUES)
+def test_random_documents_are_skipped_by_every_reader(workspace, doc):
+    folder, n = _fresh_folder(workspace)
+    bad = folder / "random.json"
+    bad.write_text(json.dumps(doc), encoding="utf-8")
+    assert check_every_reader(folder, bad, n, json.dumps(doc)) == "skipped"
+
+
+def test_mutations_explored_both_outcomes(workspace):
+    """The mutations are not degenerate: most damaged records are refused, some still fit (run with the module)."""
+    outcomes = workspace["outcomes"]
+    if not outcomes:
+        pytest.skip("run with the fuzz property above")
+    print("record fuzz outcomes:", outcomes)
+    assert outcomes.get("skipped", 0) > 20 and outcomes.get("accepted", 0) > 2, outcomes
+
+
+# ----------------------------------------------------------------------------- explicit cases
+
+
+def _record_text(**changes) -> str:
+    doc = json.loads((FIXTURES / GOOD).read_text())
+    doc.update(changes)
+    return json.dumps(doc)
+
+
+def _only_good_loads(folder: Path, bad_name: str, reason: str) -> None:
+    with pytest.warns(UserWarning) as caught:
+        recs = load_records(folder)
+    assert [Path(r["_path"]).name for r in recs] == [GOOD]
+    naming = [str(w.message) for w in caught if bad_name in str(w.message)]
+    assert len(naming) == 1 and reason in naming[0], [str(w.message) for w in caught]
+
+
+@pytest.fixture
+def folder(tmp_path):
+    d = tmp_path / "results"
+    d.mkdir()
+    shutil.copy(FIXTURES / GOOD, d / GOOD)
+    return d
+
+
+def test_a_fifo_in_the_folder_never_hangs_a_reader(folder):
+    os.mkfifo(folder / "pipe.json")
+    t0 = time.monotonic()
+    res = run_cli("list", str(folder), "--json", timeout=120)  # the old loader blocked here forever
+    assert res.returncode == 0, res.stderr
+    assert [r["run_key"] for r in json.loads(res.stdout)] == ["ee7bbe62e331231c"]
+    assert f"skipping {folder / 'pipe.json'}: a FIFO, not a record file" in res.stderr
+    assert "Traceback" not in res.stderr and time.monotonic() - t0 < 60
+    _only_good_loads(folder, "pipe.json", "a FIFO")
+
+
+def test_a_fifo_named_directly_is_refused_without_blocking(folder):
+    os.mkfifo(folder / "pipe.json")
+    res = run_cli("carbon", "project", str(folder / "pipe.json"), "--tokens", "1e9", timeout=120)
+    assert res.returncode == 2 and "a FIFO, not a record file" in res.stderr, res.stderr
+
+
+def test_a_symlink_out_of_the_folder_is_not_followed(folder, tmp_path):
+    outside = tmp_path / "elsewhere.json"
+    outside.write_text(_record_text(run_key="outside"))
+    (folder / "link.json").symlink_to(outside)
+    _only_good_loads(folder, "link.json", "a symlink pointing out of the results folder")
+
+
+def test_a_symlink_inside_the_folder_to_a_record_loads_and_to_a_fifo_does_not(folder):
+    (folder / "sub").mkdir()
+    (folder / "sub" / "real.json").write_text(_record_text(run_key="inside"))
+    (folder / "alias.json").symlink_to(folder / "sub" / "real.json")
+    os.mkfifo(folder / "sub" / ".pipe")
+    (folder / "pipe-link.json").symlink_to(folder / "sub" / ".pipe")
+    with pytest.warns(UserWarning, match="pipe-link.json: a FIFO, not a record file"):
+        keys = sorted(r["run_key"] for r in load_records(folder))
+    assert keys == ["ee7bbe62e331231c", "inside", "inside"]
+
+
+def test_a_device_named_like_a_record_is_not_opened(folder):
+    (folder / "zero.json").symlink_to("/dev/zero")  # out of the folder, and a device
+    _only_good_loads(folder, "zero.json", "a symlink pointing out of the results folder")
+
+
+def test_non_utf8_bytes_are_named(folder):
+    (folder / "latin1.json").write_bytes(_record_text(suite="cafX").encode().replace(b"cafX", b"caf\xe9"))
+    _only_good_loads(folder, "latin1.json", "not UTF-8 text")
+
+
+def test_a_lone_surrogate_escape_is_named_with_its_field(folder):
+    (folder / "surrogate.json").write_text(_record_text(workload="\ud800x"), encoding="utf-8")  # json writes \\ud800
+    assert "\\ud800" in (folder / "surrogate.json").read_text()
+    _only_good_loads(folder, "surrogate.json", "workload: a lone surrogate (\\ud800)")
+    site = folder.parent / "site"
+    assert cli.main(["dashboard", str(folder), "-o", str(site)]) == 0  # the site is built without it
+
+
+def test_a_100_mb_file_is_refused_by_its_size_without_reading_it(folder):
+    big = folder / "huge.json"
+    with open(big, "wb") as f:
+        f.truncate(100 * 2**20)  # sparse: no disk used
+    t0 = time.monotonic()
+    _only_good_loads(folder, "huge.json", f"larger than a record can be ({MAX_RECORD_BYTES // 2**20} MiB)")
+    assert time.monotonic() - t0 < 5
+
+
+def test_a_folder_named_like_a_record_is_named_and_not_searched(folder):
+    (folder / "x.json").mkdir()
+    (folder / "x.json" / "inner.json").write_text(_record_text(run_key="inner"))
+    _only_good_loads(folder, "x.json", "a directory, not a record file")
+
+
+def test_deep_nesting_is_refused_not_a_recursion_error(folder):
+    deep = _record_text(metrics="DEEP").replace('"DEEP"', "[" * 100_000 + "]" * 100_000)
+    (folder / "deep.json").write_text(deep)
+    (folder / "deep2.json").write_text(_record_text(env="DEEP").replace('"DEEP"', '{"a":' * 500 + "1" + "}" * 500))
+    with pytest.warns(UserWarning) as caught:
+        recs = load_records(folder)
+    assert len(recs) == 1
+    messages = [str(w.message) for w in caught]
+    assert any("deep.json: nested too deeply to parse" in m for m in messages), messages
+    assert any("deep2.json: env.a.a" in m and "nested deeper than 32 levels" in m for m in messages), messages
+    assert cli.main(["report", str(folder)]) == 0  # the old loader let RecursionError escape here
+
+
+@pytest.mark.parametrize("field, value, reason", [
+    ("metrics.tokens_per_s", "fast", "metrics.tokens_per_s: expected a finite number or null, got str"),
+    ("metrics.step_time_s.ci95", [0.1], "metrics.step_time_s.ci95: expected a list of 2 items, got 1"),
+    ("metrics.moe", [1], "metrics.moe: expected an object or null, got list"),
+    ("config.world_size", 0, "config.world_size: expected a positive integer, got int"),
+    ("energy.per_device", {"uuid": "x"}, "energy.per_device: expected a list or null, got object"),
+    ("steps", {"0": {}}, "steps: expected a list, got object"),
+    ("status", "maybe", "status: expected one of ok, failed, got 'maybe'"),
+    ("energy.total_j", 10**400, "energy.total_j: expected a finite number or null, got an int out of float range"),
+    ("carbon.pue", None, "carbon.pue: expected a finite number >= 1, got null"),  # carbon project multiplied by it
+])
+def test_wrong_types_are_named_with_the_field(folder, field, value, reason):
+    doc = json.loads((FIXTURES / "make_dvs-switch-w2.json").read_text())
+    *parents, last = field.split(".")
+    node = doc
+    for k in parents:
+        node = node[k]
+    node[last] = value
+    (folder / "typed.json").write_text(json.dumps(doc))
+    _only_good_loads(folder, "typed.json", reason)
+
+
+def test_nan_and_out_of_range_literals_are_not_strict_json(folder):
+    (folder / "nan.json").write_text(_record_text(duration_s="NAN").replace('"NAN"', "NaN"))
+    (folder / "big.json").write_text(_record_text(duration_s="BIG").replace('"BIG"', "1e400"))
+    with pytest.warns(UserWarning) as caught:
+        assert len(load_records(folder)) == 1
+    messages = " ".join(str(w.message) for w in caught)
+    assert "NaN is not a JSON number" in messages and "number 1e400 is out of range" in messages
+
+
+def test_run_resume_scan_survives_every_bad_file(folder):
+    """The resume scan reads the same folder: stray files never stop it, and only ok records count."""
+    os.mkfifo(folder / "pipe.json")
+    (folder / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    (folder / "typed.json").write_text(_record_text(run_key="typed", duration_s="slow"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # quiet: run does not warn about files it did not write
+        assert ok_run_keys(folder) == {"ee7bbe62e331231c"}
+
+
+# ----------------------------------------------------------------------------- versions
+
+
+def test_schema_1_fixtures_load_through_the_chain_as_version_2():
+    assert SCHEMA_VERSION == 2
+    raw = {p.name: json.loads(p.read_text()) for p in FIXTURES.glob("*.json")}
+    assert {d["schema_version"] for d in raw.values()} == {1}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        recs = load_records(FIXTURES)
+    assert len(recs) == len(raw) and {r["schema_version"] for r in recs} == {2}
+    for r in recs:  # exactly what the chain's steps make of the stored record, nothing else touched
+        assert check_record(r) is None
+        before = raw[Path(r["_path"]).name]
+        assert {k: v for k, v in r.items() if k not in ("_path", "flags")} == \
+            {k: v for k, v in update_to_2(copy.deepcopy(before)).items() if k != "flags"}
+
+
+def test_update_steps_run_in_order_and_their_output_is_checked(folder, monkeypatch):
+    from benchsuite.results import migrate
+
+    seen = []
+    monkeypatch.setattr(migrate, "steps_to_2", lambda: [lambda r: seen.append("a") or r,
+                                                        lambda r: seen.append("b") or {**r, "duration_s": "broken"}])
+    (folder / "v1.json").write_text(_record_text(run_key="v1"))
+    with pytest.warns(UserWarning, match="v1.json: duration_s: expected a finite number or null, got str"):
+        recs = load_records(folder)
+    assert seen == ["a", "b", "a", "b"] and len(recs) == 0  # GOOD is version 1 too: upgraded, broken, skipped
