@@ -245,7 +245,7 @@ def test_flops_command_prints_model_and_hardware_flops(tmp_path):
 
 def _v1_record(run, device="NVIDIA L40", peak_source="datasheet:L4:bf16"):
     """A schema-1 record as the old worker wrote it: model FLOPs with the blanket 8x/16x recompute factor."""
-    cfg, h, l, s, v = run.model, run.model.hidden, run.model.layers, run.model.seq_len, run.model.vocab
+    cfg, h, l, s = run.model, run.model.hidden, run.model.layers, run.model.seq_len
     pc = fl.param_counts(cfg, run.moe, run.micro_batch_per_rank * s)
     active = pc.active_matmul
     if run.moe is not None:  # schema 1: expert choice at cf experts per token
