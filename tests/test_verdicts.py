@@ -118,3 +118,42 @@ def test_the_verdicts_document_is_plain_json():
     json.dumps(doc, allow_nan=False)
     assert doc["pairs"][0]["ranking"] in {r.value for r in Ranking}
     assert {c["consistency"] for c in doc["claims"]} <= {c.value for c in Consistency}
+
+
+def _site(recs):
+    from dashboard.data import load
+
+    for r in recs:
+        seed = r["config"]["train"]["seed"]
+        r["metrics"]["quality"]["curve"] = [{"step": s, "tokens": s * 1000, "val_loss": 6 - s / 40 + seed / 10}
+                                            for s in (0, 20, 40, 60)]
+        r.update(started_at="2026-01-01T00:00:00Z", duration_s=1.0, energy={}, carbon={})
+    return load(recs)
+
+
+def test_the_quality_page_draws_each_seed_faintly_and_the_median_bold_with_its_band():
+    from dashboard.pages import quality
+
+    data = _site(seeds("dense", [1e5, 2e5, 4e5]) + seeds("sw", [5e4, 1e5, 2e5], router="switch"))
+    html, (fig,) = quality.seed_curves(data)
+    dense = [t for t in fig.data if t.get("legendgroup") == "dense"]
+    faint, band, median = dense[:3], dense[3], dense[4]
+    assert all(t["line"]["width"] == 1 and t["line"]["color"].endswith(",0.3)") for t in faint)
+    assert median["line"]["width"] == 3 and median["name"] == "dense (median of 3 seeds)"
+    assert median["x"] == [20_000, 40_000, 60_000] and median["y"] == [pytest.approx(6 - s / 40 + 0.1) for s in (20, 40, 60)]
+    at20 = log_t_interval([6 - 0.5 + k / 10 for k in range(3)])
+    assert band["y"][0] == pytest.approx(at20.hi, rel=1e-4) and band["y"][-1] == pytest.approx(at20.lo, rel=1e-4)
+    assert "no significant difference at 3 seeds" in html  # tokens 0.5× but the interval holds 1
+
+
+def test_the_claims_page_names_what_is_missing_and_ranks_nothing_it_cannot():
+    import plotly.graph_objects as go
+
+    from dashboard.pages import claims, summary_pages
+
+    assert "claims" in [p.slug for p in summary_pages()]
+    section = claims.render(_site(seeds("dense", [1e5, 1.1e5, 1.21e5]) + seeds("sw", [5e4, 5.5e4, 6.05e4],
+                                                                                router="switch")))
+    assert "not testable here: missing workload: a moe workload with router = &#x27;expert_choice&#x27;" in section.html
+    assert "sw lower" in section.html and "consistent" in section.html
+    go.Figure(section.figures[0].spec())  # a valid Plotly figure

@@ -23,9 +23,9 @@ class Page:
 
 
 def summary_pages() -> list[Page]:
-    from dashboard.pages import compare, energy, overview, quality, scaling
+    from dashboard.pages import claims, compare, energy, overview, quality, scaling
 
-    return [overview.PAGE, scaling.PAGE, compare.PAGE, quality.PAGE, energy.PAGE]
+    return [overview.PAGE, scaling.PAGE, compare.PAGE, quality.PAGE, energy.PAGE, claims.PAGE]
 
 
 DENSE_COLORS = ["#1f77b4", "#17becf", "#2ca02c", "#3b5bdb", "#0b7285", "#5c940d", "#4c6ef5", "#74c0fc"]
