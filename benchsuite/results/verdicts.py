@@ -145,7 +145,8 @@ class SeedGroup:
 
 
 def _seed(rec: dict) -> int:
-    return int(dig(rec, "config", "train", "seed") or 0)
+    seed = dig(rec, "config", "train", "seed")
+    return seed if isinstance(seed, int) else 0
 
 
 def seed_groups(records: list[dict]) -> list[SeedGroup]:
