@@ -51,9 +51,10 @@ def test_a_workloads_to_target_interval_comes_from_its_seed_records():
 
 
 def test_seeds_that_did_not_reach_the_target_are_counted_not_dropped():
-    recs = seeds("dense", [100_000, 200_000]) + [record("dense", 2, 0, reached=False)]
+    failed = {**record("dense", 3, 0), "status": "failed", "metrics": {}, "steps": []}
+    recs = seeds("dense", [100_000, 200_000]) + [record("dense", 2, 0, reached=False), failed]
     (w,) = verdicts(recs).workloads
-    assert (w.reached, w.not_reached, w.n) == (2, [2], 3)
+    assert (w.reached, w.not_reached, w.n, w.failed) == (2, [2], 3, [3])
     assert w.figures["tokens"].n == 2  # the interval is over the two that reached, and says so by its n
     assert w.figures["final_val_loss"].n == 3
 

@@ -33,7 +33,7 @@ import numpy as np
 
 from benchsuite.config import seed_free_identity
 from benchsuite.results.compare import (DEFAULT_RESAMPLES, METRICS, Verdict, bootstrap_values, compare_run,
-                                        step_sample)
+                                        point_value, step_sample)
 from benchsuite.results.values import dig, num
 
 METHOD = ("median over seeds; 95 % interval: Student's t on log values over seeds (ratios: Welch), "
@@ -171,7 +171,7 @@ def seed_groups(records: list[dict]) -> list[SeedGroup]:
         cfg = g["cfg"]
         label = workload if len(sizes[(suite, workload)]) == 1 else f"{workload} w{cfg.get('world_size')}"
         out.append(SeedGroup(str(suite), str(workload), str(cfg.get("kind")), dig(cfg, "moe", "router"),
-                             identity, label, g["ok"], sorted(g["failed"])))
+                             identity, label, g["ok"], sorted(set(g["failed"]) - {_seed(r) for r in g["ok"]})))
     return out
 
 
@@ -202,8 +202,7 @@ def per_step_interval(group: SeedGroup, metric_name: str, resamples: int = DEFAU
     if not samples or (metric.name != "tokens_per_s" and any(s.figures[metric.name] is None for s in samples)):
         return _none(len(samples), f"{metric.label} not recorded")
     boot = bootstrap_values(samples, resamples, np.random.default_rng(seed))[metric.name]
-    point = float(np.median([s.value(metric, float(np.median(s.step_times))) for s in samples]))
-    return Interval(point, float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5)), len(samples))
+    return Interval(point_value(samples, metric), float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5)), len(samples))
 
 
 def summarize(group: SeedGroup) -> WorkloadSummary:
