@@ -96,6 +96,8 @@ def test_the_step_time_claim_reads_gshard_over_expert_choice():
     checks = {c.claim.key: c for c in verdicts(recs).claims}
     step = checks["gshard-step"]
     assert step.measured.point == pytest.approx(1.2) and step.consistency is Consistency.CONSISTENT
+    steps = checks["ec-steps"]  # 40,000 / 100,000 tokens: 0.4× the steps, no spread
+    assert steps.measured.point == pytest.approx(0.4) and steps.consistency is Consistency.CONSISTENT
 
 
 def test_a_claim_at_equal_flops_is_not_testable_when_the_flops_differ():

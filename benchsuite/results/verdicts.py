@@ -46,6 +46,7 @@ TO_TARGET = (("steps", "step", "steps"), ("tokens", "tokens", "tokens"), ("secon
              ("model_flops", "model_flops", "model FLOPs"), ("energy_j", "energy_j", "energy J"),
              ("co2e_g", "co2e_g", "g CO2e"))
 FINAL_LOSS = ("final_val_loss", "final_val_loss", "final val loss")
+RECORD_KEY = {name: key for name, key, _ in TO_TARGET}
 PER_STEP = ("tokens_per_s", "j_per_token")  # compare.METRICS names kept with their per-step interval
 # Two-sided 97.5 % quantiles of Student's t (any statistics table, e.g. NIST/SEMATECH e-Handbook 1.3.6.7.2),
 # by degrees of freedom; a df between two rows uses the smaller (a wider, conservative interval).
@@ -432,7 +433,8 @@ def check_claim(claim: Claim, groups: list[SeedGroup]) -> list[ClaimCheck]:
         if claim.figure in PER_STEP:  # tok/s of numerator / denominator = step time of denominator / numerator
             measured = per_step_ratio(num_g, den_g, claim.figure)
         else:
-            a, b = _reached_values(num_g, claim.figure), _reached_values(den_g, claim.figure)
+            key = RECORD_KEY[claim.figure]
+            a, b = _reached_values(num_g, key), _reached_values(den_g, key)
             measured = ratio_interval(b, a) if claim.inverse else ratio_interval(a, b)
         verdict = judge(measured, claim.region)
         reason = measured.reason
