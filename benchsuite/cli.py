@@ -266,17 +266,20 @@ def cmd_list(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from benchsuite.results.report import report_rows, report_table, section_tables
+    from benchsuite.results.report import report_rows, report_table, section_tables, verdict_tables
+    from benchsuite.results.store import load_records
+    from benchsuite.results.verdicts import verdicts, verdicts_doc
 
     df = _load_df(args.dir)
+    seeds = verdicts(load_records(args.dir))  # over seeds: intervals, dense/sparse ratios, the papers' claims
     if args.json:
-        _print_json(report_rows(df))
+        _print_json({"runs": report_rows(df), "verdicts": verdicts_doc(seeds)})
         return 0
     if df.empty:
         err.print(f"no records in {printable(args.dir)}", markup=False)
         return 0
     out.print(report_table(df))
-    for table in section_tables(df):
+    for table in section_tables(df) + verdict_tables(seeds):
         out.print(table)
     return 0
 

@@ -188,6 +188,18 @@ class RunConfig:
         blob = json.dumps({"config": self.to_dict(), "hardware": hardware}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
+    def seed_free_identity(self) -> str:
+        """What the runs of a seed sweep share: the hash of the resolved config less train.seed."""
+        return seed_free_identity(self.to_dict())
+
+
+def seed_free_identity(config: dict[str, Any]) -> str:
+    """Hash of a resolved config (a RunConfig or a record's `config`) without train.seed: the runs
+    that differ only by their seed, grouped to aggregate over seeds."""
+    train = {k: v for k, v in (config.get("train") or {}).items() if k != "seed"}
+    blob = json.dumps({**config, "train": train}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
 
 @dataclass
 class Suite:
@@ -200,7 +212,7 @@ class Suite:
 SECTIONS = {"model": ModelConfig, "train": TrainConfig, "parallel": ParallelConfig,
             "moe": MoEConfig, "energy": EnergyConfig, "carbon": CarbonConfig}
 WORKLOAD_KEYS = {"name", "kind", "description", "sweep", *SECTIONS}
-SWEEP_KEYS = {"world_size", "nodes", "scaling"}
+SWEEP_KEYS = {"world_size", "nodes", "scaling", "seed"}
 TOP_KEYS = {"suite", "defaults", "workload", "sweep", "energy", "carbon"}
 
 
@@ -404,7 +416,7 @@ def _check_run(run: RunConfig, refused: set[str], where: str, problems: list) ->
                          f"{run.data_parallel} data-parallel ranks: it must divide evenly"))
 
 
-SWEEP_DEFAULTS = {"world_size": [1], "nodes": [1], "scaling": ["weak"]}
+SWEEP_DEFAULTS = {"world_size": [1], "nodes": [1], "scaling": ["weak"]}  # seed: the workload's train.seed
 
 
 def _sweep_list_problem(key: str, values: list) -> str | None:
@@ -415,9 +427,11 @@ def _sweep_list_problem(key: str, values: list) -> str | None:
         if bad:
             return f"must be 'weak' or 'strong', got {_few(bad)}"
     else:
-        bad = [x for x in values if not isinstance(x, int) or isinstance(x, bool) or not 1 <= x <= _INT_MAX]
+        low = 0 if key == "seed" else 1
+        bad = [x for x in values if not isinstance(x, int) or isinstance(x, bool) or not low <= x <= _INT_MAX]
         if bad:
-            return f"expected positive integers (64-bit), got {_few(bad)}"
+            kind = "integers >= 0" if key == "seed" else "positive integers"
+            return f"expected {kind} (64-bit), got {_few(bad)}"
     repeated = [x for x, n in collections.Counter(values).items() if n > 1]
     if repeated:
         return f"duplicate value(s) {_few(repeated)}: each run would be launched twice; list each value once"
@@ -551,19 +565,21 @@ def parse_suite(doc: dict, path: str | Path = "<string>") -> Suite:
         _check_train(built["train"], refused, where, problems)
         _check_data(built["train"], built["model"], refused, where, problems)
         _check_layout(kind, built, refused, where, problems)
-        sweep = {**SWEEP_DEFAULTS, **suite_sweep, **own_sweep}
+        sweep = {**SWEEP_DEFAULTS, "seed": [built["train"].seed], **suite_sweep, **own_sweep}
         run_count += math.prod(len(v) for v in sweep.values())
         if run_count > MAX_RUNS:
             continue  # never expanded: the count alone is reported below
         sweep_id = f"{name}/{wname}"
-        for ws, nodes, scaling in itertools.product(sweep["world_size"], sweep["nodes"], sweep["scaling"]):
+        for ws, nodes, scaling, seed in itertools.product(sweep["world_size"], sweep["nodes"], sweep["scaling"],
+                                                          sweep["seed"]):
+            seeded = {**built, "train": dataclasses.replace(built["train"], seed=seed)}
             run = RunConfig(suite=name, workload=wname, kind=kind, description=wdesc or description,
                             world_size=ws, nodes=nodes, scaling=scaling,
-                            sweep_id=f"{sweep_id}/{scaling}", **built)
+                            sweep_id=f"{sweep_id}/{scaling}", **seeded)
             _check_run(run, refused, where, problems)
             runs.append(run)
     if run_count > MAX_RUNS:
-        problems.append(("sweep", f"the suite would expand to {run_count} runs (world_size × nodes × scaling of "
+        problems.append(("sweep", f"the suite would expand to {run_count} runs (world_size × nodes × scaling × seed of "
                                   f"each workload), more than the limit of {MAX_RUNS}; shorten the sweep lists "
                                   f"or split the suite into several files"))
     if problems:

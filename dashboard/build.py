@@ -136,7 +136,7 @@ def remove_stale(site: Path, files: set[str]) -> None:
 
 
 NAV = [("Runs", "#overview"), ("Scaling", "#scaling"), ("Dense vs sparse", "#compare"),
-       ("Equal quality", "#quality"), ("Energy and carbon", "#energy")]
+       ("Equal quality", "#quality"), ("Energy and carbon", "#energy"), ("Claims", "#claims")]
 
 
 def build_site(results, out, *, validate: bool = False) -> BuildResult:

@@ -232,7 +232,7 @@ def test_summary_figures_from_the_fixtures():
     figs = _figures(FIXTURES)
     assert list(figs) == ["fig-scaling-throughput", "fig-scaling-efficiency", "fig-compare-tokens_per_s",
                           "fig-compare-mfu", "fig-compare-j_per_token", "fig-compare-gco2e_per_mtok",
-                          "fig-compare-pareto", "fig-quality-curves", "fig-quality-target", "fig-energy-stacked"]
+                          "fig-compare-pareto", "fig-quality-curves", "fig-quality-target", "fig-energy-stacked", "fig-claims"]
     thr = figs["fig-scaling-throughput"].data
     assert [(t["name"], len(t["x"])) for t in thr[::2]] == [("dense", 3), ("dense-tiny", 2), ("switch", 3),
                                                             ("zero3", 3)]

@@ -387,7 +387,7 @@ def test_report_and_list_work_over_corrupt_truncated_and_future_records_and_name
         assert name in res.stderr, name
     assert "newer than this benchsuite reads" in res.stderr
     assert "good" not in res.stderr and "ok" in res.stdout
-    rows = json.loads(run_cli("report", str(tmp_path), "--json", timeout=60).stdout)
+    rows = json.loads(run_cli("report", str(tmp_path), "--json", timeout=60).stdout)["runs"]
     assert [r["run_key"] for r in rows] == ["good"]
 
 

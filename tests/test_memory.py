@@ -178,5 +178,5 @@ def test_run_record_carries_measured_and_analytic_state(tmp_path):
     assert report.returncode == 0, report.stderr
     mib = f"{ms['measured']['total'] / 2**20:.2f} / {ms['analytic']['total'] / 2**20:.2f}"
     assert mib in report.stdout
-    rows = json.loads(run_cli("report", str(out), "--json").stdout)
+    rows = json.loads(run_cli("report", str(out), "--json").stdout)["runs"]
     assert rows[0]["metrics.memory.model_state_bytes.measured.total"] == ms["measured"]["total"]

@@ -104,7 +104,7 @@ def test_loader_flags_old_records_and_the_report_shows_them(tmp_path, capsys, mo
     text = capsys.readouterr().out
     assert "ok ⚠ flagged" in text and "MFU 3 exceeds 1" in text
     assert cli.main(["report", str(tmp_path), "--json"]) == 0
-    rows = {r["run_key"]: r for r in json.loads(capsys.readouterr().out)}
+    rows = {r["run_key"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
     assert rows["old"]["flagged"] is True and rows["old"]["flags"][0]["field"] == "metrics.mfu"
     assert rows["sane"]["flagged"] is False and rows["sane"]["flags"] == []
 
@@ -152,7 +152,7 @@ def test_a_diverging_run_with_an_impossible_peak_is_recorded_ok_and_flagged(tmp_
     assert {"metrics.mfu", "metrics.tokens_per_s", "steps"} <= fields, rec["flags"]
     assert any(s["loss"] is None for s in rec["steps"])
     report = run_cli("report", str(out), "--json", timeout=60)
-    (row,) = json.loads(report.stdout)
+    (row,) = json.loads(report.stdout)["runs"]
     assert row["flagged"] is True and row["status"] == "ok"
 
 

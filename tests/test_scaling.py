@@ -184,7 +184,7 @@ def test_superlinear_efficiency_is_flagged_in_the_report_and_its_json(tmp_path, 
     text = capsys.readouterr().out
     assert "180% ⚠" in text and "ok ⚠ flagged" in text and "weak scaling efficiency 180% at 2 devices" in text
     assert cli.main(["report", str(tmp_path), "--json"]) == 0
-    rows = {r["run_key"]: r for r in json.loads(capsys.readouterr().out)}
+    rows = {r["run_key"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
     assert rows["w2"]["flagged"] is True and rows["w2"]["flags"][0]["field"] == "scaling_efficiency"
     assert rows["w4"]["scaling_baseline_run_keys"] == ["b-repeat"] and rows["w4"]["scaling_efficiency"] == 1.0
 
@@ -198,7 +198,7 @@ def test_the_report_names_the_baseline_or_why_there_is_none(tmp_path, capsys, mo
     assert "base0000" in text and "75%" in text
     assert "efficiency — w w2: no 1-device run of this sweep with the same hardware" in text
     assert cli.main(["report", str(tmp_path), "--json"]) == 0
-    rows = {r["run_key"]: r for r in json.loads(capsys.readouterr().out)}
+    rows = {r["run_key"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
     assert rows["x2"]["scaling_efficiency"] is None
     assert rows["x2"]["scaling_efficiency_reason"] == "no 1-device run of this sweep with the same hardware"
 

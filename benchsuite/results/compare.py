@@ -158,7 +158,8 @@ def hardware_label(records: list[dict]) -> str:
     return "; ".join(labels)
 
 
-def _sample(rec: dict) -> Sample | None:
+def step_sample(rec: dict) -> Sample | None:
+    """An ok record as the bootstrap needs it (its step times), or None when it has none."""
     times = np.array([t for t in (num(s.get("time_s")) for s in rec.get("steps") or []) if t is not None and t > 0])
     if times.size == 0:
         return None
@@ -175,7 +176,7 @@ def load_side(folder: str | Path) -> dict[str, list[dict]]:
         raise CompareError(f"{folder}: no such results folder")
     groups: dict[str, list[dict]] = {}
     for rec in load_records(folder):
-        if rec["status"] == "ok" and _sample(rec) is not None:
+        if rec["status"] == "ok" and step_sample(rec) is not None:
             groups.setdefault(identity_key(rec["config"]), []).append(rec)
     if not groups:
         raise CompareError(f"{folder}: no ok record with step times to compare")
@@ -221,7 +222,7 @@ def verdict(metric: Metric, ratio: float, ci95: tuple[float, float], threshold: 
 
 
 def compare_run(recs_a: list[dict], recs_b: list[dict], threshold: float, resamples: int, seed: int) -> RunComparison:
-    samples_a, samples_b = [_sample(r) for r in recs_a], [_sample(r) for r in recs_b]
+    samples_a, samples_b = [step_sample(r) for r in recs_a], [step_sample(r) for r in recs_b]
     # One stream per side, seeded per run: a row never depends on the other runs in the folders.
     boot_a = bootstrap_values(samples_a, resamples, np.random.default_rng([seed, 0]))
     boot_b = bootstrap_values(samples_b, resamples, np.random.default_rng([seed, 1]))

@@ -168,3 +168,61 @@ def section_tables(df: pd.DataFrame) -> list[Table]:
     tables = [_section_table(df, "MoE routing (last step)", MOE_COLUMNS, "metrics.moe.dropped_frac"),
               _section_table(df, "Energy and carbon (measured window)", ENERGY_COLUMNS, "energy.source")]
     return [t for t in tables if t is not None]
+
+
+def _interval_cell(i, fmt: str = "{:.3g}") -> str:
+    """'2.1e+05 (1.6e+05–2.8e+05)', the point alone with its reason when there is no interval."""
+    if i is None or i.point is None:
+        return "—" if i is None or not i.reason else i.reason
+    if i.lo is None:
+        return f"{fmt.format(i.point)} (no interval)"
+    return f"{fmt.format(i.point)} ({fmt.format(i.lo)}–{fmt.format(i.hi)})"
+
+
+def interval_table(v) -> Table | None:
+    """One row per (workload, figure): median over seeds with its 95 % interval, and the ratio to the
+    dense workload of the suite with its interval, ranked only where that interval excludes 1."""
+    from benchsuite.results.verdicts import FINAL_LOSS, PER_STEP, TO_TARGET
+
+    if not v.workloads:
+        return None
+    labels = {name: label for name, _, label in (*TO_TARGET, FINAL_LOSS)} | {"tokens_per_s": "tok/s (per step)",
+                                                                               "j_per_token": "J/token (per step)"}
+    table = Table(title="To target over seeds (median, 95 % interval)", header_style="bold",
+                  caption=escape(printable(f"{v.method}. {v.energy_spread}.")))
+    for header in ("workload", "seeds", "figure", "median (95% interval)", "÷ dense (95% interval)", "verdict"):
+        table.add_column(header, justify="left" if header in ("workload", "figure", "verdict") else "right")
+    for w in v.workloads:
+        reached = f"{w.reached}/{w.n} reached" + (f", {len(w.failed)} failed" if w.failed else "")
+        ratios = {p.figure: p for p in v.pairs if p.suite == w.suite and p.sparse == w.label}
+        figures = {**w.figures, **{m: w.per_step[m] for m in PER_STEP}}
+        for i, (name, interval) in enumerate(figures.items()):
+            pair = ratios.get(name)
+            cells = [f"{w.suite}/{w.label}" if i == 0 else "", reached if i == 0 else "", labels[name],
+                     _interval_cell(interval), _interval_cell(pair.ratio, "{:.2f}") if pair else "",
+                     pair.text if pair else ""]
+            table.add_row(*[escape(printable(c)) for c in cells])
+        table.add_section()
+    return table
+
+
+def claims_table(v) -> Table | None:
+    """The papers' claims beside the measured counterpart; a verdict only where the interval carries one."""
+    if not v.workloads:
+        return None
+    table = Table(title="Claims: published figure vs these runs", header_style="bold")
+    for header in ("claim", "source", "published", "measured (95% interval)", "n", "verdict", "conditions"):
+        table.add_column(header, justify="right" if header == "n" else "left")
+    for c in v.claims:
+        measured = _interval_cell(c.measured, "{:.2f}") if c.measured else "—"
+        verdict = c.consistency.value + (f": {c.reason}" if c.reason else "")
+        cells = [c.claim.text, c.claim.source, c.claim.published, measured,
+                 str(c.measured.n) if c.measured else "—", verdict,
+                 (f"suite {c.suite}; " if c.suite else "") + c.conditions]
+        table.add_row(*[escape(printable(x)) for x in cells])
+    return table
+
+
+def verdict_tables(v) -> list[Table]:
+    """The tables over seeds (results/verdicts.py), each only when some run has a quality section."""
+    return [t for t in (interval_table(v), claims_table(v)) if t is not None]

@@ -23,6 +23,6 @@ class Page:
 
 
 def summary_pages() -> list[Page]:
-    from dashboard.pages import compare, energy, overview, quality, scaling
+    from dashboard.pages import claims, compare, energy, overview, quality, scaling
 
-    return [overview.PAGE, scaling.PAGE, compare.PAGE, quality.PAGE, energy.PAGE]
+    return [overview.PAGE, scaling.PAGE, compare.PAGE, quality.PAGE, energy.PAGE, claims.PAGE]

@@ -13,13 +13,15 @@ what each run took to reach `train.target_loss` (benchsuite/metrics/quality.py).
 
 from __future__ import annotations
 
+import numpy as np
+
 from benchsuite.energy.carbon import J_PER_KWH
 from benchsuite.results.values import dig
 from dashboard.data import SiteData, latest_ok_per_size, per_family
 from dashboard.pages import Page
 from dashboard.render import (DASH, Figure, Section, esc, f_num, f_sig, layout, missing, num, present, ptext,
                               short, table)
-from dashboard.style import DASHES, trace_styles
+from dashboard.style import DASHES, series_styles, trace_styles
 
 NO_EVAL = "no evaluation in these records: set train.eval_every and train.target_loss"
 # (curve key, panel title, axis title, hover unit)
@@ -291,6 +293,59 @@ def target_table(runs: list[Run]) -> str:
                   "Energy source", "Best validation loss"], rows)
 
 
+def _rgba(hex_color: str, alpha: float) -> str:
+    h = hex_color.lstrip("#")
+    return f"rgba({int(h[0:2], 16)},{int(h[2:4], 16)},{int(h[4:6], 16)},{alpha})"
+
+
+def seed_curves(data: SiteData) -> tuple[str, list[Figure]]:
+    """Where a workload ran several seeds (results/verdicts.py groups them): each seed's loss curve
+    faint, the median over seeds bold, its 95 % interval (t on logs) as a band; and each sparse
+    workload's tokens to target over the dense one, ranked only where the interval excludes 1."""
+    from benchsuite.results.verdicts import log_t_interval, pairs, seed_groups
+
+    groups = [g for g in seed_groups(data.records) if len(g.seeds) > 1]
+    if not groups:
+        return "", []
+    index = {id(rec): i for i, rec in enumerate(data.records)}
+    series = {int(r["rec"]): r["series"] for r in data.df[["rec", "series"]].to_dict("records")}
+    styles = series_styles(data.df)
+    traces = []
+    for g in groups:
+        style = styles.get(series.get(index.get(id(g.records[0]))))
+        color = style.color if style else "#495057"
+        by_step: dict[int, list[tuple[float, float]]] = {}
+        for rec in g.records:
+            pts = [(num(p.get("tokens")), num(p.get("val_loss")), p.get("step"))
+                   for p in dig(rec, "metrics", "quality", "curve") or [] if isinstance(p, dict)]
+            pts = [(x, y, s) for x, y, s in pts if x and y is not None]  # step 0 (x = 0) is off the log axis
+            for x, y, s in pts:
+                by_step.setdefault(s, []).append((x, y))
+            traces.append({"type": "scatter", "mode": "lines", "showlegend": False, "legendgroup": g.label,
+                           "x": [short(x) for x, _, _ in pts], "y": [short(y) for _, y, _ in pts],
+                           "line": {"color": _rgba(color, 0.3), "width": 1}, "hoverinfo": "skip"})
+        steps = sorted(s for s, v in by_step.items() if len(v) == len(g.records))
+        xs = [float(np.median([x for x, _ in by_step[s]])) for s in steps]
+        bands = [log_t_interval([y for _, y in by_step[s]]) for s in steps]
+        traces.append({"type": "scatter", "mode": "lines", "fill": "toself", "fillcolor": _rgba(color, 0.15),
+                       "line": {"width": 0}, "showlegend": False, "legendgroup": g.label, "hoverinfo": "skip",
+                       "x": [short(x) for x in xs + xs[::-1]],
+                       "y": [short(b.hi) for b in bands] + [short(b.lo) for b in bands[::-1]]})
+        traces.append({"type": "scatter", "mode": "lines+markers", "name": ptext(f"{g.label} (median of {len(g.seeds)} seeds)"),
+                       "legendgroup": g.label, "x": [short(x) for x in xs], "y": [short(b.point) for b in bands],
+                       "line": {"color": color, "width": 3}, "marker": {"size": 5},
+                       "hovertemplate": "%{y} at %{x} tokens<extra>" + ptext(g.label) + "</extra>"})
+    fig = Figure("fig-quality-seeds", traces,
+                 layout("Validation loss over seeds: faint per seed, bold the median, band its 95 % interval",
+                        "training tokens", "validation loss", height=420, xaxis={"type": "log", "dtick": "D2"}))
+    verdicts = [p for p in pairs(groups) if p.figure == "tokens"]
+    notes = "".join(f'<p class="note">{esc(p.sparse)} ÷ {esc(p.dense)}, tokens to target: '
+                    f"{esc(f_sig(p.ratio.point))}" + (f" ({esc(f_sig(p.ratio.lo))}–{esc(f_sig(p.ratio.hi))})"
+                                                    if p.ratio.lo is not None else "")
+                    + f": {esc(p.text)}.</p>" for p in verdicts)
+    return fig.div("fig wide") + notes, [fig]
+
+
 def render(data: SiteData) -> Section:
     slug, title = "quality", "Dense vs sparse at equal quality"
     if data.ok.empty:
@@ -317,6 +372,8 @@ def render(data: SiteData) -> Section:
     else:
         html += missing("To the target loss", "no target: set train.target_loss")
     html += target_table(runs)
+    seed_html, seed_figs = seed_curves(data)
+    html, figs = html + seed_html, figs + seed_figs
     notes = []
     counting = next((r.q.get("counting") for r in runs if present(r.q.get("counting"))), None)
     if counting:

@@ -1,0 +1,79 @@
+"""The papers' claims beside these runs (benchsuite/results/verdicts.py): each claim's measured
+counterpart with its 95 % interval over seeds, the published figure, n, what differs (scale,
+hardware, tokens) and a verdict only where the interval carries one; then every sparse workload's
+to-target ratio to the dense one of its suite, ranked only where its interval excludes 1."""
+
+from __future__ import annotations
+
+from benchsuite.results.verdicts import Consistency, Interval, verdicts
+from dashboard.data import SiteData
+from dashboard.pages import Page
+from dashboard.render import DASH, Figure, Section, esc, f_sig, layout, missing, ptext, short, table
+
+COLORS = {Consistency.CONSISTENT: "#2b8a3e", Consistency.NOT_CONSISTENT: "#c92a2a",
+          Consistency.INCONCLUSIVE: "#868e96"}
+LOG_FLOOR = 1e-3  # where a claimed region "< x" starts on the log axis
+
+
+def interval_text(i: Interval | None) -> str:
+    if i is None or i.point is None:
+        return DASH if i is None or not i.reason else i.reason
+    if i.lo is None:
+        return f"{f_sig(i.point)} (no interval: {i.reason})"
+    return f"{f_sig(i.point)} ({f_sig(i.lo)}–{f_sig(i.hi)})"
+
+
+def claims_figure(checks) -> Figure | None:
+    """Measured ratio with its interval (error bars) over the claimed region (a grey band), log x."""
+    shown = [c for c in checks if c.measured is not None and c.measured.point is not None]
+    if not shown:
+        return None
+    labels = [ptext(f"{c.claim.key} ({c.suite})") for c in shown]
+    band_x, band_y = [], []
+    for c, label in zip(shown, labels):
+        band_x += [short(max(c.claim.region[0], LOG_FLOOR)), short(c.claim.region[1]), None]
+        band_y += [label, label, None]
+    points = {"type": "scatter", "mode": "markers", "name": "measured (95 % interval)", "y": labels,
+              "x": [short(c.measured.point) for c in shown],
+              "marker": {"size": 10, "color": [COLORS.get(c.consistency, "#495057") for c in shown]},
+              "error_x": {"type": "data", "symmetric": False,
+                          "array": [short(c.measured.hi - c.measured.point) if c.measured.hi else None for c in shown],
+                          "arrayminus": [short(c.measured.point - c.measured.lo) if c.measured.lo else None
+                                         for c in shown]},
+              "hovertemplate": "%{text}<extra></extra>",
+              "text": [ptext(f"{c.claim.text}<br>{interval_text(c.measured)} · {c.consistency.value}") for c in shown]}
+    band = {"type": "scatter", "mode": "lines", "name": "published claim", "x": band_x, "y": band_y,
+            "line": {"color": "rgba(134,142,150,0.35)", "width": 14}, "hoverinfo": "skip"}
+    return Figure("fig-claims", [band, points],
+                  layout("Measured ratio beside the published claim (grey: the claimed range)", "ratio (log)", "",
+                         height=max(240, 110 + 44 * len(shown)), xaxis={"type": "log"},
+                         yaxis={"type": "category", "autorange": "reversed"}))
+
+
+def claims_table(checks) -> str:
+    rows = [[c.claim.text, c.claim.source, c.claim.published, interval_text(c.measured),
+             c.measured.n if c.measured else DASH, c.consistency.value + (f": {c.reason}" if c.reason else ""),
+             (f"suite {c.suite}; " if c.suite else "") + c.conditions] for c in checks]
+    return table(["claim", "source", "published", "measured (95% interval)", "n", "verdict", "conditions"], rows)
+
+
+def pairs_table(v) -> str:
+    rows = [[p.suite, p.sparse, p.dense, p.figure, interval_text(p.ratio), p.text] for p in v.pairs]
+    return table(["suite", "sparse", "dense", "figure", "sparse ÷ dense (95% interval)", "verdict"], rows)
+
+
+def render(data: SiteData) -> Section:
+    slug, title = "claims", "Published claims beside these runs"
+    v = verdicts(data.records)
+    if not v.workloads:
+        return Section(slug, title, missing("Claims", "no run with a quality section: set train.eval_every and "
+                                                      "train.target_loss, and sweep train.seed"))
+    fig = claims_figure(v.claims)
+    html = (fig.div("fig wide") if fig else "") + claims_table(v.claims)
+    html += f'<p class="note">{esc(v.method)}. {esc(v.energy_spread)}.</p>'
+    html += "<h3>Sparse ÷ dense over seeds</h3>" + (pairs_table(v) if v.pairs else missing(
+        "Sparse ÷ dense", "no suite holds a dense and a sparse workload with quality figures"))
+    return Section(slug, title, html, [fig] if fig else [])
+
+
+PAGE = Page("claims", "Published claims beside these runs", render)

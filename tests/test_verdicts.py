@@ -1,0 +1,162 @@
+"""Seed intervals, dense/sparse ratios and the claims table, on hand-built records."""
+
+import math
+
+import pytest
+
+from benchsuite.results.verdicts import (CLAIMS, Consistency, Ranking, judge, log_t_interval, ratio_interval,
+                                         verdicts, verdicts_doc)
+
+
+def record(workload, seed, tokens, *, router=None, reached=True, step_s=0.1, suite="s", energy_j=None, flops=1e6):
+    kind = "dense" if router is None else "moe"
+    q = {"reached": reached, "final_val_loss": 2.7 + seed / 100}
+    if reached:
+        q.update(step=tokens / 1000, tokens=tokens, seconds=tokens / 10_000, model_flops=tokens * flops,
+                 energy_j=energy_j if energy_j is not None else tokens / 100, co2e_g=tokens / 1e4)
+    return {"suite": suite, "workload": workload, "status": "ok", "run_key": f"{workload}{seed}",
+            "config": {"kind": kind, "world_size": 1, "nodes": 1, "scaling": "weak", "train": {"seed": seed},
+                       "moe": None if router is None else {"router": router, "experts": 4}},
+            "metrics": {"quality": q, "tokens_per_step": 1000, "step_time_s": {"median": step_s},
+                        "tokens_per_s": 1000 / step_s, "flops": {"model_per_token": flops},
+                        "params": {"total": 2e5}, "energy": {"j_per_token": 0.01, "gco2e_per_mtok": 1.0},
+                        "mfu": None},
+            "env": {"devices": [{"name": "cpu"}]},
+            "steps": [{"time_s": step_s * (1 + 0.01 * (i % 5))} for i in range(20)]}
+
+
+def seeds(workload, tokens, **kw):
+    return [record(workload, i, t, **kw) for i, t in enumerate(tokens)]
+
+
+def test_the_interval_over_seeds_is_the_t_interval_of_the_logs():
+    interval = log_t_interval([100, 200, 400])
+    # logs ln100, ln200, ln400: mean ln200, sd ln2; t(0.975, 2) = 4.303
+    half = 4.303 * math.log(2) / math.sqrt(3)
+    assert interval.point == 200 and interval.n == 3
+    assert interval.lo == pytest.approx(200 * math.exp(-half)) and interval.hi == pytest.approx(200 * math.exp(half))
+    one = log_t_interval([150])
+    assert (one.point, one.lo, one.hi) == (150, None, None) and "one seed" in one.reason
+
+
+def test_a_workloads_to_target_interval_comes_from_its_seed_records():
+    v = verdicts(seeds("dense", [100_000, 200_000, 400_000]))
+    (w,) = v.workloads
+    half = 4.303 * math.log(2) / math.sqrt(3)
+    assert w.seeds == [0, 1, 2] and w.reached == 3
+    assert w.figures["tokens"].point == 200_000
+    assert w.figures["tokens"].lo == pytest.approx(200_000 * math.exp(-half))
+    assert w.figures["energy_j"].hi == pytest.approx(2000 * math.exp(half))
+    assert w.per_step["tokens_per_s"].lo < 10_000 / 1.0 < w.per_step["tokens_per_s"].hi * 1.1
+
+
+def test_seeds_that_did_not_reach_the_target_are_counted_not_dropped():
+    failed = {**record("dense", 3, 0), "status": "failed", "metrics": {}, "steps": []}
+    recs = seeds("dense", [100_000, 200_000]) + [record("dense", 2, 0, reached=False), failed]
+    (w,) = verdicts(recs).workloads
+    assert (w.reached, w.not_reached, w.n, w.failed) == (2, [2], 3, [3])
+    assert w.figures["tokens"].n == 2  # the interval is over the two that reached, and says so by its n
+    assert w.figures["final_val_loss"].n == 3
+
+
+def test_a_ratio_interval_is_welchs_t_on_the_logs():
+    r = ratio_interval([50, 100, 200], [100, 200, 400])
+    # equal log sds (ln2): se = ln2·sqrt(2/3), Welch df = 4, t = 2.776
+    half = 2.776 * math.log(2) * math.sqrt(2 / 3)
+    assert r.point == 0.5
+    assert (r.lo, r.hi) == (pytest.approx(0.5 * math.exp(-half)), pytest.approx(0.5 * math.exp(half)))
+
+
+def test_a_pair_whose_interval_holds_1_is_not_ranked_and_one_that_excludes_it_is():
+    noisy = seeds("dense", [100_000, 200_000, 400_000]) + seeds("switch", [50_000, 100_000, 200_000], router="switch")
+    (tokens,) = [p for p in verdicts(noisy).pairs if p.figure == "tokens"]
+    assert tokens.ratio.point == 0.5 and tokens.ratio.contains(1.0)
+    assert tokens.ranking is Ranking.NOT_SIGNIFICANT and tokens.text == "no significant difference at 3 seeds"
+    tight = seeds("dense", [100_000, 110_000, 121_000]) + seeds("switch", [50_000, 55_000, 60_500], router="switch")
+    (tokens,) = [p for p in verdicts(tight).pairs if p.figure == "tokens"]
+    assert tokens.ratio.hi < 1 and tokens.ranking is Ranking.LESS and tokens.text == "switch lower"
+
+
+def test_a_claim_whose_workloads_are_missing_is_not_testable_and_names_them():
+    recs = seeds("dense", [100_000, 110_000, 121_000]) + seeds("sw", [50_000, 55_000, 60_500], router="switch")
+    checks = {c.claim.key: c for c in verdicts(recs).claims}
+    ec = checks["ec-steps"]
+    assert ec.consistency is Consistency.NOT_TESTABLE and ec.measured is None
+    assert "expert_choice" in ec.reason and "gshard" in ec.reason and "missing workload" in ec.reason
+    assert "gshard" in checks["sparse-energy-gshard"].reason and "dense" not in checks["sparse-energy-gshard"].reason
+    speedup = checks["switch-speedup"]  # dense / switch seconds: 2× with a tight interval, inside (1, 7]
+    assert speedup.measured.point == pytest.approx(2.0) and speedup.consistency is Consistency.CONSISTENT
+    energy = checks["sparse-energy"]  # 0.5× the energy, interval well above 0.1
+    assert energy.measured.point == pytest.approx(0.5) and energy.consistency is Consistency.NOT_CONSISTENT
+
+
+def test_the_step_time_claim_reads_gshard_over_expert_choice():
+    recs = seeds("g", [100_000] * 3, router="gshard", step_s=0.12) + seeds("ec", [40_000] * 3,
+                                                                         router="expert_choice", step_s=0.1)
+    checks = {c.claim.key: c for c in verdicts(recs).claims}
+    step = checks["gshard-step"]
+    assert step.measured.point == pytest.approx(1.2) and step.consistency is Consistency.CONSISTENT
+    steps = checks["ec-steps"]  # 40,000 / 100,000 tokens: 0.4× the steps, no spread
+    assert steps.measured.point == pytest.approx(0.4) and steps.consistency is Consistency.CONSISTENT
+
+
+def test_a_claim_at_equal_flops_is_not_testable_when_the_flops_differ():
+    recs = seeds("dense", [100_000] * 3) + seeds("sw", [50_000] * 3, router="switch", flops=2e6)
+    (check,) = [c for c in verdicts(recs).claims if c.claim.key == "switch-speedup"]
+    assert check.consistency is Consistency.NOT_TESTABLE and "differ by 100%" in check.reason
+
+
+@pytest.mark.parametrize("lo, hi, expected", [(0.2, 0.4, Consistency.CONSISTENT), (0.6, 0.9, Consistency.NOT_CONSISTENT),
+                                              (0.3, 0.7, Consistency.INCONCLUSIVE)])
+def test_a_claim_holds_only_when_the_whole_interval_is_in_its_region(lo, hi, expected):
+    from benchsuite.results.verdicts import Interval
+
+    assert judge(Interval(0.5, lo, hi, 3), CLAIMS[0].region) is expected
+
+
+def test_the_verdicts_document_is_plain_json():
+    import json
+
+    doc = verdicts_doc(verdicts(seeds("dense", [1e5, 2e5, 4e5]) + seeds("s", [5e4, 1e5, 2e5], router="switch")))
+    json.dumps(doc, allow_nan=False)
+    assert doc["pairs"][0]["ranking"] in {r.value for r in Ranking}
+    assert {c["consistency"] for c in doc["claims"]} <= {c.value for c in Consistency}
+
+
+def _site(recs):
+    from dashboard.data import load
+
+    for r in recs:
+        seed = r["config"]["train"]["seed"]
+        r["metrics"]["quality"]["curve"] = [{"step": s, "tokens": s * 1000, "val_loss": 6 - s / 40 + seed / 10}
+                                            for s in (0, 20, 40, 60)]
+        r.update(started_at="2026-01-01T00:00:00Z", duration_s=1.0, energy={}, carbon={})
+    return load(recs)
+
+
+def test_the_quality_page_draws_each_seed_faintly_and_the_median_bold_with_its_band():
+    from dashboard.pages import quality
+
+    data = _site(seeds("dense", [1e5, 2e5, 4e5]) + seeds("sw", [5e4, 1e5, 2e5], router="switch"))
+    html, (fig,) = quality.seed_curves(data)
+    dense = [t for t in fig.data if t.get("legendgroup") == "dense"]
+    faint, band, median = dense[:3], dense[3], dense[4]
+    assert all(t["line"]["width"] == 1 and t["line"]["color"].endswith(",0.3)") for t in faint)
+    assert median["line"]["width"] == 3 and median["name"] == "dense (median of 3 seeds)"
+    assert median["x"] == [20_000, 40_000, 60_000] and median["y"] == [pytest.approx(6 - s / 40 + 0.1) for s in (20, 40, 60)]
+    at20 = log_t_interval([6 - 0.5 + k / 10 for k in range(3)])
+    assert band["y"][0] == pytest.approx(at20.hi, rel=1e-4) and band["y"][-1] == pytest.approx(at20.lo, rel=1e-4)
+    assert "no significant difference at 3 seeds" in html  # tokens 0.5× but the interval holds 1
+
+
+def test_the_claims_page_names_what_is_missing_and_ranks_nothing_it_cannot():
+    import plotly.graph_objects as go
+
+    from dashboard.pages import claims, summary_pages
+
+    assert "claims" in [p.slug for p in summary_pages()]
+    section = claims.render(_site(seeds("dense", [1e5, 1.1e5, 1.21e5]) + seeds("sw", [5e4, 5.5e4, 6.05e4],
+                                                                                router="switch")))
+    assert "not testable here: missing workload: a moe workload with router = &#x27;expert_choice&#x27;" in section.html
+    assert "sw lower" in section.html and "consistent" in section.html
+    go.Figure(section.figures[0].spec())  # a valid Plotly figure
