@@ -143,7 +143,9 @@ def test_identity_ignores_what_does_not_define_the_workload():
 
 
 def test_missing_figure_is_unavailable_not_a_ratio(tmp_path):
-    a = _folder(tmp_path, "a", _record(DENSE, TIMES_A, metrics__mfu=None))
+    # A recorded no MFU and no TFLOP/s (schema 2: nothing to re-derive an MFU from on load)
+    a = _folder(tmp_path, "a", _record(DENSE, TIMES_A, schema_version=2, metrics__mfu=None,
+                                       metrics__tflops_per_device=None))
     b = _folder(tmp_path, "b", _record(DENSE, TIMES_A))
     mfu = {m.metric: m for m in compare_folders(a, b).runs[0].metrics}["mfu"]
     assert (mfu.verdict, mfu.ratio, mfu.reason) == (Verdict.UNAVAILABLE, None, "MFU not recorded in A")
