@@ -115,7 +115,7 @@ def train_and_compare(run: RunConfig, ctx) -> dict:
             if par.pipeline.has_last:
                 out["logits"] = rel(full(par.pipeline.last_outputs), ref_logits[sl])
             ref_local = F.cross_entropy(ref_logits[sl].flatten(0, 1), y[sl].flatten())
-            out["loss"] = abs(float(loss) - float(ref_local)) / float(ref_local)
+            out["loss"] = abs(float(loss) - float(ref_local.detach())) / float(ref_local.detach())
         F.cross_entropy(ref_logits.flatten(0, 1), y.flatten()).backward()
         if step == 0:
             ref_grads = {n: p.grad for n, p in ref.named_parameters()}

@@ -8,8 +8,8 @@ r, r + P, ..., the interleaved layout of the paper). The model file knows nothin
 stage is a :class:`StageModule` that takes the owned modules of the full model (tensor parallel,
 when on, has already sharded them) and drops the rest.
 
-Each stage module is then wrapped for data parallelism over the "dp" mesh dimension (DDP, or
-``replicate`` for tensor-parallel DTensor weights) and handed to a ``PipelineStage``; the schedule
+Each stage module is then wrapped for data parallelism over the "dp" mesh dimension (``replicate``:
+DDP semantics that the pipeline stage knows how to defer to the last microbatch) and handed to a ``PipelineStage``; the schedule
 (``Schedule1F1B``, ``ScheduleInterleaved1F1B`` or ``ScheduleGPipe``) splits the rank's batch into M
 microbatches, runs forward and backward, computes the loss on the last stage and scales the
 gradients by 1/M, so they are those of the whole batch's mean loss. The mesh is pp × dp × tp
@@ -219,18 +219,14 @@ def make_schedule(name: str, stages: list, microbatches: int, loss_fn):
 
 
 def wrap_data_parallel(module: nn.Module, ctx: DistContext) -> tuple[nn.Module, str]:
-    """DDP over the stage's dp group; replicate (DDP semantics for DTensor weights) under tensor parallel."""
-    from benchsuite.parallel.zero import STAGE_NAMES, apply_replicate
+    """``replicate`` over the dp mesh dimension (DDP semantics on FSDP2's machinery), per stage: the
+    pipeline stage defers its gradient all-reduce to the last microbatch's backward. (torch's DDP under
+    a pipeline fails when rebuilding its buckets after accumulating microbatches, torch 2.13.)"""
+    from benchsuite.parallel.zero import apply_replicate
 
     if not ctx.dims.dp_enabled:
         return module, "none (pipeline only)" if not ctx.dims.tp_enabled else "none (pipeline and tensor parallel)"
-    if ctx.dims.tp_enabled:
-        return apply_replicate(module, ctx.mesh["dp"]), "replicate_with_fsdp over dp, per stage"
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    ids = [ctx.device.index] if ctx.device.type == "cuda" else None
-    return DDP(module, device_ids=ids, process_group=ctx.dp_group, gradient_as_bucket_view=True), \
-        f"{STAGE_NAMES[0]}, per stage"
+    return apply_replicate(module, ctx.mesh["dp"]), "replicate_with_fsdp over dp, per stage"
 
 
 def parallelize_pipeline(model: nn.Module, ctx: DistContext, pp: int, virtual: int, schedule: str,
