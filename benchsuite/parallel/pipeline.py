@@ -229,8 +229,22 @@ def wrap_data_parallel(module: nn.Module, ctx: DistContext) -> tuple[nn.Module, 
     return apply_replicate(module, ctx.mesh["dp"]), "replicate_with_fsdp over dp, per stage"
 
 
+def example_io(first: bool, last: bool, microbatch: int, cfg, tp: int, logits_dtype: torch.dtype):
+    """(input, output) meta tensors of one stage for one microbatch: the static shapes PipelineStage
+    takes instead of inferring them with a trial forward and backward in the first step (that trial
+    runs ``autograd.grad``, which FlopCounterMode's module hooks do not support). Token ids enter the
+    first stage, fp32 activations [b, T, H] (and their gradients, hence requires_grad) cross every
+    boundary, the last stage's logits are this rank's vocab shard."""
+    act = torch.empty(microbatch, cfg.seq_len, cfg.hidden, device="meta", requires_grad=True)
+    ids = torch.empty(microbatch, cfg.seq_len, dtype=torch.long, device="meta")
+    logits = torch.empty(microbatch, cfg.seq_len, cfg.vocab // tp, dtype=logits_dtype, device="meta",
+                         requires_grad=True)
+    return (ids if first else act), (logits if last else act)
+
+
 def parallelize_pipeline(model: nn.Module, ctx: DistContext, pp: int, virtual: int, schedule: str,
-                         microbatches: int, loss_fn=next_token_loss) -> tuple[nn.ModuleList, PipelineRun, dict]:
+                         microbatches: int, microbatch_size: int, logits_dtype: torch.dtype = torch.float32,
+                         loss_fn=next_token_loss) -> tuple[nn.ModuleList, PipelineRun, dict]:
     """Split `model` into this rank's stages, wrap each for data parallelism and build the schedule.
 
     Returns (the rank's stage modules, as one ModuleList for the optimizer and the probes; the run;
@@ -240,10 +254,13 @@ def parallelize_pipeline(model: nn.Module, ctx: DistContext, pp: int, virtual: i
     timed_stage = _timed_stage_class()
     modules, stages, data = [], [], ""
     for s in stage_ids(ctx.pp_rank, pp, virtual):
-        part = StageModule(model, stage_layers(s, num_stages, model.cfg.layers), s == 0, s == num_stages - 1)
+        first, last = s == 0, s == num_stages - 1
+        part = StageModule(model, stage_layers(s, num_stages, model.cfg.layers), first, last)
         part, data = wrap_data_parallel(part, ctx)
         modules.append(part)
-        stages.append(timed_stage(part, s, num_stages, ctx.device, group=ctx.pp_group, clock=busy))
+        inputs, outputs = example_io(first, last, microbatch_size, model.cfg, ctx.dims.tp, logits_dtype)
+        stages.append(timed_stage(part, s, num_stages, ctx.device, input_args=inputs, output_args=outputs,
+                                  group=ctx.pp_group, clock=busy))
     run = PipelineRun(make_schedule(schedule, stages, microbatches, loss_fn), stages, ctx.pp_group, pp,
                       ctx.device, busy, BusyClock(ctx.device))
     impl = {"pipeline": f"torch.distributed.pipelining {SCHEDULE_NAMES[schedule]}: {pp} ranks x {virtual} "
@@ -253,8 +270,13 @@ def parallelize_pipeline(model: nn.Module, ctx: DistContext, pp: int, virtual: i
 
 def apply_pipeline(model: nn.Module, run: RunConfig, ctx: DistContext):
     """The run's pipeline (parallel/__init__.py calls it after tensor parallel and recompute)."""
+    from benchsuite.dist import resolve_precision
+
     p = run.parallel
-    return parallelize_pipeline(model, ctx, p.pipeline, p.virtual_stages, p.schedule, p.n_microbatches)
+    bf16 = resolve_precision(run.train.precision, ctx.device) == "bf16"
+    return parallelize_pipeline(model, ctx, p.pipeline, p.virtual_stages, p.schedule, p.n_microbatches,
+                                run.micro_batch_per_rank // p.n_microbatches,
+                                torch.bfloat16 if bf16 else torch.float32)
 
 
 # ------------------------------------------------------------------ record figures
