@@ -1,7 +1,7 @@
 """Pipeline parallelism on real gloo processes against the single-process model.
 
-One spawn at world 4 checks every layout in turn: PP 2 × DP 2 (1F1B, interleaved, GPipe), PP 4
-(1F1B, interleaved) and PP 2 × TP 2. Each builds the plain model with the same seed, parallelizes it
+One spawn at world 4 checks every layout in turn: PP 2 × DP 2 (1F1B, interleaved, GPipe, and 1F1B
+with activation checkpointing), PP 4 (1F1B, interleaved) and PP 2 × TP 2. Each builds the plain model with the same seed, parallelizes it
 with benchsuite.parallel.parallelize and trains it with the worker's own train_step, beside a
 single-process reference trained on the concatenated global batch. Checked (fp32, relative error
 ≤ 1e-5): the last stage's logits, the loss every rank reports, every gradient after the first
@@ -27,7 +27,7 @@ from conftest import run_cli, spawn, write_suite
 CFG = ModelConfig(layers=8, hidden=16, heads=2, vocab=32, seq_len=8, ffn_hidden=32)
 MB, STEPS, TOL, WORLD = 4, 3, 1e-5, 4
 
-# name: (pipeline, tensor, schedule, virtual_stages, microbatches)
+# name: (pipeline, tensor, schedule, virtual_stages, microbatches[, recompute])
 CASES = {
     "pp2_1f1b": (2, 1, "1f1b", 1, 2),
     "pp2_interleaved": (2, 1, "interleaved", 2, 4),
@@ -35,12 +35,13 @@ CASES = {
     "pp4_1f1b": (4, 1, "1f1b", 1, 4),
     "pp4_interleaved": (4, 1, "interleaved", 2, 4),
     "pp2xtp2": (2, 2, "1f1b", 1, 2),
+    "pp2_recompute": (2, 1, "1f1b", 1, 4, "full"),
 }
 
 
-def make_run(pp: int, tp: int, schedule: str, virtual: int, microbatches: int) -> RunConfig:
+def make_run(pp: int, tp: int, schedule: str, virtual: int, microbatches: int, recompute: str = "none") -> RunConfig:
     return RunConfig(suite="t", workload="w", kind="dense", model=CFG,
-                     train=TrainConfig(micro_batch=MB, steps=STEPS, precision="fp32"),
+                     train=TrainConfig(micro_batch=MB, steps=STEPS, precision="fp32", recompute=recompute),
                      parallel=ParallelConfig(tensor=tp, pipeline=pp, schedule=schedule, virtual_stages=virtual,
                                              microbatches=microbatches),
                      energy=EnergyConfig(), carbon=CarbonConfig(), world_size=WORLD)
@@ -135,8 +136,8 @@ def _rank(rank: int, world: int, out_dir: str) -> None:
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
     results = {}
-    for name, (pp, tp, schedule, virtual, m) in CASES.items():
-        results[name] = train_and_compare(make_run(pp, tp, schedule, virtual, m), make_ctx(rank, pp, tp))
+    for name, spec in CASES.items():
+        results[name] = train_and_compare(make_run(*spec), make_ctx(rank, spec[0], spec[1]))
     (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(results))
     shutdown()
 
@@ -153,6 +154,7 @@ def test_pipeline_matches_single_process(tmp_path):
         for rank, results in enumerate(ranks):
             r, where = results[name], f"{name} rank {rank}"
             assert "pipeline" in r["impl"] and ("tensor" in r["impl"]) == (spec[1] > 1), where
+            assert ("recompute" in r["impl"]) == (spec[5:] == ("full",)), where
             assert r["loss"] <= TOL, f"{where}: loss rel err {r['loss']:.2e}"
             assert r["grads"] <= TOL, f"{where}: grad rel err {r['grads']:.2e}"
             assert r["params"] <= TOL, f"{where}: params after {STEPS} steps rel err {r['params']:.2e}"
@@ -228,3 +230,25 @@ def test_bad_pipeline_input_exits_2_naming_key_and_fix(tmp_path):
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert "workload[0] (a).parallel.pipeline" in res.stderr and "must divide model.layers (3)" in res.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_report_pipeline_table_shows_bubble_measured_and_formula(tmp_path):
+    from rich.console import Console
+
+    from benchsuite.parallel.pipeline import p2p_bytes_formula, pipeline_section
+    from benchsuite.results.report import section_tables
+    from benchsuite.results.store import records_dataframe
+    from conftest import REPO
+
+    rec = json.loads((REPO / "tests/fixtures/results/make_dvs-dense-w4.json").read_text())
+    run = make_run(2, 1, "interleaved", 2, 4)
+    fig = {"stages": [0, 2], "wall_s": [1.5] * STEPS, "busy_s": [1.0] * STEPS, "sent_bytes": [1000] * STEPS}
+    rec["metrics"]["pipeline"] = pipeline_section(run, [fig] * WORLD)
+    (tmp_path / "r.json").write_text(json.dumps(rec))
+    console = Console(record=True, width=300)
+    for table in section_tables(records_dataframe(tmp_path)):
+        console.print(table)
+    text = console.export_text()
+    row = next(line for line in text.splitlines() if "interleaved" in line)
+    assert "0.500" in row and "0.125" in row  # measured (1.5 - 1) / 1 beside (2 - 1) / (2 · 4)
+    assert f"{4 * 1000 // run.data_parallel:,}" in row and f"{p2p_bytes_formula(run):,}" in row

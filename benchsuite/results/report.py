@@ -171,8 +171,9 @@ ENERGY_COLUMNS = [("workload", "workload", "{}"), ("world", "world_size", "{}"),
 
 
 PIPELINE_COLUMNS = [("workload", "workload", "{}"), ("world", "world_size", "{}"),
-                    ("schedule", "metrics.pipeline.schedule", "{}"), ("P", "metrics.pipeline.stages", "{}"),
-                    ("V", "metrics.pipeline.virtual_stages", "{}"), ("M", "metrics.pipeline.microbatches", "{}"),
+                    ("schedule", "metrics.pipeline.schedule", "{}"), ("P", "metrics.pipeline.stages", "{:.0f}"),
+                    ("V", "metrics.pipeline.virtual_stages", "{:.0f}"),
+                    ("M", "metrics.pipeline.microbatches", "{:.0f}"),
                     ("bubble measured", "metrics.pipeline.bubble_measured", "{:.3f}"),
                     ("bubble (P-1)/(V·M)", "metrics.pipeline.bubble_formula", "{:.3f}"),
                     ("p2p B/step", "metrics.pipeline.p2p_bytes_per_step", "{:,.0f}"),
