@@ -1,8 +1,8 @@
 """Pipeline parallelism on real gloo processes against the single-process model.
 
 One spawn at world 4 checks every layout in turn: PP 2 × DP 2 (1F1B, interleaved, GPipe, and 1F1B
-with activation checkpointing), PP 4 (1F1B, interleaved) and PP 2 × TP 2. Each builds the plain model with the same seed, parallelizes it
-with benchsuite.parallel.parallelize and trains it with the worker's own train_step, beside a
+with activation checkpointing), PP 4 (1F1B, interleaved) and PP 2 × TP 2. Each builds the plain
+model with the same seed, parallelizes it with benchsuite.parallel.parallelize and trains it with the worker's own train_step, beside a
 single-process reference trained on the concatenated global batch. Checked (fp32, relative error
 ≤ 1e-5): the last stage's logits, the loss every rank reports, every gradient after the first
 backward and every weight after 3 AdamW steps (each rank its own stages; together, every

@@ -9,9 +9,9 @@ stage is a :class:`StageModule` that takes the owned modules of the full model (
 when on, has already sharded them) and drops the rest.
 
 Each stage module is then wrapped for data parallelism over the "dp" mesh dimension (``replicate``:
-DDP semantics that the pipeline stage knows how to defer to the last microbatch) and handed to a ``PipelineStage``; the schedule
-(``Schedule1F1B``, ``ScheduleInterleaved1F1B`` or ``ScheduleGPipe``) splits the rank's batch into M
-microbatches, runs forward and backward, computes the loss on the last stage and scales the
+DDP semantics that the pipeline stage knows how to defer to the last microbatch) and handed to a
+``PipelineStage``; the schedule (``Schedule1F1B``, ``ScheduleInterleaved1F1B`` or ``ScheduleGPipe``)
+splits the rank's batch into M microbatches, runs forward and backward, computes the loss on the last stage and scales the
 gradients by 1/M, so they are those of the whole batch's mean loss. The mesh is pp × dp × tp
 (benchsuite/dist.py).
 
@@ -21,8 +21,10 @@ Measured figures (metrics.pipeline in the record, :func:`pipeline_section`):
   forward and backward chunks is idle (waiting for a neighbour), and (W − B) / B is the bubble
   over the ideal compute time, the ratio the formula (P − 1) / (V·M) of Narayanan et al. gives
   (their t_pb / t_id). Per rank the median over the measured steps; the record has the mean over
-  ranks. Point-to-point transfer time and the loss are counted as idle, so the measured figure is
-  the formula plus the pipeline's communication overhead.
+  ranks. Point-to-point transfer time, the loss and the schedule's own work per microbatch are
+  counted as idle, so the measured figure is the formula plus that overhead, which grows with M:
+  with small microbatches it can outweigh the bubble's fall (and a CPU shared by several ranks per
+  core adds the time a rank waits for a core).
 - point-to-point bytes: the tensors the stages' send ops carry, summed over the ranks of one
   pipeline (world / dp). Formula: between the P·V − 1 stage boundaries each of the M microbatches
   (b = B/M sequences of T tokens, H hidden) crosses once forward (activation) and once backward
@@ -95,7 +97,7 @@ def next_token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor
     return loss.full_tensor() if hasattr(loss, "full_tensor") else loss
 
 
-class BusyClock:
+class SpanClock:
     """Seconds spent inside spans: perf_counter on CPU, CUDA events on GPU (read once per step,
     so the step itself is not synchronised)."""
 
@@ -135,9 +137,9 @@ def _timed_stage_class():
     from torch.distributed.pipelining import PipelineStage
 
     class TimedStage(PipelineStage):
-        """A PipelineStage that adds its compute time to a BusyClock and counts the bytes it sends."""
+        """A PipelineStage that adds its compute time to a SpanClock and counts the bytes it sends."""
 
-        def __init__(self, *args, clock: BusyClock, **kwargs):
+        def __init__(self, *args, clock: SpanClock, **kwargs):
             super().__init__(*args, **kwargs)
             self.clock, self.sent_bytes = clock, 0
 
@@ -162,6 +164,15 @@ def _timed_stage_class():
     return TimedStage
 
 
+@dataclass(frozen=True)
+class StepSample:
+    """One schedule step on one rank."""
+
+    wall_s: float  # the schedule's step, end to end
+    busy_s: float  # inside this rank's forward and backward chunks
+    sent_bytes: int  # in this rank's point-to-point sends
+
+
 @dataclass
 class PipelineRun:
     """This rank's stages and schedule; forward_backward replaces the worker's forward/backward loop."""
@@ -171,11 +182,11 @@ class PipelineRun:
     pp_group: object
     pp: int
     device: torch.device
-    busy: BusyClock
-    wall: BusyClock
+    busy: SpanClock  # the stages' chunks
+    wall: SpanClock  # the schedule's steps
     keep_outputs: bool = False  # keep the last stage's merged logits in last_outputs (tests)
     last_outputs: torch.Tensor | None = None
-    samples: list = field(default_factory=list)  # per step: (wall_s, busy_s, sent_bytes)
+    samples: list[StepSample] = field(default_factory=list)
 
     @property
     def has_first(self) -> bool:
@@ -196,16 +207,16 @@ class PipelineRun:
                                      target=targets if self.has_last else None,
                                      losses=losses if self.has_last else None, return_outputs=self.keep_outputs)
         self.last_outputs = out if self.keep_outputs else None
-        self.samples.append((self.wall.take(), self.busy.take(), sum(s.sent_bytes for s in self.stages) - sent_before))
+        self.samples.append(StepSample(self.wall.take(), self.busy.take(),
+                                       sum(s.sent_bytes for s in self.stages) - sent_before))
         loss = torch.stack(losses).mean().detach() if self.has_last else torch.zeros((), device=self.device)
         dist.broadcast(loss, group=self.pp_group, group_src=self.pp - 1)  # the last stage is on rank P-1
         return loss
 
     def figures(self) -> dict:
-        """This rank's per-step samples, for pipeline_section."""
-        return {"stages": [s.stage_index for s in self.stages],
-                "wall_s": [w for w, _, _ in self.samples], "busy_s": [b for _, b, _ in self.samples],
-                "sent_bytes": [n for _, _, n in self.samples]}
+        """This rank's per-step samples as plain lists (gathered to rank 0 for pipeline_section)."""
+        return {"stages": [s.stage_index for s in self.stages], "wall_s": [x.wall_s for x in self.samples],
+                "busy_s": [x.busy_s for x in self.samples], "sent_bytes": [x.sent_bytes for x in self.samples]}
 
 
 SCHEDULE_NAMES = {"1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B", "gpipe": "ScheduleGPipe"}
@@ -250,7 +261,7 @@ def parallelize_pipeline(model: nn.Module, ctx: DistContext, pp: int, virtual: i
     Returns (the rank's stage modules, as one ModuleList for the optimizer and the probes; the run;
     what was applied, for the record)."""
     num_stages = pp * virtual
-    busy = BusyClock(ctx.device)
+    busy = SpanClock(ctx.device)
     timed_stage = _timed_stage_class()
     modules, stages, data = [], [], ""
     for s in stage_ids(ctx.pp_rank, pp, virtual):
@@ -262,7 +273,7 @@ def parallelize_pipeline(model: nn.Module, ctx: DistContext, pp: int, virtual: i
         stages.append(timed_stage(part, s, num_stages, ctx.device, input_args=inputs, output_args=outputs,
                                   group=ctx.pp_group, clock=busy))
     run = PipelineRun(make_schedule(schedule, stages, microbatches, loss_fn), stages, ctx.pp_group, pp,
-                      ctx.device, busy, BusyClock(ctx.device))
+                      ctx.device, busy, SpanClock(ctx.device))
     impl = {"pipeline": f"torch.distributed.pipelining {SCHEDULE_NAMES[schedule]}: {pp} ranks x {virtual} "
                         f"stage(s), {microbatches} microbatches", "data": data}
     return nn.ModuleList(modules), run, impl
@@ -287,7 +298,8 @@ def bubble_formula(pp: int, virtual: int, microbatches: int) -> float:
 
 
 def p2p_bytes_formula(run: RunConfig) -> int:
-    """Bytes all stages of one pipeline send per step: 2·(P·V − 1)·M·b·T·H·4·tp, b = B/M (module docstring)."""
+    """Bytes all stages of one pipeline send per step: 2·(P·V − 1)·M·b·T·H·4·tp, b = B/M (see the module
+    docstring)."""
     p = run.parallel
     b = run.micro_batch_per_rank // p.n_microbatches
     return (2 * (p.pipeline * p.virtual_stages - 1) * p.n_microbatches * b * run.model.seq_len * run.model.hidden
