@@ -111,11 +111,25 @@ class TrainConfig:
         return MIN_WARMUP_STEPS + 1 if self.compile else MIN_WARMUP_STEPS
 
 
+PIPELINE_SCHEDULES = ("1f1b", "interleaved", "gpipe")
+
+
 @dataclass(frozen=True)
 class ParallelConfig:
     tensor: int = _spec(1, _positive)
     zero: int = _spec(0, _one_of(0, 1, 2, 3), "0 = DDP")
     expert: int = _spec(1, _positive)
+    pipeline: int = _spec(1, _positive, "pipeline stages P")
+    microbatches: int | None = _spec(None, _positive, "per step with pipeline > 1; default 2 * pipeline")
+    schedule: str = _spec("1f1b", _one_of(*PIPELINE_SCHEDULES))
+    virtual_stages: int = _spec(1, _positive, "stages per rank V; > 1 with schedule = \"interleaved\"")
+
+    @property
+    def n_microbatches(self) -> int:
+        """Microbatches per step: the per-rank batch is split into this many (1 without a pipeline)."""
+        if self.pipeline == 1:
+            return 1
+        return self.microbatches if self.microbatches is not None else 2 * self.pipeline
 
 
 @dataclass(frozen=True)
@@ -157,7 +171,7 @@ class RunConfig:
 
     @property
     def data_parallel(self) -> int:
-        return self.world_size // self.parallel.tensor
+        return self.world_size // (self.parallel.tensor * self.parallel.pipeline)
 
     @property
     def micro_batch_per_rank(self) -> int:
@@ -393,6 +407,56 @@ def _check_layout(kind: str, sec: dict, refused: set[str], where: str, problems:
                              f"expert ({p.expert}) must divide moe.experts ({moe.experts})"))
     if moe and _known(refused, "moe.every", "model.layers") and moe.every > m.layers:
         problems.append((f"{where}.moe.every", f"every ({moe.every}) exceeds model.layers ({m.layers})"))
+    _check_pipeline(kind, sec, refused, where, problems)
+
+
+def _check_pipeline(kind: str, sec: dict, refused: set[str], where: str, problems: list) -> None:
+    """Pipeline layouts that cannot run, and the features not combined with a pipeline (yet)."""
+    p, m, t = sec["parallel"], sec["model"], sec["train"]
+    key = f"{where}.parallel"
+    if not _known(refused, "parallel.pipeline", "parallel.virtual_stages", "parallel.schedule"):
+        return
+    if p.pipeline == 1:
+        if p.virtual_stages > 1:
+            problems.append((f"{key}.virtual_stages", "virtual stages need a pipeline; set pipeline > 1 or "
+                                                      "virtual_stages = 1"))
+        return
+    stages = p.pipeline * p.virtual_stages
+    if _known(refused, "model.layers") and m.layers % stages:
+        problems.append((f"{key}.pipeline", f"pipeline × virtual_stages ({p.pipeline} × {p.virtual_stages}) must "
+                                            f"divide model.layers ({m.layers}): choose stages whose product "
+                                            f"divides the layers, or change model.layers"))
+    if p.schedule == "interleaved" and p.virtual_stages < 2:
+        problems.append((f"{key}.virtual_stages", "schedule = \"interleaved\" needs virtual_stages >= 2 "
+                                                  "(several stages per rank); or use schedule = \"1f1b\""))
+    if p.schedule != "interleaved" and p.virtual_stages > 1:
+        problems.append((f"{key}.virtual_stages", f"virtual_stages > 1 needs schedule = \"interleaved\" "
+                                                  f"(got {p.schedule!r}); or set virtual_stages = 1"))
+    n = p.n_microbatches
+    if _known(refused, "parallel.microbatches") and p.schedule != "gpipe" and n < p.pipeline:
+        problems.append((f"{key}.microbatches", f"schedule {p.schedule!r} needs microbatches >= pipeline "
+                                                f"({n} < {p.pipeline}): raise microbatches or use "
+                                                f"schedule = \"gpipe\""))
+    rounds = max(1, n // p.pipeline)
+    if _known(refused, "parallel.microbatches") and p.schedule == "interleaved" and n % rounds:
+        problems.append((f"{key}.microbatches", f"interleaved 1F1B runs microbatches in rounds of pipeline "
+                                                f"({p.pipeline}): {n} is not a multiple of {rounds} rounds; "
+                                                f"use a multiple of pipeline"))
+    refusals = [  # (refused, the key named, reason): each judged only when the key's value was accepted
+        (p.expert > 1, "parallel.expert", "pipeline with expert parallelism is not supported; set expert = 1 "
+                                          "or pipeline = 1"),
+        (kind == "moe", "kind", "pipeline parallelism supports dense models (the MoE auxiliary loss is not "
+                                "carried between stages); use kind = \"dense\" or pipeline = 1"),
+        (p.zero > 0, "parallel.zero", "ZeRO stages 1-3 with pipeline > 1 are not supported; set zero = 0 or "
+                                      "pipeline = 1"),
+        (t.grad_accum > 1, "train.grad_accum", "with pipeline > 1 the microbatches are the accumulation: set "
+                                               "grad_accum = 1 and raise parallel.microbatches"),
+        (t.compile, "train.compile", "compile with pipeline > 1 is not supported; set compile = false"),
+        (t.eval_every > 0, "train.eval_every", "validation with pipeline > 1 is not supported; set eval_every = 0"),
+    ]
+    for bad, name, reason in refusals:
+        if bad and _known(refused, name):
+            problems.append((f"{where}.{name}", reason))
 
 
 def _check_run(run: RunConfig, refused: set[str], where: str, problems: list) -> None:
@@ -406,6 +470,11 @@ def _check_run(run: RunConfig, refused: set[str], where: str, problems: list) ->
         problems.append((f"{tag}.parallel.tensor",
                          f"world_size ({run.world_size}) must be divisible by tensor ({p.tensor})"))
         whole_dp = False
+    if whole_dp and _known(refused, "parallel.pipeline") and run.world_size % (p.tensor * p.pipeline):
+        problems.append((f"{tag}.parallel.pipeline",
+                         f"world_size ({run.world_size}) must be divisible by tensor × pipeline "
+                         f"({p.tensor} × {p.pipeline}); change the sweep's world_size or the degrees"))
+        whole_dp = False
     if whole_dp and p.expert > 1 and _known(refused, "parallel.expert") and run.data_parallel % p.expert:
         problems.append((f"{tag}.parallel.expert",
                          f"expert ({p.expert}) must divide the data-parallel size ({run.data_parallel})"))
@@ -414,6 +483,12 @@ def _check_run(run: RunConfig, refused: set[str], where: str, problems: list) ->
         problems.append((f"{tag}.train.micro_batch",
                          f"strong scaling splits the global batch ({run.train.micro_batch}) over "
                          f"{run.data_parallel} data-parallel ranks: it must divide evenly"))
+    elif (whole_dp and p.pipeline > 1 and _known(refused, "train.micro_batch", "parallel.microbatches")
+          and run.micro_batch_per_rank % p.n_microbatches):
+        problems.append((f"{tag}.parallel.microbatches",
+                         f"the per-rank batch ({run.micro_batch_per_rank} sequences) is split into "
+                         f"{p.n_microbatches} pipeline microbatches: it must divide evenly; change "
+                         f"train.micro_batch or parallel.microbatches"))
 
 
 SWEEP_DEFAULTS = {"world_size": [1], "nodes": [1], "scaling": ["weak"]}  # seed: the workload's train.seed

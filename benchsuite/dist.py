@@ -24,14 +24,20 @@ class ParallelDims:
     tp: int = 1
     ep: int = 1
     zero: int = 0
+    pp: int = 1
 
     def __post_init__(self):
-        if self.world % self.tp or (self.world // self.tp) % self.ep:
-            raise ValueError(f"world {self.world} does not factor into tp {self.tp} x dp with ep {self.ep}")
+        if self.world % (self.tp * self.pp) or self.dp % self.ep:
+            raise ValueError(f"world {self.world} does not factor into pp {self.pp} x dp x tp {self.tp} "
+                             f"with ep {self.ep}")
 
     @property
     def dp(self) -> int:
-        return self.world // self.tp
+        return self.world // (self.tp * self.pp)
+
+    @property
+    def pp_enabled(self) -> bool:
+        return self.pp > 1
 
     @property
     def tp_enabled(self) -> bool:
@@ -47,7 +53,8 @@ class ParallelDims:
 
     @classmethod
     def from_run(cls, run: RunConfig) -> ParallelDims:
-        return cls(world=run.world_size, tp=run.parallel.tensor, ep=run.parallel.expert, zero=run.parallel.zero)
+        return cls(world=run.world_size, tp=run.parallel.tensor, ep=run.parallel.expert, zero=run.parallel.zero,
+                   pp=run.parallel.pipeline)
 
 
 @dataclass
@@ -59,7 +66,7 @@ class DistContext:
     device: torch.device
     backend: str | None
     dims: ParallelDims
-    mesh: object | None = None  # DeviceMesh ("dp", "tp") when world > 1
+    mesh: object | None = None  # DeviceMesh ("dp", "tp") when world > 1; ("pp", "dp", "tp") with pipeline > 1
     ep_mesh: object | None = None  # DeviceMesh ("edp", "ep") when expert parallelism is on
     shared_device: bool = False  # several ranks on one GPU: correct, but not a speed figure
 
@@ -69,7 +76,16 @@ class DistContext:
 
     @property
     def dp_rank(self) -> int:
-        return self.rank // self.dims.tp
+        """Ranks are laid out pp-major, tp-minor: rank = (pp_rank * dp + dp_rank) * tp + tp_rank."""
+        return self.rank // self.dims.tp % self.dims.dp
+
+    @property
+    def pp_rank(self) -> int:
+        return self.rank // (self.dims.tp * self.dims.dp)
+
+    @property
+    def pp_group(self):
+        return self.mesh["pp"].get_group() if self.dims.pp_enabled else None
 
     @property
     def dp_group(self):
@@ -113,7 +129,10 @@ def init_distributed(run: RunConfig) -> DistContext:
     dist.init_process_group(ctx.backend, device_id=device if ctx.backend == "nccl" else None)
     from torch.distributed.device_mesh import init_device_mesh
 
-    ctx.mesh = init_device_mesh(device.type, (dims.dp, dims.tp), mesh_dim_names=("dp", "tp"))
+    if dims.pp_enabled:
+        ctx.mesh = init_device_mesh(device.type, (dims.pp, dims.dp, dims.tp), mesh_dim_names=("pp", "dp", "tp"))
+    else:
+        ctx.mesh = init_device_mesh(device.type, (dims.dp, dims.tp), mesh_dim_names=("dp", "tp"))
     if dims.ep_enabled:
         ctx.ep_mesh = init_device_mesh(device.type, (dims.dp // dims.ep, dims.ep), mesh_dim_names=("edp", "ep"))
     return ctx

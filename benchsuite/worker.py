@@ -80,14 +80,19 @@ def train_step(par: Parallelized, batches, precision: str, device: torch.device,
     """One optimizer step over grad_accum micro-batches.
     probe (metrics.memory.ModelStateProbe) is told when the gradients and the optimizer state exist."""
     total = torch.zeros((), device=device)
-    for i, (inputs, targets) in enumerate(batches):
-        with par.grad_sync(i == len(batches) - 1):  # DDP all-reduces on the last micro-batch only
-            with autocast(precision, device):
-                logits, aux, routing = par.model(inputs)
-            with par.loss_context():
-                loss = (lm_loss(par, logits, targets) + aux) / len(batches)
-                loss.backward()
-        total += loss.detach()
+    routing = None  # MoE routing statistics of the last micro-batch (none under pipeline parallel)
+    if par.pipeline is not None:  # the schedule runs every microbatch's forward and backward
+        with autocast(precision, device), par.loss_context():
+            total = par.pipeline.forward_backward(batches)
+    else:
+        for i, (inputs, targets) in enumerate(batches):
+            with par.grad_sync(i == len(batches) - 1):  # DDP all-reduces on the last micro-batch only
+                with autocast(precision, device):
+                    logits, aux, routing = par.model(inputs)
+                with par.loss_context():
+                    loss = (lm_loss(par, logits, targets) + aux) / len(batches)
+                    loss.backward()
+            total += loss.detach()
     for hook in par.grad_hooks:
         hook()
     if probe is not None:
@@ -302,6 +307,7 @@ def measure(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None) -
         "impl": par.impl, "peak_tflops": peak_tflops,
         "model_state": model_state, "comm": comm_bytes, "energy_window": energy_window,
         "moe": moe_stats(par.model, routing, a2a_share), "quality": quality,
+        "pipeline": par.pipeline.figures() if par.pipeline is not None else None,
     }
 
 
@@ -406,6 +412,10 @@ def build_record(run: RunConfig, run_key: str, ranks: list[dict], ctx: bdist.Dis
                                         carbon=carbon)
     if moe:
         metrics["moe"] = moe
+    if r0.get("pipeline"):
+        from benchsuite.parallel.pipeline import pipeline_section
+
+        metrics["pipeline"] = pipeline_section(run, [r["pipeline"] for r in ranks])
     devices = [dict(r["device"], rank=r["rank"], node_rank=r["node_rank"]) for r in ranks]
     env = {"hosts": sorted({d["host"] for d in devices}), "nodes": len({r["node_rank"] for r in ranks}),
            "world_size": ctx.world_size, "backend": ctx.backend, "devices": devices, **host_facts(devices),

@@ -27,6 +27,7 @@ class Parallelized:
     impl: dict = field(default_factory=dict)  # what was applied, by name, for the record
     loss_parallel: bool = False  # logits are vocab-sharded DTensors (tensor parallel)
     grad_hooks: list = field(default_factory=list)  # called after the last backward, before optimizer.step
+    pipeline: object | None = None  # pipeline.PipelineRun with parallel.pipeline > 1: it runs forward/backward
 
     def grad_sync(self, enabled: bool):
         """DDP skips its all-reduce on accumulation micro-batches (no_sync); other wrappers sync each time."""
@@ -96,5 +97,12 @@ def parallelize(model: nn.Module, run: RunConfig, ctx: DistContext) -> Paralleli
         impl["compile"] = "torch.compile per block"
     if ctx.dims.ep_enabled:
         expert.ignore_expert_params_in_ddp(model)  # names as the data-parallel wrapper will see them
+    if ctx.dims.pp_enabled:  # split into stages, each wrapped for data parallelism (parallel/pipeline.py)
+        from benchsuite.parallel.pipeline import apply_pipeline
+        from benchsuite.parallel.zero import make_adamw
+
+        stages, pipe, pipe_impl = apply_pipeline(model, run, ctx)
+        return Parallelized(stages, make_adamw(stages.parameters(), run), {**impl, **pipe_impl},
+                            loss_parallel, hooks, pipe)
     model, optimizer, impl["data"] = apply_data_parallel(model, run, ctx)
     return Parallelized(model, optimizer, impl, loss_parallel, hooks)

@@ -163,9 +163,21 @@ ENERGY_COLUMNS = [("workload", "workload", "{}"), ("world", "world_size", "{}"),
                   ("intensity source", "carbon.intensity_source", "{}")]
 
 
+PIPELINE_COLUMNS = [("workload", "workload", "{}"), ("world", "world_size", "{}"),
+                    ("schedule", "metrics.pipeline.schedule", "{}"), ("P", "metrics.pipeline.stages", "{:.0f}"),
+                    ("V", "metrics.pipeline.virtual_stages", "{:.0f}"),
+                    ("M", "metrics.pipeline.microbatches", "{:.0f}"),
+                    ("bubble measured", "metrics.pipeline.bubble_measured", "{:.3f}"),
+                    ("bubble (P-1)/(V·M)", "metrics.pipeline.bubble_formula", "{:.3f}"),
+                    ("p2p B/step", "metrics.pipeline.p2p_bytes_per_step", "{:,.0f}"),
+                    ("p2p formula", "metrics.pipeline.p2p_bytes_formula", "{:,.0f}")]
+
+
 def section_tables(df: pd.DataFrame) -> list[Table]:
-    """MoE routing and energy/carbon tables, each only when some run has those figures."""
+    """MoE routing, pipeline and energy/carbon tables, each only when some run has those figures."""
     tables = [_section_table(df, "MoE routing (last step)", MOE_COLUMNS, "metrics.moe.dropped_frac"),
+              _section_table(df, "Pipeline bubble (measured vs formula)", PIPELINE_COLUMNS,
+                             "metrics.pipeline.bubble_formula"),
               _section_table(df, "Energy and carbon (measured window)", ENERGY_COLUMNS, "energy.source")]
     return [t for t in tables if t is not None]
 

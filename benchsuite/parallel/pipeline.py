@@ -1,0 +1,335 @@
+"""Pipeline parallelism (Narayanan et al. 2021, "PTD-P") with ``torch.distributed.pipelining``.
+
+The plain GPT is split by layer index into P·V stages, as torchtitan's ``pipeline_module_split``
+does: stage s holds blocks [s·L/(P·V), (s+1)·L/(P·V)); the token and position embeddings go to the
+first stage, the final norm and the LM head (and so the loss) to the last. Stage s runs on
+pipeline rank s mod P ("loop" placement: with V > 1 virtual stages a rank holds stages
+r, r + P, ..., the interleaved layout of the paper). The model file knows nothing about ranks: a
+stage is a :class:`StageModule` that takes the owned modules of the full model (tensor parallel,
+when on, has already sharded them) and drops the rest.
+
+Each stage module is then wrapped for data parallelism over the "dp" mesh dimension (``replicate``:
+DDP semantics that the pipeline stage knows how to defer to the last microbatch) and handed to a
+``PipelineStage``; the schedule (``Schedule1F1B``, ``ScheduleInterleaved1F1B`` or ``ScheduleGPipe``)
+splits the rank's batch into M microbatches, runs forward and backward, computes the loss on the last stage and scales the
+gradients by 1/M, so they are those of the whole batch's mean loss. The mesh is pp × dp × tp
+(benchsuite/dist.py).
+
+Measured figures (metrics.pipeline in the record, :func:`pipeline_section`):
+
+- bubble: on each rank, the schedule's wall time W minus the time B spent inside its stages'
+  forward and backward chunks is idle (waiting for a neighbour), and (W − B) / B is the bubble
+  over the ideal compute time, the ratio the formula (P − 1) / (V·M) of Narayanan et al. gives
+  (their t_pb / t_id). Per rank the median over the measured steps; the record has the mean over
+  ranks. Point-to-point transfer time, the loss and the schedule's own work per microbatch are
+  counted as idle, so the measured figure is the formula plus that overhead, which grows with M:
+  with small microbatches it can outweigh the bubble's fall (and a CPU shared by several ranks per
+  core adds the time a rank waits for a core).
+- point-to-point bytes: the tensors the stages' send ops carry, summed over the ranks of one
+  pipeline (world / dp). Formula: between the P·V − 1 stage boundaries each of the M microbatches
+  (b = B/M sequences of T tokens, H hidden) crosses once forward (activation) and once backward
+  (its gradient), 4 bytes per value (the residual stream stays fp32, also under bf16 autocast),
+  and each of the tp ranks of a stage sends the full activation: 2·(P·V − 1)·M·b·T·H·4·tp.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from benchsuite.config import RunConfig
+from benchsuite.dist import DistContext
+
+ACTIVATION_BYTES = 4  # fp32 residual stream between stages
+
+
+class StageModule(nn.Module):
+    """One stage of the GPT: the owned blocks, the embeddings on the first stage, the final norm and
+    LM head on the last. Takes the modules of `model` (no copy); `layer_ids` are the blocks' indices
+    in the full model. forward: token ids (first stage) or activations -> activations or logits."""
+
+    def __init__(self, model: nn.Module, layer_ids: list[int], first: bool, last: bool):
+        super().__init__()
+        self.cfg = model.cfg
+        self.layer_ids = list(layer_ids)
+        self.tok_emb = model.tok_emb if first else None
+        self.pos_emb = model.pos_emb if first else None
+        self.blocks = nn.ModuleList(model.blocks[i] for i in layer_ids)
+        self.ln_f = model.ln_f if last else None
+        self.head = model.head if last else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.tok_emb is not None:
+            x = self.tok_emb(x) + self.pos_emb(torch.arange(x.shape[1], device=x.device))
+        for block in self.blocks:
+            x, _, _ = block(x)  # a dense block: no aux loss, no routing statistics
+        return self.head(self.ln_f(x)) if self.head is not None else x
+
+    def full_name(self, name: str) -> str:
+        """A parameter's name in the full model ("blocks.0.x" of stage 2 may be "blocks.4.x")."""
+        parts = name.split(".")
+        if parts[0] == "blocks":
+            parts[1] = str(self.layer_ids[int(parts[1])])
+        return ".".join(parts)
+
+
+def stage_ids(pp_rank: int, pp: int, virtual: int) -> list[int]:
+    """The stages a pipeline rank runs ("loop" placement: stage s on rank s mod P)."""
+    return [pp_rank + k * pp for k in range(virtual)]
+
+
+def stage_layers(stage: int, num_stages: int, layers: int) -> list[int]:
+    per = layers // num_stages
+    return list(range(stage * per, (stage + 1) * per))
+
+
+def next_token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The worker's loss on a microbatch's logits (vocab-parallel under tensor parallelism, inside
+    loss_parallel(), where the result is a replicated DTensor scalar made plain)."""
+    loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+    return loss.full_tensor() if hasattr(loss, "full_tensor") else loss
+
+
+class SpanClock:
+    """Seconds spent inside spans: perf_counter on CPU, CUDA events on GPU (read once per step,
+    so the step itself is not synchronised)."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.seconds = 0.0
+        self.events: list = []
+
+    @contextlib.contextmanager
+    def span(self):
+        if self.cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            yield
+            end.record()
+            self.events.append((start, end))
+        else:
+            t0 = time.perf_counter()
+            yield
+            self.seconds += time.perf_counter() - t0
+
+    def take(self) -> float:
+        """The seconds since the last take."""
+        if self.events:
+            torch.cuda.synchronize()
+            self.seconds += sum(s.elapsed_time(e) for s, e in self.events) / 1e3
+            self.events.clear()
+        out, self.seconds = self.seconds, 0.0
+        return out
+
+
+def _tensor_bytes(ops) -> int:
+    return sum(op.tensor.numel() * op.tensor.element_size() for op in ops)
+
+
+def _timed_stage_class():
+    from torch.distributed.pipelining import PipelineStage
+
+    class TimedStage(PipelineStage):
+        """A PipelineStage that adds its compute time to a SpanClock and counts the bytes it sends."""
+
+        def __init__(self, *args, clock: SpanClock, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.clock, self.sent_bytes = clock, 0
+
+        def forward_one_chunk(self, *args, **kwargs):
+            with self.clock.span():
+                return super().forward_one_chunk(*args, **kwargs)
+
+        def backward_one_chunk(self, *args, **kwargs):
+            with self.clock.span():
+                return super().backward_one_chunk(*args, **kwargs)
+
+        def get_fwd_send_ops(self, *args, **kwargs):
+            ops = super().get_fwd_send_ops(*args, **kwargs)
+            self.sent_bytes += _tensor_bytes(ops)
+            return ops
+
+        def get_bwd_send_ops(self, *args, **kwargs):
+            ops = super().get_bwd_send_ops(*args, **kwargs)
+            self.sent_bytes += _tensor_bytes(ops)
+            return ops
+
+    return TimedStage
+
+
+@dataclass(frozen=True)
+class StepSample:
+    """One schedule step on one rank."""
+
+    wall_s: float  # the schedule's step, end to end
+    busy_s: float  # inside this rank's forward and backward chunks
+    sent_bytes: int  # in this rank's point-to-point sends
+
+
+@dataclass
+class PipelineRun:
+    """This rank's stages and schedule; forward_backward replaces the worker's forward/backward loop."""
+
+    schedule: object
+    stages: list
+    pp_group: object
+    pp: int
+    device: torch.device
+    busy: SpanClock  # the stages' chunks
+    wall: SpanClock  # the schedule's steps
+    keep_outputs: bool = False  # keep the last stage's merged logits in last_outputs (tests)
+    last_outputs: torch.Tensor | None = None
+    samples: list[StepSample] = field(default_factory=list)
+
+    @property
+    def has_first(self) -> bool:
+        return any(s.is_first for s in self.stages)
+
+    @property
+    def has_last(self) -> bool:
+        return any(s.is_last for s in self.stages)
+
+    def forward_backward(self, batches) -> torch.Tensor:
+        """One schedule step over the rank's batch (grad_accum is 1 under a pipeline); returns the mean
+        of the microbatch losses, the same on every rank of the pipeline (broadcast from the last)."""
+        (inputs, targets), = batches
+        losses: list = []
+        sent_before = sum(s.sent_bytes for s in self.stages)
+        with self.wall.span():
+            out = self.schedule.step(*([inputs] if self.has_first else []),
+                                     target=targets if self.has_last else None,
+                                     losses=losses if self.has_last else None, return_outputs=self.keep_outputs)
+        self.last_outputs = out if self.keep_outputs else None
+        self.samples.append(StepSample(self.wall.take(), self.busy.take(),
+                                       sum(s.sent_bytes for s in self.stages) - sent_before))
+        loss = torch.stack(losses).mean().detach() if self.has_last else torch.zeros((), device=self.device)
+        dist.broadcast(loss, group=self.pp_group, group_src=self.pp - 1)  # the last stage is on rank P-1
+        return loss
+
+    def figures(self) -> dict:
+        """This rank's per-step samples as plain lists (gathered to rank 0 for pipeline_section)."""
+        return {"stages": [s.stage_index for s in self.stages], "wall_s": [x.wall_s for x in self.samples],
+                "busy_s": [x.busy_s for x in self.samples], "sent_bytes": [x.sent_bytes for x in self.samples]}
+
+
+SCHEDULE_NAMES = {"1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B", "gpipe": "ScheduleGPipe"}
+
+
+def make_schedule(name: str, stages: list, microbatches: int, loss_fn):
+    from torch.distributed import pipelining
+
+    cls = getattr(pipelining, SCHEDULE_NAMES[name])
+    return cls(stages if name == "interleaved" else stages[0], n_microbatches=microbatches, loss_fn=loss_fn)
+
+
+def wrap_data_parallel(module: nn.Module, ctx: DistContext) -> tuple[nn.Module, str]:
+    """``replicate`` over the dp mesh dimension (DDP semantics on FSDP2's machinery), per stage: the
+    pipeline stage defers its gradient all-reduce to the last microbatch's backward. (torch's DDP under
+    a pipeline fails when rebuilding its buckets after accumulating microbatches, torch 2.13.)"""
+    from benchsuite.parallel.zero import apply_replicate
+
+    if not ctx.dims.dp_enabled:
+        return module, "none (pipeline only)" if not ctx.dims.tp_enabled else "none (pipeline and tensor parallel)"
+    return apply_replicate(module, ctx.mesh["dp"]), "replicate_with_fsdp over dp, per stage"
+
+
+def example_io(first: bool, last: bool, microbatch: int, cfg, tp: int, logits_dtype: torch.dtype):
+    """(input, output) meta tensors of one stage for one microbatch: the static shapes PipelineStage
+    takes instead of inferring them with a trial forward and backward in the first step (that trial
+    runs ``autograd.grad``, which FlopCounterMode's module hooks do not support). Token ids enter the
+    first stage, fp32 activations [b, T, H] (and their gradients, hence requires_grad) cross every
+    boundary, the last stage's logits are this rank's vocab shard."""
+    act = torch.empty(microbatch, cfg.seq_len, cfg.hidden, device="meta", requires_grad=True)
+    ids = torch.empty(microbatch, cfg.seq_len, dtype=torch.long, device="meta")
+    logits = torch.empty(microbatch, cfg.seq_len, cfg.vocab // tp, dtype=logits_dtype, device="meta",
+                         requires_grad=True)
+    return (ids if first else act), (logits if last else act)
+
+
+def parallelize_pipeline(model: nn.Module, ctx: DistContext, pp: int, virtual: int, schedule: str,
+                         microbatches: int, microbatch_size: int, logits_dtype: torch.dtype = torch.float32,
+                         loss_fn=next_token_loss) -> tuple[nn.ModuleList, PipelineRun, dict]:
+    """Split `model` into this rank's stages, wrap each for data parallelism and build the schedule.
+
+    Returns (the rank's stage modules, as one ModuleList for the optimizer and the probes; the run;
+    what was applied, for the record)."""
+    num_stages = pp * virtual
+    busy = SpanClock(ctx.device)
+    timed_stage = _timed_stage_class()
+    modules, stages, data = [], [], ""
+    for s in stage_ids(ctx.pp_rank, pp, virtual):
+        first, last = s == 0, s == num_stages - 1
+        part = StageModule(model, stage_layers(s, num_stages, model.cfg.layers), first, last)
+        part, data = wrap_data_parallel(part, ctx)
+        modules.append(part)
+        inputs, outputs = example_io(first, last, microbatch_size, model.cfg, ctx.dims.tp, logits_dtype)
+        stages.append(timed_stage(part, s, num_stages, ctx.device, input_args=inputs, output_args=outputs,
+                                  group=ctx.pp_group, clock=busy))
+    run = PipelineRun(make_schedule(schedule, stages, microbatches, loss_fn), stages, ctx.pp_group, pp,
+                      ctx.device, busy, SpanClock(ctx.device))
+    impl = {"pipeline": f"torch.distributed.pipelining {SCHEDULE_NAMES[schedule]}: {pp} ranks x {virtual} "
+                        f"stage(s), {microbatches} microbatches", "data": data}
+    return nn.ModuleList(modules), run, impl
+
+
+def apply_pipeline(model: nn.Module, run: RunConfig, ctx: DistContext):
+    """The run's pipeline (parallel/__init__.py calls it after tensor parallel and recompute)."""
+    from benchsuite.dist import resolve_precision
+
+    p = run.parallel
+    bf16 = resolve_precision(run.train.precision, ctx.device) == "bf16"
+    return parallelize_pipeline(model, ctx, p.pipeline, p.virtual_stages, p.schedule, p.n_microbatches,
+                                run.micro_batch_per_rank // p.n_microbatches,
+                                torch.bfloat16 if bf16 else torch.float32)
+
+
+# ------------------------------------------------------------------ record figures
+
+def bubble_formula(pp: int, virtual: int, microbatches: int) -> float:
+    """(P − 1) / (V·M): pipeline bubble time over ideal compute time (Narayanan et al. 2021, §2.2)."""
+    return (pp - 1) / (virtual * microbatches)
+
+
+def p2p_bytes_formula(run: RunConfig) -> int:
+    """Bytes all stages of one pipeline send per step: 2·(P·V − 1)·M·b·T·H·4·tp, b = B/M (see the module
+    docstring)."""
+    p = run.parallel
+    b = run.micro_batch_per_rank // p.n_microbatches
+    return (2 * (p.pipeline * p.virtual_stages - 1) * p.n_microbatches * b * run.model.seq_len * run.model.hidden
+            * ACTIVATION_BYTES * p.tensor)
+
+
+def rank_bubble(fig: dict, steps: int) -> float | None:
+    """Median over the last `steps` (measured) steps of (wall − busy) / busy on one rank."""
+    pairs = [(w, b) for w, b in zip(fig["wall_s"][-steps:], fig["busy_s"][-steps:]) if b > 0]
+    return statistics.median((w - b) / b for w, b in pairs) if pairs else None
+
+
+def pipeline_section(run: RunConfig, figs: list[dict]) -> dict:
+    """metrics.pipeline: the bubble measured beside (P−1)/(V·M), point-to-point bytes beside the formula."""
+    p, steps = run.parallel, run.train.steps
+    per_rank = [rank_bubble(f, steps) for f in figs]
+    known = [b for b in per_rank if b is not None]
+    sent = sum(statistics.median(f["sent_bytes"][-steps:]) for f in figs) / run.data_parallel
+    return {
+        "stages": p.pipeline, "virtual_stages": p.virtual_stages, "microbatches": p.n_microbatches,
+        "schedule": p.schedule,
+        "bubble_measured": statistics.fmean(known) if known else None,
+        "bubble_per_rank": per_rank,
+        "bubble_formula": bubble_formula(p.pipeline, p.virtual_stages, p.n_microbatches),
+        "bubble_source": "per rank: (schedule wall time - time in its forward/backward chunks) / that time, "
+                         "median over measured steps; mean over ranks. Formula (P-1)/(V*M), Narayanan et al. 2021",
+        "p2p_bytes_per_step": sent,
+        "p2p_bytes_formula": p2p_bytes_formula(run),
+        "p2p_source": "bytes in the stages' send ops, summed over one pipeline's ranks (world / dp); formula "
+                      "2*(P*V-1)*M*b*T*H*4*tp",
+        "activation_bytes_per_stage": None,
+        "activation_reason": "not measured: the allocator peak mixes activations with weights and optimizer state",
+    }
