@@ -252,3 +252,18 @@ def test_report_pipeline_table_shows_bubble_measured_and_formula(tmp_path):
     row = next(line for line in text.splitlines() if "interleaved" in line)
     assert "0.500" in row and "0.125" in row  # measured (1.5 - 1) / 1 beside (2 - 1) / (2 · 4)
     assert f"{4 * 1000 // run.data_parallel:,}" in row and f"{p2p_bytes_formula(run):,}" in row
+
+
+def test_run_page_shows_bubble_measured_beside_formula(tmp_path):
+    from benchsuite.parallel.pipeline import pipeline_section
+    from conftest import REPO
+    from dashboard.build import build_site
+
+    rec = json.loads((REPO / "tests/fixtures/results/make_dvs-dense-w4.json").read_text())
+    run = make_run(2, 1, "interleaved", 2, 4)
+    fig = {"stages": [0, 2], "wall_s": [1.5] * STEPS, "busy_s": [1.0] * STEPS, "sent_bytes": [1000] * STEPS}
+    rec["metrics"]["pipeline"] = pipeline_section(run, [fig] * WORLD)
+    res = build_site([rec], tmp_path)
+    page = (tmp_path / res.pages[1]).read_text(encoding="utf-8")
+    assert "<h3>Pipeline</h3>" in page
+    assert "Bubble measured</th><td>0.5<" in page and "Bubble formula (P−1)/(V·M)</th><td>0.125<" in page

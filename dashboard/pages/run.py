@@ -222,6 +222,31 @@ def _comm(rec) -> str:
     return "<h3>Communication</h3>" + kv_table(rows)
 
 
+def _pipeline(rec) -> str:
+    """metrics.pipeline: the measured bubble beside (P-1)/(V*M), and point-to-point bytes beside their formula."""
+    p = dig(rec, "metrics", "pipeline")
+    if not isinstance(p, dict):
+        return ""
+    rows = [("Stages × virtual stages", f"{p.get('stages')} × {p.get('virtual_stages')}"),
+            ("Schedule, microbatches", f"{p.get('schedule')}, {p.get('microbatches')}"),
+            ("Bubble measured", f_sig(p.get("bubble_measured"))), ("Bubble formula (P−1)/(V·M)", f_sig(p.get("bubble_formula"))),
+            ("Bubble per rank", ", ".join(f_sig(b) for b in p.get("bubble_per_rank") or [])),
+            ("How measured", p.get("bubble_source")),
+            ("Point-to-point bytes per step", f_bytes(p.get("p2p_bytes_per_step"))),
+            ("Point-to-point formula", f_bytes(p.get("p2p_bytes_formula"))),
+            ("Activation memory per stage", f_bytes(p.get("activation_bytes_per_stage"))
+             if num(p.get("activation_bytes_per_stage")) is not None else p.get("activation_reason"))]
+    return "<h3>Pipeline</h3>" + kv_table(rows)
+
+
+QUALITY_LABELS = {"target_loss": "Target loss", "reached": "Reached", "step": "Step", "tokens": "Tokens",
+                  "seconds": "Training time (s)", "model_flops": "Model FLOPs", "energy_j": "Energy (J)",
+                  "co2e_g": "CO2e (g)", "initial_val_loss": "Initial validation loss",
+                  "final_val_loss": "Final validation loss", "best_val_loss": "Best validation loss",
+                  "best_step": "Best step", "eval_seconds": "Evaluation time (s)",
+                  "eval_energy_j": "Evaluation energy (J)"}
+
+
 def _energy(rec) -> str:
     e = rec.get("energy")
     if not isinstance(e, dict):
@@ -268,7 +293,8 @@ def _quality(rec) -> str:
     q = dig(rec, "metrics", "quality")
     if not isinstance(q, dict):
         return ""
-    return "<h3>Time to target loss</h3>" + kv_table([(k.replace("_", " "), f_sig(v) if num(v) is not None else v)
+    return "<h3>Time to target loss</h3>" + kv_table([(QUALITY_LABELS.get(k, k.replace("_", " ").capitalize()),
+                                                       f_sig(v) if num(v) is not None else v)
                                                       for k, v in q.items() if not isinstance(v, (list, dict))])
 
 
@@ -320,7 +346,7 @@ def render(row: dict, rec: dict) -> Section:
             f'<h2>Ranks and experts</h2><div class="row2">{blocks["ranks"]}<div>{blocks["experts"]}{_moe(rec)}'
             f'</div></div>'
             f'<h2>Memory and communication</h2><div class="row2"><div>{blocks["memory"]}{_memory_notes(rec)}</div>'
-            f'<div>{_memory_table(rec)}{_comm(rec)}</div></div>'
+            f'<div>{_memory_table(rec)}{_comm(rec)}{_pipeline(rec)}</div></div>'
             f'<h2>Energy and carbon</h2><div class="row2"><div>{_energy(rec)}</div><div>{_carbon(rec)}'
             f'{_quality(rec)}</div></div>'
             f'<h2>Environment</h2>{_env(rec)}'
