@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -85,3 +86,10 @@ def spawn(fn, world: int, *args) -> None:
     import torch.multiprocessing as mp
 
     mp.spawn(_spawn_entry, args=(world, free_port(), fn, args), nprocs=world, join=True)
+
+
+def runs_rows(site: Path) -> list:
+    """The runs table's rows, [page, status, model, note, cells], as assets/runs.js holds them."""
+    text = (site / "assets" / "runs.js").read_text(encoding="utf-8")
+    assert text.startswith("window.BENCHSUITE_RUNS = ") and text.endswith(";\n")
+    return json.loads(text[len("window.BENCHSUITE_RUNS = "):-2])

@@ -15,17 +15,11 @@ from benchsuite.results.store import load_records
 from dashboard import build_site
 from dashboard.data import MAX_SERIES, load
 from dashboard.pages import summary_pages
+from conftest import runs_rows
 from dashboard.render import ptext
 from dashboard.style import KNOWN, Families, family
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "results"
-
-
-def runs_rows(site: Path) -> list:
-    """The runs table's rows, [page, status, model, note, cells], as assets/runs.js holds them."""
-    text = (site / "assets" / "runs.js").read_text(encoding="utf-8")
-    assert text.startswith("window.BENCHSUITE_RUNS = ") and text.endswith(";\n")
-    return json.loads(text[len("window.BENCHSUITE_RUNS = "):-2])
 
 
 def _figures(data) -> dict:

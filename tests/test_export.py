@@ -32,7 +32,8 @@ def record(run_key="abc", workload="dense", pue=1.1, env_host=True, started_at="
               "per_device": [{"uuid": "GPU-a", "name": "NVIDIA H200", "energy_j": 800.0}]}
     return {"schema_version": 1, "status": "ok", "error": None, "run_key": run_key, "suite": "s",
             "workload": workload, "started_at": started_at, "duration_s": 60.0, "steps": [],
-            "config": {"carbon": {"country": "FRA", "region": None, "pue": pue}, "world_size": 2},
+            "config": {"carbon": {"country": "FRA", "region": None, "pue": pue}, "world_size": 2,
+                       "nodes": 1, "scaling": "weak"},
             "env": env, "metrics": {"tokens_per_s": 1000.0}, "energy": energy,
             "carbon": carbon.carbon_section(1000.0, CarbonConfig(country="FRA", pue=pue))}
 
