@@ -88,6 +88,13 @@ def no_orphans(key: str, timeout: float = 15.0) -> None:
 # ----------------------------------------------------------------------------- the launcher
 
 
+def start_launcher(suite, out, fault: str, *args: str) -> subprocess.Popen:
+    """A real `benchsuite run` in the background with BENCHSUITE_INJECT_FAULT=fault (e.g. hang:1)."""
+    return subprocess.Popen(CLI + ["run", str(suite), "--out", str(out), *args], cwd=REPO, text=True,
+                            env={**os.environ, "BENCHSUITE_INJECT_FAULT": fault},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
 def test_launcher_interrupted_then_killed_mid_suite_then_resumed(tmp_path, tiny_suite, reap):
     """Ctrl-C (SIGINT) mid-run: exit 130, the finished run kept, the interrupted one recorded failed,
     no orphans. Then SIGKILL of the launcher mid-run: nothing can be written, but the ranks die with it
@@ -99,8 +106,7 @@ def test_launcher_interrupted_then_killed_mid_suite_then_resumed(tmp_path, tiny_
     hang = {**os.environ, "BENCHSUITE_INJECT_FAULT": "hang:1"}  # only world 2 has a rank 1
 
     old = workdirs(k2)
-    launcher = subprocess.Popen(CLI + ["run", str(suite), "--out", str(out)], env=hang, cwd=REPO,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    launcher = start_launcher(suite, out, "hang:1")
     wait_for(lambda: rank_started(k2, 1, old), 120, "the second run's rank 1")
     launcher.send_signal(signal.SIGINT)
     _, err = launcher.communicate(timeout=60)
@@ -156,9 +162,7 @@ def test_sigterm_to_the_launcher_stops_the_suite_like_ctrl_c(tmp_path, tiny_suit
     (key,) = run_keys(suite)
     reap.append(key)
     old = workdirs(key)
-    launcher = subprocess.Popen(CLI + ["run", str(suite), "--out", str(out)], cwd=REPO, text=True,
-                                env={**os.environ, "BENCHSUITE_INJECT_FAULT": "hang:1"},
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    launcher = start_launcher(suite, out, "hang:1")
     wait_for(lambda: rank_started(key, 1, old), 120, "rank 1")
     launcher.send_signal(signal.SIGTERM)
     _, err = launcher.communicate(timeout=60)
@@ -176,9 +180,7 @@ def test_an_interrupt_never_destroys_a_measurement_neither_this_runs_nor_an_earl
     out = tmp_path / "out"
     (key,) = run_keys(suite)
     reap.append(key)
-    launcher = subprocess.Popen(CLI + ["run", str(suite), "--out", str(out)], cwd=REPO, text=True,
-                                env={**os.environ, "BENCHSUITE_INJECT_FAULT": "hang_at_exit:0"},
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    launcher = start_launcher(suite, out, "hang_at_exit:0")
     record = wait_for(lambda: next(iter(out.glob("*.json")), None), 120, "the run's ok record")
     launcher.send_signal(signal.SIGINT)
     _, err = launcher.communicate(timeout=60)
@@ -192,9 +194,7 @@ def test_an_interrupt_never_destroys_a_measurement_neither_this_runs_nor_an_earl
 
     kept = record.read_bytes()
     old = workdirs(key)
-    launcher = subprocess.Popen(CLI + ["run", str(suite), "--out", str(out), "--no-resume"], cwd=REPO, text=True,
-                                env={**os.environ, "BENCHSUITE_INJECT_FAULT": "hang:0"},
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    launcher = start_launcher(suite, out, "hang:0", "--no-resume")
     wait_for(lambda: rank_started(key, 0, old), 120, "the rerun's rank 0")
     launcher.send_signal(signal.SIGINT)
     _, err = launcher.communicate(timeout=60)
@@ -205,7 +205,7 @@ def test_an_interrupt_never_destroys_a_measurement_neither_this_runs_nor_an_earl
     res = run_cli("run", str(suite), "--out", str(out), "--json", timeout=120)
     assert res.returncode == 0 and [r["status"] for r in json.loads(res.stdout)["runs"]] == ["skipped_recorded"]
     report = run_cli("report", str(out), "--json", timeout=60)
-    assert [(r["run_key"], r["status"]) for r in json.loads(report.stdout)] == [(key, "ok")]
+    assert [(r["run_key"], r["status"]) for r in json.loads(report.stdout)["runs"]] == [(key, "ok")]
 
 
 def test_ctrl_c_pressed_again_and_again_during_shutdown_still_records_the_run_and_leaves_no_process(
@@ -217,9 +217,7 @@ def test_ctrl_c_pressed_again_and_again_during_shutdown_still_records_the_run_an
     (key,) = run_keys(suite)
     reap.append(key)
     old = workdirs(key)
-    launcher = subprocess.Popen(CLI + ["run", str(suite), "--out", str(out)], cwd=REPO, text=True,
-                                env={**os.environ, "BENCHSUITE_INJECT_FAULT": "hang:1"},
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    launcher = start_launcher(suite, out, "hang:1")
     wait_for(lambda: rank_started(key, 1, old), 120, "rank 1")
     deadline = time.monotonic() + 60
     while launcher.poll() is None and time.monotonic() < deadline:

@@ -110,5 +110,5 @@ def test_a_sweep_whose_figures_are_all_null_reads_as_not_measured(tmp_path, caps
     df = records_dataframe(tmp_path)
     assert df["tokens_per_s"].isna().all() and df["scaling_efficiency"].isna().all()
     assert cli.main(["report", str(tmp_path), "--json"]) == 0
-    assert [r["tokens_per_s"] for r in json.loads(capsys.readouterr().out)] == [None, None]
+    assert [r["tokens_per_s"] for r in json.loads(capsys.readouterr().out)["runs"]] == [None, None]
     assert cli.main(["dashboard", str(tmp_path), "-o", str(tmp_path.parent / "site")]) == 0
