@@ -266,20 +266,28 @@ def cmd_list(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from benchsuite.results.report import report_rows, report_table, section_tables, verdict_tables
+    from benchsuite.results.report import (ENERGY_COLUMNS, ENERGY_WHEN, ColumnError, Fit, report_rows, report_table,
+                                           section_rows, section_tables, verdict_tables)
     from benchsuite.results.store import load_records
     from benchsuite.results.verdicts import verdicts, verdicts_doc
 
+    fit = Fit(width=out.width, columns=None if args.columns is None else
+              tuple(c.strip().lower() for c in args.columns.split(",") if c.strip()))
+    try:
+        fit.check()
+    except ColumnError as e:
+        raise UsageError(str(e)) from None
     df = _load_df(args.dir)
     seeds = verdicts(load_records(args.dir))  # over seeds: intervals, dense/sparse ratios, the papers' claims
     if args.json:
-        _print_json({"runs": report_rows(df), "verdicts": verdicts_doc(seeds)})
+        _print_json({"runs": report_rows(df), "verdicts": verdicts_doc(seeds),
+                     "energy": section_rows(df, ENERGY_COLUMNS, ENERGY_WHEN)})
         return 0
     if df.empty:
         err.print(f"no records in {printable(args.dir)}", markup=False)
         return 0
-    out.print(report_table(df))
-    for table in section_tables(df) + verdict_tables(seeds):
+    out.print(report_table(df, fit))
+    for table in section_tables(df, fit) + verdict_tables(seeds):
         out.print(table)
     return 0
 
@@ -514,7 +522,8 @@ def cmd_carbon_project(args) -> int:
         except ValueError as e:
             proj = {"error": str(e)}
         rows.append({"run_key": rec["run_key"], "suite": rec["suite"], "workload": rec["workload"],
-                     "world_size": rec["config"]["world_size"], **proj})
+                     "world_size": rec["config"]["world_size"],
+                     "short_window": bool((rec.get("energy") or {}).get("short_window")), **proj})
     if args.json:
         _print_json(rows)
         return 0
@@ -526,7 +535,26 @@ def cmd_carbon_project(args) -> int:
             out.print(f"{head}: {r['hours']:,.1f} h on {r['devices']} devices, {r['energy_kwh']:.3g} kWh, "
                       f"{r['co2e_t']:.3g} t CO2e (PUE {r['pue']:g}, {r['intensity_g_per_kwh']:.0f} g/kWh, "
                       f"{r['intensity_source']})", markup=False)
+            for line in _projection_assumptions(r, pue_given=args.pue is not None):
+                out.print(printable(f"  {line}"), markup=False)
     return 0
+
+
+def _projection_assumptions(r: dict, pue_given: bool) -> list[str]:
+    """What a projection takes for granted and where each input came from, so a reader can weigh it."""
+    parts = ", ".join(r["energy_includes"]) or "no part"
+    how = "a measured counter" if r["energy_source"] == "measured" else "an estimate, not a measured counter"
+    return [
+        f"energy: {r['j_per_token']:.3g} J/token from the record's {r['energy_source']} energy of {parts} ({how})",
+        ("short window: the record's energy window was shorter than the meters resolve (energy.short_window), "
+         "so its J/token is uncertain") if r["short_window"] else
+        "window: long enough for the meters (no short-window flag)",
+        f"throughput: {r['tokens_per_s_per_device']:,.0f} tok/s per device as measured at world "
+        f"{r['world_size']}, held constant at {r['devices']} devices (no scaling loss assumed); "
+        f"J/token held constant too",
+        f"PUE {r['pue']:g} from {'--pue' if pue_given else 'the record'}; intensity "
+        f"{r['intensity_g_per_kwh']:.0f} g/kWh from {r['intensity_source']}",
+    ]
 
 
 def cmd_export(args) -> int:
@@ -565,6 +593,20 @@ def cmd_tokenize(args) -> int:
     return 0
 
 
+def package_version() -> str:
+    """The installed package's version; the source tree's pyproject.toml when it is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("benchsuite")
+    except PackageNotFoundError:
+        import tomllib
+        pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+        return tomllib.loads(pyproject.read_text())["project"]["version"]
+
+
+OUTPUT = "output path of this verb: "  # -o means this on every verb that has it
+
+
 class Parser(argparse.ArgumentParser):
     """argparse, with its messages (which quote what was typed) shown through `printable`."""
 
@@ -575,6 +617,8 @@ class Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="benchsuite", description="What training a transformer really costs: "
                "throughput, FLOPs/MFU, scaling, memory, energy and CO2e.")
+    p.add_argument("--version", action="version", version=f"benchsuite {package_version()}",
+                   help="print the version and exit")
     sub = p.add_subparsers(dest="verb", required=True)
 
     r = sub.add_parser("run", help="run a suite (one torchrun per run) and write one record per run")
@@ -594,18 +638,23 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(fn=cmd_run)
 
     ls = sub.add_parser("list", help="list the records in a results folder")
-    ls.add_argument("dir", nargs="?", default="results")
-    ls.add_argument("--json", action="store_true")
+    ls.add_argument("dir", nargs="?", default="results", help="results folder (default: results)")
+    ls.add_argument("--json", action="store_true", help="print the records' summaries as JSON on stdout")
     ls.set_defaults(fn=cmd_list)
 
     rp = sub.add_parser("report", help="table of results: throughput, MFU, step time, scaling")
-    rp.add_argument("dir", nargs="?", default="results")
-    rp.add_argument("--json", action="store_true")
+    rp.add_argument("dir", nargs="?", default="results", help="results folder (default: results)")
+    rp.add_argument("--columns", metavar="A,B,...",
+                    help="the columns to show, by name (e.g. workload,world,tok_s,mfu,hfu); default: the most "
+                         "important that fit the console width, the others named under each table")
+    rp.add_argument("--json", action="store_true",
+                    help='print {"runs", "verdicts", "energy"} on stdout, typed values')
     rp.set_defaults(fn=cmd_report)
 
     db = sub.add_parser("dashboard", help="build the static, offline Plotly site from a results folder")
-    db.add_argument("dir", nargs="?", default="results")
-    db.add_argument("-o", "--out", default="site", help="site folder (default: site); opens as OUT/index.html")
+    db.add_argument("dir", nargs="?", default="results", help="results folder (default: results)")
+    db.add_argument("-o", "--out", default="site",
+                    help=OUTPUT + "the site folder (default: site); opens as OUT/index.html")
     db.add_argument("--json", action="store_true", help='print {"index", "records", "pages"} on stdout')
     db.set_defaults(fn=cmd_dashboard)
 
@@ -621,7 +670,7 @@ def build_parser() -> argparse.ArgumentParser:
     cm.set_defaults(fn=cmd_compare)
 
     sl = sub.add_parser("slurm", help="write an sbatch script that runs the suite on a Slurm allocation")
-    sl.add_argument("suite")
+    sl.add_argument("suite", help="suite TOML file the job runs, e.g. workloads/smoke.toml")
     sl.add_argument("--cpus-per-task", type=COUNT, default=None,
                     help="CPUs of the node's one task, which runs all G ranks (default: 8 × --gpus-per-node; "
                          "Slurm's own default of 1 CPU per task would be shared by every rank)")
@@ -631,56 +680,58 @@ def build_parser() -> argparse.ArgumentParser:
     sl.add_argument("--job-output", metavar="PATTERN",
                     help="the job's stdout/stderr (#SBATCH --output; %%j is the job id); default "
                          "OUT/logs/slurm-%%j.out, its folder created now (Slurm does not create it)")
-    sl.add_argument("--nodes", type=COUNT, required=True)
-    sl.add_argument("--gpus-per-node", type=COUNT, required=True)
-    sl.add_argument("--partition")
+    sl.add_argument("--nodes", type=COUNT, required=True, help="nodes of the allocation (#SBATCH --nodes)")
+    sl.add_argument("--gpus-per-node", type=COUNT, required=True,
+                    help="GPUs of each node (#SBATCH --gpus-per-node); at least the suite's ranks per node")
+    sl.add_argument("--partition", help="Slurm partition (#SBATCH --partition); default: the cluster's")
     sl.add_argument("--time", help="wall-clock limit, e.g. 02:00:00")
-    sl.add_argument("--account")
+    sl.add_argument("--account", help="account charged for the job (#SBATCH --account)")
     sl.add_argument("--out", default="results", help="results folder, shared by all nodes")
-    sl.add_argument("-o", "--output", default="-", help="script file (default: stdout)")
+    sl.add_argument("-o", "--output", default="-", help=OUTPUT + "the sbatch script file (default: stdout)")
     sl.set_defaults(fn=cmd_slurm)
 
     c = sub.add_parser("carbon", help="carbon accounting: plain estimates and projections from records")
     csub = c.add_subparsers(dest="carbon_verb", required=True)
     ce = csub.add_parser("estimate", help="chips × hours × watts × PUE × grid intensity")
-    ce.add_argument("--chips", type=POSITIVE, required=True)
-    ce.add_argument("--hours", type=POSITIVE, required=True)
+    ce.add_argument("--chips", type=POSITIVE, required=True, help="number of accelerators")
+    ce.add_argument("--hours", type=POSITIVE, required=True, help="wall-clock hours they run")
     ce.add_argument("--watts", type=POSITIVE, required=True, help="average power per chip")
-    ce.add_argument("--pue", type=PUE, default=1.0)
+    ce.add_argument("--pue", type=PUE, default=1.0, help="data-centre PUE, >= 1 (default: 1.0)")
     where = ce.add_mutually_exclusive_group()
     where.add_argument("--intensity", type=NON_NEGATIVE, help="grid intensity, g CO2e per kWh")
     where.add_argument("--country", help="ISO 3166 alpha-3 code, looked up in codecarbon's offline data")
-    ce.add_argument("--region")
-    ce.add_argument("--json", action="store_true")
+    ce.add_argument("--region", help="region within --country (codecarbon's offline data), e.g. a US state")
+    ce.add_argument("--json", action="store_true", help="print the estimate as JSON on stdout")
     ce.set_defaults(fn=cmd_carbon_estimate)
     cp = csub.add_parser("project", help="hours, kWh and t CO2e of a full training run from measured rates")
     cp.add_argument("records", help="a record file or a results folder")
     cp.add_argument("--tokens", type=POSITIVE, required=True, help="tokens of the full training run")
     cp.add_argument("--devices", type=COUNT, help="devices of the full run (default: the record's world size)")
-    cp.add_argument("--pue", type=PUE, help="default: the record's")
+    cp.add_argument("--pue", type=PUE, help="data-centre PUE, >= 1 (default: the record's)")
     where = cp.add_mutually_exclusive_group()
-    where.add_argument("--intensity", type=NON_NEGATIVE, help="default: the record's")
+    where.add_argument("--intensity", type=NON_NEGATIVE, help="grid intensity, g CO2e per kWh (default: the record's)")
     where.add_argument("--country", help="ISO 3166 alpha-3 code, looked up in codecarbon's offline data")
-    cp.add_argument("--region")
-    cp.add_argument("--json", action="store_true")
+    cp.add_argument("--region", help="region within --country (codecarbon's offline data), e.g. a US state")
+    cp.add_argument("--json", action="store_true", help="print one projection per record as JSON on stdout")
     cp.set_defaults(fn=cmd_carbon_project)
 
     ex = sub.add_parser("export", help="export records, e.g. as codecarbon's emissions.csv")
-    ex.add_argument("dir", nargs="?", default="results")
-    ex.add_argument("--format", choices=["codecarbon"], default="codecarbon")
-    ex.add_argument("-o", "--output", help="default: DIR/emissions.csv; an existing codecarbon file gets the "
-                    "rows appended, as codecarbon does")
+    ex.add_argument("dir", nargs="?", default="results", help="results folder (default: results)")
+    ex.add_argument("--format", choices=["codecarbon"], default="codecarbon",
+                    help="codecarbon: its emissions.csv columns and units (the only format)")
+    ex.add_argument("-o", "--output", help=OUTPUT + "the CSV file (default: DIR/emissions.csv); an existing "
+                    "codecarbon file gets the rows appended, as codecarbon does")
     ex.set_defaults(fn=cmd_export)
 
     tk = sub.add_parser("tokenize", help="text files → a .bin of byte-level tokens for train.data")
     tk.add_argument("files", nargs="+", help="UTF-8 text files; each is one document, followed by EOS")
-    tk.add_argument("-o", "--output", required=True, help="the token file to write, e.g. data/train.bin")
+    tk.add_argument("-o", "--output", required=True, help=OUTPUT + "the token file to write, e.g. data/train.bin")
     tk.add_argument("--json", action="store_true", help='print {"path", "tokens", "sha256", ...} on stdout')
     tk.set_defaults(fn=cmd_tokenize)
 
     f = sub.add_parser("flops", help="parameters and FLOPs per token of every run of a suite")
-    f.add_argument("suite")
-    f.add_argument("--json", action="store_true")
+    f.add_argument("suite", help="suite TOML file, e.g. workloads/smoke.toml")
+    f.add_argument("--json", action="store_true", help="print the counts as JSON on stdout")
     f.set_defaults(fn=cmd_flops)
 
     mm = sub.add_parser("memory", help="per-device model-state bytes of DDP and ZeRO stages 1/2/3")
@@ -691,7 +742,7 @@ def build_parser() -> argparse.ArgumentParser:
     mm.add_argument("--precision", choices=("mixed", "fp32"), default=None,
                     help="mixed: 2+2+K with K = 12 (the paper); fp32: 4+4+8. Default: each run's train.precision "
                          "(\"auto\": bf16 with a CUDA device here, else fp32); with --params only, mixed")
-    mm.add_argument("--json", action="store_true")
+    mm.add_argument("--json", action="store_true", help="print the byte counts as JSON on stdout")
     mm.set_defaults(fn=cmd_memory)
     return p
 

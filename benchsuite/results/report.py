@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+
 import pandas as pd
+from rich.cells import cell_len
 from rich.markup import escape
 from rich.table import Table
 
@@ -103,22 +107,97 @@ def report_rows(df: pd.DataFrame) -> list[dict]:
     return [{k: (v if present(v) else None) for k, v in r.items()} for r in df[cols].to_dict("records")]
 
 
-def report_table(df: pd.DataFrame) -> Table:
-    table = Table(title="benchsuite results", header_style="bold")
-    for header, _, _ in COLUMNS:
-        table.add_column(header, justify="right" if header not in ("suite", "workload", "scaling", "status")
-                         else "left")
+TEXT_HEADERS = ("suite", "workload", "scaling", "status", "router", "source", "intensity source", "schedule",
+                "baseline", "to target")  # left-aligned; may wrap at spaces. Every other column is a number
+# The main table's columns, most important first: the ones kept when the console is narrow.
+PRIORITY = ("workload", "world", "tok/s", "MFU", "step ms (95% CI)", "efficiency", "status", "suite", "scaling",
+            "nodes", "HFU", "baseline", "state MiB meas/model", "to target")
+
+
+def column_name(header: str) -> str:
+    """What `report --columns` calls a column: its header up to any parenthesis, lower case, words joined by _."""
+    return "_".join(re.findall(r"[a-z0-9]+", header.split(" (")[0].lower()))
+
+
+class ColumnError(ValueError):
+    """--columns named a column no table has."""
+
+
+@dataclass(frozen=True)
+class Fit:
+    """How the tables are laid out: the console width, or the columns the reader picked."""
+    width: int = 80
+    columns: tuple[str, ...] | None = None  # column_name()s; None: choose by width
+
+    def check(self) -> None:
+        """Unknown names → ColumnError naming them and listing the valid ones."""
+        if self.columns is None:
+            return
+        valid = sorted({column_name(h) for h, _, _ in COLUMNS + MOE_COLUMNS + ENERGY_COLUMNS + PIPELINE_COLUMNS})
+        unknown = [c for c in self.columns if c not in valid]
+        if unknown or not self.columns:
+            raise ColumnError(f"--columns: unknown column(s) {', '.join(unknown) or '(none given)'}; "
+                              f"valid: {', '.join(valid)}")
+
+
+def _min_width(header: str, cells: list[str]) -> int:
+    """The narrowest a column may be drawn: numbers whole on one line; text down to its longest word."""
+    if header in TEXT_HEADERS:
+        return max(cell_len(w) for c in [header, *cells] for w in (c.split() or [""]))
+    return max(cell_len(c) for c in [header, *cells])
+
+
+def _choose(headers: list[str], columns: list[list[str]], priority: list[str], fit: Fit) -> list[int]:
+    """Indices of the columns to draw, in table order: those picked, or the most important that fit
+    fit.width (a column costs its width, 2 of padding and 1 of border)."""
+    if fit.columns is not None:
+        return [i for name in fit.columns for i, h in enumerate(headers) if column_name(h) == name]
+    used, kept = 1, set()
+    for header in priority:
+        i = headers.index(header)
+        cost = _min_width(header, columns[i]) + 3
+        if used + cost <= fit.width or not kept:
+            used, kept = used + cost, kept | {i}
+    return sorted(kept)
+
+
+def _fitted_table(title: str, headers: list[str], rows: list[list[str]], priority: list[str], fit: Fit,
+                  styles: list[str | None] | None = None) -> tuple[Table, list[str]]:
+    """The table of the chosen columns, and the headers left out. Number columns never wrap and are at
+    least as wide as their widest figure, so the console never cuts one."""
+    columns = [[r[i] for r in rows] for i in range(len(headers))]
+    chosen = _choose(headers, columns, priority, fit)
+    table = Table(title=title, header_style="bold")
+    for i in chosen:
+        text = headers[i] in TEXT_HEADERS
+        table.add_column(headers[i], justify="left" if text else "right", no_wrap=not text,
+                         min_width=None if text else _min_width(headers[i], columns[i]))
+    for n, row in enumerate(rows):
+        table.add_row(*[escape(printable(row[i])) for i in chosen], style=styles[n] if styles else None)
+    left_out = [h for i, h in enumerate(headers) if i not in chosen] if fit.columns is None else []
+    return table, left_out
+
+
+def _left_out_line(left_out: list[str]) -> list[str]:
+    if not left_out:
+        return []
+    names = ", ".join(column_name(h) for h in left_out)
+    return [f"left out to fit the width: {names} (`benchsuite report --columns NAME,...` shows them)"]
+
+
+def report_table(df: pd.DataFrame, fit: Fit = Fit()) -> Table:
+    rows, styles = [], []
     for _, row in df.iterrows():
-        cells = []
-        for header, col, fmt in COLUMNS:
-            cells.append(CELLS[header](row) if col is None else _fmt(fmt, row.get(col)))
+        cells = [CELLS[header](row) if col is None else _fmt(fmt, row.get(col)) for header, col, fmt in COLUMNS]
         flagged = row["status"] == "ok" and bool(row.get("flagged"))
         if row["status"] == "failed":
             cells[-1] = f"failed: {row.get('error_type')}"
         elif flagged:  # impossible figures (results/sanity.py): never shown as a plain ok
             cells[-1] = f"ok {FLAG_MARK} flagged"
-        table.add_row(*[escape(printable(c)) for c in cells],
-                      style="red" if row["status"] == "failed" else ("yellow" if flagged else None))
+        rows.append(cells)
+        styles.append("red" if row["status"] == "failed" else ("yellow" if flagged else None))
+    table, left_out = _fitted_table("benchsuite results", [h for h, _, _ in COLUMNS], rows, list(PRIORITY), fit,
+                                    styles)
     flagged_rows = df[df["flagged"].fillna(False).astype(bool)] if "flagged" in df else df.iloc[:0]
     lines = [f"{FLAG_MARK} {escape(printable(r['workload']))} w{r['world_size']}: "
              f"{escape(printable(r.get('flag_summary')))}" for _, r in flagged_rows.iterrows()]
@@ -126,21 +205,36 @@ def report_table(df: pd.DataFrame) -> Table:
         if "scaling_efficiency_reason" in df else df.iloc[:0]
     lines += [f"efficiency — {escape(printable(r['workload']))} w{r['world_size']}: "
               f"{escape(printable(r['scaling_efficiency_reason']))}" for _, r in no_base.iterrows()]
+    lines += [escape(line) for line in _left_out_line(left_out)]
     if lines:
         table.caption = "\n".join(lines)
     return table
 
 
-def _section_table(df: pd.DataFrame, title: str, columns: list[tuple[str, str, str]], when: str) -> Table | None:
-    """A table of the runs that have column `when` (None when no run has it)."""
+def _section_table(df: pd.DataFrame, title: str, columns: list[tuple[str, str, str]], when: str,
+                   fit: Fit) -> Table | None:
+    """A table of the runs that have column `when` (None when no run has it, or --columns picks none of
+    its columns); its columns are most important first."""
     if when not in df or df[when].isna().all():
         return None
-    table = Table(title=title, header_style="bold")
-    for header, _, _ in columns:
-        table.add_column(header, justify="left" if header in ("workload", "router", "source", "intensity source") else "right")
-    for _, row in df[df[when].notna()].iterrows():
-        table.add_row(*[escape(printable(_fmt(fmt, row.get(col)))) for _, col, fmt in columns])
+    rows = [[_fmt(fmt, row.get(col)) for _, col, fmt in columns] for _, row in df[df[when].notna()].iterrows()]
+    headers = [h for h, _, _ in columns]
+    table, left_out = _fitted_table(title, headers, rows, headers, fit)
+    if not table.columns:
+        return None
+    if left_out:
+        table.caption = "\n".join(escape(line) for line in _left_out_line(left_out))
     return table
+
+
+def section_rows(df: pd.DataFrame, columns: list[tuple[str, str, str]], when: str) -> list[dict]:
+    """A section table's rows for --json: keyed by record field, typed values, nulls as None."""
+    if when not in df:
+        return []
+    cols = ["run_key"] + [c for _, c, _ in columns if c != "run_key"]
+    part = df[df[when].notna()].reindex(columns=cols)
+    return [{k: (v.item() if hasattr(v, "item") else v) if present(v) else None for k, v in r.items()}
+            for r in part.to_dict("records")]
 
 
 MOE_COLUMNS = [("workload", "workload", "{}"), ("router", "router", "{}"), ("world", "world_size", "{}"),
@@ -173,12 +267,15 @@ PIPELINE_COLUMNS = [("workload", "workload", "{}"), ("world", "world_size", "{}"
                     ("p2p formula", "metrics.pipeline.p2p_bytes_formula", "{:,.0f}")]
 
 
-def section_tables(df: pd.DataFrame) -> list[Table]:
+ENERGY_WHEN = "energy.source"  # a run has the energy/carbon table's row when it has an energy source
+
+
+def section_tables(df: pd.DataFrame, fit: Fit = Fit()) -> list[Table]:
     """MoE routing, pipeline and energy/carbon tables, each only when some run has those figures."""
-    tables = [_section_table(df, "MoE routing (last step)", MOE_COLUMNS, "metrics.moe.dropped_frac"),
+    tables = [_section_table(df, "MoE routing (last step)", MOE_COLUMNS, "metrics.moe.dropped_frac", fit),
               _section_table(df, "Pipeline bubble (measured vs formula)", PIPELINE_COLUMNS,
-                             "metrics.pipeline.bubble_formula"),
-              _section_table(df, "Energy and carbon (measured window)", ENERGY_COLUMNS, "energy.source")]
+                             "metrics.pipeline.bubble_formula", fit),
+              _section_table(df, "Energy and carbon (measured window)", ENERGY_COLUMNS, ENERGY_WHEN, fit)]
     return [t for t in tables if t is not None]
 
 

@@ -1,0 +1,158 @@
+"""The report fits the console without cutting a number; --columns; report --json's energy rows;
+the CLI's conventions (--version, help on every option, one meaning of -o, carbon project's assumptions)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from benchsuite import cli
+from benchsuite.results.report import Fit, column_name, report_table, section_tables
+from benchsuite.results.store import load_records, records_dataframe
+
+FIXTURES = Path(__file__).parent / "fixtures" / "results"
+NUMBERS = {  # header → (the field it needs, its value as the report must show it, independently formatted)
+    "world": ("world_size", lambda r: f"{r['world_size']}"),
+    "tok/s": ("tokens_per_s", lambda r: f"{r['tokens_per_s']:,.0f}"),
+    "MFU": ("mfu", lambda r: f"{r['mfu']:.1%}"),
+    "step ms (95% CI)": ("step_time_median_s", lambda r: f"{r['step_time_median_s'] * 1e3:.1f} "
+                         f"({r['step_time_ci95_lo_s'] * 1e3:.1f}–{r['step_time_ci95_hi_s'] * 1e3:.1f})"),
+}
+MAIN_ORDER = ("suite", "workload", "world", "nodes", "scaling", "tok/s", "MFU", "HFU", "step ms (95% CI)",
+              "efficiency", "baseline", "state MiB meas/model", "to target", "status")
+
+
+@pytest.fixture(scope="module")
+def df():
+    return records_dataframe(FIXTURES)
+
+
+def render(table, width: int = 80) -> str:
+    console = Console(width=width, record=True, highlight=False, emoji=False)
+    console.print(table)
+    return console.export_text()
+
+
+def test_report_at_80_columns_keeps_every_number_whole(df):
+    table = report_table(df, Fit(width=80))
+    lines = render(table).splitlines()
+    headers = [c.header for c in table.columns]
+    assert set(NUMBERS) | {"workload"} <= set(headers)  # the most important come first
+    assert all(len(line) <= 80 for line in lines)
+    checked = 0
+    for header, (field, shown) in NUMBERS.items():
+        for _, row in df[df[field].notna()].iterrows():
+            assert any(shown(row) in line for line in lines), f"{header}: {shown(row)!r} cut at 80 columns"
+            checked += 1
+    assert checked > 30
+    left_out = [h for h in MAIN_ORDER if h not in headers]
+    assert left_out, "the fixture's full table is wider than 80 columns: something must be left out"
+    caption = " ".join(table.caption.split())
+    assert "left out to fit the width: " + ", ".join(column_name(h) for h in left_out) in caption
+    assert "--columns" in caption
+
+
+def test_section_tables_fit_80_columns_and_name_what_they_leave_out(df):
+    for table in section_tables(df, Fit(width=80)):
+        text = render(table)
+        assert all(len(line) <= 80 for line in text.splitlines()), table.title
+        assert table.columns[0].header == "workload"
+    energy = next(t for t in section_tables(df, Fit(width=80)) if t.title.startswith("Energy"))
+    assert "j_pflop" in energy.caption or "intensity_source" in energy.caption
+    wide = next(t for t in section_tables(df, Fit(width=400)) if t.title.startswith("Energy"))
+    assert wide.caption is None and len(wide.columns) == 12
+
+
+def test_columns_pick_exactly_those_in_that_order(df):
+    table = report_table(df, Fit(width=80, columns=("workload", "hfu", "tok_s", "to_target")))
+    assert [c.header for c in table.columns] == ["workload", "HFU", "tok/s", "to target"]
+    assert "left out" not in (table.caption or "")
+    energy = [t for t in section_tables(df, Fit(width=80, columns=("workload", "total_j")))
+              if t.title.startswith("Energy")][0]
+    assert [c.header for c in energy.columns] == ["workload", "total J"]
+
+
+def test_report_columns_option_on_the_command_line(capsys):
+    assert cli.main(["report", str(FIXTURES), "--columns", "workload,HFU"]) == 0
+    header = next(line for line in capsys.readouterr().out.splitlines() if "workload" in line)
+    assert "HFU" in header and "MFU" not in header and "tok/s" not in header
+
+
+def test_unknown_column_exits_2_naming_it_and_the_valid_ones(capsys):
+    assert cli.main(["report", str(FIXTURES), "--columns", "workload,tokps"]) == 2
+    err = capsys.readouterr().err
+    assert "--columns" in err and "tokps" in err and "tok_s" in err and "step_ms" in err
+
+
+def test_report_json_has_the_energy_rows_typed(capsys):
+    assert cli.main(["report", str(FIXTURES), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    by_key = {r["run_key"]: r for r in doc["energy"]}
+    expected = {r["run_key"]: r for r in load_records(FIXTURES) if (r.get("energy") or {}).get("source")}
+    assert set(by_key) == set(expected) and expected
+    for key, rec in expected.items():
+        row = by_key[key]
+        assert row["energy.total_j"] == rec["energy"].get("total_j")
+        assert row["energy.source"] == rec["energy"]["source"]
+        assert row["world_size"] == rec["config"]["world_size"] and isinstance(row["world_size"], int)
+        if rec["energy"].get("total_j") is not None:
+            assert isinstance(row["energy.total_j"], float)
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--version"])
+    assert e.value.code == 0
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert capsys.readouterr().out.strip() == f"benchsuite {pyproject['project']['version']}"
+
+
+def _options(parser: argparse.ArgumentParser, verb: str = "benchsuite"):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _options(sub, f"{verb} {name}")
+        elif not isinstance(action, argparse._HelpAction):
+            yield verb, action
+
+
+def test_every_option_of_every_verb_has_help():
+    missing = [f"{verb} {'/'.join(a.option_strings) or a.dest}" for verb, a in _options(cli.build_parser())
+               if not (a.help or "").strip()]
+    assert missing == []
+
+
+def test_dash_o_is_the_output_path_of_its_verb_everywhere():
+    dash_o = [(verb, a) for verb, a in _options(cli.build_parser()) if "-o" in a.option_strings]
+    assert {verb for verb, _ in dash_o} == {"benchsuite dashboard", "benchsuite slurm", "benchsuite export",
+                                             "benchsuite tokenize"}
+    for verb, a in dash_o:
+        assert a.help.startswith("output path of this verb: "), verb
+
+
+def test_carbon_project_text_states_its_assumptions_and_sources(tmp_path, capsys):
+    rec = json.loads((FIXTURES / "make_dvs-dense-w2.json").read_text())
+    rec["energy"].update(source="estimated", short_window=True)
+    path = tmp_path / "rec.json"
+    path.write_text(json.dumps(rec))
+    assert cli.main(["carbon", "project", str(path), "--tokens", "1e12", "--devices", "64", "--intensity", "100"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    tps_dev = rec["metrics"]["tokens_per_s"] / rec["config"]["world_size"]
+    assert ("from the record's estimated energy of gpu, cpu, dram (an estimate, not a measured counter)"
+            in text)
+    assert "short window: the record's energy window was shorter than the meters resolve" in text
+    assert (f"throughput: {tps_dev:,.0f} tok/s per device as measured at world 2, held constant at 64 devices"
+            in text)
+    assert f"PUE {rec['carbon']['pue']:g} from the record; intensity 100 g/kWh from explicit" in text
+
+    rec["energy"].update(source="measured", short_window=False)
+    path.write_text(json.dumps(rec))
+    assert cli.main(["carbon", "project", str(path), "--tokens", "1e12", "--pue", "1.5"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "from the record's measured energy of gpu, cpu, dram (a measured counter)" in text and "no short-window flag" in text
+    assert "PUE 1.5 from --pue" in text
