@@ -140,7 +140,8 @@ def test_carbon_project_text_states_its_assumptions_and_sources(tmp_path, capsys
     rec["energy"].update(source="estimated", short_window=True)
     path = tmp_path / "rec.json"
     path.write_text(json.dumps(rec))
-    assert cli.main(["carbon", "project", str(path), "--tokens", "1e12", "--devices", "64", "--intensity", "100"]) == 0
+    args = ["carbon", "project", str(path), "--tokens", "1e12"]
+    assert cli.main([*args, "--devices", "64", "--intensity", "100"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     tps_dev = rec["metrics"]["tokens_per_s"] / rec["config"]["world_size"]
     assert ("from the record's estimated energy of gpu, cpu, dram (an estimate, not a measured counter)"
@@ -152,7 +153,8 @@ def test_carbon_project_text_states_its_assumptions_and_sources(tmp_path, capsys
 
     rec["energy"].update(source="measured", short_window=False)
     path.write_text(json.dumps(rec))
-    assert cli.main(["carbon", "project", str(path), "--tokens", "1e12", "--pue", "1.5"]) == 0
+    assert cli.main([*args, "--pue", "1.5"]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "from the record's measured energy of gpu, cpu, dram (a measured counter)" in text and "no short-window flag" in text
+    assert "from the record's measured energy of gpu, cpu, dram (a measured counter)" in text
+    assert "no short-window flag" in text
     assert "PUE 1.5 from --pue" in text
