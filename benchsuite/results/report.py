@@ -125,8 +125,8 @@ class ColumnError(ValueError):
 
 @dataclass(frozen=True)
 class Fit:
-    """How the tables are laid out: the console width, or the columns the reader picked."""
-    width: int = 80
+    """How the tables are laid out: the columns the reader picked, else those that fit the console width."""
+    width: int | None = None  # None: every column
     columns: tuple[str, ...] | None = None  # column_name()s; None: choose by width
 
     def check(self) -> None:
@@ -152,6 +152,8 @@ def _choose(headers: list[str], columns: list[list[str]], priority: list[str], f
     fit.width (a column costs its width, 2 of padding and 1 of border)."""
     if fit.columns is not None:
         return [i for name in fit.columns for i, h in enumerate(headers) if column_name(h) == name]
+    if fit.width is None:
+        return list(range(len(headers)))
     used, kept = 1, set()
     for header in priority:
         i = headers.index(header)
