@@ -238,12 +238,18 @@ def _ok_line(o, name: str, escape) -> str:
     return line
 
 
-def _load_df(path):
-    from benchsuite.results.store import records_dataframe
+def _load_records(path) -> list[dict]:
+    from benchsuite.results.store import load_records
 
     if not Path(path).exists():
         raise UsageError(f"{path}: no such results folder (run `benchsuite run SUITE.toml --out {path}` first)")
-    return records_dataframe(path)
+    return load_records(path)
+
+
+def _load_df(path):
+    from benchsuite.results.store import dataframe_of
+
+    return dataframe_of(_load_records(path))
 
 
 def cmd_list(args) -> int:
@@ -268,7 +274,7 @@ def cmd_list(args) -> int:
 def cmd_report(args) -> int:
     from benchsuite.results.report import (ENERGY_COLUMNS, ENERGY_WHEN, ColumnError, Fit, report_rows, report_table,
                                            section_rows, section_tables, verdict_tables)
-    from benchsuite.results.store import load_records
+    from benchsuite.results.store import dataframe_of
     from benchsuite.results.verdicts import verdicts, verdicts_doc
 
     fit = Fit(width=out.width, columns=None if args.columns is None else
@@ -277,8 +283,9 @@ def cmd_report(args) -> int:
         fit.check()
     except ColumnError as e:
         raise UsageError(str(e)) from None
-    df = _load_df(args.dir)
-    seeds = verdicts(load_records(args.dir))  # over seeds: intervals, dense/sparse ratios, the papers' claims
+    records = _load_records(args.dir)  # read once: one warning per file that does not load
+    df = dataframe_of(records)
+    seeds = verdicts(records)  # over seeds: intervals, dense/sparse ratios, the papers' claims
     if args.json:
         _print_json({"runs": report_rows(df), "verdicts": verdicts_doc(seeds),
                      "energy": section_rows(df, ENERGY_COLUMNS, ENERGY_WHEN)})

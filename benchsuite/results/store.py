@@ -300,4 +300,9 @@ def rows_dataframe(rows: list[dict]) -> pd.DataFrame:
 
 def records_dataframe(path: str | Path) -> pd.DataFrame:
     """All records under path as one DataFrame, with scaling efficiency per sweep."""
-    return rows_dataframe([flatten(r) for r in load_records(path)])
+    return dataframe_of(load_records(path))
+
+
+def dataframe_of(records: list[dict]) -> pd.DataFrame:
+    """Records already loaded (load_records) as one DataFrame, with scaling efficiency per sweep."""
+    return rows_dataframe([flatten(r) for r in records])
