@@ -317,7 +317,7 @@ class LogTail:
     """The progress lines (progress.py) a growing log gained since the last read."""
 
     def __init__(self, path: Path):
-        self._file = open(path, "rb")  # noqa: SIM115 (kept open while the run writes)
+        self._file = open(path, "rb")  # kept open while the run writes it
         self._partial = b""
 
     def new_lines(self) -> list[ProgressLine]:

@@ -35,7 +35,7 @@ class StepFigures:
     tflops_per_s: float  # model FLOPs per device
     mfu: float | None  # None: no peak FLOP/s known for the device
     memory_bytes: int | None  # peak so far (device allocator on GPU, process RSS on CPU)
-    elapsed_s: float  # since the first measured step began
+    elapsed_s: float  # since the measured phase began (evaluations included)
 
     def line(self) -> str:
         mfu = f"{self.mfu:.1%}" if self.mfu is not None else "n/a"

@@ -97,3 +97,26 @@ def test_run_logs_and_shows_progress(tiny_suite, tmp_path):
         assert record["metrics"]["step_time_s"]["n"] == steps and len(record["steps"]) == steps
         if json_flag:
             assert json.loads(res.stdout)["runs"][0]["status"] == "ok"  # stdout: the JSON document alone
+
+
+def test_a_terminal_shows_the_line_in_the_progress_bar(monkeypatch, tiny_suite, tmp_path, capsys):
+    from rich.progress import Progress
+
+    from benchsuite import cli, launch
+
+    line = ProgressLine("step 1/3 loss 4.0000")
+
+    def fake_run_suite(suite, out, on_event, **kwargs):
+        on_event("start", 0, 1, suite.runs[0])
+        on_event("progress", 0, 1, line)
+        return []
+
+    descriptions = []
+    update = Progress.update
+    monkeypatch.setattr(Progress, "update", lambda self, task, **kw: (descriptions.append(kw.get("description")),
+                                                                      update(self, task, **kw)))
+    monkeypatch.setattr(launch, "run_suite", fake_run_suite)
+    monkeypatch.setattr(cli.err, "_force_terminal", True)
+    assert cli.main(["run", str(tiny_suite()), "--out", str(tmp_path / "out")]) == 0
+    assert descriptions[-1] == "dense · world 1 · weak · step 1/3 loss 4.0000"
+    assert "weak: step" not in capsys.readouterr().err  # no plain line on a terminal
