@@ -120,9 +120,15 @@ def cmd_run(args) -> int:
     task = progress.add_task(printable(suite.name), total=len(suite.runs))
 
     def on_event(kind, i, total, payload):
+        label = printable(f"{suite.runs[i].workload} · world {suite.runs[i].world_size} · {suite.runs[i].scaling}")
         if kind == "start":
-            progress.update(task, description=printable(f"{payload.workload} · world {payload.world_size} · "
-                                                        f"{payload.scaling}"))
+            progress.update(task, description=label)
+            return
+        if kind == "progress":  # the bar's text on a terminal; a plain stderr line otherwise (--json too)
+            if err.is_terminal and not args.json:
+                progress.update(task, description=f"{label} · {printable(payload.text)}")
+            else:
+                err.print(f"{label}: {printable(payload.text)}", markup=False)
             return
         progress.advance(task)
         if not args.json:

@@ -27,6 +27,7 @@ from typing import Callable
 from benchsuite import prctl
 from benchsuite.config import ConfigError, RunConfig, Suite
 from benchsuite.environment import THREADS_SOURCE_VAR, hardware_identity, software_versions
+from benchsuite.progress import ProgressLine
 from benchsuite.results.schema import failed_record, utc_now
 from benchsuite.results.store import ok_run_keys, record_filename, write_record
 from benchsuite.runlock import Holder, claim
@@ -223,6 +224,7 @@ class Interrupted(KeyboardInterrupt):
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+TICK_S = 0.5  # how often the launcher reads a running run's log for progress lines
 _STOP_MESSAGES = {signal.SIGINT: "stopped by SIGINT (Ctrl-C)", signal.SIGTERM: "stopped by SIGTERM"}
 
 
@@ -244,13 +246,21 @@ class _StopRequest:
             raise Interrupted(signum)
         os.write(2, b"benchsuite: stopping: the run in progress is being stopped and recorded, then the suite ends\n")
 
-    def wait(self, proc: subprocess.Popen, timeout: float) -> int:
-        """proc.wait, interruptible by the first stop signal (also one that came before it)."""
+    def wait(self, proc: subprocess.Popen, timeout: float, tick: Callable[[], None]) -> int:
+        """proc.wait, interruptible by the first stop signal (also one that came before it);
+        tick() every TICK_S while it waits."""
         self._waiting = True
+        deadline = time.monotonic() + timeout
         try:
             if self.signum is not None:
                 raise Interrupted(self.signum)
-            return proc.wait(timeout=timeout)
+            while True:
+                try:
+                    return proc.wait(timeout=max(0.0, min(TICK_S, deadline - time.monotonic())))
+                except subprocess.TimeoutExpired:
+                    if time.monotonic() >= deadline:
+                        raise
+                tick()
         finally:
             self._waiting = False
 
@@ -303,11 +313,31 @@ def _open_log(log_dir: Path, name: str):
     return os.fdopen(fd, "w")
 
 
+class LogTail:
+    """The progress lines (progress.py) a growing log gained since the last read."""
+
+    def __init__(self, path: Path):
+        self._file = open(path, "rb")  # kept open while the run writes it
+        self._partial = b""
+
+    def new_lines(self) -> list[ProgressLine]:
+        lines = (self._partial + self._file.read()).split(b"\n")
+        self._partial = lines.pop()  # an unfinished line waits for its end
+        parsed = (ProgressLine.parse(line.decode(errors="replace").rstrip("\r")) for line in lines)
+        return [p for p in parsed if p is not None]
+
+    def close(self) -> None:
+        self._file.close()
+
+
 def launch_run(run: RunConfig, key: str, out_dir: Path, hardware: dict, rdzv: Rendezvous,
-               peak_tflops: float | None = None, threads: Threads | None = None) -> RunOutcome:
+               peak_tflops: float | None = None, threads: Threads | None = None,
+               on_progress: Callable[[ProgressLine], None] | None = None) -> RunOutcome:
     """One torchrun for one run; returns when its record (ok or failed) is on disk, also after
     Ctrl-C / SIGTERM (then the outcome says interrupted and the suite stops). threads: the
-    sweep's (thread_plan); by default the plan of this run alone."""
+    sweep's (thread_plan); by default the plan of this run alone. on_progress gets each progress
+    line of the run's log while it runs."""
+    on_progress = on_progress or (lambda line: None)
     threads = threads or thread_plan([run])[run.sweep_id]
     started_at, t0 = utc_now(), time.perf_counter()
     final = record_path(out_dir, run, key)
@@ -324,9 +354,15 @@ def launch_run(run: RunConfig, key: str, out_dir: Path, hardware: dict, rdzv: Re
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, env=worker_env(run, threads),
                                     preexec_fn=prctl.die_with_this_process(signal.SIGTERM))
+            tail = LogTail(log_path)
+
+            def report_progress() -> None:
+                for line in tail.new_lines():
+                    on_progress(line)
+
             error = None
             try:
-                returncode = stop.wait(proc, run.train.timeout_s)
+                returncode = stop.wait(proc, run.train.timeout_s, tick=report_progress)
             except subprocess.TimeoutExpired:
                 _kill_run(proc, workdir)
                 returncode = proc.returncode
@@ -337,6 +373,8 @@ def launch_run(run: RunConfig, key: str, out_dir: Path, hardware: dict, rdzv: Re
                 returncode = proc.returncode
                 error = {"type": "Interrupted", "rank": None, "message": stop.message}
             _reap_ranks(workdir)
+            report_progress()  # the lines written since the last tick
+            tail.close()
         if error is None and returncode != 0:
             error = diagnose(returncode, workdir, log_path.read_text(errors="replace"))
         if error is None and rdzv.node_rank == 0 and not final.exists():
@@ -415,8 +453,8 @@ def run_suite(suite: Suite, out_dir: str | Path, resume: bool = True, peak_tflop
               rdzv: Rendezvous = Rendezvous(),
               on_event: Callable[[str, int, int, RunOutcome | RunConfig], None] | None = None) -> list[RunOutcome]:
     """Run every run of the suite in order, until one is interrupted (Ctrl-C, SIGTERM).
-    on_event(kind, index, total, payload) reports 'start' (payload: the RunConfig) and 'done'
-    (payload: the RunOutcome)."""
+    on_event(kind, index, total, payload) reports 'start' (payload: the RunConfig), 'progress'
+    (payload: a ProgressLine of the run's log, while it runs) and 'done' (payload: the RunOutcome)."""
     on_event = on_event or (lambda kind, index, total, payload: None)
     threads = thread_plan(suite.runs)  # a bad OMP_NUM_THREADS is refused before anything starts
     out_dir = Path(out_dir)
@@ -435,7 +473,8 @@ def run_suite(suite: Suite, out_dir: str | Path, resume: bool = True, peak_tflop
         else:
             outcome = _claim_and_launch(run, key, out_dir, hardware, rdzv, peak_tflops, resume,
                                         start=lambda: on_event("start", i, len(suite.runs), run),
-                                        threads=threads[run.sweep_id])
+                                        threads=threads[run.sweep_id],
+                                        on_progress=lambda line: on_event("progress", i, len(suite.runs), line))
         outcomes.append(outcome)
         on_event("done", i, len(suite.runs), outcome)
         if outcome.interrupted:
@@ -445,13 +484,13 @@ def run_suite(suite: Suite, out_dir: str | Path, resume: bool = True, peak_tflop
 
 def _claim_and_launch(run: RunConfig, key: str, out_dir: Path, hardware: dict, rdzv: Rendezvous,
                       peak_tflops: float | None, resume: bool, start: Callable[[], None],
-                      threads: Threads) -> RunOutcome:
+                      threads: Threads, on_progress: Callable[[ProgressLine], None]) -> RunOutcome:
     """Node 0 holds the run's lock for the whole run (the other nodes follow their node 0): a run
     another launcher is measuring is skipped, and one it finished since this suite began (its ok
     record is there now) is not measured again."""
     if rdzv.node_rank != 0:
         start()
-        return launch_run(run, key, out_dir, hardware, rdzv, peak_tflops, threads=threads)
+        return launch_run(run, key, out_dir, hardware, rdzv, peak_tflops, threads=threads, on_progress=on_progress)
     with claim(out_dir, key) as holder:
         if holder is not None:
             return RunOutcome(run, key, RunStatus.SKIPPED_LOCKED, holder=holder)
@@ -459,4 +498,4 @@ def _claim_and_launch(run: RunConfig, key: str, out_dir: Path, hardware: dict, r
         if resume and key in ok_run_keys(final):
             return RunOutcome(run, key, RunStatus.SKIPPED_RECORDED, str(final))
         start()
-        return launch_run(run, key, out_dir, hardware, rdzv, peak_tflops, threads=threads)
+        return launch_run(run, key, out_dir, hardware, rdzv, peak_tflops, threads=threads, on_progress=on_progress)

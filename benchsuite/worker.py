@@ -17,6 +17,7 @@ import statistics
 import sys
 import time
 import traceback
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 from typing import NamedTuple
@@ -40,6 +41,7 @@ from benchsuite.metrics.timing import StepTimer, summarize, synchronize
 from benchsuite.models.transformer import build_model
 from benchsuite.parallel import Parallelized, parallelize
 from benchsuite.parallel.zero import precision_policy
+from benchsuite.progress import StepFigures, line_due, warm_up_line
 from benchsuite.results.sanity import finite_or_none, sanity_flags
 from benchsuite.results.schema import SCHEMA_VERSION, utc_now
 from benchsuite.results.store import write_record
@@ -58,17 +60,56 @@ def lm_loss(par: Parallelized, logits: torch.Tensor, targets: torch.Tensor) -> t
     return loss.full_tensor() if par.loss_parallel else loss  # TP: a replicated DTensor scalar
 
 
-def timed_steps(timer: StepTimer, step, batches: list) -> list:
+def timed_steps(timer: StepTimer, step, batches: list, log: StepLog | None = None) -> list:
     """step(b) for each of `batches`, one timer interval each; the interval chain ends with the
     last step. The one way steps are timed: the measured loop and the GPU check's bare loop both
-    come through here, so their figures differ only by what their step does."""
+    come through here, so their figures differ only by what their step does. A due log line is
+    written between steps with the timer paused: its device sync (reading the loss) is in no step."""
     timer.mark()
     results = []
     for b in batches:
         results.append(step(b))
         timer.mark()
+        if log is not None and log.advance():
+            timer.pause()
+            log.write(results[-1].loss)
+            timer.mark()
     timer.pause()
     return results
+
+
+class StepLog:
+    """Rank 0's step lines (progress.py) on stdout, which torchrun sends to the run's log: the
+    loss of the step just ended, and rates over the rank's timed steps since the previous line."""
+
+    def __init__(self, run: RunConfig, timer: StepTimer, device_name: str, precision: str,
+                 peak_tflops: float | None):
+        self.steps, self.timer, self.device = run.train.steps, timer, timer.device
+        self.tokens_per_step = run.global_batch * run.model.seq_len
+        self.flops_per_token, self.world_size = fl.flops_per_token(run).model, run.world_size
+        with warnings.catch_warnings():  # an unknown peak is warned about once, in the record
+            warnings.simplefilter("ignore")
+            self.peak, _ = fl.peak_flops(device_name, precision, peak_tflops)
+        self.done = self.lined = 0
+        self.t0 = time.perf_counter()
+
+    def advance(self) -> bool:
+        """Count one measured step; True when it gets a line."""
+        self.done += 1
+        return line_due(self.done, self.steps)
+
+    def write(self, loss: torch.Tensor) -> None:
+        loss_value = loss.item()  # synchronises the device: every timed step before it has ended
+        seconds = sum(self.timer.durations_s()[self.lined:self.done])
+        tokens_per_s = self.tokens_per_step * (self.done - self.lined) / seconds
+        per_device = self.flops_per_token * tokens_per_s / self.world_size
+        memory = peak_memory(self.device)
+        figures = StepFigures(self.done, self.steps, loss_value, tokens_per_s, per_device / 1e12,
+                              fl.mfu(per_device, self.peak),
+                              memory["peak_allocated_bytes"] or memory.get("peak_rss_bytes"),
+                              time.perf_counter() - self.t0)
+        print(figures.line(), flush=True)
+        self.lined = self.done
 
 
 class StepResult(NamedTuple):
@@ -243,9 +284,12 @@ def measure(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None) -
             out.append((x.to(ctx.device, non_blocking=True), y.to(ctx.device, non_blocking=True)))
         return out
 
+    warm_t0 = time.perf_counter()
     counted_flops, model_state, comm_bytes = warm_up(par, batches, run, precision, ctx.device)
     step = unmeasured_steps(run)
     synchronize(ctx.device)
+    if ctx.is_main:
+        print(warm_up_line(step, time.perf_counter() - warm_t0, run.train.compile), flush=True)
     ceiling = measure_matmul_ceiling(ctx.device, torch.bfloat16 if precision == "bf16" else torch.float32)
 
     if ctx.device.type == "cuda":
@@ -262,6 +306,7 @@ def measure(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None) -
     val = [(x.to(ctx.device), y.to(ctx.device))
            for x, y in qual.eval_rows(source.val_batches(mb))] if evaluating else []  # same rows on every rank
     timer = StepTimer(ctx.device)
+    log = StepLog(run, timer, device_info(ctx.device)["name"], precision, peak_tflops) if ctx.is_main else None
     losses, val_losses, train_windows, eval_windows = [], [], [], []
 
     def evaluate(k: int) -> None:
@@ -273,7 +318,8 @@ def measure(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None) -
         evaluate(0)
     for start, stop in zip(points, points[1:]):
         monitor.begin(f"train-{start}")  # window edges synchronise the device
-        results = timed_steps(timer, lambda b: train_step(par, b, precision, ctx.device), measured[start:stop])
+        results = timed_steps(timer, lambda b: train_step(par, b, precision, ctx.device), measured[start:stop],
+                              log)
         losses.extend(r.loss for r in results)
         routing = results[-1].routing
         train_windows.append(monitor.end(f"train-{start}").to_dict())

@@ -54,10 +54,10 @@ def test_measured_batches_are_made_before_the_timed_steps(monkeypatch):
 
     timed_steps = worker.timed_steps
 
-    def spying_timed_steps(timer, step, batches):
+    def spying_timed_steps(timer, step, batches, log=None):
         timing.append(len(batches))
         try:
-            return timed_steps(timer, step, batches)
+            return timed_steps(timer, step, batches, log)
         finally:
             timing.clear()
 
