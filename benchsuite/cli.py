@@ -780,9 +780,14 @@ def main(argv: list[str] | None = None) -> int:
             return args.fn(args)
     except ConfigError as e:  # one problem a line (keys and values inside are quoted by the loader)
         err.print("\n".join(printable(line) for line in str(e).split("\n")), markup=False)
+        if getattr(args, "json", False):  # a jq pipeline still gets its one document
+            _print_json({"error": "config", "file": e.path,
+                         "problems": [{"key": key, "reason": reason} for key, reason in e.problems]})
         return 2
     except UsageError as e:
         err.print(f"benchsuite: {printable(e)}", markup=False)
+        if getattr(args, "json", False):
+            _print_json({"error": "usage", "message": str(e)})
         return 2
     except KeyboardInterrupt:
         err.print("interrupted: completed records are kept; rerun the same command to resume")

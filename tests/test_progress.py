@@ -12,7 +12,7 @@ from benchsuite.launch import LogTail
 from benchsuite.metrics.timing import StepTimer
 from benchsuite.progress import ProgressLine, line_due, log_every
 from benchsuite.worker import timed_steps
-from tests.conftest import run_cli
+from conftest import run_cli
 
 STEP_LINE = re.compile(r"^step (\d+)/(\d+) loss [\d.]+ tok/s [\d,]+ TFLOP/s \S+ MFU n/a mem [\d.]+ GiB "
                        r"elapsed [\d.]+s ETA [\d.]+s$")
@@ -120,3 +120,15 @@ def test_a_terminal_shows_the_line_in_the_progress_bar(monkeypatch, tiny_suite, 
     assert cli.main(["run", str(tiny_suite()), "--out", str(tmp_path / "out")]) == 0
     assert descriptions[-1] == "dense · world 1 · weak · step 1/3 loss 4.0000"
     assert "weak: step" not in capsys.readouterr().err  # no plain line on a terminal
+
+
+def test_a_validation_failure_under_json_prints_one_json_error_document(tmp_path):
+    """A jq pipeline gets a document on stdout even when the suite is refused (exit 2)."""
+    suite = tmp_path / "bad.toml"
+    suite.write_text('[[workload]]\nname = "w"\ntrain = { steps = "many" }\n')
+    r = run_cli("run", str(suite), "--out", str(tmp_path / "out"), "--json")
+    doc = json.loads(r.stdout)
+    assert r.returncode == 2 and doc["error"] == "config" and doc["file"] == str(suite)
+    assert [p["key"] for p in doc["problems"]] == ["workload[0] (w).train.steps"]
+    r = run_cli("carbon", "project", str(tmp_path / "missing"), "--tokens", "1e9", "--json")
+    assert r.returncode == 2 and json.loads(r.stdout)["error"] == "usage"
