@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 OUT    ?= results/smoke
 
-.PHONY: setup demo test bench clean chromium
+.PHONY: setup demo test test-fast bench clean chromium
 
 $(BIN)/benchsuite: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,11 @@ chromium:
 
 test: setup chromium
 	$(BIN)/python -m pytest -q
+
+# Everything that runs in this one process (no torchrun, spawned ranks, CLI child or browser): about a
+# minute. tests/conftest.py fails a test here that starts a process without the procs mark.
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not procs"
 
 # Every benchmark in benchmarks/: the pytest-benchmark file, then each script in its CPU mode (the
 # ones that default to CUDA on a GPU box use it there). tests/test_bench_targets.py checks that

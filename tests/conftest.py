@@ -1,4 +1,4 @@
-"""Shared helpers for tests: write suites, run the CLI in-process, find stray processes."""
+"""Shared helpers for tests: write suites, run the CLI in-process, find stray processes; the fast tier's guard."""
 
 from __future__ import annotations
 
@@ -12,6 +12,47 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+# What a launch is: another Python (the CLI, torchrun, a rank), a shell, or a browser (Chromium, Playwright's
+# driver). The programs libraries run to learn the machine (git, uname, lscpu, nvidia-smi, and the Python
+# py-cpuinfo starts to read CPUID for codecarbon's power model) take milliseconds: probes, not launches.
+LAUNCHED_PROGRAMS = {"torchrun", "bash", "sh", "chromium", "chrome", "node"}
+CPUID_PROBE = ["-m", "cpuinfo", "--internal-cpuid"]
+LAUNCH_MESSAGE = "this test launches processes: mark it procs"
+
+
+def _fast_tier(config) -> bool:
+    """True when the run leaves out the tests marked procs (`make test-fast`)."""
+    return "not procs" in (config.getoption("markexpr") or "")
+
+
+def _is_launch(args) -> bool:
+    if isinstance(args, (list, tuple)) and list(args[1:]) == CPUID_PROBE:
+        return False
+    program = Path(str(args if isinstance(args, (str, os.PathLike)) else args[0])).name
+    return program.startswith("python") or program == Path(sys.executable).name or program in LAUNCHED_PROGRAMS
+
+
+@pytest.fixture(autouse=True)
+def _no_launch_in_fast_tier(request, monkeypatch):
+    """In the fast tier a test that launches a process fails, naming the mark it lacks."""
+    if not _fast_tier(request.config):
+        return
+    import torch.multiprocessing
+
+    popen_init = subprocess.Popen.__init__
+
+    def guarded_popen(self, args, *rest, **kwargs):
+        if _is_launch(args):
+            pytest.fail(f"{LAUNCH_MESSAGE} (it ran {args})")
+        popen_init(self, args, *rest, **kwargs)
+
+    def refuse(*args, **kwargs):
+        pytest.fail(f"{LAUNCH_MESSAGE} (it spawned ranks)")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", guarded_popen)
+    monkeypatch.setattr(torch.multiprocessing, "spawn", refuse)
+    monkeypatch.setattr(torch.multiprocessing, "start_processes", refuse)
 
 
 def write_suite(path: Path, text: str) -> Path:

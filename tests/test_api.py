@@ -81,6 +81,7 @@ def test_missing_folder_is_an_error_naming_it(tmp_path):
         benchsuite.load(tmp_path / "nope")
 
 
+@pytest.mark.procs
 def test_import_benchsuite_stays_light():
     code = "import sys, benchsuite; print('pandas' in sys.modules, callable(benchsuite.load))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -99,6 +99,7 @@ def test_suite_with_unknown_country_or_region_lists_both_before_running():
     parse_suite({"carbon": {"country": "FRA"}, "workload": [{"name": "a"}]})   # a known code passes
 
 
+@pytest.mark.procs
 def test_run_with_unknown_country_exits_2_and_launches_nothing(tmp_path):
     from conftest import run_cli, write_suite
 
@@ -114,6 +115,7 @@ def test_run_with_unknown_country_exits_2_and_launches_nothing(tmp_path):
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.json"))
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("verb, args, says", [
     ("estimate", ["--chips", "1", "--hours", "1", "--watts", "1000", "--country", "fr"],
      "--country fr: not an ISO 3166 alpha-3 code; did you mean FRA?"),

@@ -7,6 +7,7 @@ import pytest
 from conftest import run_cli
 
 
+@pytest.mark.procs
 def test_carbon_estimate_json_matches_hand_computation():
     res = run_cli("carbon", "estimate", "--chips", "8", "--hours", "24", "--watts", "400", "--pue", "1.1",
                   "--intensity", "400", "--json")
@@ -17,12 +18,14 @@ def test_carbon_estimate_json_matches_hand_computation():
     assert (doc["pue"], doc["intensity_source"]) == (1.1, "explicit")
 
 
+@pytest.mark.procs
 def test_carbon_estimate_unknown_country_exits_2():
     res = run_cli("carbon", "estimate", "--chips", "1", "--hours", "1", "--watts", "1000", "--country", "XXX",
                   "--json")
     assert res.returncode == 2 and res.stdout == "" and "--country XXX" in res.stderr
 
 
+@pytest.mark.procs
 def test_flops_json_is_one_document_with_every_run():
     res = run_cli("flops", "workloads/scaling.toml", "--json")
     assert res.returncode == 0, res.stderr
@@ -90,6 +93,7 @@ def test_numeric_messages_say_what_is_needed(capsys):
         assert want in capsys.readouterr().err
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("argv", [
     ["memory", "--params", "nan", "--dp", "1"],
     [*BASE["carbon estimate"], "--watts", "inf"],
@@ -121,6 +125,7 @@ def test_slurm_gpus_per_node_must_hold_the_suites_ranks_per_node(capsys, monkeyp
 # ----------------------------------------------------------------------------- output paths
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("where", ["file", "under-file", "folder"])
 def test_tokenize_output_at_or_under_an_existing_file_or_folder_exits_2(tmp_path, where):
     text, existing = tmp_path / "a.txt", tmp_path / "taken.bin"

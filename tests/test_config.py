@@ -96,6 +96,7 @@ def test_shipped_workloads_load():
         assert load_suite(f).runs, f
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("content, key, words", [
     (None, "", "file not found"),
     ("[suite\nname = 1", "", "TOML syntax error"),
@@ -264,6 +265,7 @@ def test_pathological_files_are_config_errors(tmp_path, text, words):
     assert e.value.problems[0][0] == "" and words in e.value.problems[0][1]
 
 
+@pytest.mark.procs
 def test_a_fifo_is_refused_not_read(tmp_path):
     import os
 
@@ -290,6 +292,7 @@ def test_ranks_per_node_over_the_limit_are_refused_with_the_fix():
     assert "--max-ranks-per-node N" in reason and "sweep.nodes" in reason
 
 
+@pytest.mark.procs
 def test_run_refuses_more_ranks_than_the_cores_allow_before_launch(tmp_path):
     from benchsuite.config import RANKS_PER_CORE, usable_cores
 

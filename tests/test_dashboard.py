@@ -425,6 +425,7 @@ def test_a_build_stopped_part_way_keeps_the_previous_index_and_no_partial_page(t
         assert page.read_text().rstrip().endswith("</html>"), f"{page.name} is partial"
 
 
+@pytest.mark.procs
 def test_cli_dashboard_verb(tmp_path):
     r = run_cli("dashboard", str(FIXTURES), "-o", str(tmp_path / "s"), "--json")
     assert r.returncode == 0, r.stderr
@@ -522,6 +523,7 @@ def test_a_crafted_manifest_cannot_remove_files_outside_the_sites_pages(tmp_path
     assert victim.read_text() == "keep" and (site / "notes.txt").read_text() == "keep"
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("where", ["file", "under-file"])
 def test_cli_dashboard_out_at_or_under_a_file_exits_2(tmp_path, where):
     existing = tmp_path / "site.txt"
@@ -532,6 +534,7 @@ def test_cli_dashboard_out_at_or_under_a_file_exits_2(tmp_path, where):
     assert "not a folder" in r.stderr and existing.read_text() == "x"
 
 
+@pytest.mark.procs
 def test_cli_dashboard_refuses_to_overwrite_a_users_index(tmp_path):
     (tmp_path / "index.html").write_text("mine")
     r = run_cli("dashboard", str(FIXTURES), "-o", str(tmp_path))

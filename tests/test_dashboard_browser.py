@@ -18,6 +18,8 @@ import pytest
 
 from dashboard import build_site
 
+pytestmark = pytest.mark.procs  # every test here launches processes
+
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "results"
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 HOSTILE = "<img src=x onerror=alert(1)>"

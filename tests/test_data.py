@@ -37,6 +37,7 @@ def test_builtin_corpus_identical_across_builds():
     assert len(tokens) > 500_000
 
 
+@pytest.mark.procs
 def test_builtin_corpus_identical_across_hash_seeds():
     code = "from benchsuite.data import make_source; print(make_source('builtin', 257, 64, 0).describe()['sha256'])"
     procs = [subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True,
@@ -153,6 +154,7 @@ def _error(spec, vocab=1000, seq_len=16):
     return str(info.value)
 
 
+@pytest.mark.procs
 def test_tokenize_cli_writes_the_bytes_of_each_file_then_eos_and_the_source_reads_them(tmp_path):
     from conftest import run_cli
 
@@ -176,6 +178,7 @@ def test_tokenize_cli_writes_the_bytes_of_each_file_then_eos_and_the_source_read
     assert json.loads(res.stdout)["sha256"] == doc["sha256"]
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("bad, words", [
     (b"ok\xff\xfe then binary", "invalid byte at offset 2"),
     (b"ends mid character \xe2\x9c", "truncated character"),

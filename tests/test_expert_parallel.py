@@ -24,6 +24,8 @@ from benchsuite.models.transformer import build_model
 from benchsuite.parallel.expert import (all_to_all_seconds, apply_expert_parallel, ignore_expert_params_in_ddp,
                                         new_expert_groups, sync_expert_grads)
 
+pytestmark = pytest.mark.procs  # every test here launches processes
+
 TOL = dict(rtol=1e-5, atol=1e-6)
 EXPERT_PARAMS = ("w_up", "w_gate", "w_down")
 

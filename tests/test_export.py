@@ -97,6 +97,7 @@ def test_timestamp_is_codecarbons_local_time_format_at_the_run_end(monkeypatch):
     assert row["timestamp"] == "2025-01-01T05:31:00"   # start + duration_s 60, local wall time, no offset
 
 
+@pytest.mark.procs
 def test_export_appends_onto_codecarbons_file_and_the_concatenation_reads_as_one(tmp_path):
     theirs, data = codecarbon_file(tmp_path)
     results = write_records(tmp_path / "results", [record("abc"), record("def", workload="moe")])
@@ -119,6 +120,7 @@ def test_export_appends_onto_codecarbons_file_and_the_concatenation_reads_as_one
                                                                                            "results"]
 
 
+@pytest.mark.procs
 def test_export_again_does_not_write_a_run_twice(tmp_path):
     results = write_records(tmp_path / "results", [record("abc")])
     for _ in range(2):
@@ -128,6 +130,7 @@ def test_export_again_does_not_write_a_run_twice(tmp_path):
     assert len(pd.read_csv(results / "emissions.csv")) == 1
 
 
+@pytest.mark.procs
 def test_export_refuses_a_file_with_another_header(tmp_path):
     results = write_records(tmp_path / "results", [record()])
     other = tmp_path / "other.csv"
@@ -138,6 +141,7 @@ def test_export_refuses_a_file_with_another_header(tmp_path):
     assert other.read_text() == "timestamp,project_name,emissions\n2025-01-01T00:00:00,x,1.0\n"   # untouched
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("target, says", [("somefile.txt/x.csv", "is a file, not a folder"),
                                           ("somefile.txt/deeper/x.csv", "is a file, not a folder"),
                                           ("results", "is a folder"), ("missing/x.csv", "does not exist")])

@@ -95,6 +95,7 @@ def start_launcher(suite, out, fault: str, *args: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
+@pytest.mark.procs
 def test_launcher_interrupted_then_killed_mid_suite_then_resumed(tmp_path, tiny_suite, reap):
     """Ctrl-C (SIGINT) mid-run: exit 130, the finished run kept, the interrupted one recorded failed,
     no orphans. Then SIGKILL of the launcher mid-run: nothing can be written, but the ranks die with it
@@ -139,6 +140,7 @@ def test_launcher_interrupted_then_killed_mid_suite_then_resumed(tmp_path, tiny_
     assert len(recs) == 2
 
 
+@pytest.mark.procs
 def test_only_work_folders_of_dead_launchers_are_removed(tmp_path, monkeypatch):
     from benchsuite.launch import remove_stale_workdirs
 
@@ -155,6 +157,7 @@ def test_only_work_folders_of_dead_launchers_are_removed(tmp_path, monkeypatch):
     assert sorted(d.name for d in tmp_path.iterdir()) == ["benchsuite-garbage", "benchsuite-live", "benchsuite-nopid"]
 
 
+@pytest.mark.procs
 def test_sigterm_to_the_launcher_stops_the_suite_like_ctrl_c(tmp_path, tiny_suite, reap):
     """scancel and job time limits send SIGTERM: the run in progress is recorded interrupted, no orphans."""
     suite = tiny_suite(name="term", world_sizes=(2,), timeout=120)
@@ -171,6 +174,7 @@ def test_sigterm_to_the_launcher_stops_the_suite_like_ctrl_c(tmp_path, tiny_suit
     no_orphans(key)
 
 
+@pytest.mark.procs
 def test_an_interrupt_never_destroys_a_measurement_neither_this_runs_nor_an_earlier_one(tmp_path, tiny_suite,
                                                                                         reap):
     """Ctrl-C after rank 0 wrote the ok record (a rank then hangs in teardown): the record stays ok, its
@@ -208,6 +212,7 @@ def test_an_interrupt_never_destroys_a_measurement_neither_this_runs_nor_an_earl
     assert [(r["run_key"], r["status"]) for r in json.loads(report.stdout)["runs"]] == [(key, "ok")]
 
 
+@pytest.mark.procs
 def test_ctrl_c_pressed_again_and_again_during_shutdown_still_records_the_run_and_leaves_no_process(
         tmp_path, tiny_suite, reap):
     """Impatient users press Ctrl-C repeatedly: the later presses are only acknowledged, the run's
@@ -231,6 +236,7 @@ def test_ctrl_c_pressed_again_and_again_during_shutdown_still_records_the_run_an
     no_orphans(key)
 
 
+@pytest.mark.procs
 def test_a_symlink_planted_in_the_logs_folder_is_never_written_through(tmp_path, tiny_suite):
     """A link planted at the log's name (pointing at a user's file outside) must not let the run
     truncate or write that file."""
@@ -271,6 +277,7 @@ XSS_SUITE = '<script>alert(\\"suite\\")</script> [red]x[/red] \\u001b]0;pwned\\u
 XSS_WORKLOAD = "<img src=x onerror=alert(1)>"
 
 
+@pytest.mark.procs
 def test_two_suites_write_one_folder_at_once_one_segfaulting(tmp_path, reap):
     """Two `benchsuite run` at once into one folder (one of them has a rank die from SIGSEGV): every
     record lands whole and loads; the crash is a clear failed record; the report and the dashboard
@@ -333,6 +340,7 @@ def _record(run_key="k1", status="ok", steps=3):
     return make_record(run_key, status=status, steps=steps)
 
 
+@pytest.mark.procs
 def test_disk_full_while_writing_a_record_keeps_the_previous_one_and_says_why(tmp_path):
     out, src = tmp_path / "out", tmp_path / "rec.json"
     src.write_text(json.dumps(_record()))
@@ -373,6 +381,7 @@ def test_disk_full_mid_suite_is_a_clear_error_not_a_traceback(tmp_path, tiny_sui
 # ----------------------------------------------------------------------------- damaged results
 
 
+@pytest.mark.procs
 def test_report_and_list_work_over_corrupt_truncated_and_future_records_and_name_them(tmp_path):
     write_record(tmp_path, _record("good"))
     (tmp_path / "truncated.json").write_text(json.dumps(_record("t"))[:60])

@@ -227,6 +227,7 @@ def test_record_of_a_grouped_mm_run_counts_the_filled_slots(monkeypatch):
     assert "filled expert slots" in m["flops"]["hardware_source"]
 
 
+@pytest.mark.procs
 def test_flops_command_prints_model_and_hardware_flops(tmp_path):
     suite = tmp_path / "s.toml"
     suite.write_text('[suite]\nname = "s"\n[defaults]\nmodel = { layers = 2, hidden = 64, heads = 4, seq_len = 32, '

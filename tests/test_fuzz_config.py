@@ -378,10 +378,15 @@ def test_defective_suites_are_config_errors_naming_every_defect_within_a_time_bo
         assert any(f".{key}" in k or k.startswith(key) for k in found), (defect, key, found)
 
 
-def test_fuzzing_explored_both_outcomes():
-    """The generators are not degenerate: some inputs load and many are refused (run with the module)."""
+def test_fuzzing_explored_both_outcomes(suite_file):
+    """The generators are not degenerate: some inputs load and many are refused. Run alone, it runs the
+    properties itself (derandomized: the same counts as a run of the module)."""
     if not OUTCOMES:
-        pytest.skip("run with the fuzz properties above")
+        for prop in (test_random_documents_load_or_raise_config_error,
+                     test_mutated_shipped_suites_load_or_raise_config_error,
+                     test_parallel_combinations_are_valid_or_refused_before_launch,
+                     test_byte_level_damage_to_shipped_suites_is_a_config_error_naming_the_file):
+            prop(suite_file)
     print("fuzz outcomes:", OUTCOMES)
     assert sum(o["error"] for o in OUTCOMES.values()) > 100
     assert sum(o["ok"] for o in OUTCOMES.values()) > 10
@@ -419,6 +424,7 @@ def test_run_refuses_an_invalid_suite_before_creating_anything(tmp_path, capsys,
     assert not out.exists()
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("case", ["syntax", "wrong type", "deep nesting", "nul in data", "long name in data"])
 def test_run_refuses_an_invalid_suite_as_a_process_exit_2_no_traceback(tmp_path, case):
     text, key = INVALID[case]

@@ -210,6 +210,7 @@ def folder(tmp_path):
     return d
 
 
+@pytest.mark.procs
 def test_a_fifo_in_the_folder_never_hangs_a_reader(folder):
     os.mkfifo(folder / "pipe.json")
     t0 = time.monotonic()
@@ -221,6 +222,7 @@ def test_a_fifo_in_the_folder_never_hangs_a_reader(folder):
     _only_good_loads(folder, "pipe.json", "a FIFO")
 
 
+@pytest.mark.procs
 def test_a_fifo_named_directly_is_refused_without_blocking(folder):
     os.mkfifo(folder / "pipe.json")
     res = run_cli("carbon", "project", str(folder / "pipe.json"), "--tokens", "1e9", timeout=120)

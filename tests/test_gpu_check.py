@@ -7,6 +7,8 @@ import statistics
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO
 
 from benchsuite.metrics.timing import StepTimer
@@ -33,6 +35,7 @@ def test_harness_and_bare_loop_are_timed_by_the_same_step_timer(tmp_path, monkey
     assert overhead["overhead_ratio"] == statistics.median(readings[0]) / statistics.median(readings[1])
 
 
+@pytest.mark.procs
 def test_gpu_check_dry_run_prints_the_table_and_writes_records(tmp_path):
     res = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--tiny", "--out", str(tmp_path)], cwd=REPO,
                          capture_output=True, text=True, timeout=600)

@@ -46,6 +46,7 @@ def _ddp_rank(rank, world, run_dict, out_file):
     _train(RunConfig.from_dict(run_dict), 3, out_file)
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("grad_accum", [1, 2])
 def test_ddp_after_k_steps_equals_one_process_on_the_concatenated_batch(tmp_path, grad_accum):
     """With grad_accum 2 DDP skips the all-reduce of the first micro-batch (no_sync): still equal."""
@@ -69,6 +70,7 @@ def _records(out):
     return {(r["config"]["world_size"]): r for r in load_records(out)}
 
 
+@pytest.mark.procs
 def test_a_raising_rank_is_recorded_and_the_suite_goes_on_then_resume_reruns_it(tmp_path, tiny_suite):
     suite = tiny_suite(world_sizes=(2, 1))
     out = tmp_path / "out"
@@ -89,6 +91,7 @@ def test_a_raising_rank_is_recorded_and_the_suite_goes_on_then_resume_reruns_it(
     assert len(load_records(out)) == 2  # the ok record replaced the failed one
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("fault, timeout, error_type, words", [
     ("hang:1", 25, "Timeout", "exceeded train.timeout_s = 25 s"),
     ("kill:1", 120, "WorkerKilled", "rank 1 died from SIGKILL"),
@@ -107,6 +110,7 @@ def test_a_killed_or_hanging_run_fails_cleanly_with_no_orphans(tmp_path, tiny_su
     assert processes_matching(f"benchsuite-{rec['run_key']}") == []
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("rank", [0, 1])
 def test_a_rank_dying_after_the_record_is_written_keeps_the_record_flagged(tmp_path, tiny_suite, rank):
     """A crash in teardown (gloo can SIGABRT at interpreter exit) must not throw away a finished
@@ -125,6 +129,7 @@ def test_a_rank_dying_after_the_record_is_written_keeps_the_record_flagged(tmp_p
     assert flag in summary["flags"]  # --json says so too
 
 
+@pytest.mark.procs
 def test_two_nodes_on_one_host_make_one_record(tmp_path):
     suite = tmp_path / "two.toml"
     suite.write_text("""
@@ -183,6 +188,7 @@ def test_diagnosis_names_the_root_cause_not_the_rank_torchrun_stopped(tmp_path):
     assert diagnose(1, tmp_path, TORCHRUN_SEGV_LOG)["rank"] == 1  # a peer's broken collective is a consequence
 
 
+@pytest.mark.procs
 def test_runs_left_to_another_node_count_are_listed_not_a_crash(tmp_path, tiny_suite):
     """A suite with nodes = [1, 2] run with --nnodes 1: the one-node run is measured, the two-node
     run is reported as left to another job, in the lines, the summary and --json."""

@@ -11,9 +11,13 @@ import socket
 import subprocess
 import sys
 
+import pytest
+
 from benchsuite.runlock import Holder, claim, lock_path
 from conftest import REPO, run_cli
 from test_faults import CLI, rank_started, reap, run_keys, strict_load, wait_for, workdirs  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.procs  # every test here launches processes
 
 HOLD = """
 import sys, time

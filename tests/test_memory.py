@@ -61,6 +61,7 @@ def test_activation_estimate_korthikanti():
         mem.activation_bytes(s, b, h, a, L, v, recompute="some")
 
 
+@pytest.mark.procs
 def test_memory_cli_json_paper_example():
     p = run_cli("memory", "--params", "7.5e9", "--dp", "64", "--json")
     assert p.returncode == 0, p.stderr
@@ -143,6 +144,7 @@ def test_memory_cli_uses_each_runs_precision(tmp_path, monkeypatch):
     assert {r["K"] for r in forced.values()} == {12}
 
 
+@pytest.mark.procs
 def test_run_record_carries_measured_and_analytic_state(tmp_path):
     """One real 2-rank ZeRO-2 run: the record's memory and comm sections, and the report column."""
     suite = write_suite(tmp_path / "z.toml", """

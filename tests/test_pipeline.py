@@ -142,6 +142,7 @@ def _rank(rank: int, world: int, out_dir: str) -> None:
     shutdown()
 
 
+@pytest.mark.procs
 def test_pipeline_matches_single_process(tmp_path):
     from benchsuite.models.transformer import build_model
     from benchsuite.parallel.pipeline import p2p_bytes_formula, pipeline_section
@@ -217,6 +218,7 @@ def test_valid_pipeline_layouts_pass_with_default_microbatches():
     assert suite.runs[0].parallel.n_microbatches == 4  # 2 × pipeline, dividing micro_batch 8
 
 
+@pytest.mark.procs
 def test_bad_pipeline_input_exits_2_naming_key_and_fix(tmp_path):
     path = write_suite(tmp_path / "pp.toml", """
         [[workload]]

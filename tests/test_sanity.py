@@ -134,6 +134,7 @@ name = "dense"
 """
 
 
+@pytest.mark.procs
 def test_a_diverging_run_with_an_impossible_peak_is_recorded_ok_and_flagged(tmp_path):
     """lr = 1e30 drives the loss to NaN/inf; --peak-tflops 1e-9 makes MFU absurd. The run still
     finishes: its record is strict JSON (the NaN loss stored as null), flagged, and the run's own

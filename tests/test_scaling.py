@@ -43,6 +43,7 @@ def test_every_run_of_a_sweep_gets_cores_over_the_sweeps_largest_ranks_per_node(
     assert envs == {1: "4", 2: "4", 4: "4"}  # the old rule gave 16, 8, 4
 
 
+@pytest.mark.procs
 def test_a_users_omp_num_threads_wins_and_a_bad_one_is_refused_before_anything_runs(tmp_path):
     suite = _suite({"a": {"world_size": [1, 2]}})
     assert set(thread_plan(suite.runs, cores=16, environ={"OMP_NUM_THREADS": "3"}).values()) == \
@@ -83,6 +84,7 @@ def _run(tmp_path, worlds, omp: str | None):
     return {r["config"]["world_size"]: r for r in load_records(out)}
 
 
+@pytest.mark.procs
 def test_each_rank_runs_with_the_recorded_thread_count(tmp_path):
     """devices[].cpu_threads is torch.get_num_threads() read inside each rank: the record's
     env.threads_per_rank is what every rank had, at both world sizes."""

@@ -207,6 +207,7 @@ def test_out_pointing_at_a_file_is_refused_with_a_message(tmp_path, tiny_suite, 
     assert f"{existing} is a file, not a folder" in capsys.readouterr().err
 
 
+@pytest.mark.procs
 def test_out_pointing_at_a_file_as_a_process_exits_2_without_traceback(tmp_path, tiny_suite):
     existing = tmp_path / "results.txt"
     existing.write_text("x")
@@ -322,6 +323,7 @@ def test_every_verb_shows_a_hostile_name_as_text(tmp_path, capsys, verb):
         assert name in shown.replace("\n", ""), shown
 
 
+@pytest.mark.procs
 def test_run_on_a_terminal_shows_a_hostile_workload_name(tmp_path, monkeypatch):
     """rich's live progress and the outcome lines, as on a TTY: `[/bold]` once crashed the run."""
     import io

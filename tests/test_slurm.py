@@ -31,6 +31,7 @@ def _slurm_env(tmp_path, bin_dir, submit_dir, job_id: int, cpus: int = 64) -> di
             "SRUN_FILE": str(tmp_path / "srun")}
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("name", HOSTILE)
 def test_hostile_names_reach_the_launcher_verbatim_and_run_nothing(tmp_path, name):
     bin_dir = _fake_bin(tmp_path)
@@ -73,6 +74,7 @@ def test_directives_ask_for_the_node_cpus_and_name_the_job_output():
     assert not any(d.startswith(("#SBATCH --exclusive", "#SBATCH --output")) for d in default)
 
 
+@pytest.mark.procs
 def test_rendezvous_port_follows_the_job_id_and_srun_gets_the_cpus(tmp_path):
     bin_dir = _fake_bin(tmp_path)
     path = tmp_path / "job.sh"
@@ -86,6 +88,7 @@ def test_rendezvous_port_follows_the_job_id_and_srun_gets_the_cpus(tmp_path):
     assert "--cpus-per-task=48" in (tmp_path / "srun").read_text().split()
 
 
+@pytest.mark.procs
 def test_cli_writes_the_script_with_its_log_folder(tmp_path, capsys):
     from benchsuite.cli import main
 

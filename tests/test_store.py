@@ -37,6 +37,7 @@ while True:
 """
 
 
+@pytest.mark.procs
 def test_killing_the_writer_mid_write_leaves_no_truncated_record(tmp_path):
     out = tmp_path / "out"
     src = tmp_path / "rec.json"

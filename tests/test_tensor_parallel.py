@@ -154,6 +154,7 @@ CASES = {
 }
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("world", [2, 4])
 def test_tensor_parallel_matches_single_process(world, tmp_path):
     spawn(_rank, world, CASES[world], str(tmp_path))

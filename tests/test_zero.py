@@ -93,6 +93,7 @@ FORBIDDEN = {"0": {"all_gather", "reduce_scatter"}, "1": {"all_gather", "reduce_
 COMM_RATIO = {"0": (0.98, 1.05), "1": (1.3, 1.6), "2": (0.98, 1.05), "3": (0.95, 1.05)}
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("world", [2, 4])
 def test_zero_stages_match_single_process_and_memory_formula(world, tmp_path):
     spawn(_rank, world, str(tmp_path))
