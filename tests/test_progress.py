@@ -6,6 +6,7 @@ import json
 import re
 import time
 
+import pytest
 import torch
 
 from benchsuite.launch import LogTail
@@ -75,6 +76,7 @@ def _progress(text: str, prefix: str = "") -> tuple[list[tuple[int, int]], list[
     return [(int(m[1]), int(m[2])) for m in steps], [line for line in lines if line.startswith("warm-up ")]
 
 
+@pytest.mark.procs
 def test_run_logs_and_shows_progress(tiny_suite, tmp_path):
     """A real run: its log has a line every k steps and the warm-up line; stderr shows the same lines,
     non-TTY and under --json; the measured steps are as many as before."""
@@ -122,6 +124,7 @@ def test_a_terminal_shows_the_line_in_the_progress_bar(monkeypatch, tiny_suite, 
     assert "weak: step" not in capsys.readouterr().err  # no plain line on a terminal
 
 
+@pytest.mark.procs
 def test_a_validation_failure_under_json_prints_one_json_error_document(tmp_path):
     """A jq pipeline gets a document on stdout even when the suite is refused (exit 2)."""
     suite = tmp_path / "bad.toml"
