@@ -127,7 +127,7 @@ def test_cli_unknown_country_or_region_exits_2(verb, args, says):
     from conftest import run_cli
 
     res = run_cli("carbon", verb, *args, "--json")
-    assert res.returncode == 2 and res.stdout == "" and "Traceback" not in res.stderr
+    assert res.returncode == 2 and json.loads(res.stdout)["error"] == "usage" and "Traceback" not in res.stderr
     assert says in res.stderr
 
 
