@@ -157,16 +157,22 @@ def test_only_work_folders_of_dead_launchers_are_removed(tmp_path, monkeypatch):
     assert sorted(d.name for d in tmp_path.iterdir()) == ["benchsuite-garbage", "benchsuite-live", "benchsuite-nopid"]
 
 
-@pytest.mark.procs
-def test_sigterm_to_the_launcher_stops_the_suite_like_ctrl_c(tmp_path, tiny_suite, reap):
-    """scancel and job time limits send SIGTERM: the run in progress is recorded interrupted, no orphans."""
-    suite = tiny_suite(name="term", world_sizes=(2,), timeout=120)
+def launch_hung_at_rank_1(suite, tmp_path, reap) -> tuple[str, Path, subprocess.Popen]:
+    """A real `benchsuite run` of a one-run suite whose rank 1 hangs, returned once rank 1 has started."""
     out = tmp_path / "out"
     (key,) = run_keys(suite)
     reap.append(key)
     old = workdirs(key)
     launcher = start_launcher(suite, out, "hang:1")
     wait_for(lambda: rank_started(key, 1, old), 120, "rank 1")
+    return key, out, launcher
+
+
+@pytest.mark.procs
+def test_sigterm_to_the_launcher_stops_the_suite_like_ctrl_c(tmp_path, tiny_suite, reap):
+    """scancel and job time limits send SIGTERM: the run in progress is recorded interrupted, no orphans."""
+    suite = tiny_suite(name="term", world_sizes=(2,), timeout=120)
+    key, out, launcher = launch_hung_at_rank_1(suite, tmp_path, reap)
     launcher.send_signal(signal.SIGTERM)
     _, err = launcher.communicate(timeout=60)
     assert launcher.returncode == 130, err
@@ -218,12 +224,7 @@ def test_ctrl_c_pressed_again_and_again_during_shutdown_still_records_the_run_an
     """Impatient users press Ctrl-C repeatedly: the later presses are only acknowledged, the run's
     processes are still stopped and the interrupted run is still recorded."""
     suite = tiny_suite(name="again", world_sizes=(2,), timeout=120)
-    out = tmp_path / "out"
-    (key,) = run_keys(suite)
-    reap.append(key)
-    old = workdirs(key)
-    launcher = start_launcher(suite, out, "hang:1")
-    wait_for(lambda: rank_started(key, 1, old), 120, "rank 1")
+    key, out, launcher = launch_hung_at_rank_1(suite, tmp_path, reap)
     deadline = time.monotonic() + 60
     while launcher.poll() is None and time.monotonic() < deadline:
         launcher.send_signal(signal.SIGINT)
