@@ -571,7 +571,7 @@ def _projection_assumptions(r: dict, pue_given: bool) -> list[str]:
 
 
 def cmd_export(args) -> int:
-    from benchsuite.energy.carbon import ExportError, write_codecarbon_csv
+    from benchsuite.results.export import ExportError, write_codecarbon_csv
     from benchsuite.results.store import load_records
 
     if not Path(args.dir).exists():

@@ -34,9 +34,12 @@ from benchsuite.metrics import flops as fl
 from benchsuite.metrics import memory as mem
 from benchsuite.metrics import quality as qual
 from benchsuite.metrics.ceiling import measure_matmul_ceiling, vs_ceiling
-from benchsuite.energy.carbon import carbon_section, derived_metrics
-from benchsuite.energy.attribution import attribute_energy, sum_or_none
+from benchsuite.energy.carbon import carbon_section
+from benchsuite.energy.attribution import attribute_energy
+from benchsuite.energy.common import sum_or_none
 from benchsuite.energy.meters import NodeEnergyMonitor
+from benchsuite.energy.windows import combine_windows
+from benchsuite.metrics.energy import derived_metrics
 from benchsuite.metrics.timing import StepTimer, summarize, synchronize
 from benchsuite.models.transformer import build_model
 from benchsuite.parallel import Parallelized, parallelize
@@ -325,7 +328,7 @@ def measure(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None) -
         train_windows.append(monitor.end(f"train-{start}").to_dict())
         if evaluating:
             evaluate(stop)
-    energy_window = qual.combine_windows(train_windows, "measure", run.energy.min_window_s)
+    energy_window = combine_windows(train_windows, "measure", run.energy.min_window_s)
     quality = None
     if evaluating:
         val_values = torch.stack(val_losses)

@@ -7,6 +7,7 @@ import pytest
 
 from benchsuite.config import CarbonConfig
 from benchsuite.energy import carbon
+from benchsuite.metrics import energy as em
 
 
 def cc_json(relpath):
@@ -160,35 +161,35 @@ def energy_section(total=1000.0, gpu=800.0):
 
 def test_derived_metrics_and_missing_inputs():
     c = carbon.carbon_section(1000.0, CarbonConfig(intensity_g_per_kwh=360.0))
-    d = carbon.derived_metrics(energy_section(), tokens=2000, model_flops=4e15, carbon=c)
+    d = em.derived_metrics(energy_section(), tokens=2000, model_flops=4e15, carbon=c)
     assert d["j_per_token"] == pytest.approx(0.5) and d["j_per_pflop"] == pytest.approx(250.0)
     assert d["gpu_j_per_token"] == pytest.approx(800.0 / 2000) and d["gpu_j_per_token_reason"] is None
     assert d["avg_w_per_device"] == pytest.approx(40.0)
     assert d["gco2e_per_mtok"] == pytest.approx(1000.0 / 3.6e6 * 360.0 / 2000 * 1e6)
-    d = carbon.derived_metrics(energy_section(total=None, gpu=None), tokens=None, model_flops=None)
+    d = em.derived_metrics(energy_section(total=None, gpu=None), tokens=None, model_flops=None)
     assert all(d[k] is None for k in ("j_per_token", "gpu_j_per_token", "j_per_pflop", "avg_w_per_device",
                                       "gco2e_per_mtok"))
 
 
 def test_gpu_j_per_token_is_null_with_the_reason():
     cpu_only = {**energy_section(gpu=None), "per_device": []}
-    d = carbon.derived_metrics(cpu_only, tokens=2000, model_flops=None)
+    d = em.derived_metrics(cpu_only, tokens=2000, model_flops=None)
     assert d["gpu_j_per_token"] is None and d["gpu_j_per_token_reason"] == "no GPU in this run"
     assert d["j_per_token"] == pytest.approx(0.5)      # the total still stands
     no_counter = {**energy_section(gpu=None), "per_device": [{"energy_j": None, "reason": "NVML: not supported"}]}
-    d = carbon.derived_metrics(no_counter, tokens=2000, model_flops=None)
+    d = em.derived_metrics(no_counter, tokens=2000, model_flops=None)
     assert d["gpu_j_per_token"] is None and d["gpu_j_per_token_reason"] == "GPU energy unavailable: NVML: not supported"
 
 
 def test_upgrade_v1_energy_metrics_adds_gpu_j_per_token_from_the_record():
     v1 = {"schema_version": 1, "metrics": {"tokens_per_step": 100, "energy": {"j_per_token": 0.5}},
           "energy": {**energy_section(gpu=800.0), "sources": {"gpu": "measured"}}, "steps": [{}] * 20}
-    up = carbon.upgrade_v1_energy_metrics(v1)
+    up = em.upgrade_v1_energy_metrics(v1)
     assert up["metrics"]["energy"]["gpu_j_per_token"] == pytest.approx(800.0 / 2000)
     assert up["metrics"]["energy"]["gpu_energy_source"] == "measured"
     assert "gpu_j_per_token" not in v1["metrics"]["energy"]          # pure: the input is unchanged
     failed = {"schema_version": 1, "metrics": None, "energy": None, "steps": []}
-    assert carbon.upgrade_v1_energy_metrics(failed) == failed
+    assert em.upgrade_v1_energy_metrics(failed) == failed
 
 
 def test_host_facts_are_what_codecarbon_reads():
@@ -231,7 +232,7 @@ def test_report_energy_table_shows_gpu_j_per_token(tmp_path):
     from conftest import REPO
 
     rec = json.loads((REPO / "tests/fixtures/results/make_dvs-dense-w1.json").read_text())
-    rec = carbon.upgrade_v1_energy_metrics(rec)
+    rec = em.upgrade_v1_energy_metrics(rec)
     expected = rec["energy"]["gpu_j"] / (rec["metrics"]["tokens_per_step"] * len(rec["steps"]))
     (tmp_path / "r.json").write_text(json.dumps(rec))
     console = Console(record=True, width=300)

@@ -8,10 +8,11 @@ from unittest import mock
 import pynvml
 import pytest
 
-from benchsuite.energy import estimate, meters, nvml, rapl
+from benchsuite.energy import common, estimate, meters, nvml, rapl
 from benchsuite.energy.attribution import attribute_energy
 from benchsuite.energy.estimate import EstimateSensor, PowerModel
-from benchsuite.energy.meters import EmptyCpuSensor, EnergyError, Figure, FirstAvailable, NodeEnergyMonitor
+from benchsuite.energy.common import EmptyCpuSensor, EnergyError, Figure
+from benchsuite.energy.meters import FirstAvailable, NodeEnergyMonitor
 
 # ----------------------------------------------------------------------------- NVML double
 
@@ -86,7 +87,7 @@ def test_unknown_uuid_gives_empty_meter_with_reason():
     gpus = FakeGpus()
     with torch_uuids({0: "dddddddd-9999-9999-9999-999999999999"}):
         meter = nvml.make_gpu_meter(0, lib=gpus.lib)
-    assert isinstance(meter, meters.EmptyGpuMeter)
+    assert isinstance(meter, common.EmptyGpuMeter)
     assert meter.uuid == "GPU-dddddddd-9999-9999-9999-999999999999"
     meter.begin("w")
     fig = meter.end("w")
@@ -341,8 +342,8 @@ def fig(e, source, reason=None, idle_w=None, window=10.0):
 
 
 def rank_result(rank, host, gpus, cpu, dram, window=10.0):
-    return meters.WindowResult("measure", rank, host, window, False,
-                               [meters.DeviceEnergy(u, "NVIDIA H200", i, f) for i, (u, f) in enumerate(gpus)],
+    return common.WindowResult("measure", rank, host, window, False,
+                               [common.DeviceEnergy(u, "NVIDIA H200", i, f) for i, (u, f) in enumerate(gpus)],
                                cpu, dram).to_dict()
 
 
@@ -403,3 +404,31 @@ def test_nothing_measured_total_is_none():
     r = rank_result(0, "n1", [], fig(None, "unavailable", "x"), fig(None, "unavailable", "y"))
     s = attribute_energy([r])
     assert s["total_j"] is None and s["source"] == "unavailable" and s["total_includes"] == []
+
+
+# ----------------------------------------------------------------------------- layering
+
+
+def _benchsuite_imports(module) -> set[str]:
+    """The benchsuite modules a module imports anywhere in its source (also inside functions)."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(Path(module.__file__).read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("benchsuite"):
+            found |= {f"{node.module}.{a.name}" if node.module == "benchsuite.energy" else node.module
+                      for a in node.names}
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("benchsuite")}
+    return found
+
+
+def test_energy_modules_import_one_way():
+    """common <- vendors (nvml, rapl, estimate) <- meters: no vendor module imports another or meters."""
+    from benchsuite.energy import attribution, windows
+
+    assert _benchsuite_imports(common) == set()
+    for vendor in (nvml, rapl, estimate, attribution, windows):
+        assert _benchsuite_imports(vendor) == {"benchsuite.energy.common"}, vendor.__name__
+    assert {"benchsuite.energy.nvml", "benchsuite.energy.rapl", "benchsuite.energy.estimate"} <= \
+        _benchsuite_imports(meters)

@@ -12,6 +12,7 @@ import pytest
 
 from benchsuite.config import CarbonConfig
 from benchsuite.energy import carbon
+from benchsuite.results import export
 from conftest import run_cli
 
 
@@ -63,7 +64,7 @@ def codecarbon_file(folder):
 
 
 def test_rows_follow_codecarbon_units_and_pue_convention():
-    row = carbon.to_codecarbon_rows([record(), {**record(), "status": "failed"}])
+    row = export.to_codecarbon_rows([record(), {**record(), "status": "failed"}])
     assert len(row) == 1 and list(row[0]) == codecarbon_columns()
     row = row[0]
     # codecarbon multiplies power and energy by PUE (emissions_tracker.py: power *= self._pue)
@@ -80,7 +81,7 @@ def test_rows_follow_codecarbon_units_and_pue_convention():
 
 
 def test_schema_1_record_without_host_fields_leaves_them_empty(tmp_path):
-    path = carbon.write_codecarbon_csv([record(env_host=False)], tmp_path / "emissions.csv").path
+    path = export.write_codecarbon_csv([record(env_host=False)], tmp_path / "emissions.csv").path
     row = next(csv.DictReader(path.open()))
     assert [row[k] for k in ("os", "cpu_count", "ram_total_size", "gpu_count")] == ["", "", "", ""]
     assert row["python_version"] == "3.11.7" and float(row["energy_consumed"]) > 0
@@ -90,7 +91,7 @@ def test_timestamp_is_codecarbons_local_time_format_at_the_run_end(monkeypatch):
     monkeypatch.setenv("TZ", "Asia/Kolkata")       # UTC+05:30: a wrong conversion shows
     time.tzset()
     try:
-        row = carbon.to_codecarbon_rows([record(started_at="2025-01-01T00:00:00+00:00")])[0]
+        row = export.to_codecarbon_rows([record(started_at="2025-01-01T00:00:00+00:00")])[0]
     finally:
         monkeypatch.undo()
         time.tzset()
@@ -158,7 +159,7 @@ def test_cells_a_spreadsheet_would_evaluate_are_neutralised_numbers_are_not(tmp_
     recs = [record(run_key=f"k{i}", workload=w) for i, w in enumerate(hostile)]
     negative = record(run_key="neg")
     negative["energy"]["cpu_j"] = -50.0               # a (flagged) negative figure stays a number
-    path = carbon.write_codecarbon_csv(recs + [negative], tmp_path / "emissions.csv").path
+    path = export.write_codecarbon_csv(recs + [negative], tmp_path / "emissions.csv").path
     rows = list(csv.DictReader(path.open(newline="")))
     assert [r["experiment_id"] for r in rows[:-1]] == ["'" + w for w in hostile]
     assert rows[-1]["cpu_energy"] == repr(-50.0 * 1.1 / 3.6e6) and rows[-1]["cpu_energy"].startswith("-")

@@ -477,7 +477,8 @@ class _FailsAtStart:
 
 
 def test_gpu_meter_raising_at_window_start_names_that_failure():
-    from benchsuite.energy.meters import EmptyCpuSensor, NodeEnergyMonitor
+    from benchsuite.energy.common import EmptyCpuSensor
+    from benchsuite.energy.meters import NodeEnergyMonitor
 
     mon = NodeEnergyMonitor([_FailsAtStart()], EmptyCpuSensor("none"), min_window_s=0.0)
     mon.begin("w")

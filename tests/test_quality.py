@@ -6,6 +6,7 @@ import warnings
 import pytest
 import torch
 
+from benchsuite.energy.windows import combine_windows
 from benchsuite.metrics import quality as q
 from benchsuite.metrics.timing import StepTimer
 
@@ -84,8 +85,8 @@ def _window(name, s, cpu_j, gpu_j=None, short=False):
 
 
 def test_combined_training_windows_sum_and_keep_unavailable_as_null():
-    w = q.combine_windows([_window("train-0", 2.0, 10.0, 4.0), _window("train-2", 1.0, 5.0, None, short=True)],
-                          "measure", 1.5)
+    w = combine_windows([_window("train-0", 2.0, 10.0, 4.0), _window("train-2", 1.0, 5.0, None, short=True)],
+                        "measure", 1.5)
     assert w["name"] == "measure" and w["window_s"] == 3.0
     assert w["cpu"]["energy_j"] == 15.0 and w["cpu"]["avg_w"] == 5.0 and w["dram"]["energy_j"] == 2.0
     assert w["gpus"][0]["figure"]["energy_j"] is None and w["gpus"][0]["figure"]["source"] == "unavailable"

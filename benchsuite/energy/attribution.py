@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchsuite.energy.meters import SOURCES, weakest
+from benchsuite.energy.common import SOURCES, sum_or_none, weakest
 
 
 def _pick(readings: list[tuple[int, dict]]) -> tuple[int, dict]:
@@ -18,12 +18,6 @@ def _pick(readings: list[tuple[int, dict]]) -> tuple[int, dict]:
 def _pick_device(readings: list[tuple[int, dict]]) -> tuple[int, dict]:
     rank, _ = _pick([(rk, d["figure"]) for rk, d in readings])
     return rank, next(d for rk, d in readings if rk == rank)
-
-
-def sum_or_none(values) -> float | None:
-    """The sum, or None when there is nothing to sum or any part is unknown (never a partial sum)."""
-    values = list(values)
-    return None if not values or any(v is None for v in values) else sum(values)
 
 
 def attribute_energy(per_rank: list[dict[str, Any]]) -> dict[str, Any]:

@@ -9,25 +9,16 @@ no tracker. Every figure says where its intensity came from.
 
 from __future__ import annotations
 
-import csv
-import dataclasses
-import datetime as dt
 import functools
-import io
 import json
-import os
 import re
-from collections import Counter
 from dataclasses import dataclass
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
-from benchsuite.atomic import atomic_file
+from benchsuite.results.values import ratio
 
 J_PER_KWH = 3.6e6
-CODECARBON_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S"   # emissions_tracker.py, EmissionsData(timestamp=...)
-CSV_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")   # OWASP CSV injection: cells a spreadsheet evaluates
 
 # Used only if codecarbon's own file cannot be read. Same value and source as codecarbon's
 # data/private_infra/carbon_intensity_per_source.json "world_average" (IEA, Global Energy
@@ -58,6 +49,14 @@ class Intensity:
 def codecarbon_data(relpath: str) -> dict:
     """A JSON file bundled in the installed codecarbon package."""
     return json.loads(resources.files("codecarbon").joinpath(relpath).read_text(encoding="utf-8"))
+
+
+def country_name(iso: str | None) -> str | None:
+    """The country's name in codecarbon's offline data (None when it has none or cannot be read)."""
+    try:
+        return codecarbon_data(_GLOBAL_MIX).get(iso or "", {}).get("country_name")
+    except (OSError, ValueError):
+        return None
 
 
 def world_average(why: str) -> Intensity:
@@ -243,61 +242,6 @@ def project(tokens: float, devices: int, j_per_token: float, tokens_per_s_per_de
     }
 
 
-def _div(a: float | None, b: float | None) -> float | None:
-    return None if a is None or not b else a / b
-
-
-def gpu_j_per_token(energy_section: dict, tokens: float | None) -> tuple[float | None, str | None]:
-    """GPU energy alone per token (what an NVML-only figure compares with), and why it is None when it is."""
-    gpu_j = energy_section.get("gpu_j")
-    if gpu_j is None:
-        devices = energy_section.get("per_device") or []
-        why = "; ".join(dict.fromkeys(d.get("reason") or "no reading" for d in devices if d.get("energy_j") is None))
-        return None, f"GPU energy unavailable: {why}" if devices else "no GPU in this run"
-    if not tokens:
-        return None, "no tokens counted in the energy window"
-    return gpu_j / tokens, None
-
-
-def derived_metrics(energy_section: dict, tokens: float | None, model_flops: float | None,
-                    duration_s: float | None = None, devices: int | None = None,
-                    carbon: dict | None = None) -> dict[str, Any]:
-    """Efficiency per unit of work over the energy window; None where an input is missing.
-    tokens and model_flops are totals over the window; avg_w_per_device and gpu_j_per_token
-    are GPU energy only, j_per_token is total_j (GPU + CPU + DRAM, as total_includes says)."""
-    total = energy_section.get("total_j")
-    duration_s = duration_s if duration_s is not None else energy_section.get("window_s")
-    devices = devices if devices is not None else len(energy_section.get("per_device") or []) or None
-    co2e_g = (carbon or {}).get("co2e_g")
-    gpu_per_token, gpu_reason = gpu_j_per_token(energy_section, tokens)
-    return {
-        "j_per_token": _div(total, tokens),
-        "gpu_j_per_token": gpu_per_token,
-        "gpu_j_per_token_reason": gpu_reason,
-        "gpu_energy_source": (energy_section.get("sources") or {}).get("gpu", "unavailable"),
-        "j_per_pflop": _div(total, None if model_flops is None else model_flops / 1e15),
-        "avg_w_per_device": _div(_div(energy_section.get("gpu_j"), duration_s), devices),
-        "gco2e_per_mtok": _div(None if co2e_g is None else co2e_g * 1e6, tokens),
-        "energy_source": energy_section.get("source", "unavailable"),
-        "energy_includes": energy_section.get("total_includes", []),
-    }
-
-
-def upgrade_v1_energy_metrics(rec: dict) -> dict:
-    """A copy of a version-1 record whose metrics.energy gains gpu_j_per_token (+ reason, source) from its own
-    energy.gpu_j over the measured tokens (tokens_per_step x measured steps, as the worker counts)."""
-    derived = (rec.get("metrics") or {}).get("energy")
-    if not isinstance(derived, dict) or "gpu_j_per_token" in derived:
-        return rec
-    energy = rec.get("energy") or {}
-    per_step = rec["metrics"].get("tokens_per_step")
-    tokens = per_step * len(rec.get("steps") or []) if per_step else None
-    value, reason = gpu_j_per_token(energy, tokens)
-    derived = {**derived, "gpu_j_per_token": value, "gpu_j_per_token_reason": reason,
-               "gpu_energy_source": (energy.get("sources") or {}).get("gpu", "unavailable")}
-    return {**rec, "metrics": {**rec["metrics"], "energy": derived}}
-
-
 def project_from_record(record: dict, tokens: float, devices: int | None = None, pue: float | None = None,
                         intensity: float | Intensity | None = None) -> dict[str, Any]:
     """`project` with rates taken from a run record: J/token from metrics.energy.j_per_token
@@ -309,7 +253,7 @@ def project_from_record(record: dict, tokens: float, devices: int | None = None,
     world = (record.get("env") or {}).get("world_size") or (record.get("config") or {}).get("world_size")
     jpt = (metrics.get("energy") or {}).get("j_per_token")
     if jpt is None:
-        jpt = _div(energy.get("total_j"), None if tps is None or energy.get("window_s") is None
+        jpt = ratio(energy.get("total_j"), None if tps is None or energy.get("window_s") is None
                    else tps * energy["window_s"])
     if jpt is None or not tps or not world:
         raise ValueError("record lacks energy.total_j, metrics.tokens_per_s or world_size: cannot project")
@@ -321,186 +265,3 @@ def project_from_record(record: dict, tokens: float, devices: int | None = None,
     out.update(run_key=record.get("run_key"), energy_source=energy.get("source", "unavailable"),
                energy_includes=energy.get("total_includes", []))
     return out
-
-
-# --------------------------------------------------------------------------- codecarbon export
-
-
-def codecarbon_columns() -> list[str]:
-    """Column names of codecarbon's emissions.csv (output_methods/emissions_data.py)."""
-    from codecarbon.output_methods.emissions_data import EmissionsData
-    return [f.name for f in dataclasses.fields(EmissionsData)]
-
-
-def _codecarbon_timestamp(started_at: Any, duration_s: Any) -> str | None:
-    """When the run ended, as codecarbon stamps a row when its tracker stops: local wall time of
-    this host, "%Y-%m-%dT%H:%M:%S", no offset (datetime.now().strftime in emissions_tracker.py)."""
-    try:
-        start = dt.datetime.fromisoformat(started_at)
-    except (TypeError, ValueError):
-        return None
-    if start.tzinfo is None:   # records stamp UTC (results/schema.py utc_now)
-        start = start.replace(tzinfo=dt.timezone.utc)
-    end = start + dt.timedelta(seconds=duration_s if isinstance(duration_s, (int, float)) else 0)
-    return end.astimezone().strftime(CODECARBON_TIME_FORMAT)
-
-
-def to_codecarbon_rows(records: list[dict]) -> list[dict]:
-    """One codecarbon-style row per ok record, in codecarbon's units and conventions: duration s,
-    emissions kg CO2e, emissions_rate kg/s, *_power W, *_energy kWh, powers and energies
-    multiplied by PUE as codecarbon does (so emissions / energy_consumed = intensity). Figures
-    a run did not measure are left empty (None), not 0; durations and energies cover the energy window."""
-    rows = []
-    for rec in records:
-        if rec.get("status") != "ok":
-            continue
-        energy, carbon = rec.get("energy") or {}, rec.get("carbon") or {}
-        env, cfg = rec.get("env") or {}, (rec.get("config") or {})
-        ccfg = cfg.get("carbon") or {}
-        pue = carbon.get("pue") or 1.0
-        window = energy.get("window_s") or rec.get("duration_s")
-        facility_j = {k: None if energy.get(f"{k}_j") is None else energy[f"{k}_j"] * pue
-                      for k in ("cpu", "gpu", "dram", "total")}
-        co2e_kg = None if carbon.get("co2e_g") is None else carbon["co2e_g"] / 1000.0
-        gpus = {d.get("uuid"): d.get("name") for d in (energy.get("per_device") or env.get("devices") or [])
-                if d.get("uuid") and d.get("type", "cuda") == "cuda"}          # physical GPUs, each once
-        cpu_models = sorted({d.get("name") for d in env.get("devices") or [] if d.get("type") == "cpu"} - {None})
-        country = (ccfg.get("country") or "").strip().upper() or None
-        try:
-            country_name = codecarbon_data(_GLOBAL_MIX).get(country or "", {}).get("country_name")
-        except (OSError, ValueError):
-            country_name = None
-        row = {
-            "timestamp": _codecarbon_timestamp(rec.get("started_at"), rec.get("duration_s")),
-            "project_name": rec.get("suite"),
-            "run_id": rec.get("run_key"),
-            "experiment_id": rec.get("workload"),
-            "duration": window,
-            "emissions": co2e_kg,
-            "emissions_rate": _div(co2e_kg, window),
-            "cpu_power": _div(facility_j["cpu"], window),
-            "gpu_power": _div(facility_j["gpu"], window),
-            "ram_power": _div(facility_j["dram"], window),
-            "cpu_energy": _div(facility_j["cpu"], J_PER_KWH),
-            "gpu_energy": _div(facility_j["gpu"], J_PER_KWH),
-            "ram_energy": _div(facility_j["dram"], J_PER_KWH),
-            "energy_consumed": _div(facility_j["total"], J_PER_KWH),
-            "country_name": country_name,
-            "country_iso_code": country,
-            "region": (ccfg.get("region") or "").lower() or None,
-            "os": env.get("os"),
-            "python_version": env.get("python"),
-            "codecarbon_version": _codecarbon_version(),
-            "cpu_count": env.get("cpu_count"),
-            "cpu_model": env.get("cpu_model") or ", ".join(cpu_models) or None,
-            "gpu_count": env.get("gpu_count"),
-            "gpu_model": "".join(f"{n} x {name}" for name, n in Counter(gpus.values()).items() if name) or None,
-            "ram_total_size": env.get("ram_total_gb"),
-            "tracking_mode": "machine",
-            "on_cloud": "N",
-            "pue": carbon.get("pue"),
-        }
-        rows.append({c: row.get(c) for c in codecarbon_columns()})
-    return rows
-
-
-class ExportError(Exception):
-    """An export target that cannot take the file: the message names the path and the fix."""
-
-
-@dataclass(frozen=True)
-class CsvExport:
-    path: Path
-    rows_written: int
-    appended: bool          # onto an existing codecarbon file, as codecarbon's FileOutput appends
-    rows_already_there: int  # same run_id and timestamp already in that file: not written twice
-
-
-def spreadsheet_safe(value: Any) -> Any:
-    """A cell a spreadsheet will not evaluate (OWASP CSV injection): text starting with = + - @
-    tab or CR gets a leading single quote; numbers, negative ones included, stay numbers."""
-    return "'" + value if isinstance(value, str) and value.startswith(CSV_FORMULA_START) else value
-
-
-def _check_target(path: Path) -> None:
-    """An output path the CSV can be written at: in an existing folder, not at a folder or a FIFO."""
-    for parent in path.parents:
-        if parent.exists() and not parent.is_dir():
-            raise ExportError(f"{path}: {parent} is a file, not a folder; choose an output path in a folder")
-    if not path.parent.is_dir():
-        raise ExportError(f"{path}: folder {path.parent} does not exist; create it first")
-    if path.is_dir():
-        raise ExportError(f"{path} is a folder; name the .csv file to write, e.g. {path / 'emissions.csv'}")
-    if path.exists() and not path.is_file():
-        raise ExportError(f"{path} is not a regular file; choose another output path")
-
-
-@dataclass(frozen=True)
-class _ExistingCsv:
-    text: str
-    header: list[str]
-    keys: set[tuple[str | None, str | None]]   # (run_id, timestamp) of its rows
-
-
-def _existing_csv(path: Path, columns: list[str]) -> _ExistingCsv | None:
-    """An existing non-empty codecarbon file, else None. A file with other columns is refused:
-    appending would misalign every value."""
-    if not path.is_file() or path.stat().st_size == 0:   # empty: a new file, as codecarbon treats it
-        return None
-    try:
-        with path.open(encoding="utf-8", newline="") as f:
-            text = f.read()
-        reader = csv.DictReader(io.StringIO(text, newline=""))
-        header = list(reader.fieldnames or [])
-        if sorted(header) != sorted(columns):   # codecarbon's FileOutput.has_valid_headers: any order
-            raise ExportError(f"{path}: its header is not the emissions.csv header of codecarbon "
-                              f"{_codecarbon_version()} (missing: {_some(set(columns) - set(header))}; "
-                              f"extra: {_some(set(header) - set(columns))}); export to another file with -o")
-        keys = {(r.get("run_id"), r.get("timestamp")) for r in reader}
-    except OSError as e:
-        raise ExportError(f"{path}: cannot read ({e.strerror or e}); export to another file with -o") from None
-    except (UnicodeDecodeError, csv.Error) as e:
-        raise ExportError(f"{path}: not a readable CSV file ({e}); export to another file with -o") from None
-    return _ExistingCsv(text, header, keys)
-
-
-def _some(names: set[str], shown: int = 5) -> str:
-    listed = ", ".join(sorted(names)[:shown]) or "-"
-    return listed + (f" and {len(names) - shown} more" if len(names) > shown else "")
-
-
-def _csv_line(cells: list[Any]) -> str:
-    """One CSV line ending in os.linesep, as pandas' to_csv (codecarbon's writer) ends lines. Quoted
-    as if lines ended in CR LF, so that a CR inside a cell is quoted too (csv quotes only the
-    characters of its line terminator) and cannot split the row for a reader."""
-    buf = io.StringIO()
-    csv.writer(buf, lineterminator="\r\n").writerow(cells)
-    return buf.getvalue()[:-2] + os.linesep
-
-
-def _codecarbon_version() -> str:
-    import codecarbon
-    return codecarbon.__version__
-
-
-def write_codecarbon_csv(records: list[dict], path: str | Path) -> CsvExport:
-    """emissions.csv in codecarbon's columns: a new file (header even when there are no rows), or
-    the rows appended to an existing codecarbon file in its column order, as codecarbon does.
-    Written atomically: a reader sees the old file or the whole new one."""
-    path = Path(path)
-    columns = codecarbon_columns()
-    _check_target(path)
-    existing = _existing_csv(path, columns)
-    rows = [{c: spreadsheet_safe(v) for c, v in row.items()} for row in to_codecarbon_rows(records)]
-    new = [r for r in rows if not existing or (r["run_id"], r["timestamp"]) not in existing.keys]
-    header = existing.header if existing else columns
-    try:
-        with atomic_file(path, "w", encoding="utf-8", newline="") as f:
-            if existing:
-                f.write(existing.text if existing.text.endswith("\n") else existing.text + os.linesep)
-            else:
-                f.write(_csv_line(header))
-            f.writelines(_csv_line([r[c] for c in header]) for r in new)
-    except OSError as e:
-        raise ExportError(f"{path}: cannot write ({e.strerror or e})") from None
-    return CsvExport(path, len(new), existing is not None, len(rows) - len(new))

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from benchsuite.energy.meters import EnergyError, Figure
+from benchsuite.energy.common import EnergyError, Figure
 
 
 @dataclass(frozen=True)

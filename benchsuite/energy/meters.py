@@ -5,88 +5,34 @@ at both edges, every figure carrying its source (measured | sampled | estimated 
 unavailable) and `None` plus a reason for what was not measured -- never 0. A sensor
 that fails degrades to the next one; a meter never fails a run.
 
+This module composes the vendor meters (nvml, rapl, estimate), which know only energy/common.py.
 The per-rank result (`WindowResult.to_dict()`) is what the worker all_gathers;
 `energy.attribution.attribute_energy` (pure) turns the gathered list into the record's `energy` section.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import socket
 import time
-from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-# Strongest first; an aggregate is only as good as its weakest part.
-SOURCES = ("measured", "sampled", "estimated", "unavailable")
+import torch
+
+from benchsuite.energy.common import (CpuSensor, DeviceEnergy, EmptyCpuSensor, EnergyError, Figure, GpuMeter,
+                                      WindowResult, unavailable_cpu)
+from benchsuite.energy import estimate, nvml, rapl
+from benchsuite.metrics.timing import synchronize
 
 # NVML's total-energy counter updates about every 100 ms (ANCHORS: it advanced 10x/s on
 # an H200), so a window needs to be long against that to be accurate to ~1 %.
 DEFAULT_MIN_WINDOW_S = 1.0
 
 
-class EnergyError(Exception):
-    """A sensor could not give a figure; vendor errors (NVML, sysfs, codecarbon) become this."""
-
-
-def weakest(sources: Iterable[str]) -> str:
-    """The least trustworthy source among `sources` ("unavailable" when empty)."""
-    ranks = [SOURCES.index(s) for s in sources]
-    return SOURCES[max(ranks)] if ranks else "unavailable"
-
-
-@dataclass
-class Figure:
-    """One energy figure over one window; energy_j is None whenever source is unavailable."""
-
-    energy_j: float | None
-    source: str
-    reason: str | None = None
-    sampled_energy_j: float | None = None   # integrated power beside the counter (sample_power=True)
-    avg_w: float | None = None               # set by the monitor: energy_j / window_s
-    idle_w: float | None = None              # idle baseline, when one was measured
-    above_idle_j: float | None = None        # energy_j - idle_w * window_s
-    detail: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def unavailable(cls, reason: str) -> Figure:
-        return cls(energy_j=None, source="unavailable", reason=reason)
-
-
-@dataclass
-class DeviceEnergy:
-    """A GPU figure with the identity attribution needs (UUID, not index)."""
-
-    uuid: str
-    name: str
-    cuda_index: int
-    figure: Figure
-
-
-@dataclass
-class WindowResult:
-    """Everything one rank measured over one named window."""
-
-    name: str
-    rank: int
-    host: str
-    window_s: float
-    short_window: bool
-    gpus: list[DeviceEnergy]
-    cpu: Figure
-    dram: Figure
-    reasons: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain types only: safe for all_gather_object and JSON."""
-        return dataclasses.asdict(self)
-
-
 class FirstAvailable:
     """Sensors in order of preference; for each figure the first one with a value wins,
     and why the ones before it failed is kept in its reason."""
 
-    def __init__(self, sensors: list, notes: list[str] | None = None):
+    def __init__(self, sensors: list[CpuSensor], notes: list[str] | None = None):
         self.sensors = sensors
         self.notes = list(notes or [])      # why preferred sensors were dropped at startup
         self._begin_errors: dict[tuple[str, int], str] = {}
@@ -108,7 +54,7 @@ class FirstAvailable:
                     continue
                 except Exception as e:
                     err = f"{type(s).__name__} failed at window end: {e}"
-            per_sensor.append({"cpu": Figure.unavailable(err), "dram": Figure.unavailable(err)})
+            per_sensor.append(unavailable_cpu(err))
         out = {}
         for key in ("cpu", "dram"):
             reasons = list(self.notes)
@@ -125,23 +71,6 @@ class FirstAvailable:
                 chosen.reason = "; ".join(reasons + [chosen.reason or ""]).strip("; ")
             out[key] = chosen
         return out
-
-
-class EmptyGpuMeter:
-    """Stand-in for a GPU that cannot be metered: every window is unavailable with the reason."""
-
-    def __init__(self, cuda_index: int, reason: str, uuid: str | None = None, name: str = "unknown"):
-        self.cuda_index, self.reason, self.name = cuda_index, reason, name
-        self.uuid = uuid or f"unknown:{socket.gethostname()}:cuda{cuda_index}"
-
-    def begin(self, name: str) -> None:
-        pass
-
-    def end(self, name: str) -> Figure:
-        return Figure.unavailable(self.reason)
-
-    def close(self) -> None:
-        pass
 
 
 # --------------------------------------------------------------------------- monitor
@@ -167,7 +96,7 @@ def _cuda_indices(devices: Iterable[Any]) -> list[int]:
 class NodeEnergyMonitor:
     """One rank's meters: its GPUs by UUID, and the node's CPU/DRAM (RAPL else estimate)."""
 
-    def __init__(self, gpu_meters: list, cpu_sensor, *, min_window_s: float = DEFAULT_MIN_WINDOW_S,
+    def __init__(self, gpu_meters: list[GpuMeter], cpu_sensor: CpuSensor, *, min_window_s: float = DEFAULT_MIN_WINDOW_S,
                  rank: int = 0, host: str | None = None, sync=None, notes: list[str] | None = None):
         self.gpu_meters = gpu_meters
         self.cpu_sensor = cpu_sensor
@@ -185,22 +114,19 @@ class NodeEnergyMonitor:
                sample_power: bool = False, rapl_root: str = "/sys/class/powercap") -> NodeEnergyMonitor:
         """Meters for the rank's CUDA devices (torch devices, "cuda:i" or ints; CPU devices
         are ignored) and this node's CPU/DRAM. Never raises for missing hardware."""
-        from benchsuite.energy.nvml import make_gpu_meter
-        from benchsuite.energy.rapl import RaplSensor
-
         indices = _cuda_indices(devices)
-        gpus = [make_gpu_meter(i, sample_power=sample_power) for i in indices]
+        gpus = [nvml.make_gpu_meter(i, sample_power=sample_power) for i in indices]
         notes = []
         try:
-            rapl = RaplSensor(rapl_root)
-            sensors = [rapl, _estimate(preload=not rapl.has_dram)]
+            package = rapl.RaplSensor(rapl_root)
+            sensors = [package, _estimate(preload=not package.has_dram)]
         except EnergyError as e:
             notes.append(f"RAPL unavailable: {e}")
             sensors = [_estimate(preload=True)]
+
         def sync():
-            import torch
             for i in indices:
-                torch.cuda.synchronize(i)
+                synchronize(torch.device("cuda", i))
         min_s = getattr(energy_cfg, "min_window_s", DEFAULT_MIN_WINDOW_S)
         return cls(gpus, FirstAvailable(sensors, notes), min_window_s=min_s, rank=rank, sync=sync if indices else None)
 
@@ -265,28 +191,13 @@ class NodeEnergyMonitor:
         return fig
 
 
-def _estimate(preload: bool):
+def _estimate(preload: bool) -> CpuSensor:
     """codecarbon's estimate (else an EmptyCpuSensor); its lookup (~0.5 s) is done now only when
     it will be used."""
-    from benchsuite.energy.estimate import EstimateSensor, codecarbon_power_model
-
     try:
-        return EstimateSensor(codecarbon_power_model() if preload else None)
+        return estimate.EstimateSensor(estimate.codecarbon_power_model() if preload else None)
     except Exception as e:
         return EmptyCpuSensor(f"codecarbon estimate unavailable: {e}")
-
-
-class EmptyCpuSensor:
-    """Stand-in when neither RAPL nor codecarbon's estimate is available."""
-
-    def __init__(self, reason: str):
-        self.reason = reason
-
-    def begin(self, name: str) -> None:
-        pass
-
-    def end(self, name: str) -> dict[str, Figure]:
-        return {"cpu": Figure.unavailable(self.reason), "dram": Figure.unavailable(self.reason)}
 
 
 def _safe(fn, default_reason: str = "meter failed", many: bool = False):
@@ -296,5 +207,5 @@ def _safe(fn, default_reason: str = "meter failed", many: bool = False):
     except Exception as e:
         reason = f"{default_reason}: {type(e).__name__}: {e}"
         if many:
-            return {"cpu": Figure.unavailable(reason), "dram": Figure.unavailable(reason)}
+            return unavailable_cpu(reason)
         return Figure.unavailable(reason)

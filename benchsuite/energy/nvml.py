@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from benchsuite.energy.meters import EmptyGpuMeter, EnergyError, Figure
+from benchsuite.energy.common import EmptyGpuMeter, EnergyError, Figure
 
 # Power sampling period when integrating. 20 ms is 5 samples per counter update
 # (~100 ms); on an H200 20 ms samples matched the counter within 0.1-1.5 % over

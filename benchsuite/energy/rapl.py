@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchsuite.energy.meters import EnergyError, Figure
+from benchsuite.energy.common import EnergyError, Figure
 
 
 @dataclass(frozen=True)

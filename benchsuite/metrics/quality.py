@@ -26,8 +26,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from benchsuite.energy.carbon import co2e_g
-from benchsuite.energy.attribution import sum_or_none
-from benchsuite.energy.meters import weakest
 
 EVAL_ROWS = 64  # held-out sequences per evaluation: the same set for every batch size and world size
 
@@ -53,54 +51,6 @@ def eval_rows(val_batches: Iterable, rows: int = EVAL_ROWS) -> Iterator:
             return
         yield inputs[:left], targets[:left]
         left -= len(inputs)
-
-
-def _combine_figure(figs: list[dict], window_s: float) -> dict:
-    energy = sum_or_none(f.get("energy_j") for f in figs)
-    reasons = []
-    for f in figs:
-        if f.get("reason") and f["reason"] not in reasons:
-            reasons.append(f["reason"])
-    idle = figs[0].get("idle_w") if figs else None
-    return {
-        "energy_j": energy,
-        "source": weakest(f["source"] for f in figs) if energy is not None else "unavailable",
-        "reason": "; ".join(reasons) or None,
-        "sampled_energy_j": sum_or_none(f.get("sampled_energy_j") for f in figs),
-        "avg_w": energy / window_s if energy is not None and window_s > 0 else None,
-        "idle_w": idle,
-        "above_idle_j": sum_or_none(f.get("above_idle_j") for f in figs) if idle is not None else None,
-        "detail": {"windows": len(figs)},
-    }
-
-
-def combine_windows(windows: list[dict], name: str = "measure", min_window_s: float | None = None) -> dict:
-    """One rank's windows (``WindowResult.to_dict()``) as one window of the same shape: energies,
-    durations and above-idle energies summed, a figure None (unavailable) unless every window has it,
-    the weakest source. This is how the training segments between evaluations make the record's
-    energy section: training only, the evaluation windows left out. short_window is set when any
-    window was short (each edge of a short window costs the counter's resolution)."""
-    if not windows:
-        raise ValueError("combine_windows needs at least one window")
-    window_s = sum(w["window_s"] for w in windows)
-    gpus = []
-    for i, dev in enumerate(windows[0]["gpus"]):
-        figs = [w["gpus"][i]["figure"] for w in windows]
-        gpus.append({**{k: v for k, v in dev.items() if k != "figure"}, "figure": _combine_figure(figs, window_s)})
-    reasons = []
-    for w in windows:
-        for r in w.get("reasons", []):
-            if not r.startswith("window ") and r not in reasons:  # per-window "shorter than" notes summarised below
-                reasons.append(r)
-    short = [w for w in windows if w.get("short_window")]
-    if short:
-        limit = f" min_window_s {min_window_s} s" if min_window_s is not None else " min_window_s"
-        reasons.append(f"{len(short)} of {len(windows)} windows summed into {name!r} were shorter than{limit}: "
-                       f"energy counters (NVML) update about every 100 ms; evaluate less often or train longer")
-    return {"name": name, "rank": windows[0]["rank"], "host": windows[0]["host"], "window_s": window_s,
-            "short_window": bool(short), "gpus": gpus,
-            "cpu": _combine_figure([w["cpu"] for w in windows], window_s),
-            "dram": _combine_figure([w["dram"] for w in windows], window_s), "reasons": reasons}
 
 
 def curve(points: list[int], val_losses: list[float], step_times_s: list[float], tokens_per_step: float,

@@ -20,7 +20,7 @@ def steps_to_2() -> list[Upgrade]:
     ratio is rescaled first, then judged), the ceiling's method, threads per rank, GPU-only J/token,
     the typed precision policy. Each step lives beside the code that computes its field, imported
     here on first use (some import torch)."""
-    from benchsuite.energy.carbon import upgrade_v1_energy_metrics
+    from benchsuite.metrics.energy import upgrade_v1_energy_metrics
     from benchsuite.metrics.ceiling import upgrade_v1_ceiling
     from benchsuite.metrics.flops import upgrade_v1_flops
     from benchsuite.metrics.scaling import upgrade_v1_env

@@ -44,3 +44,8 @@ def dig(d: Any, *keys: str) -> Any:
             return None
         d = d.get(k)
     return d
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    """a / b, or None when a is unknown or b is unknown or 0 (a figure per unit of nothing is no figure)."""
+    return None if a is None or not b else a / b

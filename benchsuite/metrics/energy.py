@@ -1,0 +1,60 @@
+"""The record's metrics.energy: energy per unit of work (J/token, J/PFLOP, W per device, g CO2e per
+million tokens) over the energy window, None with a reason where an input is missing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchsuite.results.values import ratio
+
+
+def gpu_j_per_token(energy_section: dict, tokens: float | None) -> tuple[float | None, str | None]:
+    """GPU energy alone per token (what an NVML-only figure compares with), and why it is None when it is."""
+    gpu_j = energy_section.get("gpu_j")
+    if gpu_j is None:
+        devices = energy_section.get("per_device") or []
+        why = "; ".join(dict.fromkeys(d.get("reason") or "no reading" for d in devices if d.get("energy_j") is None))
+        return None, f"GPU energy unavailable: {why}" if devices else "no GPU in this run"
+    if not tokens:
+        return None, "no tokens counted in the energy window"
+    return gpu_j / tokens, None
+
+
+def derived_metrics(energy_section: dict, tokens: float | None, model_flops: float | None,
+                    duration_s: float | None = None, devices: int | None = None,
+                    carbon: dict | None = None) -> dict[str, Any]:
+    """Efficiency per unit of work over the energy window; None where an input is missing.
+    tokens and model_flops are totals over the window; avg_w_per_device and gpu_j_per_token
+    are GPU energy only, j_per_token is total_j (GPU + CPU + DRAM, as total_includes says)."""
+    total = energy_section.get("total_j")
+    duration_s = duration_s if duration_s is not None else energy_section.get("window_s")
+    devices = devices if devices is not None else len(energy_section.get("per_device") or []) or None
+    co2e_g = (carbon or {}).get("co2e_g")
+    gpu_per_token, gpu_reason = gpu_j_per_token(energy_section, tokens)
+    return {
+        "j_per_token": ratio(total, tokens),
+        "gpu_j_per_token": gpu_per_token,
+        "gpu_j_per_token_reason": gpu_reason,
+        "gpu_energy_source": (energy_section.get("sources") or {}).get("gpu", "unavailable"),
+        "j_per_pflop": ratio(total, None if model_flops is None else model_flops / 1e15),
+        "avg_w_per_device": ratio(ratio(energy_section.get("gpu_j"), duration_s), devices),
+        "gco2e_per_mtok": ratio(None if co2e_g is None else co2e_g * 1e6, tokens),
+        "energy_source": energy_section.get("source", "unavailable"),
+        "energy_includes": energy_section.get("total_includes", []),
+    }
+
+
+def upgrade_v1_energy_metrics(rec: dict) -> dict:
+    """A copy of a version-1 record whose metrics.energy gains gpu_j_per_token (+ reason, source) from its own
+    energy.gpu_j over the measured tokens (tokens_per_step x measured steps, as the worker counts)."""
+    derived = (rec.get("metrics") or {}).get("energy")
+    if not isinstance(derived, dict) or "gpu_j_per_token" in derived:
+        return rec
+    energy = rec.get("energy") or {}
+    per_step = rec["metrics"].get("tokens_per_step")
+    tokens = per_step * len(rec.get("steps") or []) if per_step else None
+    value, reason = gpu_j_per_token(energy, tokens)
+    derived = {**derived, "gpu_j_per_token": value, "gpu_j_per_token_reason": reason,
+               "gpu_energy_source": (energy.get("sources") or {}).get("gpu", "unavailable")}
+    return {**rec, "metrics": {**rec["metrics"], "energy": derived}}

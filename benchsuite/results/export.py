@@ -1,0 +1,198 @@
+"""`benchsuite export --format codecarbon`: run records as codecarbon's emissions.csv, in its columns,
+units and conventions, so codecarbon's own users can concatenate the file with theirs.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import datetime as dt
+import io
+import os
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchsuite.atomic import atomic_file
+from benchsuite.energy.carbon import J_PER_KWH, country_name
+from benchsuite.results.values import ratio
+
+CODECARBON_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S"   # emissions_tracker.py, EmissionsData(timestamp=...)
+CSV_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")   # OWASP CSV injection: cells a spreadsheet evaluates
+
+
+def codecarbon_columns() -> list[str]:
+    """Column names of codecarbon's emissions.csv (output_methods/emissions_data.py)."""
+    from codecarbon.output_methods.emissions_data import EmissionsData
+    return [f.name for f in dataclasses.fields(EmissionsData)]
+
+
+def _codecarbon_timestamp(started_at: Any, duration_s: Any) -> str | None:
+    """When the run ended, as codecarbon stamps a row when its tracker stops: local wall time of
+    this host, "%Y-%m-%dT%H:%M:%S", no offset (datetime.now().strftime in emissions_tracker.py)."""
+    try:
+        start = dt.datetime.fromisoformat(started_at)
+    except (TypeError, ValueError):
+        return None
+    if start.tzinfo is None:   # records stamp UTC (results/schema.py utc_now)
+        start = start.replace(tzinfo=dt.timezone.utc)
+    end = start + dt.timedelta(seconds=duration_s if isinstance(duration_s, (int, float)) else 0)
+    return end.astimezone().strftime(CODECARBON_TIME_FORMAT)
+
+
+def to_codecarbon_rows(records: list[dict]) -> list[dict]:
+    """One codecarbon-style row per ok record, in codecarbon's units and conventions: duration s,
+    emissions kg CO2e, emissions_rate kg/s, *_power W, *_energy kWh, powers and energies
+    multiplied by PUE as codecarbon does (so emissions / energy_consumed = intensity). Figures
+    a run did not measure are left empty (None), not 0; durations and energies cover the energy window."""
+    rows = []
+    for rec in records:
+        if rec.get("status") != "ok":
+            continue
+        energy, carbon = rec.get("energy") or {}, rec.get("carbon") or {}
+        env, cfg = rec.get("env") or {}, (rec.get("config") or {})
+        ccfg = cfg.get("carbon") or {}
+        pue = carbon.get("pue") or 1.0
+        window = energy.get("window_s") or rec.get("duration_s")
+        facility_j = {k: None if energy.get(f"{k}_j") is None else energy[f"{k}_j"] * pue
+                      for k in ("cpu", "gpu", "dram", "total")}
+        co2e_kg = None if carbon.get("co2e_g") is None else carbon["co2e_g"] / 1000.0
+        gpus = {d.get("uuid"): d.get("name") for d in (energy.get("per_device") or env.get("devices") or [])
+                if d.get("uuid") and d.get("type", "cuda") == "cuda"}          # physical GPUs, each once
+        cpu_models = sorted({d.get("name") for d in env.get("devices") or [] if d.get("type") == "cpu"} - {None})
+        country = (ccfg.get("country") or "").strip().upper() or None
+        row = {
+            "timestamp": _codecarbon_timestamp(rec.get("started_at"), rec.get("duration_s")),
+            "project_name": rec.get("suite"),
+            "run_id": rec.get("run_key"),
+            "experiment_id": rec.get("workload"),
+            "duration": window,
+            "emissions": co2e_kg,
+            "emissions_rate": ratio(co2e_kg, window),
+            "cpu_power": ratio(facility_j["cpu"], window),
+            "gpu_power": ratio(facility_j["gpu"], window),
+            "ram_power": ratio(facility_j["dram"], window),
+            "cpu_energy": ratio(facility_j["cpu"], J_PER_KWH),
+            "gpu_energy": ratio(facility_j["gpu"], J_PER_KWH),
+            "ram_energy": ratio(facility_j["dram"], J_PER_KWH),
+            "energy_consumed": ratio(facility_j["total"], J_PER_KWH),
+            "country_name": country_name(country),
+            "country_iso_code": country,
+            "region": (ccfg.get("region") or "").lower() or None,
+            "os": env.get("os"),
+            "python_version": env.get("python"),
+            "codecarbon_version": _codecarbon_version(),
+            "cpu_count": env.get("cpu_count"),
+            "cpu_model": env.get("cpu_model") or ", ".join(cpu_models) or None,
+            "gpu_count": env.get("gpu_count"),
+            "gpu_model": "".join(f"{n} x {name}" for name, n in Counter(gpus.values()).items() if name) or None,
+            "ram_total_size": env.get("ram_total_gb"),
+            "tracking_mode": "machine",
+            "on_cloud": "N",
+            "pue": carbon.get("pue"),
+        }
+        rows.append({c: row.get(c) for c in codecarbon_columns()})
+    return rows
+
+
+class ExportError(Exception):
+    """An export target that cannot take the file: the message names the path and the fix."""
+
+
+@dataclass(frozen=True)
+class CsvExport:
+    path: Path
+    rows_written: int
+    appended: bool          # onto an existing codecarbon file, as codecarbon's FileOutput appends
+    rows_already_there: int  # same run_id and timestamp already in that file: not written twice
+
+
+def spreadsheet_safe(value: Any) -> Any:
+    """A cell a spreadsheet will not evaluate (OWASP CSV injection): text starting with = + - @
+    tab or CR gets a leading single quote; numbers, negative ones included, stay numbers."""
+    return "'" + value if isinstance(value, str) and value.startswith(CSV_FORMULA_START) else value
+
+
+def _check_target(path: Path) -> None:
+    """An output path the CSV can be written at: in an existing folder, not at a folder or a FIFO."""
+    for parent in path.parents:
+        if parent.exists() and not parent.is_dir():
+            raise ExportError(f"{path}: {parent} is a file, not a folder; choose an output path in a folder")
+    if not path.parent.is_dir():
+        raise ExportError(f"{path}: folder {path.parent} does not exist; create it first")
+    if path.is_dir():
+        raise ExportError(f"{path} is a folder; name the .csv file to write, e.g. {path / 'emissions.csv'}")
+    if path.exists() and not path.is_file():
+        raise ExportError(f"{path} is not a regular file; choose another output path")
+
+
+@dataclass(frozen=True)
+class _ExistingCsv:
+    text: str
+    header: list[str]
+    keys: set[tuple[str | None, str | None]]   # (run_id, timestamp) of its rows
+
+
+def _existing_csv(path: Path, columns: list[str]) -> _ExistingCsv | None:
+    """An existing non-empty codecarbon file, else None. A file with other columns is refused:
+    appending would misalign every value."""
+    if not path.is_file() or path.stat().st_size == 0:   # empty: a new file, as codecarbon treats it
+        return None
+    try:
+        with path.open(encoding="utf-8", newline="") as f:
+            text = f.read()
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        header = list(reader.fieldnames or [])
+        if sorted(header) != sorted(columns):   # codecarbon's FileOutput.has_valid_headers: any order
+            raise ExportError(f"{path}: its header is not the emissions.csv header of codecarbon "
+                              f"{_codecarbon_version()} (missing: {_some(set(columns) - set(header))}; "
+                              f"extra: {_some(set(header) - set(columns))}); export to another file with -o")
+        keys = {(r.get("run_id"), r.get("timestamp")) for r in reader}
+    except OSError as e:
+        raise ExportError(f"{path}: cannot read ({e.strerror or e}); export to another file with -o") from None
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise ExportError(f"{path}: not a readable CSV file ({e}); export to another file with -o") from None
+    return _ExistingCsv(text, header, keys)
+
+
+def _some(names: set[str], shown: int = 5) -> str:
+    listed = ", ".join(sorted(names)[:shown]) or "-"
+    return listed + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
+def _csv_line(cells: list[Any]) -> str:
+    """One CSV line ending in os.linesep, as pandas' to_csv (codecarbon's writer) ends lines. Quoted
+    as if lines ended in CR LF, so that a CR inside a cell is quoted too (csv quotes only the
+    characters of its line terminator) and cannot split the row for a reader."""
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\r\n").writerow(cells)
+    return buf.getvalue()[:-2] + os.linesep
+
+
+def _codecarbon_version() -> str:
+    import codecarbon
+    return codecarbon.__version__
+
+
+def write_codecarbon_csv(records: list[dict], path: str | Path) -> CsvExport:
+    """emissions.csv in codecarbon's columns: a new file (header even when there are no rows), or
+    the rows appended to an existing codecarbon file in its column order, as codecarbon does.
+    Written atomically: a reader sees the old file or the whole new one."""
+    path = Path(path)
+    columns = codecarbon_columns()
+    _check_target(path)
+    existing = _existing_csv(path, columns)
+    rows = [{c: spreadsheet_safe(v) for c, v in row.items()} for row in to_codecarbon_rows(records)]
+    new = [r for r in rows if not existing or (r["run_id"], r["timestamp"]) not in existing.keys]
+    header = existing.header if existing else columns
+    try:
+        with atomic_file(path, "w", encoding="utf-8", newline="") as f:
+            if existing:
+                f.write(existing.text if existing.text.endswith("\n") else existing.text + os.linesep)
+            else:
+                f.write(_csv_line(header))
+            f.writelines(_csv_line([r[c] for c in header]) for r in new)
+    except OSError as e:
+        raise ExportError(f"{path}: cannot write ({e.strerror or e})") from None
+    return CsvExport(path, len(new), existing is not None, len(rows) - len(new))
