@@ -23,7 +23,7 @@ from benchsuite.atomic import atomic_file
 from dashboard import data as sitedata
 from dashboard.pages import run as run_page
 from dashboard.pages import summary_pages
-from dashboard.render import TEMPLATE_LAYOUT, Figure, esc, page_html, script_json
+from dashboard.render import TEMPLATE_LAYOUT, Figure, esc, merge, page_html, script_json
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 ASSET_FILES = ("plotly.min.js", "plotly.version", "theme.js", "dashboard.css", "dashboard.js")
@@ -72,18 +72,11 @@ def write_assets(site: Path) -> int:
         _write(stamp, plotly.__version__)
     size += js.stat().st_size
     template = pio.templates["plotly_white"].to_plotly_json()
-    template["layout"] = _merge(template.get("layout", {}), TEMPLATE_LAYOUT)
+    template["layout"] = merge(template.get("layout", {}), TEMPLATE_LAYOUT)
     size += _write(assets / "theme.js", f"window.BENCHSUITE_TEMPLATE = {script_json(template)};\n")
     for name in ("dashboard.css", "dashboard.js"):
         size += _write(assets / name, (ASSETS / name).read_text(encoding="utf-8"))
     return size
-
-
-def _merge(base: dict, over: dict) -> dict:
-    out = dict(base)
-    for k, v in over.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
 
 
 def _validate(figures: list[Figure]) -> None:

@@ -1,10 +1,10 @@
 """What every page reads: the raw records and one DataFrame row per record.
 
-The DataFrame is results.store.flatten() of each record plus scaling efficiency (as
-`benchsuite report` sees it), and a few columns the pages share: stable labels, the
-energy-per-work figures wherever the record keeps them, the final validation loss, and
-the path of each run's detail page. Lists (steps, per-device energy, expert load) stay
-in the raw records; row `rec` indexes `SiteData.records`.
+The DataFrame is the one `benchsuite report` sees (results.store.dataframe_of: flatten() of each
+record plus scaling efficiency), with a few columns the pages share: stable labels, the
+energy-per-work figures under short names, the final validation loss, and the path of each
+run's detail page. Lists (steps, per-device energy, expert load) stay in the raw records;
+row `rec` indexes `SiteData.records`.
 """
 
 from __future__ import annotations
@@ -15,17 +15,15 @@ from pathlib import Path
 import pandas as pd
 
 from benchsuite.results.sanity import with_flags
-from benchsuite.results.store import flatten, load_records, rows_dataframe, slug
+from benchsuite.results.store import dataframe_of, load_records, slug
 from dashboard.render import num, present
 from dashboard.style import Families, family
 
 # More series than a legend can tell apart: summary figures then draw one trace per model family.
 MAX_SERIES = 12
 
-# Energy per unit of work: the harness keeps them under metrics.energy; metrics.derived and the top
-# of metrics are read too (first found wins), so records of every version show them.
+# Energy per unit of work (metrics.energy, metrics/energy.py), under these short names on every page.
 DERIVED = ("j_per_token", "gco2e_per_mtok", "avg_w_per_device", "j_per_pflop")
-DERIVED_PLACES = ("metrics.energy.", "metrics.derived.", "metrics.")
 
 
 @dataclass
@@ -72,17 +70,13 @@ def _series_labels(df: pd.DataFrame) -> dict[str, str]:
 
 
 def dataframe(records: list[dict]) -> pd.DataFrame:
-    rows = []
-    for i, rec in enumerate(records):
-        row = flatten(rec)
-        row["rec"] = i
-        row["val_loss_final"] = _final_val_loss(rec)
-        for name in DERIVED:
-            row[name] = next((row[p + name] for p in DERIVED_PLACES if num(row.get(p + name)) is not None), None)
-        rows.append(row)
-    df = rows_dataframe(rows)
+    """The store's DataFrame of `records` with the labels and shared columns the pages read."""
+    df = dataframe_of(records)
     if df.empty:
         return df
+    df["val_loss_final"] = [_final_val_loss(records[i]) for i in df["rec"]]
+    for name in DERIVED:
+        df[name] = df.get(f"metrics.energy.{name}")
     df["sweep"] = [s if present(s) else f"{a}/{b}/{c}" for s, a, b, c in
                    zip(df["sweep_id"], df["suite"], df["workload"], df["scaling"])]
     df["family"] = [family(k, r) for k, r in zip(df["kind"], df["router"])]

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import html
 import json
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchsuite.results.values import num, present
+from benchsuite.results.sanity import finite_or_none
+from benchsuite.results.values import format_step_ms, num, present
 
 NOT_MEASURED = "not measured"
 
@@ -37,18 +37,8 @@ def short(v: float | None, digits: int = 5) -> float | None:
 
 
 def clean(obj: Any) -> Any:
-    """JSON-ready: NaN/inf → null, numpy scalars → Python, tuples → lists."""
-    if isinstance(obj, dict):
-        return {str(k): clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [clean(v) for v in obj]
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if obj is None or isinstance(obj, (str, int, bool)):
-        return obj
-    if hasattr(obj, "item"):  # numpy / pandas scalar
-        return clean(obj.item())
-    return str(obj)
+    """JSON-ready: NaN/inf → null, numpy scalars → Python, tuples → lists, anything else → its text."""
+    return finite_or_none(obj, str)
 
 
 _SCRIPT_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028",
@@ -96,13 +86,7 @@ def f_bytes(v) -> str:
 
 def f_ms(median, lo=None, hi=None) -> str:
     """Milliseconds with the CI in brackets, compact: 420.0 (407.4–436.8)."""
-    med = num(median)
-    if med is None:
-        return DASH
-    lo, hi = num(lo), num(hi)
-    if lo is None or hi is None:
-        return f"{med * 1e3:.1f}"
-    return f"{med * 1e3:.1f} ({lo * 1e3:.1f}–{hi * 1e3:.1f})"
+    return format_step_ms(num(median), num(lo), num(hi)) or DASH
 
 
 # -- HTML pieces --------------------------------------------------------------------------
@@ -147,15 +131,18 @@ TEMPLATE_LAYOUT = {"title": {"x": 0.01, "font": {"size": 15}}, "margin": {"l": 6
                    "legend": {"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom", "x": 0}}
 
 
+def merge(base: dict, over: dict) -> dict:
+    """A copy of base with over's keys set, nested dicts merged key by key (Plotly layouts)."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
 def layout(title: str, xtitle: str = "", ytitle: str = "", **extra) -> dict:
-    """A figure's own layout: its title, axis titles and whatever else it sets (merged one level)."""
-    base = {"title": {"text": title}, "xaxis": {"title": {"text": xtitle}}, "yaxis": {"title": {"text": ytitle}}}
-    for k, v in extra.items():
-        if isinstance(v, dict) and isinstance(base.get(k), dict):
-            base[k] = {**base[k], **v}
-        else:
-            base[k] = v
-    return base
+    """A figure's own layout: its title, axis titles and whatever else it sets (merged into them)."""
+    return merge({"title": {"text": title}, "xaxis": {"title": {"text": xtitle}}, "yaxis": {"title": {"text": ytitle}}},
+                 extra)
 
 
 def log_axis(values: list, decades: float = 2) -> dict:

@@ -154,6 +154,16 @@ def test_peak_table_matches_the_exact_device(name, precision, tflops):
     assert source.startswith("datasheet: ") and "datasheet" in fl.PEAK_BY_NAME[fl.normalise_device_name(name)].source
 
 
+def test_every_peak_entry_is_reachable_and_gh200_is_its_own_part():
+    """A name listed twice would leave one entry unreachable (a dict keeps the last); a match by
+    substring once gave the GH200 the H200's entry ("H200" in "NVIDIA GH200 480GB")."""
+    names = [fl.normalise_device_name(n) for p in fl.PEAKS for n in p.names]
+    assert len(names) == len(set(names))
+    assert {p.part for p in fl.PEAK_BY_NAME.values()} == {p.part for p in fl.PEAKS}
+    for name in ("NVIDIA GH200 480GB", "NVIDIA GH200 144G HBM3e"):
+        assert fl.lookup_peak(name, "bf16")[1].startswith("datasheet: GH200 bf16 dense (NVIDIA GH200 Grace Hopper")
+
+
 @pytest.mark.parametrize("name", ["NVIDIA H100", "NVIDIA L40G", "AMD Instinct MI250X/MI250", "Some CPU", "NVIDIA A10G"])
 def test_unknown_or_unpublished_devices_get_no_peak_and_say_why(name):
     with pytest.warns(UserWarning, match="MFU and HFU are null"):

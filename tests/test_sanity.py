@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -85,6 +86,21 @@ def test_finite_or_none_makes_a_record_strict_json():
     assert clean["steps"][1]["loss"] is None and clean["steps"][0]["loss"] == 5.0
     json.dumps(clean, allow_nan=False)
     assert math.isnan(rec["steps"][1]["loss"])  # a copy: the input is untouched
+
+
+def test_one_cleaner_for_records_and_dashboard_data():
+    """numpy scalars (a float32 NaN is no Python float) are made plain and finite in a record too; the
+    dashboard's clean is the same walk, with anything else turned into its text."""
+    import numpy as np
+
+    from dashboard.render import clean
+
+    doc = {"a": np.float32("inf"), "b": (np.int64(3), 2.5, float("-inf")), 7: {"c": np.float64("nan")}}
+    out = finite_or_none(doc)
+    assert out == {"a": None, "b": [3, 2.5, None], "7": {"c": None}} and type(out["b"][0]) is int
+    json.dumps(out, allow_nan=False)
+    assert clean(doc) == out and clean({"when": Path("x")}) == {"when": "x"}
+    assert finite_or_none({"when": Path("x")}) == {"when": Path("x")}  # a record keeps what it holds
 
 
 def test_loader_flags_old_records_and_the_report_shows_them(tmp_path, capsys, monkeypatch):

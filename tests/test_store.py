@@ -99,6 +99,26 @@ def test_dataframe_has_headline_columns_and_scaling_efficiency(tmp_path):
     assert df.loc["a2", "metrics.step_time_s.median"] == pytest.approx(1.1)
 
 
+def test_the_dashboard_frame_is_the_store_frame_plus_labels():
+    """One DataFrame builder: every column the store builds, in its row order, is in the dashboard's
+    frame unchanged; `rec` points each row back at its record; J/token is read where the harness writes it."""
+    import pandas as pd
+
+    from benchsuite.results.store import dataframe_of
+    from conftest import REPO
+    from dashboard.data import dataframe
+
+    records = load_records(REPO / "tests/fixtures/results")
+    store, site = dataframe_of(records), dataframe(records)
+    pd.testing.assert_frame_equal(site[list(store.columns)], store)
+    assert [records[i]["run_key"] for i in store["rec"]] == list(store["run_key"])
+    assert site["j_per_token"].equals(site["metrics.energy.j_per_token"])
+
+    only_elsewhere = make_record("d1")
+    only_elsewhere["metrics"]["derived"] = {"j_per_token": 0.5}   # a shape the harness never wrote
+    assert pd.isna(dataframe([only_elsewhere]).loc[0, "j_per_token"])
+
+
 def test_a_sweep_whose_figures_are_all_null_reads_as_not_measured(tmp_path, capsys):
     """null throughput and step time in every record of a sweep (valid: not measured) once made
     scaling efficiency divide None by None, a TypeError in report and dashboard."""

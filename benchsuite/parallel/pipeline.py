@@ -46,6 +46,7 @@ from torch import nn
 
 from benchsuite.config import RunConfig
 from benchsuite.dist import DistContext
+from benchsuite.metrics.timing import synchronize
 
 ACTIVATION_BYTES = 4  # fp32 residual stream between stages
 
@@ -122,7 +123,7 @@ class SpanClock:
     def take(self) -> float:
         """The seconds since the last take."""
         if self.events:
-            torch.cuda.synchronize()
+            synchronize(torch.device("cuda"))  # the current device, where the events were recorded
             self.seconds += sum(s.elapsed_time(e) for s, e in self.events) / 1e3
             self.events.clear()
         out, self.seconds = self.seconds, 0.0

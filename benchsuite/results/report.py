@@ -10,7 +10,7 @@ from rich.cells import cell_len
 from rich.markup import escape
 from rich.table import Table
 
-from benchsuite.results.values import num, present
+from benchsuite.results.values import format_step_ms, num, present
 from benchsuite.terminal import printable  # every string of a record reaches the terminal through it
 
 COLUMNS = [
@@ -40,10 +40,8 @@ def _fmt(fmt: str, v) -> str:
 
 
 def _step_cell(row) -> str:
-    med, lo, hi = row.get("step_time_median_s"), row.get("step_time_ci95_lo_s"), row.get("step_time_ci95_hi_s")
-    if not present(med):
-        return "—"
-    return f"{med * 1e3:.1f} ({lo * 1e3:.1f}–{hi * 1e3:.1f})"
+    cells = (num(row.get(k)) for k in ("step_time_median_s", "step_time_ci95_lo_s", "step_time_ci95_hi_s"))
+    return format_step_ms(*cells) or "—"
 
 
 def _memory_cell(row) -> str:

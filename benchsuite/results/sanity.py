@@ -12,7 +12,7 @@ DataFrame row where it computes it (scaling_flag).
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 from benchsuite.results.values import dig
 
@@ -36,15 +36,21 @@ def json_value(v: Any) -> Any:
     return v
 
 
-def finite_or_none(obj: Any) -> Any:
-    """A copy of obj with every non-finite float replaced by None (records are strict JSON)."""
+def finite_or_none(obj: Any, other: Callable[[Any], Any] | None = None) -> Any:
+    """A copy of obj as strict JSON takes it (records, the dashboard's figure data): every non-finite
+    float None, numpy / pandas scalars Python numbers, tuples lists, keys text. Any other value is
+    kept, or replaced by other(value) (the dashboard: its text)."""
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
-        return {k: finite_or_none(v) for k, v in obj.items()}
+        return {str(k): finite_or_none(v, other) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [finite_or_none(v) for v in obj]
-    return obj
+        return [finite_or_none(v, other) for v in obj]
+    if obj is None or isinstance(obj, (str, int)):
+        return obj
+    if hasattr(obj, "item"):  # numpy / pandas scalar
+        return finite_or_none(obj.item(), other)
+    return obj if other is None else other(obj)
 
 
 def _flag(field: str, value: Any, reason: str) -> dict:

@@ -304,5 +304,6 @@ def records_dataframe(path: str | Path) -> pd.DataFrame:
 
 
 def dataframe_of(records: list[dict]) -> pd.DataFrame:
-    """Records already loaded (load_records) as one DataFrame, with scaling efficiency per sweep."""
-    return rows_dataframe([flatten(r) for r in records])
+    """Records already loaded (load_records) as one DataFrame, with scaling efficiency per sweep.
+    Rows are sorted (rows_dataframe); column `rec` is each row's index in `records`."""
+    return rows_dataframe([{**flatten(r), "rec": i} for i, r in enumerate(records)])

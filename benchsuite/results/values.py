@@ -49,3 +49,13 @@ def dig(d: Any, *keys: str) -> Any:
 def ratio(a: float | None, b: float | None) -> float | None:
     """a / b, or None when a is unknown or b is unknown or 0 (a figure per unit of nothing is no figure)."""
     return None if a is None or not b else a / b
+
+
+def format_step_ms(median: float | None, lo: float | None = None, hi: float | None = None) -> str | None:
+    """A step time in milliseconds with its CI in brackets, compact: 420.0 (407.4–436.8); the median
+    alone without a CI; None without a median. Seconds in, for the report and the dashboard."""
+    if median is None:
+        return None
+    if lo is None or hi is None:
+        return f"{median * 1e3:.1f}"
+    return f"{median * 1e3:.1f} ({lo * 1e3:.1f}–{hi * 1e3:.1f})"
