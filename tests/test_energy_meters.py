@@ -68,6 +68,12 @@ def torch_uuids(mapping):
     return mock.patch.object(nvml, "cuda_device_uuid", side_effect=lambda i: mapping[i])
 
 
+def meter_on(gpus, handle, **kwargs):
+    """An NvmlGpuMeter for cuda:0 when it is NVML's device `handle`, sampling every 5 ms."""
+    with torch_uuids({0: UUIDS[handle]}):
+        return nvml.NvmlGpuMeter(0, lib=gpus.lib, interval_s=0.005, **kwargs)
+
+
 def test_handle_chosen_by_uuid_under_reordered_visible_devices(monkeypatch):
     # CUDA_VISIBLE_DEVICES=2,0: cuda:0 is NVML's third device, cuda:1 its first.
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,0")
@@ -104,8 +110,7 @@ def test_missing_pynvml_is_unavailable_not_an_error():
 
 def test_counter_unsupported_integrates_sampled_power_average_api():
     gpus = FakeGpus(counter_supported=False, instant_supported=False)
-    with torch_uuids({0: UUIDS["h1"]}):
-        meter = nvml.NvmlGpuMeter(0, lib=gpus.lib, interval_s=0.005)
+    meter = meter_on(gpus, "h1")
     meter.begin("w")
     t0 = time.monotonic()
     time.sleep(0.1)
@@ -118,8 +123,7 @@ def test_counter_unsupported_integrates_sampled_power_average_api():
 
 def test_sample_power_beside_counter_uses_instant_field():
     gpus = FakeGpus()
-    with torch_uuids({0: UUIDS["h0"]}):
-        meter = nvml.NvmlGpuMeter(0, lib=gpus.lib, sample_power=True, interval_s=0.005)
+    meter = meter_on(gpus, "h0", sample_power=True)
     meter.begin("w")
     time.sleep(0.05)
     fig = meter.end("w")
@@ -130,9 +134,7 @@ def test_sample_power_beside_counter_uses_instant_field():
 
 def test_counter_raising_at_end_degrades_to_sampler_then_unavailable():
     gpus = FakeGpus()
-    with torch_uuids({0: UUIDS["h0"]}):
-        sampled = nvml.NvmlGpuMeter(0, lib=gpus.lib, sample_power=True, interval_s=0.005)
-        plain = nvml.NvmlGpuMeter(0, lib=gpus.lib)
+    sampled, plain = meter_on(gpus, "h0", sample_power=True), meter_on(gpus, "h0")
     sampled.begin("w")
     plain.begin("w")
     time.sleep(0.03)
