@@ -140,3 +140,93 @@ def test_tokenize_output_at_or_under_an_existing_file_or_folder_exits_2(tmp_path
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     assert str(target) in res.stderr and ("not a folder" in res.stderr or "is a folder" in res.stderr)
     assert existing.read_text() == "x"
+
+
+# ----------------------------------------------------------------------------- one of each
+
+
+def test_top_level_help_lists_every_verb(capsys):
+    """`benchsuite --help` expands every verb's help (a bare `%` in one once made it a traceback)."""
+    assert exit_code(["--help"]) == 0
+    shown = capsys.readouterr().out
+    assert all(f"    {verb} " in shown for verb in ("run", "list", "report", "dashboard", "compare", "slurm",
+                                                   "carbon", "export", "tokenize", "flops", "memory")), shown
+    assert "bootstrap 95 % CIs" in " ".join(shown.split())
+
+
+def _subparsers(parser, name="benchsuite"):
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for verb, sub in action.choices.items():
+                yield f"{name} {verb}", sub
+                yield from _subparsers(sub, f"{name} {verb}")
+
+
+def test_json_is_one_option_shared_by_every_verb_that_prints_a_document():
+    from benchsuite.commands.common import JSON
+
+    (shared,) = [a for a in JSON._actions if "--json" in a.option_strings]
+    with_json = {verb: [a for a in sub._actions if "--json" in a.option_strings]
+                 for verb, sub in _subparsers(cli.build_parser())}
+    assert {verb for verb, actions in with_json.items() if actions} == {
+        f"benchsuite {v}" for v in ("run", "list", "report", "dashboard", "compare", "carbon estimate",
+                                    "carbon project", "tokenize", "flops", "memory")}
+    assert all(actions in ([], [shared]) for actions in with_json.values())  # the same action, not a copy
+
+
+@pytest.mark.parametrize("argv", [["list"], ["report"], ["dashboard", "-o", "SITE"], ["export"],
+                                  ["carbon", "project", "--tokens", "1e9"]])
+def test_every_reader_refuses_a_missing_results_folder_alike(argv, tmp_path, capsys):
+    missing = tmp_path / "nope"
+    argv = [str(tmp_path / "site") if a == "SITE" else a for a in argv]
+    argv.insert(2 if argv[0] == "carbon" else 1, str(missing))
+    assert exit_code([*argv, *(["--json"] if argv[0] != "export" else [])]) == 2
+    captured = capsys.readouterr()
+    message = (f"{missing}: no such results folder or record file "
+               f"(run `benchsuite run SUITE.toml --out {missing}` first)")
+    assert captured.err == f"benchsuite: {message}\n"
+    assert argv[0] == "export" or json.loads(captured.out) == {"error": "usage", "message": message}
+    assert not (tmp_path / "site").exists()  # refused before anything is written
+
+
+@pytest.mark.parametrize("argv", [["list", FIXTURES, "--json"], ["export", FIXTURES, "-o", "CSV"],
+                                  ["carbon", "project", FIXTURES, "--tokens", "1e9", "--json"]])
+def test_a_reader_loads_the_folder_once_through_the_store(argv, tmp_path, monkeypatch, capsys):
+    from benchsuite.results import store
+
+    calls = []
+    load = store.load_records
+    monkeypatch.setattr(store, "load_records", lambda path: calls.append(str(path)) or load(path))
+    assert exit_code([str(tmp_path / "e.csv") if a == "CSV" else a for a in argv]) == 0
+    assert calls == [FIXTURES]
+
+
+def test_memory_table_is_the_papers_example_and_the_cli_prints_its_lines(capsys):
+    """Ψ = 7.5e9 over N = 64 (ZeRO paper, Figure 1): 120, 31.4, 16.6 and 1.9 GB per device."""
+    from benchsuite.metrics.tables import memory_table_for_params
+
+    table = memory_table_for_params(7.5e9, 64, None)
+    assert [r["total"] for r in table.doc["stages"]] == [16 * 7.5e9, 4 * 7.5e9 + 12 * 7.5e9 / 64,
+                                                        2 * 7.5e9 + 14 * 7.5e9 / 64, 16 * 7.5e9 / 64]
+    assert (table.doc["precision"], table.doc["K"], table.doc["formulas"]["ZeRO-1"]) == ("mixed", 12, "4Ψ + KΨ/N")
+    assert table.lines[2] == (" " * 25 + "Ψ 7,500,000,000  N 64   DDP        120 GB  ZeRO-1      31.41 GB  "
+                              "ZeRO-2      16.64 GB  ZeRO-3      1.875 GB")
+    assert exit_code(["memory", "--params", "7.5e9", "--dp", "64"]) == 0
+    assert capsys.readouterr().out.splitlines() == table.lines
+
+
+def test_flops_table_lines_are_the_documents_figures(monkeypatch, capsys):
+    from benchsuite.config import load_suite
+    from benchsuite.metrics.tables import flops_table
+
+    monkeypatch.chdir(REPO)
+    table = flops_table(load_suite("workloads/scaling.toml"))
+    first = table.doc["runs"][0]
+    assert table.lines[1] == (f"{first['workload']:<24} w{first['world_size']:<3} params {first['params']:10.4g}  "
+                              f"active {first['params_active']:10.4g}  model {first['model_flops_per_token']:10.4g}"
+                              f" FLOP/tok  hardware {first['hardware_flops_per_token']:10.4g} FLOP/tok")
+    assert len(table.lines) == 1 + len(table.doc["runs"]) == 7
+    assert exit_code(["flops", "workloads/scaling.toml"]) == 0
+    assert capsys.readouterr().out.splitlines() == table.lines

@@ -309,7 +309,7 @@ def test_run_refuses_more_ranks_than_the_cores_allow_before_launch(tmp_path):
 def test_max_ranks_per_node_overrides_the_core_bound(tmp_path):
     import argparse
 
-    from benchsuite.cli import _check_ranks_per_node
+    from benchsuite.commands.run import _check_ranks_per_node
     from benchsuite.config import RANKS_PER_CORE, usable_cores
 
     too_many = RANKS_PER_CORE * usable_cores() + 1

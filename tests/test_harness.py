@@ -205,7 +205,7 @@ def test_runs_left_to_another_node_count_are_listed_not_a_crash(tmp_path, tiny_s
 
 
 def test_every_run_status_has_an_outcome_line_and_a_place_in_the_summary(tiny_suite):
-    from benchsuite.cli import SUMMARY_WORDS, _outcome_line, _summary_line
+    from benchsuite.commands.run import SUMMARY_WORDS, _outcome_line, _summary_line
     from benchsuite.config import load_suite
     from benchsuite.launch import RunOutcome, RunStatus
     from benchsuite.runlock import Holder

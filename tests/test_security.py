@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from benchsuite import cli
+from benchsuite.commands import run as run_verb
 from benchsuite.config import ConfigError, load_suite
 from benchsuite.results.store import write_record
 from conftest import REPO, run_cli, write_suite
@@ -331,8 +332,8 @@ def test_run_on_a_terminal_shows_a_hostile_workload_name(tmp_path, monkeypatch):
     from rich.console import Console
 
     buf = io.StringIO()
-    monkeypatch.setattr(cli, "err", Console(file=buf, force_terminal=True, width=300, highlight=False, emoji=False,
-                                            soft_wrap=True))
+    monkeypatch.setattr(run_verb, "err", Console(file=buf, force_terminal=True, width=300, highlight=False,
+                                                 emoji=False, soft_wrap=True))
     assert cli.main(["run", str(_hostile_suite(tmp_path / "s.toml")), "--out", str(tmp_path / "r")]) == 0
     shown = buf.getvalue()
     assert not [r for r in RAW if r in shown], shown

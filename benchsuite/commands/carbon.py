@@ -1,0 +1,119 @@
+"""`benchsuite carbon estimate|project`: plain carbon estimates, and projections from records."""
+
+from __future__ import annotations
+
+from benchsuite.commands.common import (COUNT, JSON, NON_NEGATIVE, POSITIVE, PUE, UsageError, err, load_results, out,
+                                        print_json)
+from benchsuite.terminal import printable
+
+
+def add_parser(sub) -> None:
+    c = sub.add_parser("carbon", help="carbon accounting: plain estimates and projections from records")
+    csub = c.add_subparsers(dest="carbon_verb", required=True)
+    ce = csub.add_parser("estimate", parents=[JSON], help="chips × hours × watts × PUE × grid intensity")
+    ce.add_argument("--chips", type=POSITIVE, required=True, help="number of accelerators")
+    ce.add_argument("--hours", type=POSITIVE, required=True, help="wall-clock hours they run")
+    ce.add_argument("--watts", type=POSITIVE, required=True, help="average power per chip")
+    ce.add_argument("--pue", type=PUE, default=1.0, help="data-centre PUE, >= 1 (default: 1.0)")
+    _add_place(ce, "grid intensity, g CO2e per kWh")
+    ce.set_defaults(fn=estimate)
+    cp = csub.add_parser("project", parents=[JSON],
+                         help="hours, kWh and t CO2e of a full training run from measured rates")
+    cp.add_argument("records", help="a record file or a results folder")
+    cp.add_argument("--tokens", type=POSITIVE, required=True, help="tokens of the full training run")
+    cp.add_argument("--devices", type=COUNT, help="devices of the full run (default: the record's world size)")
+    cp.add_argument("--pue", type=PUE, help="data-centre PUE, >= 1 (default: the record's)")
+    _add_place(cp, "grid intensity, g CO2e per kWh (default: the record's)")
+    cp.set_defaults(fn=project)
+
+
+def _add_place(p, intensity_help: str) -> None:
+    """Where the energy is drawn: a grid intensity, or a country (and region) in codecarbon's data."""
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--intensity", type=NON_NEGATIVE, help=intensity_help)
+    where.add_argument("--country", help="ISO 3166 alpha-3 code, looked up in codecarbon's offline data")
+    p.add_argument("--region", help="region within --country (codecarbon's offline data), e.g. a US state")
+
+
+def _check_place(args) -> None:
+    """--country/--region must be in codecarbon's data: a typo must not become the world average."""
+    from benchsuite.energy.carbon import place_problems
+
+    problems = place_problems(args.country, args.region)
+    if problems:
+        raise UsageError("; ".join(f"--{field} {reason}" for field, reason in problems))
+
+
+def estimate(args) -> int:
+    from benchsuite.energy import carbon
+
+    _check_place(args)
+    try:
+        res = carbon.estimate(args.chips, args.hours, args.watts, args.pue, args.intensity, args.country, args.region)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if args.json:
+        print_json(res)
+        return 0
+    out.print(f"{res['chips']:g} chips × {res['hours']:g} h × {res['watts']:g} W = {res['energy_kwh']:,.1f} kWh; "
+              f"× PUE {res['pue']:g} × {res['intensity_g_per_kwh']:.0f} g/kWh ({res['intensity_source']}) "
+              f"= {res['co2e_kg']:,.1f} kg CO2e", markup=False)
+    if res.get("intensity_note"):
+        err.print(f"note: {printable(res['intensity_note'])}", markup=False)
+    return 0
+
+
+def project(args) -> int:
+    from benchsuite.energy import carbon
+
+    _check_place(args)
+    records = [r for r in load_results(args.records) if r["status"] == "ok"]
+    if not records:
+        raise UsageError(f"{args.records}: no ok record to project from")
+    intensity = None
+    if args.intensity is not None or args.country:
+        try:
+            intensity = carbon.lookup(args.intensity, args.country, args.region)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+    rows = []
+    for rec in records:
+        try:
+            proj = carbon.project_from_record(rec, args.tokens, args.devices, args.pue, intensity)
+        except ValueError as e:
+            proj = {"error": str(e)}
+        rows.append({"run_key": rec["run_key"], "suite": rec["suite"], "workload": rec["workload"],
+                     "world_size": rec["config"]["world_size"],
+                     "short_window": bool((rec.get("energy") or {}).get("short_window")), **proj})
+    if args.json:
+        print_json(rows)
+        return 0
+    for r in rows:
+        head = printable(f"{r['suite']}/{r['workload']} (world {r['world_size']})")
+        if "error" in r:
+            out.print(f"{head}: cannot project: {printable(r['error'])}", markup=False)
+        else:
+            out.print(f"{head}: {r['hours']:,.1f} h on {r['devices']} devices, {r['energy_kwh']:.3g} kWh, "
+                      f"{r['co2e_t']:.3g} t CO2e (PUE {r['pue']:g}, {r['intensity_g_per_kwh']:.0f} g/kWh, "
+                      f"{r['intensity_source']})", markup=False)
+            for line in _projection_assumptions(r, pue_given=args.pue is not None):
+                out.print(printable(f"  {line}"), markup=False)
+    return 0
+
+
+def _projection_assumptions(r: dict, pue_given: bool) -> list[str]:
+    """What a projection takes for granted and where each input came from, so a reader can weigh it."""
+    parts = ", ".join(r["energy_includes"]) or "no part"
+    how = "a measured counter" if r["energy_source"] == "measured" else "an estimate, not a measured counter"
+    return [
+        f"energy: {r['j_per_token']:.3g} J/token from the record's {r['energy_source']} energy of {parts} ({how})",
+        ("short window: the record's energy window was shorter than the meters resolve (energy.short_window), "
+         "so its J/token is uncertain") if r["short_window"] else
+        "window: long enough for the meters (no short-window flag)",
+        f"throughput: {r['tokens_per_s_per_device']:,.0f} tok/s per device as measured at world "
+        f"{r['world_size']}, held constant at {r['devices']} devices (no scaling loss assumed); "
+        f"J/token held constant too",
+        f"PUE {r['pue']:g} from {'--pue' if pue_given else 'the record'}; intensity "
+        f"{r['intensity_g_per_kwh']:.0f} g/kWh from {r['intensity_source']}",
+    ]
+

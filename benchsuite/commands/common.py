@@ -1,0 +1,120 @@
+"""What every verb shares: the two consoles, bad input as UsageError, numeric option types, the
+output-path checks, the `--json` option and its one document, and the one results-folder loader."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from benchsuite.terminal import printable
+
+# Every user string reaches these through benchsuite.terminal.printable; emoji=False: a name like
+# ":warning:" is shown as typed (markup=False alone still replaces emoji codes).
+err = Console(stderr=True, highlight=False, emoji=False, soft_wrap=True)  # messages are never cut into lines
+# Piped into a file or a CI log there is no terminal width: tables get room instead of 80 columns.
+out = Console(highlight=False, emoji=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+
+OUTPUT = "output path of this verb: "  # -o means this on every verb that has it
+
+# The one `--json` option: each verb that has it lists this parser in its `parents`.
+JSON = argparse.ArgumentParser(add_help=False)
+JSON.add_argument("--json", action="store_true",
+                  help="print one JSON document on stdout (progress and warnings go to stderr)")
+
+
+class UsageError(Exception):
+    """Bad command-line input: printed as one line, exit code 2."""
+
+
+def number(kind: type = float, *, above: float | None = None, at_least: float | None = None):
+    """An argparse `type=` for a numeric option: a finite `kind` (int or float), > `above` or >=
+    `at_least`. Anything else is refused by argparse with the option's name, exit code 2."""
+    what = "an integer" if kind is int else "a finite number"
+    bound = f" > {above:g}" if above is not None else f" >= {at_least:g}" if at_least is not None else ""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not math.isfinite(value) or (above is not None and not value > above) or (
+                at_least is not None and not value >= at_least):
+            raise argparse.ArgumentTypeError(f"expected {what}{bound}, got {text!r}")
+        return value
+
+    return parse
+
+
+COUNT = number(int, at_least=1)  # nodes, GPUs per node, devices, data-parallel degree
+INDEX = number(int, at_least=0)  # --node-rank
+POSITIVE = number(above=0)  # amounts that scale a result: chips, hours, watts, tokens, TFLOP/s
+PARAMS = number(at_least=1)  # a parameter count, e.g. 7.5e9
+NON_NEGATIVE = number(at_least=0)  # grid intensity (0 g/kWh: a carbon-free supply)
+PUE = number(at_least=1)  # facility energy / IT energy, >= 1 by definition
+
+
+def print_json(doc) -> None:
+    """The verb's one JSON document on stdout."""
+    sys.stdout.write(json.dumps(doc, indent=2, allow_nan=False, default=str) + "\n")
+
+
+def print_lines(lines: list[str]) -> None:
+    """Text lines on stdout, each made safe for the terminal."""
+    for line in lines:
+        out.print(printable(line), markup=False)
+
+
+def results_path(path: str | Path) -> Path:
+    """A results folder (or one record file) the verb reads: a path that does not exist is bad input."""
+    if not Path(path).exists():
+        raise UsageError(f"{path}: no such results folder or record file "
+                         f"(run `benchsuite run SUITE.toml --out {path}` first)")
+    return Path(path)
+
+
+def load_results(path: str | Path) -> list[dict]:
+    """Every readable record under `path`, read once by the store's safe loader (which warns once per
+    file it skips)."""
+    from benchsuite.results.store import load_records
+
+    return load_records(results_path(path))
+
+
+def _file_in_the_way(path: Path) -> Path | None:
+    """The file (not a folder) at `path` or at the nearest existing folder above it, if any."""
+    nearest = next((p for p in (path, *path.parents) if p.exists() or p.is_symlink()), None)
+    return None if nearest is None or nearest.is_dir() else nearest
+
+
+def make_folder(option: str, path: str | Path, what: str) -> Path:
+    """The folder an option names, created if missing: a file at or above it is bad input."""
+    path = Path(path)
+    blocker = _file_in_the_way(path)
+    if blocker is not None:
+        where = "exists and is not a folder" if blocker == path else f"{blocker} is a file, not a folder"
+        raise UsageError(f"{option} {path}: {where}; give a {what} (created if missing)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"{option} {path}: cannot create the {what}: {e.strerror or e}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UsageError(f"{option} {path}: the {what} is not writable")
+    return path
+
+
+def output_file(option: str, path: str | Path, what: str) -> Path:
+    """The file an option names, to be (over)written: not a folder, and its folder can be made."""
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"{option} {path}: is a folder; give the {what}'s file name")
+    blocker = _file_in_the_way(path.parent)
+    if blocker is not None:
+        raise UsageError(f"{option} {path}: {blocker} is a file, not a folder; give a {what} path in a folder")
+    make_folder(option, path.parent, f"folder of the {what}")
+    return path

@@ -1,0 +1,33 @@
+"""`benchsuite export DIR`: the records as codecarbon's emissions.csv."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from benchsuite.commands.common import OUTPUT, UsageError, err, load_results
+
+
+def add_parser(sub) -> None:
+    ex = sub.add_parser("export", help="export records, e.g. as codecarbon's emissions.csv")
+    ex.add_argument("dir", nargs="?", default="results", help="results folder (default: results)")
+    ex.add_argument("--format", choices=["codecarbon"], default="codecarbon",
+                    help="codecarbon: its emissions.csv columns and units (the only format)")
+    ex.add_argument("-o", "--output", help=OUTPUT + "the CSV file (default: DIR/emissions.csv); an existing "
+                    "codecarbon file gets the rows appended, as codecarbon does")
+    ex.set_defaults(fn=run)
+
+
+def run(args) -> int:
+    from benchsuite.results.export import ExportError, write_codecarbon_csv
+
+    records = load_results(args.dir)
+    try:
+        res = write_codecarbon_csv(records, Path(args.output or Path(args.dir) / "emissions.csv"))
+    except ExportError as e:
+        raise UsageError(str(e)) from None
+    if res.appended:
+        skipped = f" ({res.rows_already_there} already there)" if res.rows_already_there else ""
+        err.print(f"appended {res.rows_written} rows to {res.path}{skipped}", markup=False)
+    else:
+        err.print(f"wrote {res.path}: {res.rows_written} rows", markup=False)
+    return 0

@@ -1,0 +1,32 @@
+"""`benchsuite list DIR`: one line per record of a results folder."""
+
+from __future__ import annotations
+
+from benchsuite.commands.common import JSON, err, load_results, out, print_json
+from benchsuite.terminal import printable
+
+COLUMNS = ["run_key", "suite", "workload", "world_size", "nodes", "scaling", "status", "flagged", "started_at",
+           "path"]
+
+
+def add_parser(sub) -> None:
+    ls = sub.add_parser("list", parents=[JSON], help="list the records in a results folder")
+    ls.add_argument("dir", nargs="?", default="results", help="results folder (default: results)")
+    ls.set_defaults(fn=run)
+
+
+def run(args) -> int:
+    from benchsuite.results.store import dataframe_of
+
+    df = dataframe_of(load_results(args.dir))
+    rows = [] if df.empty else df[COLUMNS].to_dict("records")
+    if args.json:
+        print_json(rows)
+        return 0
+    for r in rows:  # printable: a record's strings never drive the terminal (escape sequences)
+        status = f"{r['status']}{' ⚠' if r['flagged'] else ''}"
+        out.print(printable(f"{r['run_key']}  {status:8}  {r['suite']}/{r['workload']}  w{r['world_size']} "
+                            f"n{r['nodes']} {r['scaling']}  {r['started_at']}"), markup=False)
+    if not rows:
+        err.print(f"no records in {printable(args.dir)}", markup=False)
+    return 0

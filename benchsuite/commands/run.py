@@ -1,0 +1,175 @@
+"""`benchsuite run SUITE.toml`: one torchrun per run of the suite, one record per run, progress on stderr."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+from pathlib import Path
+
+from benchsuite.commands.common import COUNT, INDEX, JSON, POSITIVE, UsageError, err, make_folder, print_json
+from benchsuite.config import RANKS_PER_CORE, check_ranks_per_node, load_suite, usable_cores
+from benchsuite.terminal import printable
+
+
+def add_parser(sub) -> None:
+    r = sub.add_parser("run", parents=[JSON], help="run a suite (one torchrun per run) and write one record per run")
+    r.add_argument("suite", help="suite TOML file, e.g. workloads/smoke.toml")
+    r.add_argument("--out", default="results", help="results folder (default: results)")
+    r.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
+                   help="skip runs already recorded ok (default: on)")
+    r.add_argument("--peak-tflops", type=POSITIVE, default=None,
+                   help="peak FLOP/s of one device (TFLOP/s) for MFU where the device is not in the table")
+    r.add_argument("--nnodes", type=COUNT, default=1, help="nodes in this job (multi-node: one launcher per node)")
+    r.add_argument("--node-rank", type=INDEX, default=0, help="this node's rank; node 0 writes the records")
+    r.add_argument("--rdzv-endpoint", default=None, help="HOST:PORT of the c10d rendezvous (multi-node)")
+    r.add_argument("--rdzv-id", default="benchsuite", help="job id shared by every node's launcher")
+    r.add_argument("--max-ranks-per-node", type=int, default=None, metavar="N",
+                   help=f"most ranks one node may start (default: {RANKS_PER_CORE} × the usable CPU cores)")
+    r.set_defaults(fn=run)
+
+
+def run(args) -> int:
+    if args.node_rank >= args.nnodes:
+        raise UsageError(f"--node-rank {args.node_rank} must be < --nnodes {args.nnodes} (ranks count from 0)")
+    suite = load_suite(args.suite)  # before the heavy imports: a bad file is refused at once
+    _check_ranks_per_node(suite, args)
+
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from benchsuite.launch import Rendezvous, RunStatus, run_suite
+
+    if args.nnodes > 1 and not args.rdzv_endpoint:
+        raise UsageError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (the first node's address)")
+    rdzv = Rendezvous(nnodes=args.nnodes, node_rank=args.node_rank, endpoint=args.rdzv_endpoint,
+                      rdzv_id=args.rdzv_id)
+    runs_here = [r for r in suite.runs if r.nodes == rdzv.nnodes]
+    if not runs_here:
+        raise UsageError(f"{args.suite}: no run of this suite has nodes = {rdzv.nnodes}")
+    make_folder("--out", args.out, "results folder")
+    progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(),
+                        TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=err, transient=True,
+                        disable=args.json)
+    task = progress.add_task(printable(suite.name), total=len(suite.runs))
+
+    def on_event(kind, i, total, payload):
+        label = printable(f"{suite.runs[i].workload} · world {suite.runs[i].world_size} · {suite.runs[i].scaling}")
+        if kind == "start":
+            progress.update(task, description=label)
+            return
+        if kind == "progress":  # the bar's text on a terminal; a plain stderr line otherwise (--json too)
+            if err.is_terminal and not args.json:
+                progress.update(task, description=f"{label} · {printable(payload.text)}")
+            else:
+                err.print(f"{label}: {printable(payload.text)}", markup=False)
+            return
+        progress.advance(task)
+        if not args.json:
+            progress.console.print(_outcome_line(payload))
+
+    try:
+        with progress:
+            outcomes = run_suite(suite, args.out, resume=args.resume, peak_tflops=args.peak_tflops, rdzv=rdzv,
+                                 on_event=on_event)
+    except OSError as e:  # disk full, folder removed mid-suite, ...: say so, no traceback
+        err.print(f"benchsuite: cannot write to the results folder {printable(args.out)}: {printable(e)}\n"
+                  "records completed before this are kept; free space and rerun the same command to resume",
+                  markup=False, soft_wrap=True)
+        return 1
+    interrupted = any(o.interrupted for o in outcomes)
+    if interrupted:  # the suite is over: more Ctrl-C presses must not cut short its last words or exit code
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+    if args.json:
+        print_json({"suite": suite.name, "out": str(args.out), "interrupted": interrupted,
+                    "runs": [{"workload": o.run.workload, "world_size": o.run.world_size, "scaling": o.run.scaling,
+                              "run_key": o.run_key, "status": o.status.value, "record": o.record_path,
+                              "error": o.error, "holder": str(o.holder) if o.holder else None,
+                              "kept_earlier_record": o.kept_earlier,
+                              "flags": (_ok_record(o) or {}).get("flags") or []}
+                             for o in outcomes]})
+    else:
+        err.print(_summary_line(outcomes, len(suite.runs))
+                  + f" → {printable(args.out)}   next: benchsuite report {printable(args.out)}",
+                  markup=False)
+    if interrupted:
+        err.print("interrupted: completed records are kept; rerun the same command to resume")
+        return 130
+    return 1 if any(o.status in (RunStatus.FAILED, RunStatus.INTERRUPTED) for o in outcomes) else 0
+
+
+SUMMARY_WORDS = {  # RunStatus value → how the summary line counts it
+    "ok": "ok", "failed": "failed", "interrupted": "interrupted", "skipped_recorded": "skipped (already recorded)",
+    "skipped_other_nodes": "left to a job with another --nnodes",
+    "skipped_locked": "being measured by another launcher",
+}
+
+
+def _summary_line(outcomes, total: int) -> str:
+    """'2 ok, 0 failed, 1 skipped (already recorded)': ok and failed always, the other statuses when present."""
+    counts = {word: sum(o.status.value == status for o in outcomes) for status, word in SUMMARY_WORDS.items()}
+    parts = [f"{n} {word}" for word, n in counts.items() if n or word in ("ok", "failed")]
+    if len(outcomes) < total:
+        parts.append(f"{total - len(outcomes)} not started")
+    return ", ".join(parts)
+
+
+def _check_ranks_per_node(suite, args) -> None:
+    """Every run this launcher starts fits the ranks one node can start (CPU bound, or --max-ranks-per-node);
+    on GPU, ranks beyond one per GPU run gloo on shared GPUs: allowed as a correctness run, and said."""
+    if args.max_ranks_per_node is not None and args.max_ranks_per_node < 1:
+        raise UsageError(f"--max-ranks-per-node must be >= 1, got {args.max_ranks_per_node}")
+    runs = [r for r in suite.runs if r.nodes == args.nnodes]
+    cores = usable_cores()
+    limit, source = ((args.max_ranks_per_node, "--max-ranks-per-node") if args.max_ranks_per_node is not None
+                     else (RANKS_PER_CORE * cores, f"{RANKS_PER_CORE} × {cores} usable cores"))
+    check_ranks_per_node(suite, runs, limit, source)
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    shared = sorted({r.nproc_per_node for r in runs if gpus and r.nproc_per_node > gpus})
+    if shared:
+        err.print(f"note: runs with {', '.join(map(str, shared))} ranks per node share this node's {gpus} GPU(s): "
+                  "they use gloo (NCCL needs one GPU per rank), correctness runs whose records are not speed "
+                  "figures", markup=False)
+
+
+def _ok_record(o) -> dict | None:
+    """The record an ok outcome wrote (None for the other statuses)."""
+    return json.loads(Path(o.record_path).read_text()) if o.status == "ok" else None
+
+
+def _outcome_line(o) -> str:
+    """One line per run for every RunStatus (a status without a line here is a KeyError, caught by the tests)."""
+    from rich.markup import escape as _escape
+
+    def escape(text) -> str:
+        return _escape(printable(text))
+
+    name = escape(f"{o.run.workload} · world {o.run.world_size} · {o.run.scaling}")
+    kept = f"; the earlier ok record is kept as the run's result ({escape(o.record_path)})" if o.kept_earlier else ""
+    lines = {
+        "failed": lambda: f"[red]✗[/red] {name}: {escape(o.error['type'])}: {escape(o.error['message'][:300])}{kept}",
+        "interrupted": lambda: f"[yellow]■[/yellow] {name}: interrupted ({escape(o.error['message'])})"
+                               + (kept or ("; recorded failed" if o.record_path else "")),
+        "skipped_recorded": lambda: f"[dim]↷ {name}: already recorded ({o.run_key})[/dim]",
+        "skipped_other_nodes": lambda: f"[dim]↷ {name}: nodes = {o.run.nodes}, left to a job started with "
+                                       f"--nnodes {o.run.nodes}[/dim]",
+        "skipped_locked": lambda: f"[dim]↷ {name}: being measured by {escape(o.holder)}; its record appears in "
+                                  "the results folder when it finishes[/dim]",
+        "ok": lambda: _ok_line(o, name, escape),
+    }
+    return lines[o.status.value]()
+
+
+def _ok_line(o, name: str, escape) -> str:
+    rec = _ok_record(o)
+    m = rec["metrics"]
+    mfu = f"{m['mfu']:.1%}" if m.get("mfu") is not None else "n/a"
+    tps = f"{m['tokens_per_s']:,.0f}" if m.get("tokens_per_s") is not None else "n/a"
+    line = f"[green]✓[/green] {name}: {tps} tok/s, MFU {mfu}, {o.duration_s:.1f} s"
+    if rec.get("flags"):  # impossible figures (results/sanity.py) are never shown as a plain ok
+        from benchsuite.results.sanity import flag_summary
+
+        line += f"\n  [yellow]⚠ flagged:[/yellow] {escape(flag_summary(rec['flags']))}"
+    return line
