@@ -211,7 +211,8 @@ def moe_stats(model, routing_by_step: list, all_to_all_share: float | None = Non
     stats = summarize_stats(last)
     for key in LOAD_STATS:
         stats[key] = [getattr(r, key).float().tolist() for r in last]
-    stats["load_by_step"] = [[r.expert_load.float().tolist() for r in step] for step in routing_by_step]
+    stats["load_by_step"] = torch.stack([torch.stack([r.expert_load for r in step])
+                                         for step in routing_by_step]).float().tolist()  # one device read
     stats["expert_impl"] = layers[0].expert_impl
     stats["all_to_all_share"] = all_to_all_share
     return stats

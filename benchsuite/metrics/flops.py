@@ -20,8 +20,9 @@ Hardware FLOPs, the numerator of HFU, count what the device executes in the eage
   stop ends the re-run once the last tensor saved for backward is rebuilt: in a dense block that is
   the input of the FFN down-projection (a matmul saves its inputs before it runs), so that GEMM is
   never re-run; in an MoE block the combine saves the token index after the experts (shared
-  experts run before the router), so the whole block re-runs. The LM head sits outside the checkpointed blocks. Compiled graphs recompute what
-  the partitioner chooses; the figure describes the eager checkpoint.
+  experts run before the router), so the whole block re-runs. The LM head sits outside the
+  checkpointed blocks. Compiled graphs recompute what the partitioner chooses; the figure
+  describes the eager checkpoint.
 FlopCounterMode over a real step counts the same work (tests/test_flops.py checks both).
 """
 
