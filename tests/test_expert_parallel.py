@@ -21,13 +21,22 @@ from benchsuite.config import ModelConfig, MoEConfig
 from benchsuite.dist import shutdown
 from benchsuite.models.moe import set_expert_impl
 from benchsuite.models.transformer import build_model
-from benchsuite.parallel.expert import (all_to_all_seconds, apply_expert_parallel, ignore_expert_params_in_ddp,
-                                        new_expert_groups, sync_expert_grads)
+from benchsuite.parallel.expert import (AllToAllMeter, Exchange, _AllToAll, all_to_all_seconds,
+                                        apply_expert_parallel, ignore_expert_params_in_ddp, sync_expert_grads)
 
 pytestmark = pytest.mark.procs  # every test here launches processes
 
 TOL = dict(rtol=1e-5, atol=1e-6)
 EXPERT_PARAMS = ("w_up", "w_gate", "w_down")
+
+
+def expert_groups(ep):
+    """(ep_group, expert_dp_group) as production builds them (benchsuite.dist): a ("edp", "ep") mesh."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    world = dist.get_world_size()
+    mesh = init_device_mesh("cpu", (world // ep, ep), mesh_dim_names=("edp", "ep"))
+    return mesh["ep"].get_group(), mesh["edp"].get_group() if world > ep else None
 
 
 def rank_tokens(rank, device):
@@ -62,7 +71,7 @@ def check_case(rank, world, device, router, ep, activation, impl, wrap):
 
     model = build_model(cfg, moe, seed=0).to(device)
     set_expert_impl(model, impl)
-    ep_group, expert_dp_group = new_expert_groups(ep)
+    ep_group, expert_dp_group = expert_groups(ep)
     ignored = apply_expert_parallel(model, ep_group, timing=True)
     assert sorted(ignored) == sorted(n for n, _ in model.named_parameters() if n.rpartition(".")[2] in EXPERT_PARAMS)
     if wrap == "ckpt+ddp":  # blocks wrapped after EP, as the worker does for recompute: names change
@@ -101,22 +110,55 @@ def check_case(rank, world, device, router, ep, activation, impl, wrap):
             assert_close(p.grad / world, mean_grads[n], **TOL, msg=n)
 
 
+def send_rows(src, dst):
+    """Rows rank src sends to rank dst in the exchange test: uneven, zero for some pairs."""
+    return (3 * src + 5 * dst) % 4
+
+
+def check_variable_exchange(rank, world, device):
+    """The uneven all-to-all and its backward against one process moving every rank's rows,
+    bit for bit (pure data movement), and the bytes it counts: rows sent to other ranks x H x 8."""
+    h = 3
+    xs = [torch.randn(sum(send_rows(i, j) for j in range(world)), h, dtype=torch.float64,
+                      generator=torch.Generator().manual_seed(i)).requires_grad_() for i in range(world)]
+    grads = [torch.randn(sum(send_rows(i, j) for i in range(world)), h, dtype=torch.float64,
+                         generator=torch.Generator().manual_seed(50 + j)) for j in range(world)]
+    outs = [torch.cat([xs[i].split([send_rows(i, k) for k in range(world)])[j] for i in range(world)])
+            for j in range(world)]
+    sum((o * g).sum() for o, g in zip(outs, grads)).backward()
+
+    meter = AllToAllMeter(timing=False)
+    x = xs[rank].detach().clone().to(device).requires_grad_()
+    send = [send_rows(rank, j) for j in range(world)]
+    recv = [send_rows(i, rank) for i in range(world)]
+    out = _AllToAll.apply(x, Exchange(dist.group.WORLD, rank, meter), send, recv)
+    (out * grads[rank].to(device)).sum().backward()
+    assert torch.equal(out.detach().cpu(), outs[rank].detach())
+    assert torch.equal(x.grad.cpu(), xs[rank].grad)
+    sent_rows = (sum(send) - send[rank]) + (sum(recv) - recv[rank])  # forward, then the backward's reverse
+    assert meter.step_bytes == sent_rows * h * 8
+    meter.end_step()
+    assert meter.bytes_by_step == [sent_rows * h * 8] and meter.step_bytes == 0
+
+
 def worker(rank, world, init_file, device, cases):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
-        for case in cases:
-            check_case(rank, world, device, *case)
+        for check, *args in cases:
+            check(rank, world, device, *args)
     finally:
         shutdown()  # collects FSDP2/mesh cycles first: no gloo abort at exit
 
 
 ROUTERS = ("switch", "gshard", "expert_choice")
-CASES = {  # (router, ep, activation, expert impl, wrapping: none | ddp | ckpt+ddp)
-    2: [(r, 2, "gelu", "padded_bmm", "none") for r in ROUTERS]
-       + [("gshard", 2, "swiglu", "padded_bmm", "ckpt+ddp"), ("switch", 2, "gelu", "grouped_mm", "ddp")],
-    4: [(r, 4, "gelu", "padded_bmm", "ddp") for r in ROUTERS]
-       + [("switch", 2, "swiglu", "padded_bmm", "ckpt+ddp"), ("expert_choice", 2, "gelu", "padded_bmm", "none")],
+CASES = {  # check_case: (router, ep, activation, expert impl, wrapping: none | ddp | ckpt+ddp)
+    2: [(check_case, r, 2, "gelu", "padded_bmm", "none") for r in ROUTERS]
+       + [(check_case, "gshard", 2, "swiglu", "padded_bmm", "ckpt+ddp"),
+          (check_case, "switch", 2, "gelu", "grouped_mm", "ddp"), (check_variable_exchange,)],
+    4: [(check_case, r, 4, "gelu", "padded_bmm", "ddp") for r in ROUTERS]
+       + [(check_case, "switch", 2, "swiglu", "padded_bmm", "ckpt+ddp"),
+          (check_case, "expert_choice", 2, "gelu", "padded_bmm", "none"), (check_variable_exchange,)],
 }
 
 
@@ -133,4 +175,5 @@ def test_expert_parallel_matches_single_process(world):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_expert_parallel_on_one_gpu_with_gloo():
     """Both ranks on one GPU (a correctness run, as the design allows); fp32, so padded_bmm."""
-    spawn(2, "cuda", [("switch", 2, "swiglu", "padded_bmm", "ddp"), ("expert_choice", 2, "gelu", "padded_bmm", "none")])
+    spawn(2, "cuda", [(check_case, "switch", 2, "swiglu", "padded_bmm", "ddp"),
+                      (check_case, "expert_choice", 2, "gelu", "padded_bmm", "none")])
