@@ -19,10 +19,11 @@ from torch.testing import assert_close
 
 from benchsuite.config import ModelConfig, MoEConfig
 from benchsuite.dist import shutdown
-from benchsuite.models.moe import set_expert_impl
+from benchsuite.models.moe import MoELayer, set_expert_impl
 from benchsuite.models.transformer import build_model
-from benchsuite.parallel.expert import (AllToAllMeter, Exchange, _AllToAll, all_to_all_seconds,
-                                        apply_expert_parallel, ignore_expert_params_in_ddp, sync_expert_grads)
+from benchsuite.parallel.expert import (AllToAllMeter, Exchange, _AllToAll, all_to_all_bytes_by_step,
+                                        all_to_all_seconds, apply_expert_parallel, end_all_to_all_step,
+                                        ignore_expert_params_in_ddp, sync_expert_grads)
 
 pytestmark = pytest.mark.procs  # every test here launches processes
 
@@ -52,9 +53,9 @@ def ref_name(name):
     return name.replace("._checkpoint_wrapped_module", "")
 
 
-def check_case(rank, world, device, router, ep, activation, impl, wrap):
+def check_case(rank, world, device, router, ep, activation, impl, wrap, capacity_factor=1.0):
     cfg = ModelConfig(layers=2, hidden=16, heads=2, vocab=32, seq_len=8, ffn_hidden=32, activation=activation)
-    moe = MoEConfig(experts=4, router=router, every=1, capacity_factor=1.0, z_loss_coef=0.001)
+    moe = MoEConfig(experts=4, router=router, every=1, capacity_factor=capacity_factor, z_loss_coef=0.001)
 
     ref = build_model(cfg, moe, seed=0).to(device)
     set_expert_impl(ref, impl)
@@ -141,6 +142,78 @@ def check_variable_exchange(rank, world, device):
     assert meter.bytes_by_step == [sent_rows * h * 8] and meter.step_bytes == 0
 
 
+FAVOURED = ((0, 1, 5), (1, 2, 3), (0, 6, 7), (3, 4, 5))  # rank r's tokens choose among these experts
+
+
+def skewed_tokens(rank, hidden, experts):
+    """[2, 6, H] fp64 tokens whose router logits (router weight 4·I, see check_dropless_layer) favour
+    FAVOURED[rank]: every other expert gets no token from this rank, some ranks send no row to others."""
+    bias = torch.full((hidden,), -1.0, dtype=torch.float64)
+    bias[list(FAVOURED[rank])] = 1.0
+    noise = torch.randn(2, 6, hidden, dtype=torch.float64, generator=torch.Generator().manual_seed(200 + rank))
+    return bias + 0.3 * noise
+
+
+def dropless_layer(impl, activation, shared):
+    """A token-choice top-2 dropless layer, fp64, the same weights on every rank; router weight 4·I."""
+    cfg = ModelConfig(layers=1, hidden=8, heads=2, vocab=32, seq_len=6, ffn_hidden=12, activation=activation)
+    moe = MoEConfig(experts=8, router="token_choice", top_k=2, capacity_factor=0, shared_experts=shared,
+                    z_loss_coef=0.001)
+    torch.manual_seed(0)
+    layer = MoELayer(cfg, moe, impl).double()
+    with torch.no_grad():
+        layer.router.weight.copy_(4.0 * torch.eye(moe.experts, cfg.hidden))
+    return layer
+
+
+def layer_loss(layer, x, rank):
+    y, aux, stats = layer(x)
+    g = torch.randn(y.shape, dtype=y.dtype, generator=torch.Generator().manual_seed(300 + rank))
+    return (y * g).sum() + aux, y, aux, stats
+
+
+def check_dropless_layer(rank, world, device, impl, activation, shared):
+    """The dropless layer at EP = world against the single-process layer on each rank's tokens: output,
+    aux loss, input gradient, router (and shared-expert) gradients of this rank's loss, expert-shard
+    gradients of the summed loss; and the bytes the exchanges sent, from the reference's routing."""
+    ref = dropless_layer(impl, activation, shared)
+    sum_grads = {n: torch.zeros_like(p) for n, p in ref.named_parameters()}
+    counts = []  # [world][E] assignments per expert of each rank's tokens
+    for r in range(world):
+        ref.zero_grad()
+        x = skewed_tokens(r, 8, 8).requires_grad_()
+        loss, y, aux, stats = layer_loss(ref, x, r)
+        loss.backward()
+        counts.append(stats.expert_load.long().tolist())
+        for n, p in ref.named_parameters():
+            sum_grads[n] += p.grad
+        if r == rank:
+            own = dict(y=y.detach(), aux=aux.detach(), x_grad=x.grad.clone(),
+                       grads={n: p.grad.clone() for n, p in ref.named_parameters()})
+    assert 0 in counts[rank], "the routing must leave some experts without tokens on this rank"
+
+    model = dropless_layer(impl, activation, shared).to(device)
+    ignored = apply_expert_parallel(model, dist.group.WORLD)
+    x = skewed_tokens(rank, 8, 8).to(device).requires_grad_()
+    loss, y, aux, _ = layer_loss(model, x, rank)
+    loss.backward()
+    end_all_to_all_step(model)
+    assert_close(y, own["y"], **TOL)
+    assert_close(aux, own["aux"], **TOL)
+    assert_close(x.grad, own["x_grad"], **TOL)
+    local = 8 // world
+    for n, p in model.named_parameters():
+        if n in ignored:
+            assert_close(p.grad, sum_grads[n][rank * local:(rank + 1) * local], **TOL, msg=n)
+        else:
+            assert_close(p.grad, own["grads"][n], **TOL, msg=n)
+
+    send = [sum(counts[rank][j * local:(j + 1) * local]) for j in range(world)]
+    recv = [sum(counts[i][rank * local:(rank + 1) * local]) for i in range(world)]
+    rows = 2 * (sum(send) - send[rank] + sum(recv) - recv[rank])  # dispatch and return, forward and backward
+    assert all_to_all_bytes_by_step(model, last=1) == [rows * 8 * 8]  # x H x 8 bytes (fp64)
+
+
 def worker(rank, world, init_file, device, cases):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
@@ -155,10 +228,14 @@ ROUTERS = ("switch", "gshard", "expert_choice")
 CASES = {  # check_case: (router, ep, activation, expert impl, wrapping: none | ddp | ckpt+ddp)
     2: [(check_case, r, 2, "gelu", "padded_bmm", "none") for r in ROUTERS]
        + [(check_case, "gshard", 2, "swiglu", "padded_bmm", "ckpt+ddp"),
-          (check_case, "switch", 2, "gelu", "grouped_mm", "ddp"), (check_variable_exchange,)],
+          (check_case, "switch", 2, "gelu", "grouped_mm", "ddp"), (check_variable_exchange,),
+          (check_dropless_layer, "loop_mm", "swiglu", 1),
+          (check_case, "token_choice", 2, "gelu", "grouped_mm", "ddp", 0.0)],
     4: [(check_case, r, 4, "gelu", "padded_bmm", "ddp") for r in ROUTERS]
        + [(check_case, "switch", 2, "swiglu", "padded_bmm", "ckpt+ddp"),
-          (check_case, "expert_choice", 2, "gelu", "padded_bmm", "none"), (check_variable_exchange,)],
+          (check_case, "expert_choice", 2, "gelu", "padded_bmm", "none"), (check_variable_exchange,),
+          (check_dropless_layer, "loop_mm", "gelu", 0),
+          (check_case, "gshard", 2, "swiglu", "loop_mm", "ckpt+ddp", 0.0)],
 }
 
 

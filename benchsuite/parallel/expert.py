@@ -237,7 +237,11 @@ def end_all_to_all_step(model: nn.Module) -> None:
         meter.end_step()
 
 
-def all_to_all_bytes_by_step(model: nn.Module) -> list[int]:
+def all_to_all_bytes_by_step(model: nn.Module, last: int) -> list[int] | None:
     """Bytes the variable-split exchanges of all MoE layers sent to other ranks, forward and
-    backward, per closed training step (all zero for fixed splits: see AllToAllMeter)."""
-    return [sum(step) for step in zip(*(meter.bytes_by_step for meter in _meters(model)))]
+    backward, in each of the `last` closed training steps. None without a dropless layer: fixed
+    splits send the same capacity slots every step (metrics/comm.py's counted step)."""
+    if not any(layer.moe.dropless for layer in moe_layers(model)):
+        return None
+    per_step = [sum(step) for step in zip(*(meter.bytes_by_step for meter in _meters(model)))]
+    return per_step[-last:]
