@@ -4,10 +4,14 @@ Each rank checks its EP model on its own tokens against a reference model with t
 same weights that runs every rank's tokens in turn: outputs, aux losses, routing
 stats and, after the DP all-reduce / sync_expert_grads, every gradient of the mean
 loss over ranks (expert shards against the matching slice of the full gradient).
+Capacity (fixed-split) and dropless (variable-split) layers alike; the uneven
+exchange alone and the bytes it counts are checked against one process moving
+every rank's rows. One spawned group per world size runs all its cases.
 """
 
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -19,13 +23,14 @@ from torch.testing import assert_close
 
 from benchsuite.config import ModelConfig, MoEConfig
 from benchsuite.dist import shutdown
+from benchsuite.metrics.comm import (ALL_TO_ALL_BY_STEP_SOURCE, CommCounter, comm_record, upgrade_v2_comm,
+                                     variable_all_to_all_section)
 from benchsuite.models.moe import MoELayer, set_expert_impl
 from benchsuite.models.transformer import build_model
 from benchsuite.parallel.expert import (AllToAllMeter, Exchange, _AllToAll, all_to_all_bytes_by_step,
                                         all_to_all_seconds, apply_expert_parallel, end_all_to_all_step,
                                         ignore_expert_params_in_ddp, sync_expert_grads)
-
-pytestmark = pytest.mark.procs  # every test here launches processes
+from benchsuite.results.schema import METRICS
 
 TOL = dict(rtol=1e-5, atol=1e-6)
 EXPERT_PARAMS = ("w_up", "w_gate", "w_down")
@@ -132,12 +137,14 @@ def check_variable_exchange(rank, world, device):
     x = xs[rank].detach().clone().to(device).requires_grad_()
     send = [send_rows(rank, j) for j in range(world)]
     recv = [send_rows(i, rank) for i in range(world)]
-    out = _AllToAll.apply(x, Exchange(dist.group.WORLD, rank, meter), send, recv)
-    (out * grads[rank].to(device)).sum().backward()
+    with CommCounter() as counter:  # metrics.comm's counted step sees the same bytes
+        out = _AllToAll.apply(x, Exchange(dist.group.WORLD, rank, meter), send, recv)
+        (out * grads[rank].to(device)).sum().backward()
     assert torch.equal(out.detach().cpu(), outs[rank].detach())
     assert torch.equal(x.grad.cpu(), xs[rank].grad)
     sent_rows = (sum(send) - send[rank]) + (sum(recv) - recv[rank])  # forward, then the backward's reverse
     assert meter.step_bytes == sent_rows * h * 8
+    assert counter.result()["bytes_by_kind"] == {"all_to_all": sent_rows * h * 8}
     meter.end_step()
     assert meter.bytes_by_step == [sent_rows * h * 8] and meter.step_bytes == 0
 
@@ -244,13 +251,44 @@ def spawn(world, device, cases):
         mp.spawn(worker, args=(world, str(Path(tmp) / "init"), device, cases), nprocs=world, join=True)
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("world", [2, 4])
 def test_expert_parallel_matches_single_process(world):
     spawn(world, "cpu", CASES[world])
 
 
+@pytest.mark.procs
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_expert_parallel_on_one_gpu_with_gloo():
     """Both ranks on one GPU (a correctness run, as the design allows); fp32, so padded_bmm."""
     spawn(2, "cuda", [(check_case, "switch", 2, "swiglu", "padded_bmm", "ddp"),
                       (check_case, "expert_choice", 2, "gelu", "padded_bmm", "none")])
+
+
+def test_comm_record_summarises_variable_all_to_all_bytes_per_step():
+    """Each rank's per-step list (the worker's comm["all_to_all_bytes_by_step"]) becomes mean / min / max
+    over ranks and steps beside the counted step's bytes; fixed splits and no EP give null and why."""
+    run = SimpleNamespace(parallel=SimpleNamespace(expert=2, zero=0), data_parallel=2)
+    counted = {"bytes_by_kind": {"all_to_all": 10.0}, "payload_bytes_by_kind": {}, "calls_by_kind": {},
+               "total_bytes": 10.0}
+    rec = comm_record(run, [{**counted, "all_to_all_bytes_by_step": [100, 300]},
+                            {**counted, "all_to_all_bytes_by_step": [200, 600]}], "fp32")
+    assert rec["all_to_all_bytes_by_step"] == {"mean": 300.0, "min": 100, "max": 600, "per_rank_mean": [200.0, 400.0],
+                                               "steps": 2, "source": ALL_TO_ALL_BY_STEP_SOURCE}
+    assert rec["all_to_all_bytes_by_step_reason"] is None and rec["bytes_per_step_by_kind"] == {"all_to_all": 10.0}
+    fixed = comm_record(run, [{**counted, "all_to_all_bytes_by_step": None}] * 2, "fp32")
+    assert fixed["all_to_all_bytes_by_step"] is None and "fixed capacity-slot" in fixed["all_to_all_bytes_by_step_reason"]
+    no_ep = variable_all_to_all_section([counted, counted])
+    assert no_ep == {"all_to_all_bytes_by_step": None, "all_to_all_bytes_by_step_reason": "no expert parallelism"}
+
+
+def test_upgrade_v2_comm_adds_a_null_with_its_reason():
+    v2 = {"schema_version": 2, "metrics": {"tokens_per_s": 1.0, "comm": {"total_bytes_per_step": 5.0}}}
+    up = upgrade_v2_comm(v2)
+    assert up["metrics"]["comm"] == {"total_bytes_per_step": 5.0, "all_to_all_bytes_by_step": None,
+                                     "all_to_all_bytes_by_step_reason":
+                                         "not measured before schema version 3 (fixed splits only)"}
+    assert up["metrics"]["tokens_per_s"] == 1.0 and "all_to_all_bytes_by_step" not in v2["metrics"]["comm"]
+    assert upgrade_v2_comm(up) == up
+    assert upgrade_v2_comm({"schema_version": 2, "metrics": {"comm": None}})["metrics"] == {"comm": None}
+    METRICS(up["metrics"], "metrics")  # the upgraded part passes the schema
