@@ -26,6 +26,7 @@ it after the last backward of a step, before the optimizer.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, replace
 
@@ -87,7 +88,7 @@ def _all_to_all(x: torch.Tensor, ex: Exchange, send: list[int] | None = None,
     out = torch.empty_like(x) if recv is None else x.new_empty((sum(recv), *x.shape[1:]))
     ex.meter.run(lambda: dist.all_to_all_single(out, x, recv, send, group=ex.group), x.device)
     if send is not None and ex.count_bytes:
-        row_bytes = x[0].numel() * x.element_size() if x.shape[0] else 0
+        row_bytes = math.prod(x.shape[1:]) * x.element_size()
         ex.meter.step_bytes += (sum(send) - send[ex.rank]) * row_bytes  # rows kept on this rank cross no link
     return out
 
