@@ -446,6 +446,8 @@ class MoELayer(nn.Module):
     width expert_hidden) are one dense MLP of their summed width over every token, added with
     weight 1; they run before the router, so the last tensor the block saves for backward is the
     routed experts' output and a checkpoint re-runs the whole block (metrics/flops.py).
+    The forward never waits on the device except in loop_mm, which reads the per-expert counts on
+    the host (the matmul sizes; grouped_mm takes them on the device).
 
     `expert_impl` names the expert path that runs (SLOT_IMPLS or, dropless, SORTED_IMPLS). It is
     fixed before the first forward (set_expert_impl; parallelize picks it for the run's device and
@@ -561,9 +563,10 @@ def upgrade_v2_moe(rec: dict) -> dict:
     if not isinstance(cfg_moe, dict) and not isinstance(stats, dict):
         return rec
     rec = copy.deepcopy(rec)
+    cfg_moe, stats = (rec.get("config") or {}).get("moe"), (rec.get("metrics") or {}).get("moe")
     if isinstance(cfg_moe, dict):
         defaults = {f.name: f.default for f in fields(MoEConfig) if f.name in NEW_CONFIG_KEYS}
-        rec["config"]["moe"] = {**defaults, **cfg_moe}
+        cfg_moe.update({k: v for k, v in defaults.items() if k not in cfg_moe})
     if isinstance(stats, dict):
         load = stats.get("expert_load")
         exact = (cfg_moe or {}).get("router") == "expert_choice" or stats.get("dropped_frac") == 0
