@@ -346,6 +346,9 @@ def measure(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None) -
                    "eval_tokens": sum(y.numel() for _, y in val),
                    "data": source.describe() if ctx.is_main else None}
     monitor.close()
+    if ctx.dims.ep_enabled:  # the dropless all-to-alls' bytes in each measured step: they follow the routing
+        from benchsuite.parallel.expert import all_to_all_bytes_by_step
+        comm_bytes["all_to_all_bytes_by_step"] = all_to_all_bytes_by_step(par.model, last=run.train.steps)
     a2a_share = all_to_all_share(par, batches(step + run.train.steps), precision, ctx.device) \
         if ctx.dims.ep_enabled else None
     step_times = timer.durations_s()

@@ -98,6 +98,18 @@ def ring_bytes(kind: str, payload: int, n: int) -> float:
     return factor * payload
 
 
+def _uneven_all_to_all_sent(func, args, payload: int) -> float | None:
+    """Bytes an uneven c10d all-to-all (dropless expert parallelism) sends: its input less the rows
+    it keeps on its own rank. None for any other call (equal splits: the ring figure is exact)."""
+    import torch.distributed as dist
+
+    if func._schema.name != "c10d::alltoall_base_" or not args[4]:
+        return None
+    splits, group = args[4], args[2]  # input_split_sizes: rows to each rank of the group
+    own = splits[(dist.ProcessGroup.unbox(group) if isinstance(group, torch.ScriptObject) else group).rank()]
+    return payload * (1 - own / sum(splits)) if sum(splits) else 0.0
+
+
 class CommCounter(TorchDispatchMode):
     """Counts collectives dispatched while active: calls, payload bytes and ring bytes by kind."""
 
@@ -124,7 +136,8 @@ class CommCounter(TorchDispatchMode):
             n = _group_size(args, kwargs) or 1
             self.calls[kind] += 1
             self.payload[kind] += payload
-            self.sent[kind] += ring_bytes(kind, payload, n)
+            uneven = _uneven_all_to_all_sent(func, args, payload)
+            self.sent[kind] += ring_bytes(kind, payload, n) if uneven is None else uneven
             self.groups[kind].add(n)
         return out
 
@@ -200,6 +213,40 @@ def comm_record(run, per_rank: list[dict], precision: str, impl: dict | None = N
             "calls_per_step_by_kind": r0["calls_by_kind"], "total_bytes_per_step": total,
             "per_rank_total_bytes": [r["total_bytes"] for r in valid],
             "paper_bytes_per_step": paper, "paper_formula": formula,
+            **variable_all_to_all_section(valid),
             "ratio": (total / paper) if paper else None, "note": "; ".join(notes) or None,
             "method": "TorchDispatchMode over c10d and functional collectives during one warm-up step; "
                       "bytes sent per rank with ring algorithms"}
+
+
+ALL_TO_ALL_BY_STEP_SOURCE = ("bytes the dropless expert all-to-alls sent to other ranks (token rows, forward and "
+                             "backward) in each measured step, counted from the exchanges' split sizes")
+
+
+def variable_all_to_all_section(per_rank: list[dict]) -> dict:
+    """metrics.comm.all_to_all_bytes_by_step: the dropless exchange's bytes per measured step (they
+    follow the routing) over steps and ranks, beside the counted step's bytes_per_step_by_kind;
+    null with a reason where there is no such exchange. The worker puts each rank's list under
+    comm["all_to_all_bytes_by_step"] (a list, or None for fixed splits) when experts are parallel."""
+    if any("all_to_all_bytes_by_step" not in r for r in per_rank):
+        return {"all_to_all_bytes_by_step": None, "all_to_all_bytes_by_step_reason": "no expert parallelism"}
+    lists = [r["all_to_all_bytes_by_step"] for r in per_rank]
+    if None in lists:
+        return {"all_to_all_bytes_by_step": None, "all_to_all_bytes_by_step_reason":
+                "fixed capacity-slot splits: every step sends the same bytes (bytes_per_step_by_kind.all_to_all)"}
+    flat = [b for steps in lists for b in steps]
+    return {"all_to_all_bytes_by_step": {
+        "mean": sum(flat) / len(flat), "min": min(flat), "max": max(flat),
+        "per_rank_mean": [sum(steps) / len(steps) for steps in lists], "steps": len(lists[0]),
+        "source": ALL_TO_ALL_BY_STEP_SOURCE}, "all_to_all_bytes_by_step_reason": None}
+
+
+def upgrade_v2_comm(rec: dict) -> dict:
+    """A copy of a version-2 record whose metrics.comm gains all_to_all_bytes_by_step: null, with the
+    reason that version 2 did not measure it (its expert parallelism had fixed splits only)."""
+    comm = (rec.get("metrics") or {}).get("comm")
+    if not isinstance(comm, dict) or "all_to_all_bytes_by_step" in comm:
+        return rec
+    comm = {**comm, "all_to_all_bytes_by_step": None,
+            "all_to_all_bytes_by_step_reason": "not measured before schema version 3 (fixed splits only)"}
+    return {**rec, "metrics": {**rec["metrics"], "comm": comm}}

@@ -85,9 +85,11 @@ def parallelize(model: nn.Module, run: RunConfig, ctx: DistContext) -> Paralleli
         from benchsuite.parallel import expert
 
         expert.apply_expert_parallel(model, ctx.ep_mesh["ep"].get_group())
-        impl["expert"] = f"all_to_all_single over {ctx.dims.ep} ranks, padded capacity slots"
+        splits = "variable splits, per-expert counts first" if run.moe.dropless else "padded capacity slots"
+        impl["expert"] = f"all_to_all_single over {ctx.dims.ep} ranks, {splits}"
         replicas = ctx.ep_mesh["edp"].get_group() if ctx.dims.dp > ctx.dims.ep else None
         hooks.append(lambda: expert.sync_expert_grads(model, ctx.dims.dp, replicas))
+        hooks.append(lambda: expert.end_all_to_all_step(model))
     if run.train.recompute == "full":
         random_routing = run.moe is not None and run.moe.second_expert_policy == "random"
         apply_activation_checkpointing(model, preserve_rng_state=random_routing)

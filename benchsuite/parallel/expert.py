@@ -8,6 +8,11 @@ to rank j. Splits are equal and static (every rank has the same local batch shap
 hence the same C), so no size exchange and no host sync are needed. A second
 all_to_all returns the outputs to the rank that owns the tokens, which combines them.
 
+Dropless layers (capacity_factor = 0) send no slots but their rows sorted by expert, as
+many per expert as were routed there: the splits vary per rank and step. forward_sorted
+exchanges the per-expert counts first, then the rows with uneven splits (the sizes read
+on the host once per layer call, see there), and the outputs come back the same way.
+
 Gradients. Non-expert parameters (router included) stay replicated: the DDP wrapper
 averages them over all data-parallel ranks. Expert parameters are left out of DDP:
 ignore_expert_params_in_ddp sets `model._ddp_params_and_buffers_to_ignore` through
@@ -21,59 +26,92 @@ it after the last backward of a step, before the optimizer.
 
 from __future__ import annotations
 
+import math
 import time
+from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from benchsuite.metrics.timing import synchronize
 from benchsuite.models.moe import Experts, moe_layers
 
 
-class CollectiveTimer:
-    """Seconds spent in all-to-all. With `enabled`, the device is synchronised before and
-    after each collective, so the time includes waiting for slower ranks."""
+class AllToAllMeter:
+    """One MoE layer's all-to-all figures: seconds (only while `timing`: the device is
+    synchronised before and after each collective, so the time includes waiting for slower
+    ranks) and the bytes the variable-split exchanges sent to other ranks, per training step.
 
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
+    Only the variable-split (dropless) exchange counts bytes: its sizes change every step. A
+    fixed-split exchange sends the same capacity-slot buffer every step (metrics/comm.py's
+    counted step has it), and a counter inside its autograd Function would break a compiled
+    block's graph, which the dropless path breaks anyway at its host read of the sizes."""
+
+    def __init__(self, timing: bool):
+        self.timing = timing
         self.seconds = 0.0
+        self.step_bytes = 0  # sent so far in the current step
+        self.bytes_by_step: list[int] = []  # one entry per end_step
 
     def run(self, fn, device: torch.device) -> None:
-        if not self.enabled:
+        if not self.timing:
             fn()
             return
-        _sync(device)
+        synchronize(device)
         start = time.perf_counter()
         fn()
-        _sync(device)
+        synchronize(device)
         self.seconds += time.perf_counter() - start
 
+    def end_step(self) -> None:
+        self.bytes_by_step.append(self.step_bytes)
+        self.step_bytes = 0
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+
+@dataclass(frozen=True)
+class Exchange:
+    """Where an all-to-all runs: the expert-parallel group, this rank's place in it, its meter;
+    count_bytes off for exchanges that are no training step's (evaluation)."""
+
+    group: object
+    rank: int
+    meter: AllToAllMeter
+    count_bytes: bool = True
 
 
-def _all_to_all(x: torch.Tensor, group, timer: CollectiveTimer) -> torch.Tensor:
-    """x [P, ...]: chunk j goes to rank j; chunk i of the result came from rank i."""
+def _all_to_all(x: torch.Tensor, ex: Exchange, send: list[int] | None = None,
+                recv: list[int] | None = None) -> torch.Tensor:
+    """Rows of x go out in rank order, send[j] of them to rank j; the result holds recv[i] rows
+    from rank i, in rank order. send = recv = None: equal splits of dim 0 (x [P, ...])."""
     x = x.contiguous()
-    out = torch.empty_like(x)
-    timer.run(lambda: dist.all_to_all_single(out, x, group=group), x.device)
+    out = torch.empty_like(x) if recv is None else x.new_empty((sum(recv), *x.shape[1:]))
+    ex.meter.run(lambda: dist.all_to_all_single(out, x, recv, send, group=ex.group), x.device)
+    if send is not None and ex.count_bytes:
+        row_bytes = math.prod(x.shape[1:]) * x.element_size()
+        ex.meter.step_bytes += (sum(send) - send[ex.rank]) * row_bytes  # rows kept on this rank cross no link
     return out
 
 
 class _AllToAll(torch.autograd.Function):
-    """Equal-split all-to-all; its backward is the reverse exchange, which for equal
-    splits is the same all-to-all applied to the gradient."""
+    """all-to-all (equal splits, or send/recv row counts); its backward is the reverse exchange:
+    the gradient rows go back with the splits swapped (for equal splits, the same exchange)."""
 
     @staticmethod
-    def forward(ctx, x, group, timer):
-        ctx.group, ctx.timer = group, timer
-        return _all_to_all(x, group, timer)
+    def forward(ctx, x, ex, send, recv):
+        ctx.ex, ctx.send, ctx.recv = ex, send, recv
+        return _all_to_all(x, ex, send, recv)
 
     @staticmethod
     def backward(ctx, grad):
-        return _all_to_all(grad, ctx.group, ctx.timer), None, None
+        return _all_to_all(grad, ctx.ex, ctx.recv, ctx.send), None, None, None
+
+
+def _transpose_segments(rows: torch.Tensor, sizes: list[int], outer: int, inner: int) -> torch.Tensor:
+    """rows in outer x inner segments (segment (a, b) has sizes[a * inner + b] rows, in a-major
+    order) -> the same segments in b-major order. Autograd's split/cat: no host read."""
+    parts = rows.split(sizes)
+    return torch.cat([parts[a * inner + b] for b in range(inner) for a in range(outer)])
 
 
 class ExpertParallelExperts(Experts):
@@ -82,32 +120,60 @@ class ExpertParallelExperts(Experts):
 
     def __init__(self, full: Experts, group, timing: bool = False):
         nn.Module.__init__(self)  # not Experts.__init__: its random init would be thrown away and move the RNG
-        self.group = group
         self.world = dist.get_world_size(group)
         experts = full.w_up.shape[0]
         if experts % self.world:
             raise ValueError(f"expert-parallel size {self.world} must divide experts ({experts})")
         self.local = experts // self.world
-        start = dist.get_rank(group) * self.local
+        rank = dist.get_rank(group)
+        start = rank * self.local
         for name, p in full.named_parameters():
             setattr(self, name, nn.Parameter(p.detach()[start:start + self.local].clone()))
         if full.w_gate is None:
             self.w_gate = None
-        self.timer = CollectiveTimer(timing)
+        self.meter = AllToAllMeter(timing)
+        self.exchange = Exchange(group, rank, self.meter)
 
     def forward(self, xs: torch.Tensor, valid: torch.Tensor, impl: str) -> torch.Tensor:
         """xs [E, C, H] slots of this rank's tokens for all experts -> [E, C, H] outputs."""
         e, c, h = xs.shape
         p, le = self.world, self.local
-        recv = _AllToAll.apply(xs.view(p, le, c, h), self.group, self.timer)  # [P src, E/P, C, H]
+        recv = _AllToAll.apply(xs.view(p, le, c, h), self.exchange, None, None)  # [P src, E/P, C, H]
         local = recv.transpose(0, 1).reshape(le, p * c, h)  # [E/P, P*C, H]
         local_valid = valid.new_ones(le, p * c)
         if impl == "grouped_mm":  # only this path needs to know which received slots are filled
-            got = _all_to_all(valid.view(p, le, c).to(torch.uint8), self.group, self.timer)
+            got = _all_to_all(valid.view(p, le, c).to(torch.uint8), self.exchange)
             local_valid = got.transpose(0, 1).reshape(le, p * c).bool()
         ys = super().forward(local, local_valid, impl)  # [E/P, P*C, H]
         back = ys.view(le, p, c, h).transpose(0, 1)  # [P dst, E/P, C, H]
-        return _AllToAll.apply(back, self.group, self.timer).view(e, c, h)
+        return _AllToAll.apply(back, self.exchange, None, None).view(e, c, h)
+
+    def forward_sorted(self, x: torch.Tensor, counts: torch.Tensor, impl: str) -> torch.Tensor:
+        """x [A, H] this rank's rows sorted by expert, counts [E] int64 -> [A, H] (dropless).
+
+        1. A small equal-split all-to-all of counts: from rank i, got[i, l] rows for local expert l.
+        2. The host read: the uneven exchange's split sizes must be Python ints (all_to_all_single
+           takes int lists, NCCL posts each send and receive with its size, and the receive buffer
+           is allocated before it), so one .tolist() of [counts, got] is the forward's one
+           unavoidable device sync. The backward reuses these lists: no sync there.
+        3. all_to_all_single with uneven splits: rank j gets this rank's rows of its experts.
+        4. Regroup the received rows (by source, then local expert) by local expert, sources in
+           rank order, and run the shard's Experts.forward_sorted on them.
+        5. Undo the regrouping and send every row back (the reverse exchange, splits swapped).
+        """
+        p, le = self.world, self.local
+        got = _all_to_all(counts.view(p, le), self.exchange)  # [P src, E/P]
+        sizes = torch.cat([counts, got.reshape(-1)]).tolist()  # the host read (2.)
+        from_src = sizes[p * le:]  # rows per (source, local expert), source-major
+        send = [sum(sizes[j * le:(j + 1) * le]) for j in range(p)]
+        recv = [sum(from_src[i * le:(i + 1) * le]) for i in range(p)]
+        ex = self.exchange if self.training else replace(self.exchange, count_bytes=False)
+        rows = _AllToAll.apply(x, ex, send, recv)  # [R, H] by source, then local expert
+        by_expert = _transpose_segments(rows, from_src, p, le)  # by local expert, then source
+        ys = super().forward_sorted(by_expert, got.sum(0), impl)
+        by_expert_sizes = [from_src[i * le + l] for l in range(le) for i in range(p)]
+        back = _transpose_segments(ys, by_expert_sizes, le, p)  # by source again
+        return _AllToAll.apply(back, ex, recv, send)
 
 
 def apply_expert_parallel(model: nn.Module, ep_group=None, timing: bool = False) -> list[str]:
@@ -146,40 +212,37 @@ def sync_expert_grads(model: nn.Module, data_parallel_size: int, expert_dp_group
         p.grad.div_(data_parallel_size)
 
 
-def new_expert_groups(ep_size: int):
-    """(ep_group, expert_dp_group) for this rank; all ranks must call it. EP groups are
-    contiguous blocks of ep_size ranks; the expert-DP group links the ranks holding the
-    same shard (rank % ep_size equal). expert_dp_group is None when world == ep_size."""
-    world, rank = dist.get_world_size(), dist.get_rank()
-    if world % ep_size:
-        raise ValueError(f"expert-parallel size {ep_size} must divide world size {world}")
-    mine = {}
-    for start in range(0, world, ep_size):
-        g = dist.new_group(list(range(start, start + ep_size)))
-        if start <= rank < start + ep_size:
-            mine["ep"] = g
-    mine["dp"] = None
-    if world > ep_size:
-        for j in range(ep_size):
-            g = dist.new_group(list(range(j, world, ep_size)))
-            if rank % ep_size == j:
-                mine["dp"] = g
-    return mine["ep"], mine["dp"]
+def _meters(model: nn.Module) -> list[AllToAllMeter]:
+    return [m.meter for m in model.modules() if isinstance(m, ExpertParallelExperts)]
 
 
 def set_all_to_all_timing(model: nn.Module, enabled: bool) -> None:
     """Switch the synchronised all-to-all timers on or off (off while steps are measured)."""
-    for m in model.modules():
-        if isinstance(m, ExpertParallelExperts):
-            m.timer.enabled = enabled
+    for meter in _meters(model):
+        meter.timing = enabled
 
 
 def all_to_all_seconds(model: nn.Module, reset: bool = False) -> float:
     """Seconds measured in all-to-all (forward and backward) over all MoE layers (timing=True)."""
     total = 0.0
-    for m in model.modules():
-        if isinstance(m, ExpertParallelExperts):
-            total += m.timer.seconds
-            if reset:
-                m.timer.seconds = 0.0
+    for meter in _meters(model):
+        total += meter.seconds
+        if reset:
+            meter.seconds = 0.0
     return total
+
+
+def end_all_to_all_step(model: nn.Module) -> None:
+    """Close a training step's byte count (a grad hook: once per step, after the last backward)."""
+    for meter in _meters(model):
+        meter.end_step()
+
+
+def all_to_all_bytes_by_step(model: nn.Module, last: int) -> list[int] | None:
+    """Bytes the variable-split exchanges of all MoE layers sent to other ranks, forward and
+    backward, in each of the `last` closed training steps. None without a dropless layer: fixed
+    splits send the same capacity slots every step (metrics/comm.py's counted step)."""
+    if not any(layer.moe.dropless for layer in moe_layers(model)):
+        return None
+    per_step = [sum(step) for step in zip(*(meter.bytes_by_step for meter in _meters(model)))]
+    return per_step[-last:]

@@ -221,7 +221,10 @@ QUALITY = Obj({
     "curve": ListOf(Obj({k: number for k in ("step", "tokens", "seconds", "val_loss", "energy_j", "model_flops")})),
 })
 COMM = Obj({"total_bytes_per_step": number, "paper_bytes_per_step": number, "ratio": number, "paper_formula": text,
-            "method": text, "bytes_per_step_by_kind": numbers_by_name, "per_rank_total_bytes": NUMBERS})
+            "method": text, "bytes_per_step_by_kind": numbers_by_name, "per_rank_total_bytes": NUMBERS,
+            "all_to_all_bytes_by_step": Obj({"mean": number, "min": number, "max": number, "per_rank_mean": NUMBERS,
+                                             "steps": integer, "source": text}),
+            "all_to_all_bytes_by_step_reason": text})
 METRICS = Obj({
     **{k: number for k in ("tokens_per_s", "tokens_per_step", "mfu", "mfu_vs_ceiling", "tflops_per_device",
                            "matmul_ceiling_tflops", "peak_tflops",
