@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from benchsuite.results.sanity import with_flags
+from benchsuite.results.values import dig
 from benchsuite.results.store import flatten, load_records, rows_dataframe, slug
 from dashboard.render import num, present
 from dashboard.style import Families, family
@@ -71,12 +72,33 @@ def _series_labels(df: pd.DataFrame) -> dict[str, str]:
     return labels
 
 
+def expert_load(rec: dict) -> list[list[float]] | None:
+    """metrics.moe.expert_load: [MoE layer][expert] tokens routed in the last step, summed over
+    ranks (None unless every layer is a list of numbers)."""
+    load = dig(rec, "metrics", "moe", "expert_load")
+    if not isinstance(load, list) or not load or not all(isinstance(layer, list) and layer for layer in load):
+        return None
+    rows = [[num(v) for v in layer] for layer in load]
+    return None if any(v is None for row in rows for v in row) else rows
+
+
+def tokens_per_expert(rec: dict) -> list[float] | None:
+    """Tokens each expert received in the last step, summed over MoE layers and ranks: the sum of
+    the per-layer table (None where it is missing or the layers' expert counts differ)."""
+    rows = expert_load(rec)
+    if rows is None or len({len(row) for row in rows}) != 1:
+        return None
+    return [sum(col) for col in zip(*rows)]
+
+
 def dataframe(records: list[dict]) -> pd.DataFrame:
     rows = []
     for i, rec in enumerate(records):
         row = flatten(rec)
         row["rec"] = i
         row["val_loss_final"] = _final_val_loss(rec)
+        moe = dig(rec, "config", "moe")
+        row["family"] = family(row["kind"], row["router"], dig(moe, "capacity_factor"), dig(moe, "shared_experts"))
         for name in DERIVED:
             row[name] = next((row[p + name] for p in DERIVED_PLACES if num(row.get(p + name)) is not None), None)
         rows.append(row)
@@ -85,7 +107,6 @@ def dataframe(records: list[dict]) -> pd.DataFrame:
         return df
     df["sweep"] = [s if present(s) else f"{a}/{b}/{c}" for s, a, b, c in
                    zip(df["sweep_id"], df["suite"], df["workload"], df["scaling"])]
-    df["family"] = [family(k, r) for k, r in zip(df["kind"], df["router"])]
     families = Families(df["family"])
     df["kind_label"] = [families[f].name for f in df["family"]]
     labels = _series_labels(df)
