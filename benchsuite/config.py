@@ -77,16 +77,35 @@ class ModelConfig:
         return self.ffn_hidden if self.ffn_hidden is not None else 4 * self.hidden
 
 
+ROUTER_K = {"switch": 1, "gshard": 2, "token_choice": 2}  # experts per token: the presets' k, token_choice's default
+
+
 @dataclass(frozen=True)
 class MoEConfig:
     experts: int = _spec(8, _positive)
-    router: str = _spec("switch", _one_of("switch", "gshard", "expert_choice"))
-    capacity_factor: float = _spec(1.25, _positive)
+    router: str = _spec("switch", _one_of("switch", "gshard", "expert_choice", "token_choice"))
+    top_k: int | None = _spec(None, _positive, "token_choice's k (default 2); switch is 1 and gshard 2")
+    capacity_factor: float = _spec(1.25, _non_negative, "0: dropless (token-choice routers)")
+    min_capacity: int = _spec(0, _non_negative, "slots per expert at least this, when dropping")
     every: int = _spec(2, _positive, "MoE replaces the FFN of every `every`-th block")
     expert_hidden: int | None = _spec(None, _positive, "default: the dense FFN width")
+    shared_experts: int = _spec(0, _non_negative, "always-on experts added to the routed output")
+    score: str = _spec("softmax", _one_of("softmax", "sigmoid"), "token_choice's router score")
     aux_loss_coef: float = _spec(0.01, _non_negative)
     z_loss_coef: float = _spec(0.0, _non_negative)
     second_expert_policy: str = _spec("all", _one_of("all", "random"), "gshard only")
+
+    @property
+    def k(self) -> int | None:
+        """Experts each token chooses (None for expert choice, where experts choose tokens)."""
+        if self.router == "expert_choice":
+            return None
+        return self.top_k if self.router == "token_choice" and self.top_k is not None else ROUTER_K[self.router]
+
+    @property
+    def dropless(self) -> bool:
+        """capacity_factor = 0: every token reaches its k experts (token-choice routers only)."""
+        return self.capacity_factor == 0
 
 
 @dataclass(frozen=True)
@@ -374,6 +393,40 @@ def _check_data(train: TrainConfig, model: ModelConfig, refused: set[str], where
                                                  f">= {BYTE_VOCAB}, got {model.vocab}"))
 
 
+def _check_moe(moe: MoEConfig | None, refused: set[str], where: str, problems: list) -> None:
+    """The MoE keys that only make sense together (router, k, capacity, score)."""
+    if moe is None or not _known(refused, "moe.router"):
+        return
+    key = f"{where}.moe"
+    preset = moe.router in ("switch", "gshard")
+    if _known(refused, "moe.top_k") and moe.top_k is not None:
+        if moe.router == "expert_choice":
+            problems.append((f"{key}.top_k", "expert choice has no top_k (each expert takes "
+                                             "capacity_factor·N/E tokens); remove top_k or use router = \"token_choice\""))
+        elif preset and moe.top_k != ROUTER_K[moe.router]:
+            problems.append((f"{key}.top_k", f"router = {moe.router!r} is top-{ROUTER_K[moe.router]}; for "
+                                             f"top-{moe.top_k} use router = \"token_choice\""))
+    if _known(refused, "moe.top_k", "moe.experts") and moe.k is not None and moe.k > moe.experts:
+        problems.append((f"{key}.top_k", f"each token chooses {moe.k} experts, more than moe.experts "
+                                         f"({moe.experts}); lower top_k or raise experts"))
+    if _known(refused, "moe.score") and moe.score != "softmax" and moe.router != "token_choice":
+        problems.append((f"{key}.score", f"score = {moe.score!r} needs router = \"token_choice\" "
+                                         f"({moe.router} scores with softmax)"))
+    if not _known(refused, "moe.capacity_factor") or not moe.dropless:
+        return
+    if moe.router == "expert_choice":
+        problems.append((f"{key}.capacity_factor", "expert choice needs capacity_factor > 0 (each expert "
+                                                   "takes capacity_factor·N/E tokens); 0 (dropless) is for "
+                                                   "token-choice routers"))
+    if _known(refused, "moe.min_capacity") and moe.min_capacity > 0:
+        problems.append((f"{key}.min_capacity", "capacity_factor = 0 is dropless: there is no capacity; "
+                                                "remove min_capacity or set capacity_factor > 0"))
+    if _known(refused, "moe.second_expert_policy") and moe.second_expert_policy == "random":
+        problems.append((f"{key}.second_expert_policy", "capacity_factor = 0 (dropless) keeps every "
+                                                        "assignment; use second_expert_policy = \"all\" or "
+                                                        "capacity_factor > 0"))
+
+
 def _check_carbon(carbon: CarbonConfig | None, where: str, problems: list) -> None:
     """country/region must be in codecarbon's offline data (a typo must not become the world average)."""
     from benchsuite.energy.carbon import place_problems
@@ -640,6 +693,7 @@ def parse_suite(doc: dict, path: str | Path = "<string>") -> Suite:
         _check_train(built["train"], refused, where, problems)
         _check_data(built["train"], built["model"], refused, where, problems)
         _check_layout(kind, built, refused, where, problems)
+        _check_moe(built.get("moe"), refused, where, problems)
         sweep = {**SWEEP_DEFAULTS, "seed": [built["train"].seed], **suite_sweep, **own_sweep}
         run_count += math.prod(len(v) for v in sweep.values())
         if run_count > MAX_RUNS:

@@ -7,8 +7,8 @@ from torch.testing import assert_close
 
 from benchsuite.config import ModelConfig, MoEConfig
 from benchsuite.models import moe as moe_mod
-from benchsuite.models.moe import (MoELayer, RoutingStats, route, select_expert_impl, set_expert_impl,
-                                   summarize_stats)
+from benchsuite.models.moe import (LOAD_STATS, MoELayer, RoutingStats, route, select_expert_impl,
+                                   set_expert_impl, summarize_stats)
 from benchsuite.models.transformer import build_model
 
 ROUTERS = ["switch", "gshard", "expert_choice"]
@@ -147,7 +147,8 @@ def test_routing_stats_are_returned_detached_and_not_kept_on_the_layer():
     assert isinstance(s, RoutingStats)
     assert all(isinstance(v, torch.Tensor) and not v.requires_grad for v in s)
     assert s.expert_load.shape == (E,) and s.expert_load.sum() == 2 * B * T
-    assert all(v.dim() == 0 for k, v in s._asdict().items() if k != "expert_load")
+    assert all(v.dim() == 0 for k, v in s._asdict().items() if k not in LOAD_STATS)
+    assert s.tokens_per_expert.shape == (E,) and s.tokens_per_expert.sum() <= 2 * B * T
 
 
 @pytest.mark.parametrize("router", ROUTERS)

@@ -139,6 +139,7 @@ class CommCounter(TorchDispatchMode):
 def paper_bytes(run, precision: str, impl: dict | None = None) -> tuple[float | None, str]:
     """(bytes per rank per step, formula) by the ZeRO and Megatron volumes, ring convention.
     precision: the compute precision (activations); impl: the record's implementation dict."""
+    from benchsuite.metrics.flops import _moe_layer_count
     from benchsuite.metrics.memory import fsdp_param_precision, params_per_rank
 
     if run.parallel.expert > 1:
@@ -164,7 +165,7 @@ def paper_bytes(run, precision: str, impl: dict | None = None) -> tuple[float | 
     if t > 1:
         m = run.model
         act = 2 if precision == "bf16" else 4
-        moe_layers = 0 if run.moe is None else m.layers // run.moe.every
+        moe_layers = _moe_layer_count(m, run.moe)
         # forward: one all-reduce after attention, one after a dense MLP (MoE layers stay replicated),
         # in the compute dtype (the row-parallel matmul's output; full recompute repeats them);
         # the embedding's forward and every backward one (f operators, the LM head's input) carry

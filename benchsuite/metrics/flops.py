@@ -4,20 +4,23 @@ Model FLOPs, the numerator of MFU, count the work the model needs, whatever the 
 does to run it (PaLM, Chowdhery et al. 2022, appendix B; torchtitan; Korthikanti et al. 2022):
 never activation recompute, never padding. Per token, forward + backward:
     6 · (non-embedding matmul parameters active per token + LM head) + 12 · layers · seq_len · hidden
-MoE layers count the router and the experts a token uses: top-1 (switch), top-2 (gshard), and for
-expert choice the E · ⌊cf · N / E⌋ slots of a call shared by its N tokens. Attention is counted
+MoE layers count the router, the shared experts and the routed experts a token uses: k for the
+token-choice routers (switch 1, gshard 2, token_choice top_k), and for expert choice the
+E · ⌊cf · N / E⌋ slots of a call shared by its N tokens. Attention is counted
 without a causal discount, as in PaLM and Narayanan et al. 2021 (eq. 3).
 
 Hardware FLOPs, the numerator of HFU, count what the device executes in the eager step:
 - the expert slots the expert GEMMs compute: padded_bmm every E · C slot, grouped_mm only the
-  filled ones (rows past offs[-1] are never computed);
+  filled ones (rows past offs[-1] are never computed); dropless layers (sorted rows, loop_mm or
+  grouped_mm) compute each of the N · k assignments once, no padding: their hardware expert FLOPs
+  are the model's;
 - the fused attention backward (flash / memory-efficient / the CPU flash kernel) recomputes the
   scores Q·Kᵀ from the saved log-sum-exp: 2 · seq_len · hidden more per layer;
 - with recompute = "full", the forward the non-reentrant checkpoint re-runs in backward. Its early
   stop ends the re-run once the last tensor saved for backward is rebuilt: in a dense block that is
   the input of the FFN down-projection (a matmul saves its inputs before it runs), so that GEMM is
-  never re-run; in an MoE block the combine saves the slot index after the experts, so the whole
-  block re-runs. The LM head sits outside the checkpointed blocks. Compiled graphs recompute what
+  never re-run; in an MoE block the combine saves the token index after the experts (shared
+  experts run before the router), so the whole block re-runs. The LM head sits outside the checkpointed blocks. Compiled graphs recompute what
   the partitioner chooses; the figure describes the eager checkpoint.
 FlopCounterMode over a real step counts the same work (tests/test_flops.py checks both).
 """
@@ -43,10 +46,11 @@ class ParamCounts:
     lm_head: int
     dense_down: int  # the dense blocks' FFN down-projections (the checkpoint never re-runs them)
     moe_layers: int
-    expert: int  # matmul weights of one expert (0 without MoE)
+    expert: int  # matmul weights of one expert, routed or shared (0 without MoE)
 
 
 def _moe_layer_count(cfg: ModelConfig, moe: MoEConfig | None) -> int:
+    """MoE layers of the model (models.transformer.is_moe_layer: every `every`-th block)."""
     return 0 if moe is None else cfg.layers // moe.every
 
 
@@ -77,9 +81,10 @@ def param_counts(cfg: ModelConfig, moe: MoEConfig | None = None, tokens_per_rout
         expert = mats * h * (moe.expert_hidden or f)
         router = h * moe.experts
         tokens = tokens_per_route or cfg.seq_len
-        matmul += n_moe * (moe.experts * expert + router)
-        active += n_moe * (active_experts_per_token(moe, tokens) * expert + router)
-        executed += n_moe * (expected_slots_per_token(moe, tokens) * slot_share * expert + router)
+        shared = moe.shared_experts * expert  # dense over every token
+        matmul += n_moe * (moe.experts * expert + shared + router)
+        active += n_moe * (active_experts_per_token(moe, tokens) * expert + shared + router)
+        executed += n_moe * (expected_slots_per_token(moe, tokens) * slot_share * expert + shared + router)
     return ParamCounts(total=matmul + lm_head + embedding + norms, embedding=embedding, matmul=matmul,
                        active_matmul=active, executed_matmul=executed, lm_head=lm_head, dense_down=n_dense * h * f,
                        moe_layers=n_moe, expert=expert)
@@ -128,7 +133,9 @@ def hardware_basis(run: RunConfig, expert_impl: str | None) -> str:
     parts = ["analytic, eager step: fused attention backward recomputes Q·Kᵀ"]
     if run.train.recompute == "full":
         parts.append("full recompute of each block, less the dense FFN down-projection (checkpoint early stop)")
-    if run.moe is not None:
+    if run.moe is not None and run.moe.dropless:
+        parts.append(f"each routed assignment once, no padding (dropless, {expert_impl or 'sorted rows'})")
+    elif run.moe is not None:
         parts.append("filled expert slots only (grouped_mm; filled share of the last step)"
                      if expert_impl == "grouped_mm" else "every expert slot, padding included (padded_bmm)")
     return "; ".join(parts)

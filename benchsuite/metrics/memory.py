@@ -143,14 +143,14 @@ def params_per_rank(cfg, moe=None, tp: int = 1) -> int:
     """Ψ one rank holds before data-parallel sharding: with tensor parallelism the column/row-
     parallel matrices, the token embedding and the LM head are split over tp ranks; position
     embedding, norms and MoE layers (replicated under TP) are not. Exact for models/transformer.py."""
-    from benchsuite.metrics.flops import param_counts
+    from benchsuite.metrics.flops import _moe_layer_count, param_counts
 
     pc = param_counts(cfg, moe)
     if tp == 1:
         return pc.total
     h, f = cfg.hidden, cfg.ffn
     mats = 3 if cfg.activation == "swiglu" else 2
-    n_moe = 0 if moe is None else cfg.layers // moe.every
+    n_moe = _moe_layer_count(cfg, moe)
     dense_layers = cfg.layers - n_moe
     sharded = cfg.layers * 4 * h * h + dense_layers * mats * h * f + cfg.vocab * h + pc.lm_head
     return (pc.total - sharded) + sharded // tp

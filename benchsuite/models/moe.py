@@ -1,25 +1,33 @@
-"""Mixture-of-experts FFN: three routers, stacked experts, dispatch and combine.
+"""Mixture-of-experts FFN: four routers, stacked experts, dispatch and combine.
 
 Plain PyTorch with no ranks inside; benchsuite/parallel/expert.py swaps the experts
 for their local shard and adds the all-to-all.
 
 Shape legend: N tokens (B*T of the local batch), E experts, C capacity (slots per
-expert), H hidden, F expert FFN width, A assignments (token, expert pairs).
+expert), H hidden, F expert FFN width, k experts per token, A assignments (token,
+expert pairs).
 
-Every router returns a `Routing` in the same slot layout: expert e's slot c holds
+A router with capacity returns a `Routing` in slot layout: expert e's slot c holds
 token `index[e, c]` when `mask[e, c]`, and its output enters that token with weight
 `weight[e, c]`. Slots fill from c = 0, so the filled slots of each expert are a prefix.
 Capacities come from static shapes (Python ints), so the padded path never waits
 on the device.
 
+A dropless call (capacity_factor = 0, token-choice routers) returns a `SortedRouting`
+in sorted layout: the A = N*k assignments sorted by expert (stable, so in token order
+inside an expert), `counts [E]` per expert, `token [A]` and `weight [A]` of each.
+Experts.forward_sorted runs each expert on its contiguous group of rows, no padding.
+
 Ties: every top-k here is a stable descending sort, so equal scores go to the
-lower index (lower expert for switch/gshard, earlier token for expert choice).
+lower index (lower expert for token-choice routers, earlier token for expert choice).
 torch.topk does not promise an order for equal values, hence the sort.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import copy
+import statistics
+from dataclasses import dataclass, fields
 from typing import NamedTuple, Sequence
 
 import torch
@@ -27,38 +35,51 @@ import torch.nn.functional as F
 from torch import nn
 
 from benchsuite.config import ModelConfig, MoEConfig
+from benchsuite.models.transformer import MLP, ffn_activation
 
-EXPERT_IMPLS = ("padded_bmm", "grouped_mm")
+# Expert paths per layout: slots (capacity routers) and sorted (dropless). On this project's CPU
+# (fp32, 2 threads; 4-32 experts, H 64-128, loads skewed as a router skews them) one forward +
+# backward of the sorted experts took 1.0x with loop_mm, 0.9-1.0x with torch._grouped_mm's CPU
+# fallback and 1.6-2.8x padding every group to the largest (which also reads the largest count on
+# the host): so loop_mm is the sorted path wherever the slot layout uses padded_bmm.
+SLOT_IMPLS = ("padded_bmm", "grouped_mm")
+SORTED_IMPLS = ("loop_mm", "grouped_mm")
+EXPERT_IMPLS = SLOT_IMPLS + ("loop_mm",)
 _MILLION = 1_000_000
 
 
 # ----------------------------------------------------------------------------- sizes
 
 def capacity(moe: MoEConfig, tokens: int) -> int:
-    """Slots per expert C for `tokens` routed tokens, clamped to [1, tokens].
+    """Slots per expert C of a router with capacity, for `tokens` routed tokens.
 
-    switch: ceil(cf * N / E); gshard: ceil(2 * cf * N / E) (GShard's 2N/E scaled by
-    the capacity factor); expert_choice: k = floor(cf * N / E), the tokens each expert
-    takes. Integer arithmetic on cf in millionths (1.1 is 1100000 / 10**6), so float
-    noise never adds a slot and torch.compile traces it without a break.
+    Token-choice routers (k experts per token: switch 1, gshard 2, token_choice top_k):
+    C = max(ceil(k * cf * N / E), min_capacity), DeepSpeed's rule (GShard's 2N/E scaled by cf for
+    gshard); expert_choice: k = max(floor(cf * N / E), min_capacity), the tokens each expert takes.
+    Then clamped to [1, N]. Integer arithmetic on cf in millionths (1.1 is 1100000 / 10**6), so
+    float noise never adds a slot and torch.compile traces it without a break.
     """
-    millionths = round(moe.capacity_factor * _MILLION) * (2 if moe.router == "gshard" else 1)
+    millionths = round(moe.capacity_factor * _MILLION) * (moe.k or 1)
     num, den = millionths * tokens, _MILLION * moe.experts
     c = num // den if moe.router == "expert_choice" else -(-num // den)
-    return max(1, min(tokens, c))
+    return max(1, min(tokens, max(c, moe.min_capacity)))
 
 
 def expected_slots_per_token(moe: MoEConfig, tokens: int) -> float:
-    """Expert slots executed per token, padding included: E * C / N (for executed FLOPs)."""
+    """Expert rows executed per token, padding included: E * C / N (for executed FLOPs); k when
+    dropless (the sorted layout computes each assignment once)."""
+    if moe.dropless:
+        return float(moe.k)
     return moe.experts * capacity(moe, tokens) / tokens
 
 
 def active_experts_per_token(moe: MoEConfig, tokens: int) -> float:
-    """Experts a token uses in the model-FLOP count: 1 (switch), 2 (gshard); expert choice fills
-    all E * floor(cf * N / E) slots of a call of N tokens, E * C / N per token (not cf)."""
+    """Routed experts a token uses in the model-FLOP count: k for token-choice routers (1 switch,
+    2 gshard, top_k token_choice); expert choice fills all E * floor(cf * N / E) slots of a call of
+    N tokens, E * C / N per token (not cf). Shared experts come on top (flops.param_counts)."""
     if moe.router == "expert_choice":
         return expected_slots_per_token(moe, tokens)
-    return 1.0 if moe.router == "switch" else 2.0
+    return float(moe.k)
 
 
 # ----------------------------------------------------------------------------- routing
@@ -74,9 +95,11 @@ class RoutingStats(NamedTuple):
     aux_loss: torch.Tensor  # 0-d, coefficient applied
     z_loss: torch.Tensor  # 0-d, coefficient applied
     expert_load: torch.Tensor  # [E] assignments per expert before capacity
+    tokens_per_expert: torch.Tensor  # [E] assignments each expert computed (after capacity)
 
 
 SCALAR_STATS = ("dropped_frac", "padding_frac", "load_max_over_mean", "aux_loss", "z_loss")
+LOAD_STATS = ("expert_load", "tokens_per_expert")  # [E] per MoE layer; summed over ranks in a record
 
 
 @dataclass
@@ -98,7 +121,24 @@ class Routing:
     def stats(self) -> RoutingStats:
         load = self.expert_load.detach()
         return RoutingStats(self.dropped_frac.detach(), 1.0 - self.mask.float().mean(), load.max() / load.mean(),
-                            self.aux_loss.detach(), self.z_loss.detach(), load)
+                            self.aux_loss.detach(), self.z_loss.detach(), load, self.mask.float().sum(1))
+
+
+@dataclass
+class SortedRouting:
+    """One dropless call's routing in sorted layout (see the module docstring)."""
+
+    counts: torch.Tensor  # [E] int64 assignments per expert (every one is computed)
+    token: torch.Tensor  # [A] int64 token of each assignment, sorted by expert, token order inside
+    weight: torch.Tensor  # [A] fp32 combine weight; carries the router gradient
+    aux_loss: torch.Tensor  # 0-d fp32, coefficient applied
+    z_loss: torch.Tensor  # 0-d fp32, coefficient applied
+
+    def stats(self) -> RoutingStats:
+        load = self.counts.float()
+        zero = load.new_zeros(())
+        return RoutingStats(zero, zero, load.max() / load.mean(), self.aux_loss.detach(), self.z_loss.detach(),
+                            load, load)
 
 
 def _top(scores: torch.Tensor, k: int, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -112,10 +152,40 @@ def _z_loss(logits: torch.Tensor, moe: MoEConfig) -> torch.Tensor:
     return moe.z_loss_coef * torch.logsumexp(logits, dim=-1).pow(2).mean()
 
 
-def _balance_loss(probs: torch.Tensor, top1: torch.Tensor, moe: MoEConfig) -> torch.Tensor:
-    """Switch load-balancing loss coef * E * sum_i f_i * P_i; f_i (top-1 share) carries no gradient."""
-    counts = torch.zeros_like(probs).scatter_(1, top1.unsqueeze(1), 1.0)  # [N, E]
-    return moe.aux_loss_coef * moe.experts * (counts.mean(0) * probs.mean(0)).sum()
+def _balance_loss(probs: torch.Tensor, chosen: torch.Tensor, moe: MoEConfig) -> torch.Tensor:
+    """Load-balancing loss coef * (E / j) * sum_i c_i * P_i over the j columns of chosen [N, j]:
+    c_i = share of tokens with expert i among their j choices (no gradient), P_i = mean router
+    probability of expert i. j = 1 is Switch's E * sum f_i P_i; j = k is DeepSpeed's topkgating
+    (E / k * sum me * ce), the same as E * sum f_i P_i with f_i = c_i / k the share of assignments."""
+    counts = torch.zeros_like(probs).scatter_(1, chosen, 1.0)  # [N, E]
+    return moe.aux_loss_coef * moe.experts / chosen.shape[1] * (counts.mean(0) * probs.mean(0)).sum()
+
+
+def _choose_experts(logits: torch.Tensor, moe: MoEConfig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The k experts of each token and their combine weights: (probs [N, E], experts [N, k], gates [N, k]).
+
+    Scores are the softmax over experts, or for token_choice with score = "sigmoid" the per-expert
+    sigmoid (DeepSeek-V3). The k highest scores are chosen. Weights: switch keeps its expert's
+    softmax probability (Switch Transformer); gshard and token_choice renormalise the chosen k
+    scores to sum to 1 (GShard, Mixtral, DeepSeek-V3), so token_choice with k = 1 gives weight 1
+    and its router learns through the balancing loss alone. probs, for the balancing loss, are the
+    scores normalised over all E experts (the softmax itself; sigmoid scores / their sum).
+    """
+    if moe.score == "sigmoid":
+        scores = logits.sigmoid()
+        probs = scores / scores.sum(-1, keepdim=True)
+    else:
+        scores = probs = logits.softmax(-1)
+    gates, experts = _top(scores, moe.k, dim=1)  # [N, k]
+    if moe.router != "switch":
+        gates = gates / gates.sum(-1, keepdim=True)
+    return probs, experts, gates
+
+
+def _balance_choices(experts: torch.Tensor, moe: MoEConfig) -> torch.Tensor:
+    """The choices the balancing loss counts: all k for token_choice, the top-1 for the switch and
+    gshard presets (as in their papers)."""
+    return experts if moe.router == "token_choice" else experts[:, :1]
 
 
 def _queue_position(expert: torch.Tensor, chosen: torch.Tensor, num_experts: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -151,15 +221,15 @@ def switch_route(logits: torch.Tensor, moe: MoEConfig) -> Routing:
     """
     n, e = logits.shape
     cap = capacity(moe, n)
-    probs = logits.softmax(-1)  # [N, E]
-    gate, expert = (t.squeeze(1) for t in _top(probs, 1, dim=1))  # [N]
+    probs, experts, gates = _choose_experts(logits, moe)  # experts, gates [N, 1]
+    gate, expert = gates.squeeze(1), experts.squeeze(1)  # [N]
     chosen = torch.ones_like(expert, dtype=torch.bool)
     pos, load = _queue_position(expert, chosen, e)
     keep = pos < cap
     token = torch.arange(n, device=logits.device)
     index, mask, weight = _fill_slots(token, expert, pos, keep, gate, e, cap)
     return Routing(index, mask, weight, load.float(), 1.0 - keep.float().mean(),
-                   _balance_loss(probs, expert, moe), _z_loss(logits, moe))
+                   _balance_loss(probs, experts, moe), _z_loss(logits, moe))
 
 
 def gshard_route(logits: torch.Tensor, moe: MoEConfig, generator: torch.Generator | None = None) -> Routing:
@@ -177,9 +247,7 @@ def gshard_route(logits: torch.Tensor, moe: MoEConfig, generator: torch.Generato
     """
     n, e = logits.shape
     cap = capacity(moe, n)
-    probs = logits.softmax(-1)  # [N, E]
-    gates, experts = _top(probs, 2, dim=1)  # [N, 2]
-    gates = gates / gates.sum(-1, keepdim=True)
+    probs, experts, gates = _choose_experts(logits, moe)  # experts, gates [N, 2]
     e1, e2 = experts.unbind(1)
     all_tokens = torch.ones(n, dtype=torch.bool, device=logits.device)
     if moe.second_expert_policy == "random":
@@ -196,7 +264,45 @@ def gshard_route(logits: torch.Tensor, moe: MoEConfig, generator: torch.Generato
                                       gates.t().reshape(-1), e, cap)
     assigned = n + chosen2.sum()
     return Routing(index, mask, weight, (load1 + load2).float(), 1.0 - keep.sum() / assigned,
-                   _balance_loss(probs, e1, moe), _z_loss(logits, moe))
+                   _balance_loss(probs, experts[:, :1], moe), _z_loss(logits, moe))
+
+
+def token_choice_route(logits: torch.Tensor, moe: MoEConfig) -> Routing:
+    """Top-k token choice with capacity (scores and weights: _choose_experts). logits [N, E] fp32.
+
+    The N*k assignments queue in token order, a token's k choices together (DeepSpeed's
+    "position" drop policy); an expert keeps its first C = capacity(moe, N) and drops the rest.
+    A dropped assignment's weight is lost (the kept ones are not renormalised).
+    dropped_frac = dropped assignments / (N*k). The balancing loss counts all k choices.
+    """
+    n, e = logits.shape
+    cap = capacity(moe, n)
+    probs, experts, gates = _choose_experts(logits, moe)  # [N, k]
+    flat = experts.reshape(-1)  # [N*k] token-major
+    pos, load = _queue_position(flat, torch.ones_like(flat, dtype=torch.bool), e)
+    keep = pos < cap
+    token = torch.arange(n, device=logits.device).repeat_interleave(moe.k)
+    index, mask, weight = _fill_slots(token, flat, pos, keep, gates.reshape(-1), e, cap)
+    return Routing(index, mask, weight, load.float(), 1.0 - keep.float().mean(),
+                   _balance_loss(probs, experts, moe), _z_loss(logits, moe))
+
+
+def sorted_route(logits: torch.Tensor, moe: MoEConfig) -> SortedRouting:
+    """Dropless routing of the token-choice routers (capacity_factor = 0). logits [N, E] fp32.
+
+    Each token reaches its k experts with the weights of _choose_experts (switch: its top-1
+    probability; gshard, token_choice: renormalised over the k). The N*k assignments are sorted by
+    expert with a stable sort (token order inside an expert). Counts come from a scatter-add, not
+    bincount (which reads its input's maximum on the host): no host sync. Balancing loss as the
+    router's capacity form (top-1 for switch and gshard, all k for token_choice); z-loss the same.
+    """
+    n, e = logits.shape
+    probs, experts, gates = _choose_experts(logits, moe)  # [N, k]
+    flat = experts.reshape(-1)  # [N*k]: assignment j of token t at t*k + j
+    order = torch.sort(flat, stable=True).indices
+    counts = torch.zeros(e, dtype=torch.int64, device=logits.device).scatter_add_(0, flat, torch.ones_like(flat))
+    return SortedRouting(counts, order // moe.k, gates.reshape(-1).index_select(0, order),
+                         _balance_loss(probs, _balance_choices(experts, moe), moe), _z_loss(logits, moe))
 
 
 def expert_choice_route(logits: torch.Tensor, moe: MoEConfig) -> Routing:
@@ -220,24 +326,26 @@ def expert_choice_route(logits: torch.Tensor, moe: MoEConfig) -> Routing:
                    1.0 - taken.float().mean(), logits.new_zeros(()), _z_loss(logits, moe))
 
 
-def route(logits: torch.Tensor, moe: MoEConfig, generator: torch.Generator | None = None) -> Routing:
-    """Dispatch to the router named by moe.router. logits [N, E] fp32."""
+def route(logits: torch.Tensor, moe: MoEConfig,
+          generator: torch.Generator | None = None) -> Routing | SortedRouting:
+    """Dispatch to the router named by moe.router, dropless (sorted layout) when capacity_factor = 0.
+    logits [N, E] fp32."""
+    if moe.router == "expert_choice":
+        return expert_choice_route(logits, moe)
+    if moe.dropless:
+        return sorted_route(logits, moe)
     if moe.router == "switch":
         return switch_route(logits, moe)
     if moe.router == "gshard":
         return gshard_route(logits, moe, generator)
-    return expert_choice_route(logits, moe)
+    return token_choice_route(logits, moe)
 
 
 # ----------------------------------------------------------------------------- experts
 
-def _activate(up: torch.Tensor, gate: torch.Tensor | None) -> torch.Tensor:
-    """The dense MLP's activations: GELU (tanh approx.) or SwiGLU."""
-    return F.silu(gate) * up if gate is not None else F.gelu(up, approximate="tanh")
-
-
 def select_expert_impl(device: torch.device, dtype: torch.dtype) -> str:
-    """grouped_mm where its fast kernel exists (CUDA sm90+, bf16); padded_bmm everywhere else."""
+    """grouped_mm where its fast kernel exists (CUDA sm90+, bf16); padded_bmm everywhere else.
+    A dropless layer runs that choice's sorted counterpart (layout_impl)."""
     if (hasattr(torch, "_grouped_mm") and device.type == "cuda" and dtype == torch.bfloat16
             and torch.cuda.get_device_capability(device) >= (9, 0)):
         return "grouped_mm"
@@ -272,7 +380,7 @@ class Experts(nn.Module):
             return self._grouped(xs, valid)
         up = torch.bmm(xs, self.w_up)  # [E, M, F]
         gate = torch.bmm(xs, self.w_gate) if self.w_gate is not None else None
-        return torch.bmm(_activate(up, gate), self.w_down)
+        return torch.bmm(ffn_activation(up, gate), self.w_down)
 
     def _grouped(self, xs: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         """Pack filled slots expert by expert and run one grouped GEMM per weight, skipping padding.
@@ -290,9 +398,40 @@ class Experts(nn.Module):
         packed = torch.where(keep, xs.reshape(-1, h).index_select(0, order), 0).to(dtype)  # [E*M, H]
         up = torch._grouped_mm(packed, self.w_up.to(dtype), offs=offs)
         gate = torch._grouped_mm(packed, self.w_gate.to(dtype), offs=offs) if self.w_gate is not None else None
-        out = torch._grouped_mm(_activate(up, gate), self.w_down.to(dtype), offs=offs)
+        out = torch._grouped_mm(ffn_activation(up, gate), self.w_down.to(dtype), offs=offs)
         out = torch.where(keep, out, 0)
         return out.new_zeros(e * m, h).index_copy(0, order, out).view(e, m, h)
+
+    def forward_sorted(self, x: torch.Tensor, counts: torch.Tensor, impl: str) -> torch.Tensor:
+        """x [A, H] rows sorted by expert (counts[e] rows of expert e, in expert order), counts [E]
+        int64 -> [A, H], each row through its expert's FFN; no padding is computed.
+
+        impl "grouped_mm": one torch._grouped_mm per projection, group ends offs = cumsum(counts) on
+        the device: no host sync. "loop_mm": one matmul per expert group; the split sizes must be
+        on the host, so it reads counts.tolist() (a device sync on GPU, the one of this path).
+        """
+        if impl == "grouped_mm":
+            dtype = compute_dtype(x, self.w_up)
+            offs = counts.cumsum(0).to(torch.int32)  # [E] end row of each expert's group
+            rows = x.to(dtype)
+            up = torch._grouped_mm(rows, self.w_up.to(dtype), offs=offs)
+            gate = torch._grouped_mm(rows, self.w_gate.to(dtype), offs=offs) if self.w_gate is not None else None
+            return torch._grouped_mm(ffn_activation(up, gate), self.w_down.to(dtype), offs=offs)
+        if impl != "loop_mm":
+            raise ValueError(f"forward_sorted runs one of {SORTED_IMPLS}, got {impl!r}")
+        return self._loop(x, counts)
+
+    @torch.compiler.disable  # data-dependent split sizes: a compiled graph would recompile for each step's counts
+    def _loop(self, x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """One matmul per expert group. unbind, not w[e]: its backward stacks the E slices once,
+        where indexing would add a zero-filled [E, H, F] gradient per expert."""
+        gates = self.w_gate.unbind(0) if self.w_gate is not None else [None] * len(counts)
+        outs = []
+        for group, w_up, w_gate, w_down in zip(x.split(counts.tolist()), self.w_up.unbind(0), gates,
+                                               self.w_down.unbind(0)):
+            up = group @ w_up
+            outs.append(ffn_activation(up, group @ w_gate if w_gate is not None else None) @ w_down)
+        return torch.cat(outs)
 
 
 # ----------------------------------------------------------------------------- layer
@@ -301,45 +440,69 @@ class MoELayer(nn.Module):
     """Drop-in FFN: forward(x [B, T, H]) -> (y [B, T, H], aux, stats). aux: [] fp32 = balance + z
     loss, or None when no loss term applies (see has_aux_loss); stats: this call's RoutingStats.
 
-    Routing is over all B*T tokens of the local batch, in fp32. `expert_impl` names the expert
-    path ("padded_bmm" | "grouped_mm"). It is fixed before the first forward (set_expert_impl;
-    parallelize picks it for the run's device and precision), never inside forward: a forward
-    that writes attributes cannot be traced under activation checkpointing.
+    Routing is over all B*T tokens of the local batch, in fp32. With capacity the experts run on
+    slots, dropless (capacity_factor = 0) on sorted rows (Experts.forward_sorted); either way the
+    combine is a weighted index_add back into token order. Shared experts (moe.shared_experts of
+    width expert_hidden) are one dense MLP of their summed width over every token, added with
+    weight 1; they run before the router, so the last tensor the block saves for backward is the
+    routed experts' output and a checkpoint re-runs the whole block (metrics/flops.py).
+
+    `expert_impl` names the expert path that runs (SLOT_IMPLS or, dropless, SORTED_IMPLS). It is
+    fixed before the first forward (set_expert_impl; parallelize picks it for the run's device and
+    precision), never inside forward: a forward that writes attributes cannot be traced under
+    activation checkpointing.
     """
 
     def __init__(self, cfg: ModelConfig, moe: MoEConfig, expert_impl: str = "padded_bmm"):
         super().__init__()
-        check_expert_impl(expert_impl)
         self.moe = moe
-        self.expert_impl = expert_impl
+        self.expert_impl = layout_impl(expert_impl, moe)
+        ffn = moe.expert_hidden or cfg.ffn
         self.router = nn.Linear(cfg.hidden, moe.experts, bias=False)
-        self.experts = Experts(moe.experts, cfg.hidden, moe.expert_hidden or cfg.ffn, cfg.activation)
+        self.experts = Experts(moe.experts, cfg.hidden, ffn, cfg.activation)
+        self.shared = MLP(cfg.hidden, moe.shared_experts * ffn, cfg.activation) if moe.shared_experts else None
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, RoutingStats]:
         b, t, h = x.shape
         tokens = x.reshape(b * t, h)  # [N, H]
+        shared = self.shared(tokens)[0] if self.shared is not None else None
         with torch.autocast(x.device.type, enabled=False):
             logits = F.linear(tokens.float(), self.router.weight.float())  # [N, E] fp32
         r = route(logits, self.moe)
-        e, c = r.index.shape
-        xs = tokens.index_select(0, r.index.reshape(-1)).view(e, c, h)  # [E, C, H]
-        ys = self.experts(xs, r.mask, self.expert_impl)  # [E, C, H]
-        weighted = ys.float() * r.weight.unsqueeze(-1)  # [E, C, H] fp32, 0 in empty slots
-        y = tokens.new_zeros(b * t, h, dtype=torch.float32).index_add(0, r.index.reshape(-1), weighted.view(-1, h))
+        if isinstance(r, SortedRouting):
+            token, weight = r.token, r.weight  # [A]
+            ys = self.experts.forward_sorted(tokens.index_select(0, token), r.counts, self.expert_impl)  # [A, H]
+        else:
+            token, weight = r.index.reshape(-1), r.weight.reshape(-1)  # [E*C], weight 0 in empty slots
+            e, c = r.index.shape
+            xs = tokens.index_select(0, token).view(e, c, h)  # [E, C, H]
+            ys = self.experts(xs, r.mask, self.expert_impl).view(e * c, h)
+        weighted = ys.float() * weight.unsqueeze(-1)  # fp32
+        y = tokens.new_zeros(b * t, h, dtype=torch.float32).index_add(0, token, weighted)
+        if shared is not None:
+            y = y + shared.float()
         aux = (r.aux_loss + r.z_loss) if has_aux_loss(self.moe) else None
         return y.to(x.dtype).view(b, t, h), aux, r.stats()
 
 
-def check_expert_impl(impl: str) -> None:
+def layout_impl(impl: str, moe: MoEConfig) -> str:
+    """The expert path a layer of this config runs for `impl`: a dropless layer runs sorted rows, where
+    padded_bmm's counterpart is loop_mm (measured faster on CPU than padding each group, see
+    SORTED_IMPLS) and grouped_mm stays grouped_mm; a layer with capacity runs slots (SLOT_IMPLS)."""
     if impl not in EXPERT_IMPLS:
         raise ValueError(f"expert_impl must be one of {EXPERT_IMPLS}, got {impl!r}")
+    if moe.dropless and moe.router != "expert_choice":
+        return "loop_mm" if impl == "padded_bmm" else impl
+    if impl not in SLOT_IMPLS:
+        raise ValueError(f"expert_impl {impl!r} runs sorted rows (dropless layers); with capacity use one of "
+                         f"{SLOT_IMPLS}")
+    return impl
 
 
 def set_expert_impl(model: nn.Module, impl: str) -> None:
-    """Fix the expert path of every MoE layer (before the model is compiled)."""
-    check_expert_impl(impl)
+    """Fix the expert path of every MoE layer (before the model is compiled); each runs layout_impl(impl)."""
     for layer in moe_layers(model):
-        layer.expert_impl = impl
+        layer.expert_impl = layout_impl(impl, layer.moe)
 
 
 def has_aux_loss(moe: MoEConfig) -> bool:
@@ -358,3 +521,54 @@ def summarize_stats(routing: Sequence[RoutingStats]) -> dict[str, float]:
     if not routing:
         return {}
     return {k: torch.stack([getattr(r, k) for r in routing]).mean().item() for k in SCALAR_STATS}
+
+
+def load_figures(tokens_per_expert: list[list[float]] | None,
+                 load_by_step: list[list[list[float]]] | None) -> dict:
+    """A record's per-expert figures from loads summed over ranks (None: not measured).
+
+    tokens_per_expert [MoE layer][expert]: assignments each expert computed in the last measured
+    step; its max (the busiest expert of any layer) and mean over layers and experts.
+    load_by_step [step][MoE layer][expert]: assignments per expert before capacity in each measured
+    step. A step's imbalance is the mean over MoE layers of max / mean tokens per expert (1: even;
+    E: all on one expert at k = 1); imbalance_mean and imbalance_max are over the measured steps.
+    """
+    flat = [v for layer in tokens_per_expert or [] for v in layer]
+    by_step = None if load_by_step is None else [
+        statistics.fmean(max(layer) / statistics.fmean(layer) for layer in step) for step in load_by_step]
+    return {"tokens_per_expert": tokens_per_expert,
+            "tokens_per_expert_max": max(flat) if flat else None,
+            "tokens_per_expert_mean": statistics.fmean(flat) if flat else None,
+            "imbalance_by_step": by_step,
+            "imbalance_mean": statistics.fmean(by_step) if by_step else None,
+            "imbalance_max": max(by_step) if by_step else None}
+
+
+NEW_CONFIG_KEYS = ("top_k", "min_capacity", "shared_experts", "score")  # MoEConfig keys schema 2 did not have
+
+
+def upgrade_v2_moe(rec: dict) -> dict:
+    """A schema-2 record's MoE parts in schema 3's shape; returns an upgraded copy.
+
+    config.moe gains the new keys at their defaults (what every schema-2 run ran: softmax, no
+    shared experts, no min_capacity, the router's own k), so its identity matches a new run's.
+    metrics.moe gains the per-expert figures: tokens_per_expert is the stored expert_load where that
+    is what the experts computed (expert choice, or no token dropped), else null; the imbalance over
+    steps was not recorded (null). upgraded_from says so.
+    """
+    cfg_moe = (rec.get("config") or {}).get("moe")
+    stats = (rec.get("metrics") or {}).get("moe")
+    if not isinstance(cfg_moe, dict) and not isinstance(stats, dict):
+        return rec
+    rec = copy.deepcopy(rec)
+    if isinstance(cfg_moe, dict):
+        defaults = {f.name: f.default for f in fields(MoEConfig) if f.name in NEW_CONFIG_KEYS}
+        rec["config"]["moe"] = {**defaults, **cfg_moe}
+    if isinstance(stats, dict):
+        load = stats.get("expert_load")
+        exact = (cfg_moe or {}).get("router") == "expert_choice" or stats.get("dropped_frac") == 0
+        stats.update(load_figures(load if exact and isinstance(load, list) else None, None))
+        stats["upgraded_from"] = ("schema 2: tokens_per_expert " + ("from expert_load (no token dropped)" if exact
+                                  else "unknown (expert_load counts dropped tokens)")
+                                  + "; imbalance over steps not recorded")
+    return rec

@@ -45,6 +45,12 @@ class Attention(nn.Module):
         return self.out(y.transpose(1, 2).reshape(B, T, -1))
 
 
+def ffn_activation(up: torch.Tensor, gate: torch.Tensor | None) -> torch.Tensor:
+    """The FFN nonlinearity of every dense MLP and expert: GELU (tanh approx.) of up, or SwiGLU
+    silu(gate) * up when there is a gate projection."""
+    return F.silu(gate) * up if gate is not None else F.gelu(up, approximate="tanh")
+
+
 class MLP(nn.Module):
     """The dense FFN: GELU (up, down) or SwiGLU (gate, up, down)."""
 
@@ -57,11 +63,8 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         """(output, no aux loss, no routing stats): the MoE layer's signature."""
-        if self.gate is not None:
-            h = F.silu(self.gate(x)) * self.up(x)
-        else:
-            h = F.gelu(self.up(x), approximate="tanh")
-        return self.down(h), None, None
+        gate = self.gate(x) if self.gate is not None else None
+        return self.down(ffn_activation(self.up(x), gate)), None, None
 
 
 class Block(nn.Module):
