@@ -72,23 +72,30 @@ def _series_labels(df: pd.DataFrame) -> dict[str, str]:
     return labels
 
 
-def expert_load(rec: dict) -> list[list[float]] | None:
-    """metrics.moe.expert_load: [MoE layer][expert] tokens routed in the last step, summed over
-    ranks (None unless every layer is a list of numbers)."""
-    load = dig(rec, "metrics", "moe", "expert_load")
+def expert_load(rec: dict, key: str = "expert_load") -> list[list[float]] | None:
+    """A [MoE layer][expert] table of metrics.moe, summed over ranks: expert_load (tokens routed to
+    each expert in the last step, before capacity) or tokens_per_expert (the tokens each expert
+    computed, after capacity). None unless every layer is a list of numbers."""
+    load = dig(rec, "metrics", "moe", key)
     if not isinstance(load, list) or not load or not all(isinstance(layer, list) and layer for layer in load):
         return None
     rows = [[num(v) for v in layer] for layer in load]
     return None if any(v is None for row in rows for v in row) else rows
 
 
-def tokens_per_expert(rec: dict) -> list[float] | None:
-    """Tokens each expert received in the last step, summed over MoE layers and ranks: the sum of
-    the per-layer table (None where it is missing or the layers' expert counts differ)."""
-    rows = expert_load(rec)
-    if rows is None or len({len(row) for row in rows}) != 1:
-        return None
-    return [sum(col) for col in zip(*rows)]
+# The per-expert counts a load view reads, first found wins: what the experts computed (records from
+# schema 3 on), else what the router sent them (older records; it counts dropped tokens too).
+LOAD_KEYS = (("tokens_per_expert", "computed"), ("expert_load", "routed, before capacity"))
+
+
+def tokens_per_expert(rec: dict) -> tuple[list[float], str] | None:
+    """Tokens of each expert in the last step, summed over MoE layers and ranks, and what they count
+    (LOAD_KEYS). None where no table is recorded or its layers' expert counts differ."""
+    for key, counts in LOAD_KEYS:
+        rows = expert_load(rec, key)
+        if rows is not None and len({len(row) for row in rows}) == 1:
+            return [sum(col) for col in zip(*rows)], counts
+    return None
 
 
 def dataframe(records: list[dict]) -> pd.DataFrame:

@@ -659,7 +659,8 @@ def test_compare_page_lists_the_tokens_of_every_expert_of_every_moe_series(tmp_p
     recs = _new_router_records()
     shared = recs[-1]
     per_layer = [[0 if i == 5 else 10 * i + layer for i in range(32)] for layer in range(6)]  # expert 5 idle
-    shared["metrics"]["moe"]["expert_load"] = per_layer
+    shared["metrics"]["moe"]["tokens_per_expert"] = per_layer  # what the experts computed: shown
+    shared["metrics"]["moe"]["expert_load"] = [[7] * 32] * 6  # what the router sent them: not shown
     shared["metrics"]["moe"]["dropped_frac"] = 0.0
     build_site(recs, tmp_path, validate=True)
     (load_table,) = [t for t in _index_tables(tmp_path) if t[0][0] == "Series" and "Busiest ÷ mean" in t[0]]
@@ -671,18 +672,20 @@ def test_compare_page_lists_the_tokens_of_every_expert_of_every_moe_series(tmp_p
     assert row["Tokens per expert (expert 0, 1, …)"] == ", ".join(f"{t:,}" for t in switch)
     mean = sum(switch) / 8
     assert row["Busiest ÷ mean"] == f"{max(switch) / mean:.3g}" and row["Idlest ÷ mean"] == f"{min(switch) / mean:.3g}"
-    assert row["Dropped"] == "2.2%"
+    assert row["Dropped"] == "2.2%" and row["Tokens counted"] == "routed, before capacity"  # an older record
     fine = rows["fine-grained-shared"]  # 32 experts: the first 16 shown, the rest on the run page
     tokens = [sum(col) for col in zip(*per_layer)]
     assert fine["Experts"] == "32" and fine["Family"] == "MoE · Shared experts" and fine["Dropped"] == "0.0%"
     assert fine["Tokens per expert (expert 0, 1, …)"] == ", ".join(f"{t:,}" for t in tokens[:16]) + ", … (16 more)"
     assert fine["Idle experts"] == "1" and fine["Idlest ÷ mean"] == "0"  # expert 0 of layer 0 alone is not idle
+    assert fine["Tokens counted"] == "computed"
 
 
 def test_compare_page_says_per_expert_load_is_not_measured_where_no_record_has_it(tmp_path):
     recs = _new_router_records()
     for rec in recs[1:]:
         del rec["metrics"]["moe"]["expert_load"]
+        rec["metrics"]["moe"]["tokens_per_expert"] = [[1, 2], [3]]  # layers of different expert counts: no table
     build_site(recs, tmp_path, validate=True)
     index = (tmp_path / "index.html").read_text(encoding="utf-8")
     assert "MoE per-expert load</strong>: not measured" in index

@@ -115,11 +115,12 @@ def pareto_figure(df, families) -> tuple[Figure | None, str]:
 @dataclass(frozen=True)
 class ExpertLoad:
     """One MoE run's routing balance: tokens per expert in its last step, summed over MoE layers
-    and ranks (metrics.moe.expert_load), and its dropped share."""
+    and ranks (data.tokens_per_expert), and its dropped share."""
 
     label: str
     family: str  # display name
     tokens: list[float]
+    counts: str  # what the tokens count: computed by the experts, or routed to them
     dropped: float | None
     impl: str | None
 
@@ -141,10 +142,10 @@ def expert_loads(data: SiteData, df, by_family: bool) -> list[ExpertLoad]:
     moe = df[df["kind"] == "moe"].sort_values(["series", "world_size"]).drop_duplicates("series")
     for row in moe.to_dict("records"):
         rec = data.record(row)
-        tokens = tokens_per_expert(rec)
-        if tokens:
+        per_expert = tokens_per_expert(rec)
+        if per_expert:
             impl = dig(rec, "metrics", "moe", "expert_impl")
-            loads.append(ExpertLoad(str(row["series"]), str(row["kind_label"]), tokens,
+            loads.append(ExpertLoad(str(row["series"]), str(row["kind_label"]), *per_expert,
                                     num(dig(rec, "metrics", "moe", "dropped_frac")), impl if impl else None))
     if not by_family:
         return loads
@@ -155,7 +156,8 @@ def expert_loads(data: SiteData, df, by_family: bool) -> list[ExpertLoad]:
     for name, group in sorted(groups.items()):
         group = sorted(group, key=lambda g: g.of_mean(max(g.tokens)) or 0.0)
         mid = group[(len(group) - 1) // 2]
-        out.append(ExpertLoad(f"{name} (median of {len(group)})", name, mid.tokens, mid.dropped, mid.impl))
+        out.append(ExpertLoad(f"{name} (median of {len(group)})", name, mid.tokens, mid.counts, mid.dropped,
+                              mid.impl))
     return out
 
 
@@ -167,9 +169,10 @@ def expert_load_table(loads: list[ExpertLoad]) -> str:
         more = f", … ({len(g.tokens) - SHOWN_EXPERTS} more)" if len(g.tokens) > SHOWN_EXPERTS else ""
         rows.append([g.label, g.family, len(g.tokens), f_num(g.mean), f_sig(g.of_mean(max(g.tokens))),
                      f_sig(g.of_mean(min(g.tokens))), sum(1 for t in g.tokens if t == 0), f_pct(g.dropped),
-                     g.impl, shown + more])
+                     g.impl, g.counts, shown + more])
     return table(["Series", "Family", "Experts", "Tokens/expert (mean)", "Busiest ÷ mean", "Idlest ÷ mean",
-                  "Idle experts", "Dropped", "Expert impl", "Tokens per expert (expert 0, 1, …)"], rows)
+                  "Idle experts", "Dropped", "Expert impl", "Tokens counted", "Tokens per expert (expert 0, 1, …)"],
+                 rows)
 
 
 def render(data: SiteData) -> Section:
@@ -201,7 +204,7 @@ def render(data: SiteData) -> Section:
     if loads:
         html += expert_load_table(loads)
     elif (df["kind"] == "moe").any():
-        html += missing("MoE per-expert load", "not measured (no metrics.moe.expert_load)")
+        html += missing("MoE per-expert load", "not measured (no metrics.moe.tokens_per_expert or expert_load)")
     else:
         html += missing("MoE per-expert load", "not applicable: no MoE runs")
     return Section("compare", "Dense vs sparse", html, figs)
