@@ -95,6 +95,12 @@ class MoEConfig:
     z_loss_coef: float = _spec(0.0, _non_negative)
     second_expert_policy: str = _spec("all", _one_of("all", "random"), "gshard only")
 
+    def __post_init__(self):
+        """A config read back from a record (RunConfig.from_dict) must name a router this code knows:
+        every MoE figure depends on it."""
+        if self.router not in (*ROUTER_K, "expert_choice"):
+            raise ValueError(f"moe.router: unknown router {self.router!r}")
+
     @property
     def k(self) -> int | None:
         """Experts each token chooses (None for expert choice, where experts choose tokens)."""

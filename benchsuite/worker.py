@@ -198,15 +198,20 @@ def all_to_all_share(par: Parallelized, batches, precision: str, device: torch.d
     return share
 
 
-def moe_stats(model, routing, all_to_all_share: float | None = None) -> dict | None:
-    """Routing figures of one step (its RoutingStats per MoE layer), averaged over MoE layers."""
-    from benchsuite.models.moe import moe_layers, summarize_stats
+def moe_stats(model, routing_by_step: list, all_to_all_share: float | None = None) -> dict | None:
+    """Routing figures of this rank: the last measured step's (its RoutingStats per MoE layer;
+    scalars averaged over MoE layers, per-expert loads per layer) and every measured step's
+    expert load [step][MoE layer][expert], read from the device once, after the steps."""
+    from benchsuite.models.moe import LOAD_STATS, moe_layers, summarize_stats
 
     layers = moe_layers(model)
     if not layers:
         return None
-    stats = summarize_stats(routing)
-    stats["expert_load"] = [r.expert_load.float().tolist() for r in routing]
+    last = routing_by_step[-1]
+    stats = summarize_stats(last)
+    for key in LOAD_STATS:
+        stats[key] = [getattr(r, key).float().tolist() for r in last]
+    stats["load_by_step"] = [[r.expert_load.float().tolist() for r in step] for step in routing_by_step]
     stats["expert_impl"] = layers[0].expert_impl
     stats["all_to_all_share"] = all_to_all_share
     return stats
@@ -307,7 +312,7 @@ def measure(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None) -
            for x, y in qual.eval_rows(source.val_batches(mb))] if evaluating else []  # same rows on every rank
     timer = StepTimer(ctx.device)
     log = StepLog(run, timer, device_info(ctx.device)["name"], precision, peak_tflops) if ctx.is_main else None
-    losses, val_losses, train_windows, eval_windows = [], [], [], []
+    losses, val_losses, train_windows, eval_windows, routing_by_step = [], [], [], [], []
 
     def evaluate(k: int) -> None:
         monitor.begin(f"eval-{k}")
@@ -321,7 +326,7 @@ def measure(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None) -
         results = timed_steps(timer, lambda b: train_step(par, b, precision, ctx.device), measured[start:stop],
                               log)
         losses.extend(r.loss for r in results)
-        routing = results[-1].routing
+        routing_by_step.extend(r.routing for r in results)
         train_windows.append(monitor.end(f"train-{start}").to_dict())
         if evaluating:
             evaluate(stop)
@@ -352,22 +357,30 @@ def measure(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None) -
         "precision_policy": asdict(precision_policy(precision)),
         "impl": par.impl, "peak_tflops": peak_tflops,
         "model_state": model_state, "comm": comm_bytes, "energy_window": energy_window,
-        "moe": moe_stats(par.model, routing, a2a_share), "quality": quality,
+        "moe": moe_stats(par.model, routing_by_step, a2a_share), "quality": quality,
         "pipeline": par.pipeline.figures() if par.pipeline is not None else None,
     }
 
 
 def merge_moe_stats(per_rank: list[dict]) -> dict:
-    """Scalars averaged over ranks; expert load summed (each rank routes its own tokens)."""
-    from benchsuite.models.moe import SCALAR_STATS
+    """Scalars averaged over ranks; per-expert loads summed (each rank routes its own tokens), then the
+    record's per-expert and imbalance figures from the sums (models.moe.load_figures)."""
+    from benchsuite.models.moe import LOAD_STATS, SCALAR_STATS, load_figures
+
+    def summed(loads):  # [rank][layer][expert] -> [layer][expert]
+        return [[sum(vals) for vals in zip(*layer)] for layer in zip(*loads)]
 
     out = {k: statistics.fmean(r[k] for r in per_rank) for k in SCALAR_STATS}
-    out["expert_load"] = [[sum(vals) for vals in zip(*layer)] for layer in zip(*(r["expert_load"] for r in per_rank))]
+    for key in LOAD_STATS:
+        out[key] = summed(r[key] for r in per_rank)
+    by_step = [summed(step) for step in zip(*(r["load_by_step"] for r in per_rank))]
+    out.update(load_figures(out["tokens_per_expert"], by_step))
     out["expert_impl"] = per_rank[0]["expert_impl"]
     shares = [r["all_to_all_share"] for r in per_rank if r["all_to_all_share"] is not None]
     out["all_to_all_share"] = max(shares) if shares else None
-    out["source"] = ("last measured step, mean over MoE layers and ranks; all_to_all_share from an extra "
-                     "synchronised step after an untimed one (slowest rank)")
+    out["source"] = ("last measured step, mean over MoE layers and ranks, per-expert loads summed over ranks; "
+                     "imbalance over every measured step; all_to_all_share from an extra synchronised step "
+                     "after an untimed one (slowest rank)")
     return out
 
 

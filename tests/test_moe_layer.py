@@ -245,3 +245,194 @@ def test_expert_choice_without_z_loss_returns_no_aux_term():
     assert aux.requires_grad
     _, aux, _ = MoELayer(cfg, MoEConfig(experts=4, router="switch"))(x)
     assert aux.requires_grad
+
+
+# ----------------------------------------------------------------------------- dropless (sorted layout)
+
+def dropless_layer(router, activation, shared, impl, top_k=None, score="softmax", dtype=torch.float64):
+    """A dropless layer, the same weights for every dtype (the router's logits are fp32 by design)."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(hidden=H, ffn_hidden=FFN, activation=activation)
+    moe = MoEConfig(experts=E, router=router, top_k=top_k, capacity_factor=0.0, shared_experts=shared,
+                    score=score, aux_loss_coef=0.1, z_loss_coef=0.01)
+    layer = MoELayer(cfg, moe, expert_impl=impl)
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.normal_(std=0.3)  # larger than the init, so every term of the output matters
+    return layer.to(dtype)
+
+
+def token_loop_reference(layer, x):
+    """(output, aux loss) token by token in fp64 from the layer's parameters: each token's scores, its k
+    experts by a stable descending sort (ties to the lower expert), the weights by the documented rule,
+    each expert's FFN as vector-matrix products, the shared experts added; balancing loss
+    coef * E/j * sum_i c_i P_i (j = 1 for switch/gshard, k for token_choice), z-loss coef * mean lse^2."""
+    moe, ex = layer.moe, layer.experts
+    tokens = x.reshape(-1, H)
+    k = moe.k
+
+    def ffn(v, w_up, w_gate, w_down):
+        up = v @ w_up
+        act = F.silu(v @ w_gate) * up if w_gate is not None else F.gelu(up, approximate="tanh")
+        return act @ w_down
+
+    rows, probs, chosen_counts, lse = [], [], torch.zeros(E, dtype=torch.float64), []
+    for v in tokens:
+        logit = v @ layer.router.weight.t()
+        lse.append(torch.logsumexp(logit, 0))
+        score = logit.sigmoid() if moe.score == "sigmoid" else logit.softmax(0)
+        probs.append(score / score.sum())
+        order = sorted(range(E), key=lambda e: -score[e].item())[:k]
+        gates = torch.stack([score[e] for e in order])
+        if moe.router != "switch":
+            gates = gates / gates.sum()
+        out = sum(g * ffn(v, ex.w_up[e], ex.w_gate[e] if ex.w_gate is not None else None, ex.w_down[e])
+                  for g, e in zip(gates, order))
+        if layer.shared is not None:
+            sh = layer.shared
+            out = out + ffn(v, sh.up.weight.t(), sh.gate.weight.t() if sh.gate is not None else None, sh.down.weight.t())
+        rows.append(out)
+        for e in (order if moe.router == "token_choice" else order[:1]):
+            chosen_counts[e] += 1
+    n, j = len(rows), (k if moe.router == "token_choice" else 1)
+    balance = moe.aux_loss_coef * E / j * ((chosen_counts / n) * torch.stack(probs).mean(0)).sum()
+    z = moe.z_loss_coef * torch.stack(lse).pow(2).mean()
+    return torch.stack(rows).view_as(x), balance + z
+
+
+SORTED_IMPLS_HERE = ["loop_mm"] + (["grouped_mm"] if grouped_mm_runs_here() else [])
+
+
+@pytest.mark.parametrize("impl", SORTED_IMPLS_HERE)
+@pytest.mark.parametrize("activation, shared", [("gelu", 0), ("swiglu", 2)])
+@pytest.mark.parametrize("router, top_k, score", [("switch", None, "softmax"), ("gshard", None, "softmax"),
+                                                  ("token_choice", 3, "softmax"), ("token_choice", 2, "sigmoid")])
+def test_dropless_output_and_every_gradient_equal_a_per_token_fp64_loop(router, top_k, score, activation,
+                                                                        shared, impl):
+    """loop_mm runs its experts in fp64, grouped_mm (no fp64 kernel) in fp32; the router's logits are fp32
+    by design in both, so the tolerance is fp32 rounding (a wrong weight, expert or order is off by > 1e-2)."""
+    dtype = torch.float64 if impl == "loop_mm" else torch.float32
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float64 else dict(rtol=1e-4, atol=1e-4)
+    layer = dropless_layer(router, activation, shared, impl, top_k, score, dtype)
+    ref = dropless_layer(router, activation, shared, impl, top_k, score)
+    assert layer.expert_impl == impl
+    x = torch.randn(B, T, H, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    xa, xb = x.to(dtype, copy=True).requires_grad_(), x.clone().requires_grad_()
+    target = torch.randn(B, T, H, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    y, aux, stats = layer(xa)
+    y_ref, aux_ref = token_loop_reference(ref, xb)
+    assert_close(y.double(), y_ref, **tol)
+    assert_close(aux.double(), aux_ref, rtol=1e-5, atol=1e-7)
+    ((y.double() * target).sum() + aux).backward()
+    ((y_ref * target).sum() + aux_ref).backward()
+    assert_close(xa.grad.double(), xb.grad, **tol)
+    for (name, pa), pb in zip(layer.named_parameters(), ref.parameters()):
+        assert pa.grad is not None and pa.grad.abs().sum() > 0, name
+        assert_close(pa.grad.double(), pb.grad, **tol, msg=name)
+    assert stats.dropped_frac == 0 and stats.padding_frac == 0
+    assert stats.tokens_per_expert.sum() == B * T * layer.moe.k
+    assert torch.equal(stats.tokens_per_expert, stats.expert_load)
+
+
+def test_dropless_keeps_every_token_where_a_capacity_router_drops():
+    """All tokens tie onto expert 0: switch with cf 1.25 keeps 10 of 32 (test above), dropless all 32."""
+    torch.manual_seed(0)
+    layer = MoELayer(ModelConfig(hidden=H, ffn_hidden=FFN), MoEConfig(experts=E, capacity_factor=0.0))
+    with torch.no_grad():
+        layer.router.weight.zero_()
+    y, _, s = layer(torch.randn(B, T, H))
+    assert (y.reshape(-1, H).abs().sum(1) > 0).all()
+    assert s.expert_load.tolist() == s.tokens_per_expert.tolist() == [32.0, 0.0, 0.0, 0.0]
+    assert s.dropped_frac == 0 and s.load_max_over_mean == 4.0
+
+
+def test_shared_experts_add_a_dense_mlp_to_the_routed_output():
+    """A layer with shared experts is the same layer without them plus their MLP over every token."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(hidden=H, ffn_hidden=FFN, activation="swiglu")
+    with_shared = MoELayer(cfg, MoEConfig(experts=E, router="gshard", shared_experts=2))
+    plain = MoELayer(cfg, MoEConfig(experts=E, router="gshard"))
+    plain.load_state_dict({k: v for k, v in with_shared.state_dict().items() if not k.startswith("shared.")})
+    assert with_shared.shared.up.weight.shape == (2 * FFN, H)
+    x = torch.randn(B, T, H)
+    assert_close(with_shared(x)[0], plain(x)[0] + with_shared.shared(x)[0], rtol=1e-6, atol=1e-6)
+
+
+def test_expert_impl_per_layout():
+    """The device's choice (padded_bmm | grouped_mm) runs as itself on slots and as loop_mm | grouped_mm
+    on sorted rows; loop_mm has no slot form."""
+    cfg = ModelConfig(hidden=H, ffn_hidden=FFN)
+    dropless = MoELayer(cfg, MoEConfig(experts=E, router="token_choice", capacity_factor=0.0))
+    capped = MoELayer(cfg, MoEConfig(experts=E, router="token_choice"))
+    assert (dropless.expert_impl, capped.expert_impl) == ("loop_mm", "padded_bmm")
+    for layer in (dropless, capped):
+        set_expert_impl(layer, "grouped_mm")
+        assert layer.expert_impl == "grouped_mm"
+    with pytest.raises(ValueError, match="with capacity"):
+        MoELayer(cfg, MoEConfig(experts=E), expert_impl="loop_mm")
+    with pytest.raises(ValueError):
+        dropless.experts.forward_sorted(torch.zeros(2, H), torch.tensor([2, 0, 0, 0]), "padded_bmm")
+
+
+def test_loop_mm_and_grouped_mm_agree_on_empty_and_full_groups():
+    if not grouped_mm_runs_here():
+        pytest.skip("torch._grouped_mm has no kernel on this device")
+    from benchsuite.models.moe import Experts
+
+    torch.manual_seed(0)
+    ex = Experts(E, H, FFN, "swiglu")
+    x = torch.randn(10, H)
+    counts = torch.tensor([0, 7, 0, 3])
+    assert_close(ex.forward_sorted(x, counts, "loop_mm"), ex.forward_sorted(x, counts, "grouped_mm"),
+                 rtol=1e-5, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- record figures
+
+def test_merge_sums_loads_over_ranks_and_defines_imbalance_per_step():
+    from benchsuite.worker import merge_moe_stats
+
+    def rank(tokens, by_step):
+        scalars = {"dropped_frac": 0.0, "padding_frac": 0.0, "load_max_over_mean": 1.0, "aux_loss": 0.1,
+                   "z_loss": 0.0}
+        return {**scalars, "expert_load": tokens, "tokens_per_expert": tokens, "load_by_step": by_step,
+                "expert_impl": "loop_mm", "all_to_all_share": None}
+
+    # two ranks, two MoE layers, two experts, two steps
+    a = rank([[3.0, 1.0], [2.0, 2.0]], [[[4.0, 0.0], [2.0, 2.0]], [[3.0, 1.0], [2.0, 2.0]]])
+    b = rank([[1.0, 3.0], [2.0, 2.0]], [[[4.0, 0.0], [1.0, 3.0]], [[1.0, 3.0], [2.0, 2.0]]])
+    m = merge_moe_stats([a, b])
+    assert m["tokens_per_expert"] == [[4.0, 4.0], [4.0, 4.0]]
+    assert m["tokens_per_expert_max"] == 4.0 and m["tokens_per_expert_mean"] == 4.0
+    # step 0: layer loads [8, 0] (max/mean 2) and [3, 5] (1.25); step 1: [4, 4] and [4, 4]
+    assert m["imbalance_by_step"] == [pytest.approx(1.625), 1.0]
+    assert m["imbalance_mean"] == pytest.approx(1.3125) and m["imbalance_max"] == pytest.approx(1.625)
+    assert m["expert_impl"] == "loop_mm" and "load_by_step" not in m
+
+
+def test_upgrade_v2_moe_adds_config_defaults_and_the_figures_a_v2_record_determines():
+    from benchsuite.models.moe import upgrade_v2_moe
+    from benchsuite.results.schema import validate
+
+    def v2(router, dropped):
+        return {"schema_version": 2, "run_key": "k", "suite": "s", "workload": "w", "status": "ok", "error": None,
+                "started_at": "t", "duration_s": 1.0, "env": {}, "energy": None, "carbon": None, "steps": [],
+                "config": {"world_size": 1, "nodes": 1, "scaling": "weak",
+                           "moe": {"router": router, "experts": 2, "capacity_factor": 1.0}},
+                "metrics": {"moe": {"dropped_frac": dropped, "expert_load": [[3.0, 1.0]], "expert_impl": "padded_bmm"}}}
+
+    old = v2("switch", 0.25)
+    new = upgrade_v2_moe(old)
+    assert "top_k" not in old["config"]["moe"]  # the input is not changed
+    assert new["config"]["moe"] == {"router": "switch", "experts": 2, "capacity_factor": 1.0, "top_k": None,
+                                    "min_capacity": 0, "shared_experts": 0, "score": "softmax"}
+    m = new["metrics"]["moe"]
+    assert m["tokens_per_expert"] is None and m["imbalance_by_step"] is None and m["imbalance_mean"] is None
+    assert "expert_load counts dropped tokens" in m["upgraded_from"]
+    m = upgrade_v2_moe(v2("switch", 0.0))["metrics"]["moe"]
+    assert m["tokens_per_expert"] == [[3.0, 1.0]] and m["tokens_per_expert_max"] == 3.0
+    assert m["tokens_per_expert_mean"] == 2.0
+    assert upgrade_v2_moe(v2("expert_choice", 0.5))["metrics"]["moe"]["tokens_per_expert"] == [[3.0, 1.0]]
+    validate(new)
+    dense = {"config": {"moe": None}, "metrics": {"tokens_per_s": 1.0}}
+    assert upgrade_v2_moe(dense) is dense

@@ -561,9 +561,10 @@ def upgrade_v2_moe(rec: dict) -> dict:
     if not isinstance(cfg_moe, dict) and not isinstance(stats, dict):
         return rec
     rec = copy.deepcopy(rec)
+    cfg_moe, stats = (rec.get("config") or {}).get("moe"), (rec.get("metrics") or {}).get("moe")
     if isinstance(cfg_moe, dict):
         defaults = {f.name: f.default for f in fields(MoEConfig) if f.name in NEW_CONFIG_KEYS}
-        rec["config"]["moe"] = {**defaults, **cfg_moe}
+        cfg_moe.update({k: v for k, v in defaults.items() if k not in cfg_moe})
     if isinstance(stats, dict):
         load = stats.get("expert_load")
         exact = (cfg_moe or {}).get("router") == "expert_choice" or stats.get("dropped_frac") == 0

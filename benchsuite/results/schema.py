@@ -176,7 +176,8 @@ CONFIG = Obj({
     "world_size": count, "nodes": count, "scaling": string,
     "parallel": Obj({"tensor": integer, "zero": integer, "expert": integer}),
     "moe": Obj({"router": text, "experts": integer, "every": integer, "capacity_factor": number,
-                "expert_hidden": integer, "aux_loss_coef": number, "z_loss_coef": number}),
+                "expert_hidden": integer, "aux_loss_coef": number, "z_loss_coef": number, "top_k": integer,
+                "min_capacity": integer, "shared_experts": integer, "score": text}),
     "model": Obj({"layers": integer, "hidden": integer, "heads": integer, "ffn_hidden": integer, "vocab": integer,
                   "seq_len": integer, "activation": text}),
     "train": Obj({"micro_batch": integer, "steps": integer, "warmup_steps": integer, "grad_accum": integer,
@@ -208,7 +209,10 @@ MEMORY = Obj({
     "activation_estimate_bytes": Obj({"none": number, "selective": number, "full": number}),
 })
 MOE = Obj({"dropped_frac": number, "padding_frac": number, "load_max_over_mean": number, "aux_loss": number,
-           "z_loss": number, "all_to_all_share": number, "expert_load": ListOf(NUMBERS)})  # [MoE layer][expert]
+           "z_loss": number, "all_to_all_share": number, "expert_impl": text, "source": text, "upgraded_from": text,
+           "expert_load": ListOf(NUMBERS), "tokens_per_expert": ListOf(NUMBERS),  # [MoE layer][expert]
+           "tokens_per_expert_max": number, "tokens_per_expert_mean": number,
+           "imbalance_by_step": NUMBERS, "imbalance_mean": number, "imbalance_max": number})
 QUALITY = Obj({
     **{k: number for k in ("target_loss", "step", "tokens", "seconds", "model_flops", "energy_j", "co2e_g",
                            "best_val_loss", "final_val_loss", "initial_val_loss", "eval_seconds", "eval_energy_j",
