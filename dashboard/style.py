@@ -40,8 +40,7 @@ KNOWN = {
 }
 # Routers the suite does not know (hand-edited or newer records), in order of first need.
 SPARE = [("#5c940d", "cross"), ("#e67700", "x"), ("#495057", "triangle-down"), ("#364fc7", "hourglass"),
-         ("#a61e4d", "bowtie"), ("#66a80f", "star-triangle-up"), ("#0b7285", "diamond-wide"),
-         ("#862e9c", "square-x")]
+         ("#a61e4d", "bowtie")]
 DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
 PATTERNS = ["", "/", ".", "x", "\\", "-", "|", "+"]
 

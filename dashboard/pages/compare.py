@@ -146,7 +146,7 @@ def expert_loads(data: SiteData, df, by_family: bool) -> list[ExpertLoad]:
         if per_expert:
             impl = dig(rec, "metrics", "moe", "expert_impl")
             loads.append(ExpertLoad(str(row["series"]), str(row["kind_label"]), *per_expert,
-                                    num(dig(rec, "metrics", "moe", "dropped_frac")), impl if impl else None))
+                                    num(dig(rec, "metrics", "moe", "dropped_frac")), impl or None))
     if not by_family:
         return loads
     groups: dict[str, list[ExpertLoad]] = {}
