@@ -401,26 +401,27 @@ def _check_data(train: TrainConfig, model: ModelConfig, refused: set[str], where
 
 def _check_moe(moe: MoEConfig | None, refused: set[str], where: str, problems: list) -> None:
     """The MoE keys that only make sense together (router, k, capacity, score)."""
-    if moe is None or not _known(refused, "moe.router"):
+    if moe is None:
         return
     key = f"{where}.moe"
-    preset = moe.router in ("switch", "gshard")
-    if _known(refused, "moe.top_k") and moe.top_k is not None:
+    router_known = _known(refused, "moe.router")
+    if router_known and _known(refused, "moe.top_k") and moe.top_k is not None:
         if moe.router == "expert_choice":
             problems.append((f"{key}.top_k", "expert choice has no top_k (each expert takes "
                                              "capacity_factor·N/E tokens); remove top_k or use router = \"token_choice\""))
-        elif preset and moe.top_k != ROUTER_K[moe.router]:
+        elif moe.router != "token_choice" and moe.top_k != ROUTER_K[moe.router]:
             problems.append((f"{key}.top_k", f"router = {moe.router!r} is top-{ROUTER_K[moe.router]}; for "
                                              f"top-{moe.top_k} use router = \"token_choice\""))
-    if _known(refused, "moe.top_k", "moe.experts") and moe.k is not None and moe.k > moe.experts:
+    if (router_known and _known(refused, "moe.top_k", "moe.experts") and moe.k is not None
+            and moe.k > moe.experts):
         problems.append((f"{key}.top_k", f"each token chooses {moe.k} experts, more than moe.experts "
                                          f"({moe.experts}); lower top_k or raise experts"))
-    if _known(refused, "moe.score") and moe.score != "softmax" and moe.router != "token_choice":
+    if router_known and _known(refused, "moe.score") and moe.score != "softmax" and moe.router != "token_choice":
         problems.append((f"{key}.score", f"score = {moe.score!r} needs router = \"token_choice\" "
                                          f"({moe.router} scores with softmax)"))
     if not _known(refused, "moe.capacity_factor") or not moe.dropless:
         return
-    if moe.router == "expert_choice":
+    if router_known and moe.router == "expert_choice":
         problems.append((f"{key}.capacity_factor", "expert choice needs capacity_factor > 0 (each expert "
                                                    "takes capacity_factor·N/E tokens); 0 (dropless) is for "
                                                    "token-choice routers"))

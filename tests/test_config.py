@@ -351,3 +351,59 @@ def test_bad_seed_lists_are_refused_naming_the_key():
     assert "integers >= 0" in problems["workload[0] (a).sweep.seed"] and "-1" in problems["workload[0] (a).sweep.seed"]
     assert "× seed" in _problems({"workload": [{"name": "a"}],
                                   "sweep": {"seed": list(range(5000))}})["sweep"]
+
+
+# ----------------------------------------------------------------------------- MoE keys
+
+def _moe_workload(moe: dict) -> dict:
+    return {"workload": [{"name": "m", "kind": "moe", "moe": moe}]}
+
+
+def test_moe_keys_resolve_k_and_dropless():
+    runs = parse_suite({"workload": [
+        {"name": "tc", "kind": "moe", "moe": {"router": "token_choice", "top_k": 3, "capacity_factor": 0,
+                                              "shared_experts": 2, "score": "sigmoid", "experts": 16,
+                                              "expert_hidden": 32}},
+        {"name": "tc2", "kind": "moe", "moe": {"router": "token_choice", "min_capacity": 4}},
+        {"name": "g", "kind": "moe", "moe": {"router": "gshard", "top_k": 2}},  # the preset's own k is fine
+        {"name": "s", "kind": "moe"}]}).runs
+    tc, tc2, g, s = (r.moe for r in runs)
+    assert (tc.k, tc.dropless, tc.shared_experts, tc.score, tc.capacity_factor) == (3, True, 2, "sigmoid", 0.0)
+    assert (tc2.k, tc2.dropless, tc2.min_capacity) == (2, False, 4)
+    assert (g.k, s.k, s.top_k, s.min_capacity, s.shared_experts, s.score) == (2, 1, None, 0, 0, "softmax")
+
+
+@pytest.mark.parametrize("moe, key, words", [
+    ({"router": "switch", "top_k": 2}, "top_k", "router = 'switch' is top-1; for top-2 use router = \"token_choice\""),
+    ({"router": "gshard", "top_k": 4}, "top_k", "for top-4 use router = \"token_choice\""),
+    ({"router": "expert_choice", "top_k": 2}, "top_k", "expert choice has no top_k"),
+    ({"router": "token_choice", "top_k": 9, "experts": 8}, "top_k", "chooses 9 experts, more than moe.experts (8)"),
+    ({"router": "gshard", "experts": 1}, "top_k", "chooses 2 experts, more than moe.experts (1)"),
+    ({"router": "token_choice", "top_k": 0}, "top_k", "must be > 0"),
+    ({"router": "switch", "score": "sigmoid"}, "score", "needs router = \"token_choice\""),
+    ({"router": "token_choice", "score": "tanh"}, "score", "must be one of 'softmax', 'sigmoid'"),
+    ({"router": "expert_choice", "capacity_factor": 0}, "capacity_factor", "expert choice needs capacity_factor > 0"),
+    ({"capacity_factor": -1.0}, "capacity_factor", "must be >= 0"),
+    ({"capacity_factor": 0, "min_capacity": 4}, "min_capacity", "dropless: there is no capacity"),
+    ({"min_capacity": -1}, "min_capacity", "must be >= 0"),
+    ({"shared_experts": -1}, "shared_experts", "must be >= 0"),
+    ({"router": "gshard", "capacity_factor": 0, "second_expert_policy": "random"}, "second_expert_policy",
+     "dropless) keeps every assignment"),
+    ({"router": "top_k"}, "router", "must be one of 'switch', 'gshard', 'expert_choice', 'token_choice'"),
+])
+def test_moe_key_errors_name_the_key_and_the_fix(moe, key, words):
+    problems = _problems(_moe_workload(moe))
+    assert list(problems) == [f"workload[0] (m).moe.{key}"], problems
+    assert words in problems[f"workload[0] (m).moe.{key}"]
+
+
+def test_moe_problems_come_in_one_pass_and_a_refused_value_hides_no_other_check():
+    problems = _problems({"workload": [
+        {"name": "a", "kind": "moe", "moe": {"router": "switch", "top_k": 3, "score": "sigmoid"}},
+        {"name": "b", "kind": "moe", "moe": {"router": "expert_choice", "capacity_factor": 0, "top_k": "two"}},
+        {"name": "c", "kind": "moe", "moe": {"router": "nope", "top_k": 99, "min_capacity": 1,
+                                             "capacity_factor": 0}}]})
+    assert set(problems) == {"workload[0] (a).moe.top_k", "workload[0] (a).moe.score",
+                             "workload[1] (b).moe.top_k", "workload[1] (b).moe.capacity_factor",
+                             "workload[2] (c).moe.router", "workload[2] (c).moe.min_capacity"}, problems
+    assert "expected int" in problems["workload[1] (b).moe.top_k"]

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from benchsuite.config import ModelConfig, parse_suite
+from benchsuite.data import BYTE_VOCAB
 from benchsuite.metrics import flops as fl
 from benchsuite.models.transformer import build_model
 from conftest import run_cli, runs_rows
@@ -60,6 +61,26 @@ def test_expert_choice_model_flops_use_the_slots_that_exist_not_capacity_factor(
     assert fl.flops_per_token(run).model == 6 * (4 * h * h + 63 / 64 * expert + router + v * h) + 12 * s * h
 
 
+def test_top_k_model_flops_count_k_routed_and_the_shared_experts_and_dropless_pads_nothing():
+    """16 fine-grained experts of width 32, top-3, 2 shared: a token passes through 3 + 2 experts and the
+    router; dropless computes no padding, so hardware FLOPs add only the attention backward's Q·Kᵀ."""
+    h, f, s, v = 64, 32, 32, 256
+    moe = {"experts": 16, "router": "token_choice", "top_k": 3, "shared_experts": 2, "expert_hidden": f,
+           "capacity_factor": 0.0, "every": 1}
+    run = _run(moe=moe, layers=1, hidden=h, heads=4, seq_len=s, vocab=v)
+    expert, router = 2 * h * f, h * 16
+    flops = fl.flops_per_token(run)
+    assert flops.model == 6 * (4 * h * h + (3 + 2) * expert + router + v * h) + 12 * s * h
+    assert flops.hardware == flops.model + 2 * s * h
+    assert fl.param_counts(run.model, run.moe).total == sum(p.numel() for p in build_model(run.model, run.moe)
+                                                            .parameters())
+    capped = fl.flops_per_token(_run(moe=dict(moe, capacity_factor=1.0, min_capacity=40), layers=1, hidden=h,
+                                     heads=4, seq_len=s, vocab=v))
+    assert capped.model == flops.model  # model FLOPs never count padding
+    # 64 tokens, C = max(ceil(3 * 64 / 16), 40) = 40 slots per expert: 16 * 40 / 64 = 10 slots per token
+    assert capped.hardware == 6 * (4 * h * h + (10 + 2) * expert + router + v * h) + 14 * s * h
+
+
 def _counted_per_token(run, expert_impl=None) -> float:
     """FlopCounterMode over one real training step of `run` (checkpointed blocks as the harness wraps them)."""
     from benchsuite.models.moe import MoELayer
@@ -84,7 +105,12 @@ def _counted_per_token(run, expert_impl=None) -> float:
 SMALL = dict(layers=2, hidden=64, heads=4, seq_len=32, vocab=256)
 MOE = {"switch": {"experts": 4, "router": "switch", "capacity_factor": 1.5, "every": 2},
        "gshard": {"experts": 4, "router": "gshard", "capacity_factor": 1.0, "every": 1},
-       "expert_choice": {"experts": 3, "router": "expert_choice", "capacity_factor": 1.0, "every": 2}}
+       "expert_choice": {"experts": 3, "router": "expert_choice", "capacity_factor": 1.0, "every": 2},
+       "top3_capacity": {"experts": 4, "router": "token_choice", "top_k": 3, "capacity_factor": 1.0,
+                         "min_capacity": 50, "every": 1},
+       "dropless_top2": {"experts": 4, "router": "token_choice", "capacity_factor": 0.0, "every": 1},
+       "dropless_fine_shared": {"experts": 8, "router": "token_choice", "top_k": 3, "expert_hidden": 32,
+                                "shared_experts": 1, "capacity_factor": 0.0, "every": 2}}
 
 
 @pytest.mark.parametrize("recompute", ["none", "full"])
@@ -111,6 +137,15 @@ def test_grouped_mm_runs_on_cpu_and_counts_only_the_filled_slots():
         assert counted == pytest.approx(filled, rel=0.02)
         assert padded > 1.5 * filled  # counting every slot would be far off
         assert _counted_per_token(run, expert_impl="padded_bmm") == pytest.approx(padded, rel=0.02)
+
+
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_dropless_grouped_mm_counts_what_loop_mm_counts(recompute):
+    """The two sorted paths compute the same rows: one counted figure, the hardware one."""
+    run = _run(recompute, moe=MOE["dropless_fine_shared"], **SMALL)
+    hardware = fl.flops_per_token(run).hardware
+    assert _counted_per_token(run, expert_impl="grouped_mm") == pytest.approx(hardware, rel=0.02)
+    assert _counted_per_token(run, expert_impl="loop_mm") == pytest.approx(hardware, rel=0.02)
 
 
 def test_grouped_mm_formula_counts_rows_up_to_the_last_offset():
@@ -176,7 +211,7 @@ def test_override_and_mfu():
 
 # ----------------------------------------------------------------------------- records and CLI
 
-def _record(monkeypatch, recompute, moe=None, eval_every=0):
+def _record(monkeypatch, recompute, moe=None, eval_every=0, data="synthetic", **model):
     from benchsuite import dist as bdist
     from benchsuite import worker
 
@@ -184,9 +219,9 @@ def _record(monkeypatch, recompute, moe=None, eval_every=0):
     monkeypatch.setenv("RANK", "0")
     workload = {"name": "w", "kind": "moe" if moe else "dense"} | ({"moe": moe} if moe else {})
     doc = {"suite": {"name": "tf"},
-           "defaults": {"model": dict(SMALL), "train": {"micro_batch": 2, "steps": 4, "warmup_steps": 2,
+           "defaults": {"model": dict(SMALL, **model), "train": {"micro_batch": 2, "steps": 4, "warmup_steps": 2,
                                                         "precision": "fp32", "recompute": recompute,
-                                                        "eval_every": eval_every}},
+                                                        "eval_every": eval_every, "data": data}},
            "workload": [workload]}
     run = parse_suite(doc).runs[0]
     ctx = bdist.init_distributed(run)
@@ -225,6 +260,28 @@ def test_record_of_a_grouped_mm_run_counts_the_filled_slots(monkeypatch):
     assert m["flops"]["hardware_per_token"] == pytest.approx(fl.flops_per_token(run, share).hardware)
     assert m["flops"]["counted_per_token"] == pytest.approx(m["flops"]["hardware_per_token"], rel=0.02)
     assert "filled expert slots" in m["flops"]["hardware_source"]
+
+
+def test_dropless_run_on_builtin_text_drops_nothing_and_counts_model_flops(monkeypatch):
+    """The harness end to end (one process) on the built-in text: top-2 dropless over 4 experts, one
+    shared. Nothing is dropped or padded, every token reaches 2 experts in every layer, and the counted
+    FLOPs of a real step equal model FLOPs within 2 % (hardware adds only the attention backward's Q·Kᵀ)."""
+    moe = {"experts": 4, "router": "token_choice", "capacity_factor": 0.0, "shared_experts": 1, "every": 1}
+    run, rec = _record(monkeypatch, "none", moe=moe, data="builtin", vocab=BYTE_VOCAB)
+    m, tokens = rec["metrics"], 2 * SMALL["seq_len"]
+    assert m["moe"]["dropped_frac"] == 0 and m["moe"]["padding_frac"] == 0
+    assert m["moe"]["expert_impl"] == "loop_mm" and "dropless" in m["flops"]["hardware_source"]
+    assert [sum(layer) for layer in m["moe"]["tokens_per_expert"]] == [2 * tokens] * SMALL["layers"]
+    assert m["moe"]["tokens_per_expert"] == m["moe"]["expert_load"]
+    assert m["moe"]["tokens_per_expert_mean"] == 2 * tokens / 4
+    assert m["moe"]["tokens_per_expert_max"] == max(max(layer) for layer in m["moe"]["tokens_per_expert"])
+    assert len(m["moe"]["imbalance_by_step"]) == run.train.steps
+    assert all(1 <= v <= 4 for v in m["moe"]["imbalance_by_step"])
+    assert m["moe"]["imbalance_max"] == max(m["moe"]["imbalance_by_step"])
+    f = m["flops"]
+    assert f["hardware_per_token"] == f["model_per_token"] + 2 * SMALL["layers"] * SMALL["seq_len"] * SMALL["hidden"]
+    assert f["counted_per_token"] == pytest.approx(f["model_per_token"], rel=0.02)
+    assert f["counted_per_token"] == pytest.approx(f["hardware_per_token"], rel=0.005)
 
 
 @pytest.mark.procs

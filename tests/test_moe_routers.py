@@ -10,7 +10,7 @@ import torch
 from torch.testing import assert_close
 
 from benchsuite.config import MoEConfig
-from benchsuite.models.moe import (active_experts_per_token, capacity, expected_slots_per_token,
+from benchsuite.models.moe import (SortedRouting, active_experts_per_token, capacity, expected_slots_per_token,
                                    gshard_route, route)
 
 
@@ -41,6 +41,23 @@ def test_capacity(router, cf, tokens, experts, expected):
     assert capacity(MoEConfig(experts=experts, router=router, capacity_factor=cf), tokens) == expected
 
 
+@pytest.mark.parametrize("moe, tokens, expected", [
+    (dict(router="switch", capacity_factor=1.0), 8, 2),  # ceil(1 * 1.0 * 8 / 4)
+    (dict(router="switch", capacity_factor=1.0, min_capacity=3), 8, 3),
+    (dict(router="switch", capacity_factor=1.0, min_capacity=100), 8, 8),  # clamped to N
+    (dict(router="switch", capacity_factor=1.0, min_capacity=2), 8, 2),  # already at least 2
+    (dict(router="gshard", capacity_factor=1.0, min_capacity=5), 8, 5),  # ceil(4) < 5
+    (dict(router="token_choice", top_k=3, capacity_factor=1.0), 8, 6),  # ceil(3 * 1.0 * 8 / 4)
+    (dict(router="token_choice", top_k=3, capacity_factor=0.5), 8, 3),
+    (dict(router="token_choice", top_k=3, capacity_factor=0.5, min_capacity=4), 8, 4),
+    (dict(router="token_choice", capacity_factor=1.1), 100, 55),  # default k = 2: ceil(2 * 1.1 * 100 / 4)
+    (dict(router="expert_choice", capacity_factor=0.5), 8, 1),  # floor(1)
+    (dict(router="expert_choice", capacity_factor=0.5, min_capacity=3), 8, 3),
+])
+def test_capacity_is_deepspeeds_max_of_k_cf_n_over_e_and_min_capacity(moe, tokens, expected):
+    assert capacity(MoEConfig(experts=4, **moe), tokens) == expected
+
+
 def test_slots_and_active_experts_per_token():
     assert expected_slots_per_token(MoEConfig(experts=4, router="switch", capacity_factor=1.25), 32) == 1.25
     assert expected_slots_per_token(MoEConfig(experts=4, router="gshard", capacity_factor=1.0), 6) == 4 * 3 / 6
@@ -49,6 +66,10 @@ def test_slots_and_active_experts_per_token():
     assert active_experts_per_token(MoEConfig(router="gshard"), 32) == 2.0
     # expert choice: E * floor(cf * N / E) / N = 3 * 2 / 7, not cf = 1
     assert active_experts_per_token(MoEConfig(experts=3, router="expert_choice", capacity_factor=1.0), 7) == 6 / 7
+    for router, k in (("switch", 1), ("gshard", 2), ("token_choice", 3)):
+        moe = MoEConfig(experts=4, router=router, top_k=3 if router == "token_choice" else None, capacity_factor=0.0)
+        assert active_experts_per_token(moe, 32) == expected_slots_per_token(moe, 32) == k  # dropless: no padding
+    assert expected_slots_per_token(MoEConfig(experts=4, router="token_choice", capacity_factor=1.0), 8) == 4 * 4 / 8
 
 
 # ----------------------------------------------------------------------------- switch
@@ -198,3 +219,90 @@ def test_routing_is_deterministic(router):
     logits = torch.randn(32, 4, generator=torch.Generator().manual_seed(0)).round(decimals=1)  # many ties
     a, b = route(logits, moe), route(logits.clone(), moe)
     assert torch.equal(a.index, b.index) and torch.equal(a.mask, b.mask) and torch.equal(a.weight, b.weight)
+
+
+# ----------------------------------------------------------------------------- token choice and dropless
+
+TC_PROBS = [
+    [0.4, 0.3, 0.2, 0.1],  # e0, e1
+    [0.1, 0.2, 0.3, 0.4],  # e3, e2
+    [0.25, 0.25, 0.25, 0.25],  # all tie: e0, e1 (lowest two)
+    [0.1, 0.4, 0.4, 0.1],  # tie e1/e2: e1 first
+]
+# c = assignments [2, 3, 2, 1] / 4 tokens, P = column means [0.2125, 0.2875, 0.2875, 0.2125]:
+# 0.01 * E/k * sum c_i P_i = 0.01 * 4/2 * 0.51875
+TC_AUX = 0.010375
+
+
+def check_sorted(r, counts, token, weight):
+    assert isinstance(r, SortedRouting)
+    assert r.counts.tolist() == counts and r.counts.dtype == torch.int64
+    assert r.token.tolist() == token
+    assert_close(r.weight, torch.tensor(weight))
+
+
+def test_dropless_top_k_sorts_assignments_by_expert_in_token_order_with_ties():
+    moe = MoEConfig(experts=4, router="token_choice", top_k=2, capacity_factor=0.0, aux_loss_coef=0.01)
+    r = route(logits_of(TC_PROBS), moe)
+    check_sorted(r, counts=[2, 3, 2, 1], token=[0, 2, 0, 2, 3, 1, 3, 1],
+                 weight=[4 / 7, 0.5, 3 / 7, 0.5, 0.5, 3 / 7, 0.5, 4 / 7])  # renormalised over the chosen 2
+    assert_close(r.aux_loss, torch.tensor(TC_AUX))
+    s = r.stats()
+    assert s.dropped_frac == 0 and s.padding_frac == 0
+    assert s.expert_load.tolist() == s.tokens_per_expert.tolist() == [2.0, 3.0, 2.0, 1.0]
+    assert_close(s.load_max_over_mean, torch.tensor(1.5))
+
+
+def test_top_k_with_capacity_queues_in_token_order_and_min_capacity_removes_the_drop():
+    moe = MoEConfig(experts=4, router="token_choice", top_k=2, capacity_factor=1.0, aux_loss_coef=0.01)
+    r = route(logits_of(TC_PROBS), moe)
+    assert r.capacity == 2  # ceil(2 * 1.0 * 4 / 4)
+    # e1 gets t0, t2, t3 in that order: t3's assignment is dropped, its weight on e2 stays 0.5
+    check_slots(r, index=[[0, 2], [0, 2], [1, 3], [1, 0]],
+                mask=[[True, True], [True, True], [True, True], [True, False]],
+                weight=[[4 / 7, 0.5], [3 / 7, 0.5], [3 / 7, 0.5], [4 / 7, 0.0]])
+    assert r.expert_load.tolist() == [2.0, 3.0, 2.0, 1.0]
+    assert r.stats().tokens_per_expert.tolist() == [2.0, 2.0, 2.0, 1.0]
+    assert_close(r.dropped_frac, torch.tensor(1 / 8))
+    assert_close(r.aux_loss, torch.tensor(TC_AUX))  # before capacity: the same as dropless
+    roomy = route(logits_of(TC_PROBS), MoEConfig(experts=4, router="token_choice", capacity_factor=1.0,
+                                                 min_capacity=3))
+    assert roomy.capacity == 3 and roomy.dropped_frac == 0
+    assert roomy.index[1].tolist() == [0, 2, 3] and roomy.mask.sum() == 8
+
+
+def test_sigmoid_scores_weights_over_the_chosen_k_and_balance_over_all_experts():
+    moe = MoEConfig(experts=4, router="token_choice", top_k=2, capacity_factor=0.0, score="sigmoid",
+                    aux_loss_coef=0.1)
+    logits = torch.tensor([[2.0, 0.0, 0.0, -1.0], [0.0, 0.0, 0.0, 0.0]])
+    r = route(logits, moe)
+    sig = [1 / (1 + math.exp(-v)) for v in (2.0, 0.0, 0.0, -1.0)]
+    check_sorted(r, counts=[2, 2, 0, 0], token=[0, 1, 0, 1],  # t0: e0 then e1 (tie with e2); t1: e0, e1
+                 weight=[sig[0] / (sig[0] + sig[1]), 0.5, sig[1] / (sig[0] + sig[1]), 0.5])
+    p0 = [v / sum(sig) for v in sig]
+    P = [(a + 0.25) / 2 for a in p0]  # column means of the scores normalised over all four experts
+    assert_close(r.aux_loss, torch.tensor(0.1 * 4 / 2 * (1.0 * P[0] + 1.0 * P[1])))
+
+
+def test_dropless_switch_and_gshard_keep_their_weights_and_losses():
+    """The presets dropless: switch's weight is its top-1 probability, gshard's the pair renormalised;
+    the balancing loss is the top-1 form of their capacity routers."""
+    switch = MoEConfig(experts=3, router="switch", capacity_factor=0.0, aux_loss_coef=0.01)
+    r = route(logits_of(SWITCH_PROBS), switch)
+    check_sorted(r, counts=[4, 1, 1], token=[0, 1, 3, 5, 2, 4], weight=[0.5, 0.6, 0.7, 0.4, 0.8, 0.5])
+    assert_close(r.aux_loss, torch.tensor(0.011375))
+    gshard = MoEConfig(experts=4, router="gshard", capacity_factor=0.0, aux_loss_coef=0.01)
+    r = route(logits_of(GSHARD_PROBS), gshard)
+    check_sorted(r, counts=[2, 2, 4, 0], token=[0, 3, 1, 2, 0, 1, 2, 3],
+                 weight=[5 / 8, 3 / 7, 6 / 8, 2 / 8, 3 / 8, 2 / 8, 6 / 8, 4 / 7])
+    assert_close(r.aux_loss, torch.tensor(0.0125))
+
+
+def test_top_k_aux_loss_is_the_switch_loss_at_k_1():
+    """E/k * sum c_i P_i at k = 1 is Switch's E * sum f_i P_i: token_choice top-1 and switch agree."""
+    logits = torch.randn(32, 4, generator=torch.Generator().manual_seed(0))
+    one = route(logits, MoEConfig(experts=4, router="token_choice", top_k=1, capacity_factor=0.0))
+    sw = route(logits, MoEConfig(experts=4, router="switch", capacity_factor=0.0))
+    assert torch.equal(one.token, sw.token) and torch.equal(one.counts, sw.counts)
+    assert_close(one.aux_loss, sw.aux_loss)
+    assert torch.equal(one.weight, torch.ones(32))  # renormalised over one expert

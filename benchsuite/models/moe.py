@@ -446,6 +446,8 @@ class MoELayer(nn.Module):
     width expert_hidden) are one dense MLP of their summed width over every token, added with
     weight 1; they run before the router, so the last tensor the block saves for backward is the
     routed experts' output and a checkpoint re-runs the whole block (metrics/flops.py).
+    The forward never waits on the device except in loop_mm, which reads the per-expert counts on
+    the host (the matmul sizes; grouped_mm takes them on the device).
 
     `expert_impl` names the expert path that runs (SLOT_IMPLS or, dropless, SORTED_IMPLS). It is
     fixed before the first forward (set_expert_impl; parallelize picks it for the run's device and
