@@ -16,6 +16,7 @@ import pandas as pd
 
 from benchsuite.results.sanity import with_flags
 from benchsuite.results.store import dataframe_of, load_records, slug
+from benchsuite.results.values import dig
 from dashboard.render import num, present
 from dashboard.style import Families, family
 
@@ -69,6 +70,32 @@ def _series_labels(df: pd.DataFrame) -> dict[str, str]:
     return labels
 
 
+def expert_load(rec: dict, key: str = "expert_load") -> list[list[float]] | None:
+    """A [MoE layer][expert] table of metrics.moe, summed over ranks: expert_load (tokens routed to
+    each expert in the last step, before capacity) or tokens_per_expert (the tokens each expert
+    computed, after capacity). None unless every layer is a list of numbers."""
+    load = dig(rec, "metrics", "moe", key)
+    if not isinstance(load, list) or not load or not all(isinstance(layer, list) and layer for layer in load):
+        return None
+    rows = [[num(v) for v in layer] for layer in load]
+    return None if any(v is None for row in rows for v in row) else rows
+
+
+# The per-expert counts a load view reads, first found wins: what the experts computed (records from
+# schema 3 on), else what the router sent them (older records; it counts dropped tokens too).
+LOAD_KEYS = (("tokens_per_expert", "computed"), ("expert_load", "routed, before capacity"))
+
+
+def tokens_per_expert(rec: dict) -> tuple[list[float], str] | None:
+    """Tokens of each expert in the last step, summed over MoE layers and ranks, and what they count
+    (LOAD_KEYS). None where no table is recorded or its layers' expert counts differ."""
+    for key, counts in LOAD_KEYS:
+        rows = expert_load(rec, key)
+        if rows is not None and len({len(row) for row in rows}) == 1:
+            return [sum(col) for col in zip(*rows)], counts
+    return None
+
+
 def dataframe(records: list[dict]) -> pd.DataFrame:
     """The store's DataFrame of `records` with the labels and shared columns the pages read."""
     df = dataframe_of(records)
@@ -77,9 +104,11 @@ def dataframe(records: list[dict]) -> pd.DataFrame:
     df["val_loss_final"] = [_final_val_loss(records[i]) for i in df["rec"]]
     for name in DERIVED:
         df[name] = df.get(f"metrics.energy.{name}")
+    moe = [dig(records[i], "config", "moe") for i in df["rec"]]
+    df["family"] = [family(k, r, dig(m, "capacity_factor"), dig(m, "shared_experts"))
+                    for k, r, m in zip(df["kind"], df["router"], moe)]
     df["sweep"] = [s if present(s) else f"{a}/{b}/{c}" for s, a, b, c in
                    zip(df["sweep_id"], df["suite"], df["workload"], df["scaling"])]
-    df["family"] = [family(k, r) for k, r in zip(df["kind"], df["router"])]
     families = Families(df["family"])
     df["kind_label"] = [families[f].name for f in df["family"]]
     labels = _series_labels(df)

@@ -1,16 +1,19 @@
 """One name, colour and marker per model family (dense, or an MoE router), used by every page.
 
-A family comes from the record's `kind` and `moe.router` alone, spelt any way a config or an older
-record spells it (`expert_choice`, `expert-choice`, `Expert Choice`): the same router gets the same
-display name, colour and marker on every page. Series of one family (several workloads) differ by
-line dash or bar pattern, never by a colour that could be another family's.
+A family comes from the record's `kind` and its `moe` config: the router, spelt any way a config or
+an older record spells it (`expert_choice`, `expert-choice`, `Expert Choice`); a token-choice router
+(switch, gshard, token_choice) with capacity_factor = 0 is the dropless family, and any MoE with
+shared experts the shared-experts family (their routing and cost differ from the capacity routers'
+by design). The same family gets the same display name, colour and marker on every page. Series of
+one family (several workloads) differ by line dash or bar pattern, never by a colour that could be
+another family's.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from benchsuite.results.values import present
+from benchsuite.results.values import num, present
 
 
 @dataclass(frozen=True)
@@ -21,25 +24,38 @@ class Style:
 
 
 DENSE = "dense"
-# The routers benchsuite.config accepts, with names a reader knows them by (colour-blind-safe hues).
+DROPLESS = "dropless"
+SHARED = "shared_experts"
+TOKEN_CHOICE = ("switch", "gshard", "token_choice")  # the routers capacity_factor = 0 makes dropless
+# The families of the routers benchsuite.config accepts, with names a reader knows them by
+# (colour-blind-safe hues, no colour or marker used twice).
 KNOWN = {
     DENSE: Style("dense", "#1f77b4", "circle"),
     "switch": Style("MoE · Switch", "#e8590c", "diamond"),
     "gshard": Style("MoE · GShard", "#2f9e44", "square"),
     "expert_choice": Style("MoE · Expert choice", "#9c36b5", "triangle-up"),
+    "token_choice": Style("MoE · Top-k (capacity)", "#1098ad", "hexagon"),
+    DROPLESS: Style("MoE · Dropless top-k", "#c2255c", "star"),
+    SHARED: Style("MoE · Shared experts", "#8c564b", "pentagon"),
 }
 # Routers the suite does not know (hand-edited or newer records), in order of first need.
-SPARE = [("#c2255c", "x"), ("#8c564b", "star"), ("#1098ad", "hexagon"), ("#5c940d", "cross"),
-         ("#e67700", "pentagon"), ("#495057", "triangle-down"), ("#364fc7", "hourglass"), ("#a61e4d", "bowtie")]
+SPARE = [("#5c940d", "cross"), ("#e67700", "x"), ("#495057", "triangle-down"), ("#364fc7", "hourglass"),
+         ("#a61e4d", "bowtie")]
 DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
 PATTERNS = ["", "/", ".", "x", "\\", "-", "|", "+"]
 
 
-def family(kind, router) -> str:
-    """The family key of a record: "dense", or its router normalised (lower case, `_` for `-` and spaces)."""
+def family(kind, router, capacity_factor=None, shared_experts=None) -> str:
+    """The family key of a record: "dense"; "shared_experts" with shared experts; "dropless" for a
+    token-choice router with capacity_factor 0; else its router normalised (lower case, `_` for `-`
+    and spaces). capacity_factor and shared_experts as the record's config.moe has them (None when absent)."""
     if str(kind).strip().lower() != "moe":
         return DENSE
+    if (num(shared_experts) or 0) > 0:
+        return SHARED
     key = "_".join(str(router).strip().lower().replace("-", " ").split()) if present(router) else ""
+    if key in TOKEN_CHOICE and num(capacity_factor) == 0:
+        return DROPLESS
     return key or "unknown"
 
 

@@ -16,7 +16,7 @@ from benchsuite.results.store import load_records
 from dashboard import build_site
 from dashboard.data import load
 from dashboard.pages import summary_pages
-from dashboard.render import script_json
+from dashboard.render import ptext, script_json
 from conftest import run_cli
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "results"
@@ -567,3 +567,126 @@ def test_an_odd_manifest_owns_nothing(tmp_path, manifest):
     else:
         (tmp_path / MANIFEST).write_text(manifest)
     assert read_manifest(tmp_path) == set()
+
+
+# ----------------------------------------------------------------------------- MoE families and per-expert load
+
+def _moe_variant(name: str, run_key: str, **moe) -> dict:
+    """The switch fixture run as another MoE workload: its config.moe updated, its own key and sweep."""
+    rec = copy.deepcopy(_record("make_dvs-switch-w1.json"))
+    rec.update(run_key=run_key, workload=name)
+    rec["config"].update(workload=name, sweep_id=f"dense-vs-sparse/{name}/weak")
+    rec["config"]["moe"].update(moe)
+    return rec
+
+
+def _new_router_records() -> list[dict]:
+    """dense, switch (capacity), gshard (capacity), dropless top-2, capacity top-k, fine-grained with
+    shared experts: one run each."""
+    return [_record("make_dvs-dense-w1.json"), _record("make_dvs-switch-w1.json"),
+            _moe_variant("gshard", "n1", router="gshard"),
+            _moe_variant("dropless-top2", "n2", router="token_choice", top_k=2, capacity_factor=0),
+            _moe_variant("top3-capacity", "n3", router="token_choice", top_k=3, capacity_factor=1.25),
+            _moe_variant("fine-grained-shared", "n4", router="token_choice", top_k=3, capacity_factor=0,
+                         experts=32, expert_hidden=64, shared_experts=1)]
+
+
+def test_every_router_the_config_accepts_and_each_new_family_has_its_own_colour_marker_and_name():
+    from dataclasses import fields
+
+    from benchsuite.config import MoEConfig
+    from dashboard.style import KNOWN, SPARE
+
+    check = next(f for f in fields(MoEConfig) if f.name == "router").metadata["check"]
+    routers = re.findall(r"'(\w+)'", check("no such router"))  # "must be one of 'switch', 'gshard', ..."
+    assert {"switch", "gshard", "expert_choice"} <= set(routers)
+    assert set(routers) | {"dense", "dropless", "shared_experts"} <= set(KNOWN)
+    styles = list(KNOWN.values())
+    for attr in ("color", "symbol", "name"):
+        values = [getattr(s, attr) for s in styles]
+        assert len(set(values)) == len(values), attr
+    # a router no config knows takes a spare style, never one a known family already shows
+    assert not {c for c, _ in SPARE} & {s.color for s in styles}
+    assert not {m for _, m in SPARE} & {s.symbol for s in styles}
+
+
+@pytest.mark.parametrize("kind, router, cf, shared, expected", [
+    ("moe", "token_choice", 0, None, "dropless"),
+    ("moe", "gshard", 0.0, 0, "dropless"),
+    ("moe", "Switch", 0, None, "dropless"),
+    ("moe", "token_choice", 1.25, None, "token_choice"),
+    ("moe", "token_choice", 0, 2, "shared_experts"),
+    ("moe", "switch", 1.25, 1, "shared_experts"),
+    ("moe", "expert_choice", 1.0, None, "expert_choice"),
+    ("moe", "switch", 1.25, None, "switch"),  # a record older than shared experts
+    ("moe", "gshard", "0", None, "dropless"),
+    ("moe", "gshard", "bad", "bad", "gshard"),
+    ("dense", "token_choice", 0, 1, "dense"),
+])
+def test_family_tells_dropless_and_shared_expert_models_from_the_capacity_routers(kind, router, cf, shared, expected):
+    from dashboard.style import family
+
+    assert family(kind, router, cf, shared) == expected
+
+
+def test_new_routers_get_their_family_style_in_the_dataframe_and_on_the_pareto_view():
+    from dashboard.style import KNOWN
+
+    data = load(_new_router_records())
+    fam = dict(zip(data.df["workload"], data.df["family"]))
+    assert fam == {"dense": "dense", "switch": "switch", "gshard": "gshard", "dropless-top2": "dropless",
+                   "top3-capacity": "token_choice", "fine-grained-shared": "shared_experts"}
+    labels = dict(zip(data.df["workload"], data.df["kind_label"]))
+    assert labels["dropless-top2"] == "MoE · Dropless top-k" and labels["fine-grained-shared"] == "MoE · Shared experts"
+    pareto = _figures(_new_router_records())["fig-compare-pareto"].data[:-1]
+    by_name = {t["name"]: (t["marker"]["color"], t["marker"]["symbol"]) for t in pareto}
+    assert by_name == {ptext(KNOWN[k].name): (KNOWN[k].color, KNOWN[k].symbol) for k in fam.values()}
+    assert len({c for c, _ in by_name.values()}) == len({s for _, s in by_name.values()}) == 6
+
+
+def _index_tables(out: Path) -> list[list[list[str]]]:
+    """Every table of index.html, as rows of cell texts (header row first)."""
+    text = (out / "index.html").read_text(encoding="utf-8")
+    tables = []
+    for body in re.findall(r"<table[^>]*>(.*?)</table>", text, flags=re.S):
+        rows = re.findall(r"<tr>(.*?)</tr>", body, flags=re.S)
+        tables.append([[html.unescape(re.sub(r"<[^>]+>", "", c)) for c in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", r)]
+                       for r in rows])
+    return tables
+
+
+def test_compare_page_lists_the_tokens_of_every_expert_of_every_moe_series(tmp_path):
+    recs = _new_router_records()
+    shared = recs[-1]
+    per_layer = [[0 if i == 5 else 10 * i + layer for i in range(32)] for layer in range(6)]  # expert 5 idle
+    shared["metrics"]["moe"]["tokens_per_expert"] = per_layer  # what the experts computed: shown
+    shared["metrics"]["moe"]["expert_load"] = [[7] * 32] * 6  # what the router sent them: not shown
+    shared["metrics"]["moe"]["dropped_frac"] = 0.0
+    build_site(recs, tmp_path, validate=True)
+    (load_table,) = [t for t in _index_tables(tmp_path) if t[0][0] == "Series" and "Busiest ÷ mean" in t[0]]
+    rows = {r[0]: dict(zip(load_table[0], r)) for r in load_table[1:]}
+    assert set(rows) == {"switch", "gshard", "dropless-top2", "top3-capacity", "fine-grained-shared"}  # no dense
+    switch = [sum(col) for col in zip(*_record("make_dvs-switch-w1.json")["metrics"]["moe"]["expert_load"])]
+    row = rows["switch"]
+    assert row["Experts"] == "8" and row["Family"] == "MoE · Switch"
+    assert row["Tokens per expert (expert 0, 1, …)"] == ", ".join(f"{t:,}" for t in switch)
+    mean = sum(switch) / 8
+    assert row["Busiest ÷ mean"] == f"{max(switch) / mean:.3g}" and row["Idlest ÷ mean"] == f"{min(switch) / mean:.3g}"
+    assert row["Dropped"] == "2.2%" and row["Tokens counted"] == "routed, before capacity"  # an older record
+    fine = rows["fine-grained-shared"]  # 32 experts: the first 16 shown, the rest on the run page
+    tokens = [sum(col) for col in zip(*per_layer)]
+    assert fine["Experts"] == "32" and fine["Family"] == "MoE · Shared experts" and fine["Dropped"] == "0.0%"
+    assert fine["Tokens per expert (expert 0, 1, …)"] == ", ".join(f"{t:,}" for t in tokens[:16]) + ", … (16 more)"
+    assert fine["Idle experts"] == "1" and fine["Idlest ÷ mean"] == "0"  # expert 0 of layer 0 alone is not idle
+    assert fine["Tokens counted"] == "computed"
+
+
+def test_compare_page_says_per_expert_load_is_not_measured_where_no_record_has_it(tmp_path):
+    recs = _new_router_records()
+    for rec in recs[1:]:
+        del rec["metrics"]["moe"]["expert_load"]
+        rec["metrics"]["moe"]["tokens_per_expert"] = [[1, 2], [3]]  # layers of different expert counts: no table
+    build_site(recs, tmp_path, validate=True)
+    index = (tmp_path / "index.html").read_text(encoding="utf-8")
+    assert "MoE per-expert load</strong>: not measured" in index
+    assert not [t for t in _index_tables(tmp_path) if t[0] and t[0][0] == "Series"]

@@ -29,9 +29,10 @@ def _figures(data) -> dict:
 def test_every_family_has_its_own_colour_and_marker():
     fams = Families(list(KNOWN) + ["hash", "top_k", "base_layers"])
     styles = [fams[k] for k in fams.styles]
-    assert len(styles) == 7
-    assert len({s.color for s in styles}) == 7 and len({s.symbol for s in styles}) == 7
-    assert len({s.name for s in styles}) == 7
+    n = len(KNOWN) + 3
+    assert len(styles) == n
+    assert len({s.color for s in styles}) == n and len({s.symbol for s in styles}) == n
+    assert len({s.name for s in styles}) == n
     assert fams["dense"].name == "dense" and fams["expert_choice"].name == "MoE · Expert choice"
 
 

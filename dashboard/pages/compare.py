@@ -1,16 +1,21 @@
 """Dense vs sparse: tokens/s, MFU, J/token and gCO2e per Mtok side by side at each world size,
-and a Pareto view: validation loss vs J/token where validation loss was recorded, else
-throughput per device vs J/token, a colour and marker per model family (dashboard/style.py).
-Bars are one per series, or past MAX_SERIES series one per family (median, with the range)."""
+a Pareto view: validation loss vs J/token where validation loss was recorded, else
+throughput per device vs J/token, a colour and marker per model family (dashboard/style.py),
+and the per-expert load of each MoE series (tokens per expert, how far the busiest and idlest
+expert are from the mean, dropped share): what separates the capacity, dropless and
+shared-expert routers. Bars and load rows are one per series, or past MAX_SERIES series one per
+family (the median, with the range for bars; the run of median imbalance for load)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from statistics import median
 
-from dashboard.data import SiteData, latest_ok_per_size, per_family
+from benchsuite.results.values import dig
+from dashboard.data import SiteData, latest_ok_per_size, per_family, tokens_per_expert
 from dashboard.pages import Page
 from dashboard.render import (Figure, Section, esc, f_num, f_pct, f_sig, layout, log_axis, missing, num, ptext,
-                              short)
+                              short, table)
 from dashboard.style import trace_styles
 
 METRICS = [
@@ -107,6 +112,69 @@ def pareto_figure(df, families) -> tuple[Figure | None, str]:
                                                      xaxis=log_axis([x for x, _ in points]))), ycol
 
 
+@dataclass(frozen=True)
+class ExpertLoad:
+    """One MoE run's routing balance: tokens per expert in its last step, summed over MoE layers
+    and ranks (data.tokens_per_expert), and its dropped share."""
+
+    label: str
+    family: str  # display name
+    tokens: list[float]
+    counts: str  # what the tokens count: computed by the experts, or routed to them
+    dropped: float | None
+    impl: str | None
+
+    @property
+    def mean(self) -> float:
+        return sum(self.tokens) / len(self.tokens)
+
+    def of_mean(self, value: float) -> float | None:
+        return value / self.mean if self.mean > 0 else None
+
+
+SHOWN_EXPERTS = 16  # tokens of the first experts in the table; the run page draws every one
+
+
+def expert_loads(data: SiteData, df, by_family: bool) -> list[ExpertLoad]:
+    """Every MoE series' load (its run at the smallest world size), or past MAX_SERIES series the
+    run of median busiest ÷ mean of each family."""
+    loads = []
+    moe = df[df["kind"] == "moe"].sort_values(["series", "world_size"]).drop_duplicates("series")
+    for row in moe.to_dict("records"):
+        rec = data.record(row)
+        per_expert = tokens_per_expert(rec)
+        if per_expert:
+            impl = dig(rec, "metrics", "moe", "expert_impl")
+            loads.append(ExpertLoad(str(row["series"]), str(row["kind_label"]), *per_expert,
+                                    num(dig(rec, "metrics", "moe", "dropped_frac")), impl or None))
+    if not by_family:
+        return loads
+    groups: dict[str, list[ExpertLoad]] = {}
+    for load in loads:
+        groups.setdefault(load.family, []).append(load)
+    out = []
+    for name, group in sorted(groups.items()):
+        group = sorted(group, key=lambda g: g.of_mean(max(g.tokens)) or 0.0)
+        mid = group[(len(group) - 1) // 2]
+        out.append(ExpertLoad(f"{name} (median of {len(group)})", name, mid.tokens, mid.counts, mid.dropped,
+                              mid.impl))
+    return out
+
+
+def expert_load_table(loads: list[ExpertLoad]) -> str:
+    """One row per MoE series: experts, tokens per expert (mean and each), busiest and idlest ÷ mean."""
+    rows = []
+    for g in loads:
+        shown = ", ".join(f_num(t) for t in g.tokens[:SHOWN_EXPERTS])
+        more = f", … ({len(g.tokens) - SHOWN_EXPERTS} more)" if len(g.tokens) > SHOWN_EXPERTS else ""
+        rows.append([g.label, g.family, len(g.tokens), f_num(g.mean), f_sig(g.of_mean(max(g.tokens))),
+                     f_sig(g.of_mean(min(g.tokens))), sum(1 for t in g.tokens if t == 0), f_pct(g.dropped),
+                     g.impl, g.counts, shown + more])
+    return table(["Series", "Family", "Experts", "Tokens/expert (mean)", "Busiest ÷ mean", "Idlest ÷ mean",
+                  "Idle experts", "Dropped", "Expert impl", "Tokens counted", "Tokens per expert (expert 0, 1, …)"],
+                 rows)
+
+
 def render(data: SiteData) -> Section:
     if data.ok.empty:
         return Section("compare", "Dense vs sparse", missing("Dense vs sparse", "no successful runs"))
@@ -131,6 +199,14 @@ def render(data: SiteData) -> Section:
         html += pareto.div("fig wide")
     else:
         html += missing("Pareto view", why)
+    html += "<h3>MoE per-expert load (last step, summed over MoE layers and ranks)</h3>"
+    loads = expert_loads(data, df, by_family)
+    if loads:
+        html += expert_load_table(loads)
+    elif (df["kind"] == "moe").any():
+        html += missing("MoE per-expert load", "not measured (no metrics.moe.tokens_per_expert or expert_load)")
+    else:
+        html += missing("MoE per-expert load", "not applicable: no MoE runs")
     return Section("compare", "Dense vs sparse", html, figs)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 from benchsuite.results.values import dig
+from dashboard.data import expert_load
 from dashboard.render import (Figure, Section, esc, f_bytes, f_ms, f_num, f_pct, f_sig, kv_table, layout,
                               missing, num, present, ptext, series, short, table)
 
@@ -71,16 +72,6 @@ def rank_figure(rec) -> Figure | None:
 
 
 LOAD_COLORS = [[0, "#1971c2"], [0.5, "#f8f9fa"], [1, "#e03131"]]  # under-used blue, balanced white, overloaded red
-
-
-def expert_load(rec) -> list[list[float]] | None:
-    """metrics.moe.expert_load: [MoE layer][expert] tokens routed in the last step, summed over
-    ranks (None unless every layer is a list of numbers)."""
-    load = dig(rec, "metrics", "moe", "expert_load")
-    if not isinstance(load, list) or not load or not all(isinstance(layer, list) and layer for layer in load):
-        return None
-    rows = [[num(v) for v in layer] for layer in load]
-    return None if any(v is None for row in rows for v in row) else rows
 
 
 def expert_figure(rec) -> Figure | None:
