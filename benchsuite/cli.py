@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from benchsuite.config import RANKS_PER_CORE, ConfigError, check_ranks_per_node, load_suite, usable_cores
+from benchsuite.config import MAX_RUNS, RANKS_PER_CORE, ConfigError, check_ranks_per_node, load_suite, usable_cores
 from benchsuite.terminal import printable
 
 # Every user string reaches these through benchsuite.terminal.printable; emoji=False: a name like
@@ -104,7 +104,7 @@ def cmd_run(args) -> int:
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from benchsuite.launch import Rendezvous, RunStatus, run_suite
+    from benchsuite.launch import Rendezvous, RunStatus, plan, run_suite
 
     if args.nnodes > 1 and not args.rdzv_endpoint:
         raise UsageError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (the first node's address)")
@@ -117,10 +117,16 @@ def cmd_run(args) -> int:
     progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(),
                         TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=err, transient=True,
                         disable=args.json)
-    task = progress.add_task(printable(suite.name), total=len(suite.runs))
+    if len(suite.runs) * args.repeat > MAX_RUNS:
+        raise UsageError(f"--repeat {args.repeat}: {len(suite.runs)} runs × {args.repeat} is more measurements than "
+                         f"a suite may plan ({MAX_RUNS}); give a smaller --repeat")
+    planned = plan(suite.runs, args.repeat)
+    task = progress.add_task(printable(suite.name), total=len(planned))
 
     def on_event(kind, i, total, payload):
-        label = printable(f"{suite.runs[i].workload} · world {suite.runs[i].world_size} · {suite.runs[i].scaling}")
+        run, repeat = planned[i].run, planned[i].repeat
+        label = printable(f"{run.workload} · world {run.world_size} · {run.scaling}"
+                          + (f" · repeat {repeat}" if repeat else ""))
         if kind == "start":
             progress.update(task, description=label)
             return
@@ -137,7 +143,7 @@ def cmd_run(args) -> int:
     try:
         with progress:
             outcomes = run_suite(suite, args.out, resume=args.resume, peak_tflops=args.peak_tflops, rdzv=rdzv,
-                                 on_event=on_event)
+                                 on_event=on_event, repeat=args.repeat)
     except OSError as e:  # disk full, folder removed mid-suite, ...: say so, no traceback
         err.print(f"benchsuite: cannot write to the results folder {printable(args.out)}: {printable(e)}\n"
                   "records completed before this are kept; free space and rerun the same command to resume",
@@ -150,13 +156,14 @@ def cmd_run(args) -> int:
     if args.json:
         _print_json({"suite": suite.name, "out": str(args.out), "interrupted": interrupted,
                      "runs": [{"workload": o.run.workload, "world_size": o.run.world_size, "scaling": o.run.scaling,
-                               "run_key": o.run_key, "status": o.status.value, "record": o.record_path,
-                               "error": o.error, "holder": str(o.holder) if o.holder else None,
+                               "run_key": o.run_key, "repeat": o.repeat, "status": o.status.value,
+                               "record": o.record_path, "error": o.error,
+                               "holder": str(o.holder) if o.holder else None,
                                "kept_earlier_record": o.kept_earlier,
                                "flags": (_ok_record(o) or {}).get("flags") or []}
                               for o in outcomes]})
     else:
-        err.print(_summary_line(outcomes, len(suite.runs))
+        err.print(_summary_line(outcomes, len(planned))
                   + f" → {printable(args.out)}   next: benchsuite report {printable(args.out)}",
                   markup=False)
     if interrupted:
@@ -215,7 +222,8 @@ def _outcome_line(o) -> str:
     def escape(text) -> str:
         return _escape(printable(text))
 
-    name = escape(f"{o.run.workload} · world {o.run.world_size} · {o.run.scaling}")
+    name = escape(f"{o.run.workload} · world {o.run.world_size} · {o.run.scaling}"
+                  + (f" · repeat {o.repeat}" if o.repeat else ""))
     kept = f"; the earlier ok record is kept as the run's result ({escape(o.record_path)})" if o.kept_earlier else ""
     lines = {
         "failed": lambda: f"[red]✗[/red] {name}: {escape(o.error['type'])}: {escape(o.error['message'][:300])}{kept}",
@@ -639,6 +647,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", default="results", help="results folder (default: results)")
     r.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
                    help="skip runs already recorded ok (default: on)")
+    r.add_argument("--repeat", type=COUNT, default=1, metavar="N",
+                   help="measure each run N times, each repeat its own record (default 1): every run once, "
+                        "then every run again, so drift spreads over all runs; resume measures only missing repeats")
     r.add_argument("--peak-tflops", type=POSITIVE, default=None,
                    help="peak FLOP/s of one device (TFLOP/s) for MFU where the device is not in the table")
     r.add_argument("--nnodes", type=COUNT, default=1, help="nodes in this job (multi-node: one launcher per node)")

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from benchsuite import cli
 from benchsuite.results.migrate import update_to_2
 from benchsuite.results.schema import SCHEMA_VERSION, RecordError, check_record
-from benchsuite.results.store import MAX_RECORD_BYTES, load_records, ok_run_keys, read_record
+from benchsuite.results.store import MAX_RECORD_BYTES, load_records, ok_record_ids, read_record
 from conftest import REPO, run_cli
 
 FIXTURES = REPO / "tests" / "fixtures" / "results"
@@ -331,7 +331,7 @@ def test_run_resume_scan_survives_every_bad_file(folder):
     (folder / "typed.json").write_text(_record_text(run_key="typed", duration_s="slow"))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # quiet: run does not warn about files it did not write
-        assert ok_run_keys(folder) == {"ee7bbe62e331231c"}
+        assert ok_record_ids(folder) == {"ee7bbe62e331231c"}
 
 
 # ----------------------------------------------------------------------------- versions
