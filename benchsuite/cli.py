@@ -100,6 +100,9 @@ def cmd_run(args) -> int:
     if args.node_rank >= args.nnodes:
         raise UsageError(f"--node-rank {args.node_rank} must be < --nnodes {args.nnodes} (ranks count from 0)")
     suite = load_suite(args.suite)  # before the heavy imports: a bad file is refused at once
+    if len(suite.runs) * args.repeat > MAX_RUNS:
+        raise UsageError(f"--repeat {args.repeat}: {len(suite.runs)} runs × {args.repeat} is more measurements than "
+                         f"a suite may plan ({MAX_RUNS}); give a smaller --repeat")
     _check_ranks_per_node(suite, args)
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -117,9 +120,6 @@ def cmd_run(args) -> int:
     progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(),
                         TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=err, transient=True,
                         disable=args.json)
-    if len(suite.runs) * args.repeat > MAX_RUNS:
-        raise UsageError(f"--repeat {args.repeat}: {len(suite.runs)} runs × {args.repeat} is more measurements than "
-                         f"a suite may plan ({MAX_RUNS}); give a smaller --repeat")
     planned = plan(suite.runs, args.repeat)
     task = progress.add_task(printable(suite.name), total=len(planned))
 
