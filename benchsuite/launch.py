@@ -1,4 +1,5 @@
-"""Suite orchestration: one torchrun per run, resume, failure isolation, timeouts.
+"""Suite orchestration: one torchrun per run (and per repeat, `run --repeat N`), resume, failure
+isolation, timeouts.
 
 A run that raises, is killed, segfaults or hangs past `train.timeout_s` becomes a failed
 record naming the rank and the reason; every process of the run is reaped; the suite goes on.
