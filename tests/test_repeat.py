@@ -75,6 +75,8 @@ def test_old_records_load_as_repeat_0_and_the_upgrade_says_so(tmp_path):
 def test_the_report_shows_one_row_per_run_with_the_median_and_range_of_its_repeats(tmp_path):
     failed = {**rec("wide", 2, status="failed"), "repeat": 1, "started_at": "2026-01-01T00:02:00+00:00"}
     recs = repeats("base", 1, [90.0, 130.0, 100.0]) + repeats("wide", 2, [150.0]) + [failed]
+    flag = {"field": "metrics.mfu", "value": 2.0, "reason": "MFU above 1"}
+    recs[1]["flags"] = [flag]  # one repeat's impossible figure flags the run's row
     for r in recs:
         write_record(tmp_path, r)
     df = dataframe_of(load_records(tmp_path))
@@ -86,6 +88,7 @@ def test_the_report_shows_one_row_per_run_with_the_median_and_range_of_its_repea
         == (3, 100.0, 90.0, 130.0)
     assert base["step_time_median_s"] == pytest.approx(10.0)  # the median of 1000/90, 1000/130, 1000/100
     assert rows[("wide", "ok")]["repeats"] == 1 and rows[("wide", "failed")]["repeats"] == 1
+    assert base["flagged"] is True and base["flags"] == [flag] and rows[("wide", "ok")]["flagged"] is False
     # efficiency against the median of the baseline's repeats, named once with their count
     assert rows[("wide", "ok")]["scaling_efficiency"] == pytest.approx(150 / (2 * 100))
     assert rows[("wide", "ok")]["scaling_baseline_run_keys"] == ["base"]

@@ -128,7 +128,8 @@ def combine_repeats(df: pd.DataFrame) -> pd.DataFrame:
         figures = [c for c in df.select_dtypes("number").columns if c not in KEPT]
         out = out.astype({c: float for c in figures})
         out.loc[repeated, figures] = by[figures].transform("median").loc[repeated]
-        for idx in repeated:
+        flagged = df["flagged"].fillna(False).astype(bool).groupby(group, sort=False).transform("any")
+        for idx in repeated[flagged[repeated].to_numpy()]:  # a repeat was flagged: the row holds its flags
             flags = _union(df["flags"].iloc[by.indices[group[idx]]])
             out.at[idx, "flags"], out.at[idx, "flagged"] = flags, bool(flags)
             out.at[idx, "flag_summary"] = flag_summary(flags) or None
