@@ -20,6 +20,7 @@ from benchsuite.results.sanity import flag_summary
 from benchsuite.results.values import num, present
 from benchsuite.terminal import printable  # every string of a record reaches the terminal through it
 
+REPEATS = "repeats (tok/s min–max)"
 COLUMNS = [
     # (header, column, format)
     ("suite", "suite", "{}"),
@@ -35,10 +36,9 @@ COLUMNS = [
     ("baseline", None, None),
     ("state MiB meas/model", None, None),  # model-state bytes per rank: measured / analytic (metrics/memory.py)
     ("to target", None, None),  # tokens, seconds, energy to reach train.target_loss (metrics/quality.py)
-    ("repeats (tok/s min–max)", None, None),  # shown when some run was repeated (combine_repeats)
+    (REPEATS, None, None),  # shown when some run was repeated (combine_repeats)
     ("status", "status", "{}"),  # last: a failed or flagged row rewrites it
 ]
-REPEATS = "repeats (tok/s min–max)"
 FLAG_MARK = "⚠"
 MEMORY_MEASURED = "metrics.memory.model_state_bytes.measured.total"
 MEMORY_ANALYTIC = "metrics.memory.model_state_bytes.analytic.total"
@@ -144,8 +144,8 @@ def _union(flag_lists) -> list[dict]:
     return out
 
 
-CELLS = {"step ms (95% CI)": _step_cell, REPEATS: _repeats_cell, "efficiency": _efficiency_cell, "baseline": _baseline_cell,
-         "state MiB meas/model": _memory_cell, "to target": _target_cell}
+CELLS = {"step ms (95% CI)": _step_cell, "efficiency": _efficiency_cell, "baseline": _baseline_cell,
+         "state MiB meas/model": _memory_cell, "to target": _target_cell, REPEATS: _repeats_cell}
 
 
 def report_rows(df: pd.DataFrame) -> list[dict]:
@@ -167,8 +167,7 @@ TEXT_HEADERS = ("suite", "workload", "scaling", "status", "router", "source", "i
                 "baseline", "to target")  # left-aligned; may wrap at spaces. Every other column is a number
 # The main table's columns, most important first: the ones kept when the console is narrow.
 PRIORITY = ("workload", "world", "tok/s", "MFU", "step ms (95% CI)", "efficiency", "status", REPEATS, "suite",
-            "scaling",
-            "nodes", "HFU", "baseline", "state MiB meas/model", "to target")
+            "scaling", "nodes", "HFU", "baseline", "state MiB meas/model", "to target")
 
 
 def column_name(header: str) -> str:

@@ -255,7 +255,8 @@ CARBON = Obj({"kwh": number, "pue": pue, "intensity_g_per_kwh": number, "co2e_g"
 STEP = Obj({"step": number, "time_s": number, "loss": number, "val_loss": number, "tokens": number}, nullable=False)
 
 RECORD = Obj({
-    "schema_version": integer, "run_key": string, "repeat": index, "suite": string, "workload": string, "status": one_of(*STATUSES),
+    "schema_version": integer, "run_key": string, "suite": string, "workload": string, "status": one_of(*STATUSES),
+    "repeat": index,  # optional (absent: 0), see below
     "error": ERROR, "started_at": string, "duration_s": number, "config": CONFIG, "env": ENV,
     "metrics": METRICS, "energy": ENERGY, "carbon": CARBON, "steps": ListOf(STEP, nullable=False),
     "flags": anything,  # re-derived on load by the sanity guard, which keeps only well-formed stored flags
