@@ -1,4 +1,5 @@
-"""Suite orchestration: one torchrun per run, resume, failure isolation, timeouts.
+"""Suite orchestration: one torchrun per run (and per repeat, `run --repeat N`), resume, failure
+isolation, timeouts.
 
 A run that raises, is killed, segfaults or hangs past `train.timeout_s` becomes a failed
 record naming the rank and the reason; every process of the run is reaped; the suite goes on.
@@ -29,7 +30,7 @@ from benchsuite.config import ConfigError, RunConfig, Suite
 from benchsuite.environment import THREADS_SOURCE_VAR, hardware_identity, software_versions
 from benchsuite.progress import ProgressLine
 from benchsuite.results.schema import failed_record, utc_now
-from benchsuite.results.store import ok_run_keys, record_filename, write_record
+from benchsuite.results.store import ok_record_ids, record_filename, record_id, repeat_of, write_record
 from benchsuite.runlock import Holder, claim
 
 
@@ -53,7 +54,7 @@ class RunStatus(StrEnum):
     OK = "ok"  # measured; its ok record is on disk
     FAILED = "failed"  # crashed, killed or timed out; recorded failed (or an earlier ok record kept)
     INTERRUPTED = "interrupted"  # Ctrl-C / SIGTERM stopped it; recorded failed (or an earlier ok record kept)
-    SKIPPED_RECORDED = "skipped_recorded"  # resume: an ok record of this run key is already on disk
+    SKIPPED_RECORDED = "skipped_recorded"  # resume: an ok record of this run key and repeat is already on disk
     SKIPPED_OTHER_NODES = "skipped_other_nodes"  # its `nodes` differs from --nnodes: left to another job
     SKIPPED_LOCKED = "skipped_locked"  # another launcher is measuring it (its lock is held)
 
@@ -69,6 +70,24 @@ class RunOutcome:
     holder: Holder | None = None  # skipped_locked: the launcher measuring the run
     kept_earlier: bool = False  # failed or interrupted: the earlier ok record of this run key stays its result
     interrupted: bool = False  # Ctrl-C / SIGTERM arrived during this run: the suite stops after it
+    repeat: int = 0  # which measurement of the run (0 to N-1 of --repeat N)
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One measurement of the suite's plan: a run and which repeat of it."""
+
+    run: RunConfig
+    repeat: int = 0
+
+
+def plan(runs: list[RunConfig], repeat: int = 1) -> list[Planned]:
+    """Each run `repeat` times, interleaved: every run once, then every run again. Drift over the
+    suite's time (temperature, clocks, background load) then spreads over every configuration
+    instead of landing on the runs measured last."""
+    if repeat < 1:
+        raise ValueError(f"repeat must be >= 1, got {repeat}")
+    return [Planned(run, r) for r in range(repeat) for run in runs]
 
 
 def torchrun_command(run: RunConfig, key: str, workdir: Path, rdzv: Rendezvous) -> list[str]:
@@ -287,10 +306,17 @@ def _stop_signals():
                 signal.signal(s, handler)
 
 
-def record_path(out_dir: Path, run: RunConfig, key: str) -> Path:
-    """Where this run's record goes (the file name write_record gives it)."""
+def upgrade_v2_repeat(rec: dict) -> dict:
+    """A version-2 record as version 3 states it: a record written before `run --repeat` was the one
+    measurement of its run, repeat 0 (its file name, the bare run key, is repeat 0's)."""
+    rec.setdefault("repeat", 0)
+    return rec
+
+
+def record_path(out_dir: Path, run: RunConfig, key: str, repeat: int = 0) -> Path:
+    """Where this repeat of the run puts its record (the file name write_record gives it)."""
     return out_dir / record_filename({"suite": run.suite, "workload": run.workload, "config": run.to_dict(),
-                                      "run_key": key})
+                                      "run_key": key, "repeat": repeat})
 
 
 def _open_log(log_dir: Path, name: str):
@@ -332,24 +358,25 @@ class LogTail:
 
 def launch_run(run: RunConfig, key: str, out_dir: Path, hardware: dict, rdzv: Rendezvous,
                peak_tflops: float | None = None, threads: Threads | None = None,
-               on_progress: Callable[[ProgressLine], None] | None = None) -> RunOutcome:
-    """One torchrun for one run; returns when its record (ok or failed) is on disk, also after
-    Ctrl-C / SIGTERM (then the outcome says interrupted and the suite stops). threads: the
+               on_progress: Callable[[ProgressLine], None] | None = None, repeat: int = 0) -> RunOutcome:
+    """One torchrun for one repeat of a run; returns when its record (ok or failed) is on disk, also
+    after Ctrl-C / SIGTERM (then the outcome says interrupted and the suite stops). threads: the
     sweep's (thread_plan); by default the plan of this run alone. on_progress gets each progress
     line of the run's log while it runs."""
     on_progress = on_progress or (lambda line: None)
     threads = threads or thread_plan([run])[run.sweep_id]
     started_at, t0 = utc_now(), time.perf_counter()
-    final = record_path(out_dir, run, key)
+    final = record_path(out_dir, run, key, repeat)
+    rid = record_id(key, repeat)
     log_name = f"{final.stem}.node{rdzv.node_rank}.log"
     log_path = out_dir / "logs" / log_name
     before = _fingerprint(final)
-    with _stop_signals() as stop, tempfile.TemporaryDirectory(prefix=f"{WORKDIR_PREFIX}{key}-") as tmp:
+    with _stop_signals() as stop, tempfile.TemporaryDirectory(prefix=f"{WORKDIR_PREFIX}{rid}-") as tmp:
         workdir = Path(tmp)
         (workdir / "launcher.pid").write_text(str(os.getpid()))
-        (workdir / "run.json").write_text(json.dumps({"run": run.to_dict(), "run_key": key, "out": str(out_dir),
-                                                      "peak_tflops": peak_tflops}))
-        cmd = torchrun_command(run, key, workdir, rdzv)
+        (workdir / "run.json").write_text(json.dumps({"run": run.to_dict(), "run_key": key, "repeat": repeat,
+                                                      "out": str(out_dir), "peak_tflops": peak_tflops}))
+        cmd = torchrun_command(run, rid, workdir, rdzv)
         with _open_log(out_dir / "logs", log_name) as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, env=worker_env(run, threads),
@@ -383,9 +410,10 @@ def launch_run(run: RunConfig, key: str, out_dir: Path, hardware: dict, rdzv: Re
         outcome = RunOutcome(run, key, RunStatus.OK, str(final), None)
         if error is not None:
             error["log"] = str(log_path)
-            failed = _failed_record(run, key, hardware, error, started_at, t0)
+            failed = _failed_record(run, key, hardware, error, started_at, t0, repeat)
             outcome = _settle_failure(run, key, final, failed, rdzv, written=_fingerprint(final) != before)
         outcome.duration_s = time.perf_counter() - t0
+        outcome.repeat = repeat
         outcome.interrupted = stop.signum is not None
     return outcome
 
@@ -400,7 +428,7 @@ def _settle_failure(run: RunConfig, key: str, final: Path, failed: dict, rdzv: R
     status = RunStatus.INTERRUPTED if error["type"] == "Interrupted" else RunStatus.FAILED
     if rdzv.node_rank != 0:  # node 0 writes the records
         return RunOutcome(run, key, status, None, error)
-    rec = _ok_record_on_disk(final, key)
+    rec = _ok_record_on_disk(final, key, failed["repeat"])
     if rec is not None and written:
         _flag_written_record(rec, final.parent, error)
         return RunOutcome(run, key, RunStatus.OK, str(final), None)
@@ -419,8 +447,9 @@ def _fingerprint(path: Path) -> tuple | None:
     return st.st_ino, st.st_mtime_ns, st.st_size
 
 
-def _ok_record_on_disk(final: Path, key: str) -> dict | None:
-    """The ok record of this run key at final, if that is what is there (never reads a FIFO or device)."""
+def _ok_record_on_disk(final: Path, key: str, repeat: int) -> dict | None:
+    """The ok record of this run key and repeat at final, if that is what is there (never reads a FIFO
+    or device)."""
     if not final.is_file():
         return None
     try:
@@ -428,6 +457,8 @@ def _ok_record_on_disk(final: Path, key: str) -> dict | None:
     except (OSError, ValueError):
         return None
     if not isinstance(rec, dict) or rec.get("status") != "ok" or rec.get("run_key") != key:
+        return None
+    if repeat_of(rec) != repeat:
         return None
     return rec
 
@@ -444,58 +475,67 @@ def _flag_written_record(rec: dict, out_dir: Path, error: dict) -> None:
     write_record(out_dir, rec)
 
 
-def _failed_record(run: RunConfig, key: str, hardware: dict, error: dict, started_at: str, t0: float) -> dict:
+def _failed_record(run: RunConfig, key: str, hardware: dict, error: dict, started_at: str, t0: float,
+                   repeat: int) -> dict:
     env = {"hardware": hardware, "world_size": run.world_size, "nodes": run.nodes, **software_versions()}
-    return failed_record(key, run.to_dict(), env, error, started_at, time.perf_counter() - t0)
+    return failed_record(key, run.to_dict(), env, error, started_at, time.perf_counter() - t0, repeat)
 
 
 def run_suite(suite: Suite, out_dir: str | Path, resume: bool = True, peak_tflops: float | None = None,
               rdzv: Rendezvous = Rendezvous(),
-              on_event: Callable[[str, int, int, RunOutcome | RunConfig], None] | None = None) -> list[RunOutcome]:
-    """Run every run of the suite in order, until one is interrupted (Ctrl-C, SIGTERM).
-    on_event(kind, index, total, payload) reports 'start' (payload: the RunConfig), 'progress'
-    (payload: a ProgressLine of the run's log, while it runs) and 'done' (payload: the RunOutcome)."""
+              on_event: Callable[[str, int, int, RunOutcome | RunConfig], None] | None = None,
+              repeat: int = 1) -> list[RunOutcome]:
+    """Measure every run of the suite `repeat` times in the order of plan() (each repeat its own
+    record), until one is interrupted (Ctrl-C, SIGTERM). Resume skips each repeat recorded ok, so a
+    larger `repeat` later measures only the repeats still missing. on_event(kind, index, total,
+    payload), index into plan(suite.runs, repeat), reports 'start' (payload: the RunConfig),
+    'progress' (payload: a ProgressLine of the run's log, while it runs) and 'done' (payload: the
+    RunOutcome)."""
     on_event = on_event or (lambda kind, index, total, payload: None)
+    planned = plan(suite.runs, repeat)
     threads = thread_plan(suite.runs)  # a bad OMP_NUM_THREADS is refused before anything starts
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     prctl.become_subreaper()  # ranks whose torchrun died are re-parented here and reaped
     remove_stale_workdirs()
     hardware = hardware_identity()
-    done = ok_run_keys(out_dir) if resume else set()
+    done = ok_record_ids(out_dir) if resume else set()
     outcomes = []
-    for i, run in enumerate(suite.runs):
+    for i, (run, rep) in enumerate((p.run, p.repeat) for p in planned):
         key = run.run_key(hardware)
-        if key in done:
-            outcome = RunOutcome(run, key, RunStatus.SKIPPED_RECORDED)
+        if record_id(key, rep) in done:
+            outcome = RunOutcome(run, key, RunStatus.SKIPPED_RECORDED, repeat=rep)
         elif run.nodes != rdzv.nnodes:
-            outcome = RunOutcome(run, key, RunStatus.SKIPPED_OTHER_NODES)
+            outcome = RunOutcome(run, key, RunStatus.SKIPPED_OTHER_NODES, repeat=rep)
         else:
-            outcome = _claim_and_launch(run, key, out_dir, hardware, rdzv, peak_tflops, resume,
-                                        start=lambda: on_event("start", i, len(suite.runs), run),
+            outcome = _claim_and_launch(run, key, rep, out_dir, hardware, rdzv, peak_tflops, resume,
+                                        start=lambda: on_event("start", i, len(planned), run),
                                         threads=threads[run.sweep_id],
-                                        on_progress=lambda line: on_event("progress", i, len(suite.runs), line))
+                                        on_progress=lambda line: on_event("progress", i, len(planned), line))
         outcomes.append(outcome)
-        on_event("done", i, len(suite.runs), outcome)
+        on_event("done", i, len(planned), outcome)
         if outcome.interrupted:
             break
     return outcomes
 
 
-def _claim_and_launch(run: RunConfig, key: str, out_dir: Path, hardware: dict, rdzv: Rendezvous,
+def _claim_and_launch(run: RunConfig, key: str, repeat: int, out_dir: Path, hardware: dict, rdzv: Rendezvous,
                       peak_tflops: float | None, resume: bool, start: Callable[[], None],
                       threads: Threads, on_progress: Callable[[ProgressLine], None]) -> RunOutcome:
-    """Node 0 holds the run's lock for the whole run (the other nodes follow their node 0): a run
-    another launcher is measuring is skipped, and one it finished since this suite began (its ok
-    record is there now) is not measured again."""
+    """Node 0 holds the lock of the run's repeat for the whole run (the other nodes follow their
+    node 0): a repeat another launcher is measuring is skipped, and one it finished since this suite
+    began (its ok record is there now) is not measured again."""
+    rid = record_id(key, repeat)
     if rdzv.node_rank != 0:
         start()
-        return launch_run(run, key, out_dir, hardware, rdzv, peak_tflops, threads=threads, on_progress=on_progress)
-    with claim(out_dir, key) as holder:
+        return launch_run(run, key, out_dir, hardware, rdzv, peak_tflops, threads=threads, on_progress=on_progress,
+                          repeat=repeat)
+    with claim(out_dir, rid) as holder:
         if holder is not None:
-            return RunOutcome(run, key, RunStatus.SKIPPED_LOCKED, holder=holder)
-        final = record_path(out_dir, run, key)
-        if resume and key in ok_run_keys(final):
-            return RunOutcome(run, key, RunStatus.SKIPPED_RECORDED, str(final))
+            return RunOutcome(run, key, RunStatus.SKIPPED_LOCKED, holder=holder, repeat=repeat)
+        final = record_path(out_dir, run, key, repeat)
+        if resume and rid in ok_record_ids(final):
+            return RunOutcome(run, key, RunStatus.SKIPPED_RECORDED, str(final), repeat=repeat)
         start()
-        return launch_run(run, key, out_dir, hardware, rdzv, peak_tflops, threads=threads, on_progress=on_progress)
+        return launch_run(run, key, out_dir, hardware, rdzv, peak_tflops, threads=threads, on_progress=on_progress,
+                          repeat=repeat)

@@ -530,6 +530,7 @@ def main(argv: list[str] | None = None) -> int:
         ranks = bdist.all_gather_objects(mine, ctx)
         if ctx.is_main:
             record = build_record(run, spec["run_key"], ranks, ctx, started_at, time.perf_counter() - t0)
+            record["repeat"] = spec.get("repeat", 0)  # which measurement of the run (launch.plan)
             write_record(spec["out"], record)
         bdist.shutdown()
         inject_fault(rank, phase="exit")

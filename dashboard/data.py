@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from benchsuite.results.report import combine_repeats
 from benchsuite.results.sanity import with_flags
 from benchsuite.results.store import dataframe_of, load_records, slug
 from benchsuite.results.values import dig
@@ -142,8 +143,9 @@ def load(results: str | Path | list[dict]) -> SiteData:
 
 
 def latest_ok_per_size(df: pd.DataFrame) -> pd.DataFrame:
-    """One ok run per (sweep, world size): the latest, where a sweep was run again."""
-    ok = df[df["status"] == "ok"]
+    """One ok run per (sweep, world size): the latest, where a sweep was run again; a run's repeats
+    as one row of their medians (results.report.combine_repeats)."""
+    ok = combine_repeats(df[df["status"] == "ok"])
     return ok.sort_values("started_at").drop_duplicates(["sweep", "world_size"], keep="last") \
         .sort_values(["series", "world_size"])
 

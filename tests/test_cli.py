@@ -60,7 +60,7 @@ BAD = {  # what each kind of option refuses
     "non-negative": [*NOT_FINITE, "-1", "-1e-9"],
 }
 OPTIONS = {
-    "run": {"--peak-tflops": "positive", "--nnodes": "count", "--node-rank": "index"},
+    "run": {"--peak-tflops": "positive", "--nnodes": "count", "--node-rank": "index", "--repeat": "count"},
     "carbon estimate": {"--chips": "positive", "--hours": "positive", "--watts": "positive", "--pue": "pue",
                         "--intensity": "non-negative"},
     "carbon project": {"--tokens": "positive", "--devices": "count", "--pue": "pue", "--intensity": "non-negative"},
@@ -113,6 +113,15 @@ def test_node_rank_must_be_below_nnodes(capsys, monkeypatch):
     assert exit_code(["run", "workloads/smoke.toml", "--nnodes", "2", "--node-rank", "2",
                       "--rdzv-endpoint", "h:1"]) == 2
     assert "--node-rank 2 must be < --nnodes 2" in capsys.readouterr().err
+
+
+def test_repeat_is_refused_past_the_measurements_a_suite_may_plan_and_its_help_says_the_order(capsys, monkeypatch):
+    monkeypatch.chdir(REPO)  # workloads/smoke.toml: 2 runs
+    assert exit_code(["run", "workloads/smoke.toml", "--repeat", "2049"]) == 2
+    assert "--repeat 2049: 2 runs × 2049 is more measurements than a suite may plan (4096)" in capsys.readouterr().err
+    assert exit_code(["run", "--help"]) == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--repeat N measure each run N times" in help_text and "every run once, then every run again" in help_text
 
 
 def test_slurm_gpus_per_node_must_hold_the_suites_ranks_per_node(capsys, monkeypatch):

@@ -177,3 +177,17 @@ def test_a_threshold_outside_0_to_1_is_refused(tmp_path, capsys, threshold):
     a = _folder(tmp_path, "a", _record(DENSE, TIMES_A))
     assert main(["compare", str(a), str(a), "--threshold", threshold]) == 2
     assert "--threshold" in capsys.readouterr().err
+
+
+def test_the_repeats_of_a_run_written_to_one_folder_are_compared_as_its_repeats(tmp_path):
+    from benchsuite.results.store import write_record
+
+    a, b = tmp_path / "a", _folder(tmp_path, "b", _record(DENSE, TIMES_A))
+    a.mkdir()
+    for i, scale in enumerate((1.0, 1.25, 2.0)):  # run --repeat 3: one run key, repeats 0, 1, 2
+        write_record(a, {**_record(DENSE, [t * scale for t in TIMES_A]), "repeat": i})
+    c = compare_folders(a, b, seed=1, resamples=200)
+    (run,) = c.runs
+    tps = {m.metric: m for m in run.metrics}["tokens_per_s"]
+    assert (run.repeats_a, run.repeats_b) == (3, 1)
+    assert tps.a == pytest.approx(_tokens_per_step(_record(DENSE)) / (1.25 * np.median(TIMES_A)))  # the median repeat

@@ -25,9 +25,9 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from benchsuite import cli
-from benchsuite.results.migrate import update_to_2
+from benchsuite.results.migrate import update_to_2, update_to_3
 from benchsuite.results.schema import SCHEMA_VERSION, RecordError, check_record
-from benchsuite.results.store import MAX_RECORD_BYTES, load_records, ok_run_keys, read_record
+from benchsuite.results.store import MAX_RECORD_BYTES, load_records, ok_record_ids, read_record
 from conftest import REPO, run_cli
 
 FIXTURES = REPO / "tests" / "fixtures" / "results"
@@ -331,25 +331,26 @@ def test_run_resume_scan_survives_every_bad_file(folder):
     (folder / "typed.json").write_text(_record_text(run_key="typed", duration_s="slow"))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # quiet: run does not warn about files it did not write
-        assert ok_run_keys(folder) == {"ee7bbe62e331231c"}
+        assert ok_record_ids(folder) == {"ee7bbe62e331231c"}
 
 
 # ----------------------------------------------------------------------------- versions
 
 
-def test_schema_1_fixtures_load_through_the_chain_as_version_2():
-    assert SCHEMA_VERSION == 2
+def test_schema_1_fixtures_load_through_the_chain_as_version_3():
+    assert SCHEMA_VERSION == 3
     raw = {p.name: json.loads(p.read_text()) for p in FIXTURES.glob("*.json")}
     assert {d["schema_version"] for d in raw.values()} == {1}
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         recs = load_records(FIXTURES)
-    assert len(recs) == len(raw) and {r["schema_version"] for r in recs} == {2}
+    assert len(recs) == len(raw) and {r["schema_version"] for r in recs} == {3}
     for r in recs:  # exactly what the chain's steps make of the stored record, nothing else touched
         assert check_record(r) is None
         before = raw[Path(r["_path"]).name]
         assert {k: v for k, v in r.items() if k not in ("_path", "flags")} == \
-            {k: v for k, v in update_to_2(copy.deepcopy(before)).items() if k != "flags"}
+            {k: v for k, v in update_to_3(update_to_2(copy.deepcopy(before))).items() if k != "flags"}
+        assert r["repeat"] == 0
 
 
 def test_update_steps_run_in_order_and_their_output_is_checked(folder, monkeypatch):

@@ -174,6 +174,20 @@ def test_repeated_baselines_are_aggregated_by_their_median_and_named(tmp_path):
     assert df.loc["b2", "scaling_efficiency"] == pytest.approx(1.3) and not bool(df.loc["b2", "flagged"])
 
 
+def test_the_repeats_of_a_baseline_share_its_run_key_and_are_named_once_with_their_count(tmp_path):
+    base = [{**rec("b", 1, tokens_per_s=t), "repeat": i} for i, t in enumerate((90.0, 130.0, 100.0))]
+    other = rec("c", 1, tokens_per_s=110.0)
+    for r in [*base, rec("w2", 2, tokens_per_s=180.0)]:
+        write_record(tmp_path, r)
+    (w2,) = records_dataframe(tmp_path).query("run_key == 'w2'").to_dict("records")
+    assert w2["scaling_efficiency"] == pytest.approx(180 / (2 * 100))  # the median of the three repeats
+    assert w2["scaling_baseline_run_keys"] == ["b"] and w2["scaling_baseline"] == "median of 3 runs: b (3 repeats)"
+    write_record(tmp_path, other)
+    (w2,) = records_dataframe(tmp_path).query("run_key == 'w2'").to_dict("records")
+    assert w2["scaling_efficiency"] == pytest.approx(180 / (2 * 105))  # median of 90, 100, 110, 130
+    assert w2["scaling_baseline"] == "median of 4 runs: b (3 repeats), c"
+
+
 def test_superlinear_efficiency_is_flagged_in_the_report_and_its_json(tmp_path, capsys, monkeypatch):
     df = frame(tmp_path, rec("b", 1, tokens_per_s=100.0), rec("w2", 2, tokens_per_s=360.0),
                rec("b-repeat", 1, tokens_per_s=100.0, threads=2), rec("w4", 4, tokens_per_s=400.0, threads=2))

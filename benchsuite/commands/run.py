@@ -8,7 +8,7 @@ import signal
 from pathlib import Path
 
 from benchsuite.commands.common import COUNT, INDEX, JSON, POSITIVE, UsageError, err, make_folder, print_json
-from benchsuite.config import RANKS_PER_CORE, check_ranks_per_node, load_suite, usable_cores
+from benchsuite.config import MAX_RUNS, RANKS_PER_CORE, check_ranks_per_node, load_suite, usable_cores
 from benchsuite.terminal import printable
 
 
@@ -18,6 +18,9 @@ def add_parser(sub) -> None:
     r.add_argument("--out", default="results", help="results folder (default: results)")
     r.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
                    help="skip runs already recorded ok (default: on)")
+    r.add_argument("--repeat", type=COUNT, default=1, metavar="N",
+                   help="measure each run N times, each repeat its own record (default 1): every run once, "
+                        "then every run again, so drift spreads over all runs; resume measures only missing repeats")
     r.add_argument("--peak-tflops", type=POSITIVE, default=None,
                    help="peak FLOP/s of one device (TFLOP/s) for MFU where the device is not in the table")
     r.add_argument("--nnodes", type=COUNT, default=1, help="nodes in this job (multi-node: one launcher per node)")
@@ -33,11 +36,14 @@ def run(args) -> int:
     if args.node_rank >= args.nnodes:
         raise UsageError(f"--node-rank {args.node_rank} must be < --nnodes {args.nnodes} (ranks count from 0)")
     suite = load_suite(args.suite)  # before the heavy imports: a bad file is refused at once
+    if len(suite.runs) * args.repeat > MAX_RUNS:
+        raise UsageError(f"--repeat {args.repeat}: {len(suite.runs)} runs × {args.repeat} is more measurements than "
+                         f"a suite may plan ({MAX_RUNS}); give a smaller --repeat")
     _check_ranks_per_node(suite, args)
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from benchsuite.launch import Rendezvous, RunStatus, run_suite
+    from benchsuite.launch import Rendezvous, RunStatus, plan, run_suite
 
     if args.nnodes > 1 and not args.rdzv_endpoint:
         raise UsageError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (the first node's address)")
@@ -50,10 +56,13 @@ def run(args) -> int:
     progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(),
                         TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=err, transient=True,
                         disable=args.json)
-    task = progress.add_task(printable(suite.name), total=len(suite.runs))
+    planned = plan(suite.runs, args.repeat)
+    task = progress.add_task(printable(suite.name), total=len(planned))
 
     def on_event(kind, i, total, payload):
-        label = printable(f"{suite.runs[i].workload} · world {suite.runs[i].world_size} · {suite.runs[i].scaling}")
+        run, repeat = planned[i].run, planned[i].repeat
+        label = printable(f"{run.workload} · world {run.world_size} · {run.scaling}"
+                          + (f" · repeat {repeat}" if repeat else ""))
         if kind == "start":
             progress.update(task, description=label)
             return
@@ -70,7 +79,7 @@ def run(args) -> int:
     try:
         with progress:
             outcomes = run_suite(suite, args.out, resume=args.resume, peak_tflops=args.peak_tflops, rdzv=rdzv,
-                                 on_event=on_event)
+                                 on_event=on_event, repeat=args.repeat)
     except OSError as e:  # disk full, folder removed mid-suite, ...: say so, no traceback
         err.print(f"benchsuite: cannot write to the results folder {printable(args.out)}: {printable(e)}\n"
                   "records completed before this are kept; free space and rerun the same command to resume",
@@ -83,13 +92,14 @@ def run(args) -> int:
     if args.json:
         print_json({"suite": suite.name, "out": str(args.out), "interrupted": interrupted,
                     "runs": [{"workload": o.run.workload, "world_size": o.run.world_size, "scaling": o.run.scaling,
-                              "run_key": o.run_key, "status": o.status.value, "record": o.record_path,
-                              "error": o.error, "holder": str(o.holder) if o.holder else None,
+                              "run_key": o.run_key, "repeat": o.repeat, "status": o.status.value,
+                              "record": o.record_path, "error": o.error,
+                              "holder": str(o.holder) if o.holder else None,
                               "kept_earlier_record": o.kept_earlier,
                               "flags": (_ok_record(o) or {}).get("flags") or []}
                              for o in outcomes]})
     else:
-        err.print(_summary_line(outcomes, len(suite.runs))
+        err.print(_summary_line(outcomes, len(planned))
                   + f" → {printable(args.out)}   next: benchsuite report {printable(args.out)}",
                   markup=False)
     if interrupted:
@@ -146,7 +156,8 @@ def _outcome_line(o) -> str:
     def escape(text) -> str:
         return _escape(printable(text))
 
-    name = escape(f"{o.run.workload} · world {o.run.world_size} · {o.run.scaling}")
+    name = escape(f"{o.run.workload} · world {o.run.world_size} · {o.run.scaling}"
+                  + (f" · repeat {o.repeat}" if o.repeat else ""))
     kept = f"; the earlier ok record is kept as the run's result ({escape(o.record_path)})" if o.kept_earlier else ""
     lines = {
         "failed": lambda: f"[red]✗[/red] {name}: {escape(o.error['type'])}: {escape(o.error['message'][:300])}{kept}",

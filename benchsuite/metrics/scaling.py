@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import statistics
+from collections import Counter
 
 import pandas as pd
 
@@ -61,10 +62,12 @@ def find_baseline(ok: pd.DataFrame, row) -> tuple[pd.DataFrame, str | None]:
 
 
 def baseline_note(run_keys: list[str]) -> str:
-    """How the baseline is named in the report and on the dashboard."""
+    """How the baseline is named in the report and on the dashboard, from the run key of each baseline
+    record (the repeats of a run share its key: named once, with their count)."""
     if len(run_keys) == 1:
         return run_keys[0]
-    return f"median of {len(run_keys)} runs: {', '.join(run_keys)}"
+    names = [key if n == 1 else f"{key} ({n} repeats)" for key, n in sorted(Counter(run_keys).items())]
+    return f"median of {len(run_keys)} runs: {', '.join(names)}"
 
 
 def _figure(row) -> str:
@@ -111,10 +114,10 @@ def add_scaling_efficiency(df: pd.DataFrame) -> pd.DataFrame:
             continue
         eff, keys = float(efficiency(row, base)), sorted(base["run_key"])
         df.at[idx, "scaling_efficiency"] = eff
-        df.at[idx, "scaling_baseline_run_keys"] = keys
+        df.at[idx, "scaling_baseline_run_keys"] = sorted(set(keys))
         df.at[idx, "scaling_baseline"] = baseline_note(keys)
         flag = scaling_flag(eff, row["scaling"], int(row["world_size"]), baseline_note(keys))
-        if flag and row["world_size"] > 1:  # repeats of the 1-device run differ by noise, not scaling
+        if flag and row["world_size"] > 1:  # 1-device runs of one config differ by noise, not scaling
             _add_flag(df, idx, flag)
     df["scaling_efficiency"] = pd.to_numeric(df["scaling_efficiency"])
     return df

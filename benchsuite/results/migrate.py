@@ -37,7 +37,24 @@ def update_to_2(rec: dict) -> dict:
     return rec
 
 
-UPDATES: dict[int, Upgrade] = {2: update_to_2}  # version reached -> the upgrade that reaches it
+def steps_to_3() -> list[Upgrade]:
+    """Version 2 → 3: the MoE keys and per-expert figures of dropless top-k routing, the dropless
+    all-to-all's bytes per step, the repeat index of `run --repeat`."""
+    from benchsuite.launch import upgrade_v2_repeat
+    from benchsuite.metrics.comm import upgrade_v2_comm
+    from benchsuite.models.moe import upgrade_v2_moe
+
+    return [upgrade_v2_moe, upgrade_v2_comm, upgrade_v2_repeat]
+
+
+def update_to_3(rec: dict) -> dict:
+    for step in steps_to_3():
+        rec = step(rec)
+    rec["schema_version"] = 3
+    return rec
+
+
+UPDATES: dict[int, Upgrade] = {2: update_to_2, 3: update_to_3}  # version reached -> the upgrade that reaches it
 
 
 def migrate(rec: dict) -> dict:

@@ -1,4 +1,10 @@
-"""The terminal report: one row per run, the figures a reader compares first."""
+"""The terminal report: one row per run, the figures a reader compares first.
+
+The repeats of a run (`run --repeat N`: records of one run key) make one row (combine_repeats):
+each figure is the median over the repeats, and the row says how many there are and the range
+(min–max) of their tokens/s. A range, not an interval: N is a handful, too few for an interval
+to mean more than the data's own extent.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +16,11 @@ from rich.cells import cell_len
 from rich.markup import escape
 from rich.table import Table
 
+from benchsuite.results.sanity import flag_summary
 from benchsuite.results.values import format_step_ms, num, present
 from benchsuite.terminal import printable  # every string of a record reaches the terminal through it
 
+REPEATS = "repeats (tok/s min–max)"
 COLUMNS = [
     # (header, column, format)
     ("suite", "suite", "{}"),
@@ -28,7 +36,8 @@ COLUMNS = [
     ("baseline", None, None),
     ("state MiB meas/model", None, None),  # model-state bytes per rank: measured / analytic (metrics/memory.py)
     ("to target", None, None),  # tokens, seconds, energy to reach train.target_loss (metrics/quality.py)
-    ("status", "status", "{}"),
+    (REPEATS, None, None),  # shown when some run was repeated (combine_repeats)
+    ("status", "status", "{}"),  # last: a failed or flagged row rewrites it
 ]
 FLAG_MARK = "⚠"
 MEMORY_MEASURED = "metrics.memory.model_state_bytes.measured.total"
@@ -88,15 +97,62 @@ def _baseline_cell(row) -> str:
     return "none" if row.get("status") == "ok" else "—"
 
 
+def _repeats_cell(row) -> str:
+    """'3 (11,900–12,400)': the repeats and the range of their tokens/s; '1' for a run measured once."""
+    n, lo, hi = int(row["repeats"]), row.get("tokens_per_s_min"), row.get("tokens_per_s_max")
+    return f"{n} ({lo:,.0f}–{hi:,.0f})" if n > 1 and present(lo) else str(n)
+
+
+# A repeat group's columns that identify it or point at one record: the latest repeat's, never a median.
+KEPT = ("world_size", "nodes", "tensor", "zero", "expert", "repeat", "error_rank", "rec")
+
+
+def combine_repeats(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per run and status from a records DataFrame (store.dataframe_of): the repeats of a run
+    (its records share the run key) as the median of each numeric figure, `repeats` (how many) and
+    `tokens_per_s_min` / `tokens_per_s_max` (their range). Text, identity and the detail page come from
+    the latest repeat; the flags of every repeat are kept. A frame already combined is returned as is."""
+    if df.empty or "repeats" in df:
+        return df
+    group = df["run_key"].astype(str) + "\0" + df["status"].astype(str)
+    by = df.groupby(group, sort=False)
+    latest = ~group.duplicated(keep="last")  # rows are in started_at order within a run
+    out = df[latest].copy()
+    out["repeats"] = by["run_key"].transform("size")[latest]
+    out["tokens_per_s_min"] = by["tokens_per_s"].transform("min")[latest]
+    out["tokens_per_s_max"] = by["tokens_per_s"].transform("max")[latest]
+    repeated = out.index[out["repeats"] > 1]
+    if len(repeated):
+        figures = [c for c in df.select_dtypes("number").columns if c not in KEPT]
+        out = out.astype({c: float for c in figures})
+        out.loc[repeated, figures] = by[figures].transform("median").loc[repeated]
+        flagged = df["flagged"].fillna(False).astype(bool).groupby(group, sort=False).transform("any")
+        for idx in repeated[flagged[repeated].to_numpy()]:  # a repeat was flagged: the row holds its flags
+            flags = _union(df["flags"].iloc[by.indices[group[idx]]])
+            out.at[idx, "flags"], out.at[idx, "flagged"] = flags, bool(flags)
+            out.at[idx, "flag_summary"] = flag_summary(flags) or None
+    return out.reset_index(drop=True)
+
+
+def _union(flag_lists) -> list[dict]:
+    """Every flag of the repeats, each once."""
+    out = []
+    for flags in flag_lists:
+        out += [f for f in (flags if isinstance(flags, list) else []) if f not in out]
+    return out
+
+
 CELLS = {"step ms (95% CI)": _step_cell, "efficiency": _efficiency_cell, "baseline": _baseline_cell,
-         "state MiB meas/model": _memory_cell, "to target": _target_cell}
+         "state MiB meas/model": _memory_cell, "to target": _target_cell, REPEATS: _repeats_cell}
 
 
 def report_rows(df: pd.DataFrame) -> list[dict]:
-    """The report as plain dicts (for --json): the same columns, unformatted, nulls as None."""
+    """The report as plain dicts (for --json): the same rows and columns, unformatted, nulls as None."""
     if df.empty:
         return []
-    cols = [c for _, c, _ in COLUMNS if c] + ["run_key", "scaling_efficiency", "scaling_baseline_run_keys",
+    df = combine_repeats(df)
+    cols = [c for _, c, _ in COLUMNS if c] + ["run_key", "repeats", "tokens_per_s_min", "tokens_per_s_max",
+                                              "scaling_efficiency", "scaling_baseline_run_keys",
                                               "scaling_baseline", "scaling_efficiency_reason",
                                               "step_time_median_s", "step_time_ci95_lo_s",
                                               "step_time_ci95_hi_s", "error_type", "error_message",
@@ -108,8 +164,8 @@ def report_rows(df: pd.DataFrame) -> list[dict]:
 TEXT_HEADERS = ("suite", "workload", "scaling", "status", "router", "source", "intensity source", "schedule",
                 "baseline", "to target")  # left-aligned; may wrap at spaces. Every other column is a number
 # The main table's columns, most important first: the ones kept when the console is narrow.
-PRIORITY = ("workload", "world", "tok/s", "MFU", "step ms (95% CI)", "efficiency", "status", "suite", "scaling",
-            "nodes", "HFU", "baseline", "state MiB meas/model", "to target")
+PRIORITY = ("workload", "world", "tok/s", "MFU", "step ms (95% CI)", "efficiency", "status", REPEATS, "suite",
+            "scaling", "nodes", "HFU", "baseline", "state MiB meas/model", "to target")
 
 
 def column_name(header: str) -> str:
@@ -186,9 +242,12 @@ def _left_out_line(left_out: list[str]) -> list[str]:
 
 
 def report_table(df: pd.DataFrame, fit: Fit = Fit()) -> Table:
+    """The main table, one row per run (its repeats combined)."""
+    df = combine_repeats(df)
+    columns = [c for c in COLUMNS if c[0] != REPEATS or (not df.empty and df["repeats"].max() > 1)]
     rows, styles = [], []
     for _, row in df.iterrows():
-        cells = [CELLS[header](row) if col is None else _fmt(fmt, row.get(col)) for header, col, fmt in COLUMNS]
+        cells = [CELLS[header](row) if col is None else _fmt(fmt, row.get(col)) for header, col, fmt in columns]
         flagged = row["status"] == "ok" and bool(row.get("flagged"))
         if row["status"] == "failed":
             cells[-1] = f"failed: {row.get('error_type')}"
@@ -196,8 +255,9 @@ def report_table(df: pd.DataFrame, fit: Fit = Fit()) -> Table:
             cells[-1] = f"ok {FLAG_MARK} flagged"
         rows.append(cells)
         styles.append("red" if row["status"] == "failed" else ("yellow" if flagged else None))
-    table, left_out = _fitted_table("benchsuite results", [h for h, _, _ in COLUMNS], rows, list(PRIORITY), fit,
-                                    styles)
+    headers = [h for h, _, _ in columns]
+    table, left_out = _fitted_table("benchsuite results", headers, rows, [h for h in PRIORITY if h in headers],
+                                    fit, styles)
     flagged_rows = df[df["flagged"].fillna(False).astype(bool)] if "flagged" in df else df.iloc[:0]
     lines = [f"{FLAG_MARK} {escape(printable(r['workload']))} w{r['world_size']}: "
              f"{escape(printable(r.get('flag_summary')))}" for _, r in flagged_rows.iterrows()]
@@ -217,6 +277,7 @@ def _section_table(df: pd.DataFrame, title: str, columns: list[tuple[str, str, s
     its columns); its columns are most important first."""
     if when not in df or df[when].isna().all():
         return None
+    df = combine_repeats(df)
     rows = [[_fmt(fmt, row.get(col)) for _, col, fmt in columns] for _, row in df[df[when].notna()].iterrows()]
     headers = [h for h, _, _ in columns]
     table, left_out = _fitted_table(title, headers, rows, headers, fit)
@@ -231,6 +292,7 @@ def section_rows(df: pd.DataFrame, columns: list[tuple[str, str, str]], when: st
     """A section table's rows for --json: keyed by record field, typed values, nulls as None."""
     if when not in df:
         return []
+    df = combine_repeats(df)
     cols = ["run_key"] + [c for _, c, _ in columns if c != "run_key"]
     part = df[df[when].notna()].reindex(columns=cols)
     return [{k: (v.item() if hasattr(v, "item") else v) if present(v) else None for k, v in r.items()}

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 STATUSES = ("ok", "failed")
 
 REQUIRED_FIELDS = ("schema_version", "run_key", "suite", "workload", "status", "error", "started_at",
@@ -31,9 +31,10 @@ def utc_now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def failed_record(run_key: str, config: dict, env: dict, error: dict, started_at: str, duration_s: float) -> dict:
+def failed_record(run_key: str, config: dict, env: dict, error: dict, started_at: str, duration_s: float,
+                  repeat: int = 0) -> dict:
     """A run that did not finish: every figure null, the error says what, where (rank) and why."""
-    return {"schema_version": SCHEMA_VERSION, "run_key": run_key, "suite": config["suite"],
+    return {"schema_version": SCHEMA_VERSION, "run_key": run_key, "repeat": repeat, "suite": config["suite"],
             "workload": config["workload"], "status": "failed", "error": error, "started_at": started_at,
             "duration_s": duration_s, "config": config, "env": env, "metrics": None, "energy": None,
             "carbon": None, "steps": []}
@@ -85,6 +86,12 @@ def count(v: Any, where: str) -> None:
     """A positive integer that is never null (world size, nodes): records are grouped and named by it."""
     if not (type(v) is int and 1 <= v < 2**31):
         _fail(where, "a positive integer", v)
+
+
+def index(v: Any, where: str) -> None:
+    """A non-negative integer that is never null (a repeat's index): records are named by it."""
+    if not (type(v) is int and 0 <= v < 2**31):
+        _fail(where, "an integer >= 0", v)
 
 
 def pue(v: Any, where: str) -> None:
@@ -256,10 +263,13 @@ STEP = Obj({"step": number, "time_s": number, "loss": number, "val_loss": number
 
 RECORD = Obj({
     "schema_version": integer, "run_key": string, "suite": string, "workload": string, "status": one_of(*STATUSES),
+    "repeat": index,  # optional (absent: 0), see below
     "error": ERROR, "started_at": string, "duration_s": number, "config": CONFIG, "env": ENV,
     "metrics": METRICS, "energy": ENERGY, "carbon": CARBON, "steps": ListOf(STEP, nullable=False),
     "flags": anything,  # re-derived on load by the sanity guard, which keeps only well-formed stored flags
 }, required=REQUIRED_FIELDS, nullable=False)
+# `repeat` (optional; absent: 0): which measurement of its run the record is, 0 to N-1 of `run --repeat N`.
+# Repeats share the run key (one run identity) and are told apart by it (results/store.record_id).
 
 
 def check_version(rec: Any) -> int:

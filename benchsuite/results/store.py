@@ -27,10 +27,21 @@ def slug(text: str, limit: int = 40) -> str:
     return (s or "x")[:limit]
 
 
+def record_id(run_key: str, repeat: int) -> str:
+    """What tells a record from the other repeats of its run (file, lock and resume names): the run
+    key, with -rN for repeat N >= 1. Repeat 0 is the bare run key, as records were named before repeats."""
+    return run_key if repeat == 0 else f"{run_key}-r{repeat}"
+
+
+def repeat_of(rec: dict) -> int:
+    """The record's repeat index; 0 for a record written before repeats (it has no `repeat` field)."""
+    return rec.get("repeat") or 0
+
+
 def record_filename(rec: dict) -> str:
     cfg = rec["config"]
     return (f"{slug(rec['suite'])}__{slug(rec['workload'])}__w{cfg['world_size']}n{cfg['nodes']}"
-            f"-{cfg['scaling']}__{rec['run_key']}.json")
+            f"-{cfg['scaling']}__{record_id(rec['run_key'], repeat_of(rec))}.json")
 
 
 def write_record(out_dir: str | Path, rec: dict) -> Path:
@@ -230,14 +241,14 @@ def load_records(path: str | Path) -> list[dict]:
     return records
 
 
-def ok_run_keys(path: str | Path) -> set[str]:
-    """Run keys recorded ok, for resume. Files this run did not write are skipped quietly: they never
-    stop a suite (the readers name them)."""
+def ok_record_ids(path: str | Path) -> set[str]:
+    """The record ids (record_id: run key and repeat) recorded ok, for resume. Files this run did not
+    write are skipped quietly: they never stop a suite (the readers name them)."""
     if not Path(path).exists():
         return set()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return {r["run_key"] for r in load_records(path) if r["status"] == "ok"}
+        return {record_id(r["run_key"], repeat_of(r)) for r in load_records(path) if r["status"] == "ok"}
 
 
 def _dotted(d: dict, prefix: str = ""):
@@ -255,6 +266,7 @@ def flatten(rec: dict) -> dict:
     cfg, m, err = rec["config"], rec.get("metrics") or {}, rec.get("error") or {}
     row = {
         "run_key": rec["run_key"], "suite": rec["suite"], "workload": rec["workload"], "status": rec["status"],
+        "repeat": repeat_of(rec),  # repeats of a run share its run key (results/report.combine_repeats)
         "kind": cfg.get("kind"), "router": dig(cfg, "moe", "router"), "description": cfg.get("description", ""),
         "world_size": cfg["world_size"], "nodes": cfg["nodes"], "scaling": cfg["scaling"],
         "sweep_id": cfg.get("sweep_id"), "tensor": dig(cfg, "parallel", "tensor"),

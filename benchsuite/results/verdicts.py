@@ -197,13 +197,16 @@ class WorkloadSummary:
 
 def per_step_interval(group: SeedGroup, metric_name: str, resamples: int = DEFAULT_RESAMPLES,
                       seed: int = 0) -> Interval:
-    """compare.py's bootstrap over the group's records (seeds) and their step times."""
-    samples = [s for s in (step_sample(r) for r in group.records) if s is not None]
+    """compare.py's bootstrap over the group's records (seeds and their repeats) and their step times;
+    n counts the seeds."""
+    timed = _timed(group)
+    samples = [step_sample(r) for r in timed]
     metric = next(m for m in METRICS if m.name == metric_name)
     if not samples or (metric.name != "tokens_per_s" and any(s.figures[metric.name] is None for s in samples)):
-        return _none(len(samples), f"{metric.label} not recorded")
+        return _none(_seed_count(timed), f"{metric.label} not recorded")
     boot = bootstrap_values(samples, resamples, np.random.default_rng(seed))[metric.name]
-    return Interval(point_value(samples, metric), float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5)), len(samples))
+    return Interval(point_value(samples, metric), float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5)),
+                    _seed_count(timed))
 
 
 def summarize(group: SeedGroup) -> WorkloadSummary:
@@ -271,10 +274,15 @@ def _timed(group: SeedGroup) -> list[dict]:
     return [r for r in group.records if step_sample(r) is not None]
 
 
+def _seed_count(records: list[dict]) -> int:
+    """The seeds among records: an interval's n (the repeats of a seed are one seed)."""
+    return len({_seed(r) for r in records})
+
+
 def per_step_ratio(num_group: SeedGroup, den_group: SeedGroup, metric_name: str) -> Interval:
     """num/den of a per-step figure: compare.py's bootstrap ratio (threshold 0: the CI alone decides)."""
     a, b = _timed(den_group), _timed(num_group)
-    n = min(len(a), len(b))
+    n = min(_seed_count(a), _seed_count(b))
     if not a or not b:
         return _none(n, "no step times")
     m = next(x for x in compare_run(a, b, 0.0, DEFAULT_RESAMPLES, 0).metrics if x.metric == metric_name)

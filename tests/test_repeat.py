@@ -1,0 +1,146 @@
+"""`run --repeat N`: the plan's order, how repeats are keyed (file, resume), old records as repeat 0, and
+the repeats of a run combined wherever results are summarised (report, verdicts, dashboard)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from benchsuite import cli
+from benchsuite.config import load_suite
+from benchsuite.launch import Planned, plan, upgrade_v2_repeat
+from benchsuite.results.report import combine_repeats, report_rows, report_table
+from benchsuite.results.schema import RecordError, validate
+from benchsuite.results.store import (dataframe_of, load_records, ok_record_ids, record_filename, record_id,
+                                      write_record)
+from benchsuite.results.verdicts import verdicts
+from test_scaling import rec
+from test_verdicts import record as quality_record
+
+FIXTURES = Path(__file__).parent / "fixtures" / "results"
+
+
+def repeats(key: str, world: int, tokens: list[float], status: str = "ok") -> list[dict]:
+    """The repeats of one run: one run key, repeat 0..N-1, started in that order."""
+    out = []
+    for i, t in enumerate(tokens):
+        r = rec(key, world, tokens_per_s=t, step=1000 / t, status=status)
+        r["repeat"], r["started_at"] = i, f"2026-01-01T00:01:{i:02d}+00:00"
+        out.append(r)
+    return out
+
+
+def test_the_plan_runs_every_run_once_then_again(tiny_suite):
+    runs = load_suite(tiny_suite(world_sizes=(1, 2))).runs
+    assert plan(runs) == [Planned(runs[0], 0), Planned(runs[1], 0)]
+    assert [(runs.index(p.run), p.repeat) for p in plan(runs, 3)] == [(0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)]
+    with pytest.raises(ValueError, match="repeat must be >= 1"):
+        plan(runs, 0)
+
+
+def test_repeat_0_keeps_the_name_records_had_and_later_repeats_get_their_own(tmp_path):
+    r0, r1, r2 = repeats("abcd", 1, [100.0, 110.0, 120.0])
+    old = {k: v for k, v in r0.items() if k != "repeat"}  # written before repeats
+    assert record_filename(r0) == record_filename(old) == "s__w__w1n1-weak__abcd.json"
+    assert record_filename(r2) == "s__w__w1n1-weak__abcd-r2.json" and record_id("abcd", 2) == "abcd-r2"
+    for r in (old, r2):
+        write_record(tmp_path, r)
+    assert ok_record_ids(tmp_path) == {"abcd", "abcd-r2"}  # resume: repeat 1 is the one missing
+
+
+def test_old_records_load_as_repeat_0_and_the_upgrade_says_so(tmp_path):
+    fixtures = load_records(FIXTURES)
+    assert fixtures and all("repeat" not in r for r in fixtures)  # recorded before --repeat
+    df = dataframe_of(fixtures)
+    assert set(df["repeat"]) == {0}
+    assert len(combine_repeats(df)) == len(df)  # distinct run keys: nothing is combined
+    up = upgrade_v2_repeat(json.loads(json.dumps(fixtures[0])))
+    assert up["repeat"] == 0
+    validate(up)
+    for bad in (-1, "1", None, 1.5):
+        with pytest.raises(RecordError, match="repeat: expected an integer >= 0"):
+            validate({**up, "repeat": bad})
+    # an old record and a new repeat of the same run are two repeats of it
+    old, new = repeats("abcd", 1, [100.0, 140.0])
+    del old["repeat"]
+    for r in (old, new):
+        write_record(tmp_path, r)
+    (row,) = report_rows(dataframe_of(load_records(tmp_path)))
+    assert (row["repeats"], row["tokens_per_s"]) == (2, 120.0)
+
+
+def test_the_report_shows_one_row_per_run_with_the_median_and_range_of_its_repeats(tmp_path):
+    failed = {**rec("wide", 2, status="failed"), "repeat": 1, "started_at": "2026-01-01T00:02:00+00:00"}
+    recs = repeats("base", 1, [90.0, 130.0, 100.0]) + repeats("wide", 2, [150.0]) + [failed]
+    flag = {"field": "metrics.mfu", "value": 2.0, "reason": "MFU above 1"}
+    recs[1]["flags"] = [flag]  # one repeat's impossible figure flags the run's row
+    for r in recs:
+        write_record(tmp_path, r)
+    df = dataframe_of(load_records(tmp_path))
+    assert len(df) == 5
+    rows = {(r["run_key"], r["status"]): r for r in report_rows(df)}
+    assert len(rows) == 3
+    base = rows[("base", "ok")]
+    assert (base["repeats"], base["tokens_per_s"], base["tokens_per_s_min"], base["tokens_per_s_max"]) \
+        == (3, 100.0, 90.0, 130.0)
+    assert base["step_time_median_s"] == pytest.approx(10.0)  # the median of 1000/90, 1000/130, 1000/100
+    assert rows[("wide", "ok")]["repeats"] == 1 and rows[("wide", "failed")]["repeats"] == 1
+    assert base["flagged"] is True and base["flags"] == [flag] and rows[("wide", "ok")]["flagged"] is False
+    # efficiency against the median of the baseline's repeats, named once with their count
+    assert rows[("wide", "ok")]["scaling_efficiency"] == pytest.approx(150 / (2 * 100))
+    assert rows[("wide", "ok")]["scaling_baseline_run_keys"] == ["base"]
+    assert rows[("wide", "ok")]["scaling_baseline"] == "median of 3 runs: base (3 repeats)"
+    console = Console(width=300, record=True)
+    console.print(report_table(df))
+    lines = [line for line in console.export_text().splitlines() if "│ s " in line]
+    assert len(lines) == 3 and "│   100 │" in lines[0]
+    assert [line.split("│")[-3].strip() for line in lines] == ["3 (90–130)", "1", "1"]
+
+
+def test_a_table_without_repeated_runs_has_no_repeats_column():
+    headers = [c.header for c in report_table(dataframe_of(load_records(FIXTURES))).columns]
+    assert "repeats (tok/s min–max)" not in headers
+
+
+def test_the_repeats_of_a_seed_are_one_seed_in_the_per_step_interval():
+    recs = []
+    for seed, tokens in enumerate((100_000, 200_000)):
+        for repeat in range(3):
+            r = quality_record("dense", seed, tokens)
+            r["repeat"] = repeat
+            recs.append(r)
+    (w,) = verdicts(recs).workloads
+    assert w.seeds == [0, 1] and w.figures["tokens"].n == 2
+    assert w.per_step["tokens_per_s"].n == 2  # six records, two seeds
+
+
+def test_the_dashboard_draws_a_run_once_from_the_median_of_its_repeats():
+    from dashboard.data import latest_ok_per_size, load
+
+    data = load(repeats("base", 1, [90.0, 130.0, 100.0]))
+    (row,) = latest_ok_per_size(data.df).to_dict("records")
+    assert (row["tokens_per_s"], row["repeats"]) == (100.0, 3)
+    assert data.record(row)["repeat"] == 2 and row["page"] == data.df["page"].iloc[2]  # links the latest
+    assert len(data.df) == 3  # every repeat keeps its own run page
+
+
+@pytest.mark.procs
+def test_resume_after_partial_repeats_measures_exactly_the_missing_ones(tiny_suite, tmp_path, capsys):
+    suite, out = str(tiny_suite()), str(tmp_path / "out")
+    assert cli.main(["run", suite, "--out", out, "--json"]) == 0
+    assert [(r["status"], r["repeat"]) for r in json.loads(capsys.readouterr().out)["runs"]] == [("ok", 0)]
+    assert cli.main(["run", suite, "--out", out, "--repeat", "3", "--json"]) == 0
+    runs = json.loads(capsys.readouterr().out)["runs"]
+    assert [(r["status"], r["repeat"]) for r in runs] == [("skipped_recorded", 0), ("ok", 1), ("ok", 2)]
+    recs = sorted(load_records(out), key=lambda r: r["repeat"])
+    assert [r["repeat"] for r in recs] == [0, 1, 2] and len({r["run_key"] for r in recs}) == 1
+    assert [Path(r["_path"]).name.split("__")[-1] for r in recs] == [
+        f"{recs[0]['run_key']}.json", f"{recs[0]['run_key']}-r1.json", f"{recs[0]['run_key']}-r2.json"]
+    assert cli.main(["report", out, "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["runs"]
+    tokens = sorted(r["metrics"]["tokens_per_s"] for r in recs)
+    assert (row["repeats"], row["tokens_per_s"], row["tokens_per_s_min"], row["tokens_per_s_max"]) \
+        == (3, tokens[1], tokens[0], tokens[2])
