@@ -52,8 +52,10 @@ def test_repeat_0_keeps_the_name_records_had_and_later_repeats_get_their_own(tmp
 
 
 def test_old_records_load_as_repeat_0_and_the_upgrade_says_so(tmp_path):
+    raw = [json.loads(p.read_text()) for p in FIXTURES.glob("*.json")]
+    assert raw and all("repeat" not in r for r in raw)  # recorded before --repeat
     fixtures = load_records(FIXTURES)
-    assert fixtures and all("repeat" not in r for r in fixtures)  # recorded before --repeat
+    assert {r["repeat"] for r in fixtures} == {0}  # the loader's upgrade chain gave them repeat 0
     df = dataframe_of(fixtures)
     assert set(df["repeat"]) == {0}
     assert len(combine_repeats(df)) == len(df)  # distinct run keys: nothing is combined
