@@ -24,7 +24,7 @@ from benchsuite import cli
 from benchsuite.config import (MAX_RUNS, SECTIONS, SWEEP_KEYS, TOP_KEYS, CarbonConfig, ConfigError, EnergyConfig,
                                RunConfig, load_suite)
 from benchsuite.metrics.flops import flops_per_token
-from conftest import REPO, run_cli
+from helpers import REPO, run_cli
 
 SHIPPED = sorted((REPO / "workloads").glob("*.toml"))
 FUZZ = settings(max_examples=400, deadline=None, derandomize=True, database=None,

@@ -28,7 +28,7 @@ from benchsuite import cli
 from benchsuite.results.migrate import update_to_2
 from benchsuite.results.schema import SCHEMA_VERSION, RecordError, check_record
 from benchsuite.results.store import MAX_RECORD_BYTES, load_records, ok_run_keys, read_record
-from conftest import REPO, run_cli
+from helpers import REPO, run_cli
 
 FIXTURES = REPO / "tests" / "fixtures" / "results"
 SOURCES = ["make_dvs-switch-w2.json", "make_hostile.json", "make_dense-q.json", "make_dvs-switch-w8-failed.json",

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from helpers import REPO
 
 from benchsuite.metrics.timing import StepTimer
 
