@@ -27,7 +27,7 @@ from benchsuite.metrics.flops import flops_per_token
 from helpers import REPO, run_cli
 
 SHIPPED = sorted((REPO / "workloads").glob("*.toml"))
-FUZZ = settings(max_examples=400, deadline=None, derandomize=True, database=None,
+FUZZ = settings(max_examples=200, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 # ----------------------------------------------------------------------------- a tiny TOML writer
