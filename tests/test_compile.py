@@ -28,6 +28,8 @@ from benchsuite.parallel import Parallelized, apply_compile, parallelize
 from benchsuite.parallel.zero import make_adamw
 from benchsuite import worker
 
+pytestmark = pytest.mark.heavy  # dynamo traces nine models: about 20 s, so `make test` only
+
 CPU = torch.device("cpu")
 MEASURED = 2
 
