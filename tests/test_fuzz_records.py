@@ -4,7 +4,7 @@ reader verb (list, report, dashboard, export, carbon project). Each verb exits 0
 skipped with one warning naming it) or 2, never with another exception, within a time bound.
 Then the file-level cases: FIFO, symlinks, non-UTF-8, lone surrogates, huge files, folders.
 
-Bounded: about 40 s of CPU for the module (no shrinking: a failure prints its whole input).
+Bounded: about 15 s of CPU for the module (no shrinking: a failure prints its whole input).
 """
 
 from __future__ import annotations
