@@ -30,10 +30,11 @@ chromium:
 test: setup chromium
 	$(BIN)/python -m pytest -q
 
-# Everything that runs in this one process (no torchrun, spawned ranks, CLI child or browser): about a
-# minute. tests/conftest.py fails a test here that starts a process without the procs mark.
+# Everything that runs in this one process (no torchrun, spawned ranks, CLI child or browser) and is not
+# heavy (torch.compile): about a minute. tests/conftest.py fails a test here that starts a process without
+# the procs mark.
 test-fast: setup
-	$(BIN)/python -m pytest -q -m "not procs"
+	$(BIN)/python -m pytest -q -m "not procs and not heavy"
 
 # Every benchmark in benchmarks/: the pytest-benchmark file, then each script in its CPU mode (the
 # ones that default to CUDA on a GPU box use it there). tests/test_bench_targets.py checks that

@@ -102,7 +102,7 @@ def test_suite_with_unknown_country_or_region_lists_both_before_running():
 
 @pytest.mark.procs
 def test_run_with_unknown_country_exits_2_and_launches_nothing(tmp_path):
-    from conftest import run_cli, write_suite
+    from helpers import run_cli, write_suite
 
     suite = write_suite(tmp_path / "s.toml", """
         [carbon]
@@ -125,7 +125,7 @@ def test_run_with_unknown_country_exits_2_and_launches_nothing(tmp_path):
     ("project", ["tests/fixtures/results", "--tokens", "1e9", "--country", "de"], "did you mean DEU?"),
 ])
 def test_cli_unknown_country_or_region_exits_2(verb, args, says):
-    from conftest import run_cli
+    from helpers import run_cli
 
     res = run_cli("carbon", verb, *args, "--json")
     assert res.returncode == 2 and json.loads(res.stdout)["error"] == "usage" and "Traceback" not in res.stderr
@@ -229,7 +229,7 @@ def test_report_energy_table_shows_gpu_j_per_token(tmp_path):
 
     from benchsuite.results.report import section_tables
     from benchsuite.results.store import records_dataframe
-    from conftest import REPO
+    from helpers import REPO
 
     rec = json.loads((REPO / "tests/fixtures/results/make_dvs-dense-w1.json").read_text())
     rec = em.upgrade_v1_energy_metrics(rec)

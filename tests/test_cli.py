@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import run_cli
+from helpers import run_cli
 
 
 @pytest.mark.procs
@@ -40,7 +40,7 @@ def test_flops_json_is_one_document_with_every_run():
 # ----------------------------------------------------------------------------- numeric options
 
 from benchsuite import cli  # noqa: E402
-from conftest import REPO  # noqa: E402
+from helpers import REPO  # noqa: E402
 
 FIXTURES = str(REPO / "tests" / "fixtures" / "results")
 BASE = {  # each verb's valid command line; a bad option value is appended (the last one wins)

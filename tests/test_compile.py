@@ -17,8 +17,6 @@ import types
 import pytest
 import torch
 import torch.distributed as dist
-from torch._dynamo.testing import CompileCounterWithBackend
-from torch._dynamo.utils import counters
 
 from benchsuite.config import (CarbonConfig, EnergyConfig, ModelConfig, MoEConfig, ParallelConfig, RunConfig,
                                TrainConfig)
@@ -27,6 +25,8 @@ from benchsuite.models.transformer import build_model
 from benchsuite.parallel import Parallelized, apply_compile, parallelize
 from benchsuite.parallel.zero import make_adamw
 from benchsuite import worker
+
+pytestmark = pytest.mark.heavy  # dynamo traces nine models: about 20 s, so `make test` only
 
 CPU = torch.device("cpu")
 MEASURED = 2
@@ -50,8 +50,10 @@ def batch(step: int, run: RunConfig):
 @pytest.fixture
 def backend(monkeypatch):
     """Every Module.compile() of this test counts its frames on aot_eager."""
+    from torch._dynamo.testing import CompileCounterWithBackend  # here: importing dynamo costs seconds
+
     torch._dynamo.reset()
-    counters.clear()
+    torch._dynamo.utils.counters.clear()
     counting = CompileCounterWithBackend("aot_eager")
     compile_module = torch.nn.Module.compile
     monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kw: compile_module(self, backend=counting))
@@ -72,7 +74,8 @@ def test_every_block_kind_compiles_without_break_or_recompile(router, recompute,
     compiled = backend.frame_count
     for step in range(warm, warm + MEASURED):
         result = worker.train_step(par, batch(step, run), "fp32", CPU)
-    assert dict(counters["graph_break"]) == {}, f"graph breaks: {dict(counters['graph_break'])}"
+    breaks = dict(torch._dynamo.utils.counters["graph_break"])
+    assert breaks == {}, f"graph breaks: {breaks}"
     assert compiled == (2 if router else 1), f"{compiled} frames compiled for {2 if router else 1} block kinds"
     assert backend.frame_count == compiled, "a measured step recompiled"
     assert len(result.routing) == (1 if router else 0)  # the MoE block's routing stats came out of the graph

@@ -1,7 +1,7 @@
 import pytest
 
 from benchsuite.config import ConfigError, load_suite, parse_suite
-from conftest import run_cli, write_suite
+from helpers import run_cli, write_suite
 
 
 def _problems(doc) -> dict:

@@ -17,7 +17,7 @@ from dashboard import build_site
 from dashboard.data import load
 from dashboard.pages import summary_pages
 from dashboard.render import ptext, script_json
-from conftest import run_cli
+from helpers import run_cli
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "results"
 HOSTILE = ["<img src=x onerror=alert(1)>", '<script>alert("suite")</script>', '"><svg onload=alert(2)>',

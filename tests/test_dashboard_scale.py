@@ -15,7 +15,7 @@ from benchsuite.results.store import load_records
 from dashboard import build_site
 from dashboard.data import MAX_SERIES, load
 from dashboard.pages import summary_pages
-from conftest import runs_rows
+from helpers import runs_rows
 from dashboard.render import ptext
 from dashboard.style import KNOWN, Families, family
 

@@ -156,7 +156,7 @@ def _error(spec, vocab=1000, seq_len=16):
 
 @pytest.mark.procs
 def test_tokenize_cli_writes_the_bytes_of_each_file_then_eos_and_the_source_reads_them(tmp_path):
-    from conftest import run_cli
+    from helpers import run_cli
 
     docs = ["héllo wörld\n" * 40, "ünïcode ✓ second document", ""]
     files = []
@@ -185,7 +185,7 @@ def test_tokenize_cli_writes_the_bytes_of_each_file_then_eos_and_the_source_read
     (None, "no such text file"),
 ])
 def test_tokenize_refuses_non_text_naming_the_file_and_leaves_no_output(tmp_path, bad, words):
-    from conftest import run_cli
+    from helpers import run_cli
 
     good, src = tmp_path / "good.txt", tmp_path / "bad.txt"
     good.write_text("fine")

@@ -13,7 +13,7 @@ import pytest
 from benchsuite.config import CarbonConfig
 from benchsuite.energy import carbon
 from benchsuite.results import export
-from conftest import run_cli
+from helpers import run_cli
 
 
 def codecarbon_columns():

@@ -10,7 +10,6 @@ mid-write; test_energy_meters.py the counter and RAPL failing at window end.)
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
@@ -19,7 +18,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
 import pytest
@@ -27,56 +25,12 @@ import pytest
 from benchsuite import cli
 from benchsuite.config import load_suite
 from benchsuite.results.schema import SCHEMA_VERSION
-from benchsuite.results.store import load_records, write_record
-from conftest import REPO, processes_matching, run_cli
-
-CLI = [sys.executable, "-m", "benchsuite.cli"]
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-
-
-def run_keys(suite_path: Path) -> list[str]:
-    from benchsuite.environment import hardware_identity
-
-    hw = hardware_identity()
-    return [run.run_key(hw) for run in load_suite(suite_path).runs]
-
-
-def workdirs(key: str) -> set[Path]:
-    return set(Path(tempfile.gettempdir()).glob(f"benchsuite-{key}-*"))
-
-
-def rank_started(key: str, rank: int, old: set[Path] = frozenset()) -> bool:
-    """The rank wrote its pid file in a new work folder of the run (benchsuite-KEY-*): it is running."""
-    return any((d / f"pid.{rank}").exists() for d in workdirs(key) - old)
-
-
-def strict_load(out: Path) -> dict[str, dict]:
-    """Records by run key; a corrupt or partial record would warn, and here that fails the test."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        recs = load_records(out)
-    assert not [p.name for p in out.glob("*.tmp") if not p.name.startswith(".")], "a visible partial file"
-    return {r["run_key"]: r for r in recs}
-
-
-@pytest.fixture
-def reap():
-    """Kills, by pid, any process of the given run keys still alive when a test ends (pass or fail)."""
-    keys: list[str] = []
-    yield keys
-    for key in keys:
-        for pid in processes_matching(f"benchsuite-{key}"):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+from benchsuite.results.store import write_record
+from helpers import REPO, processes_matching, run_cli
+from helpers.escaping import assert_site_escapes, assert_terminal_safe
+from helpers.launcher import CLI, rank_started, run_keys, strict_load, wait_for, workdirs
+from helpers.meters import FIXED, UUIDS, FakeGpus, make_zone, torch_uuids
+from helpers.records import make_record
 
 
 def no_orphans(key: str, timeout: float = 15.0) -> None:
@@ -306,8 +260,6 @@ def test_two_suites_write_one_folder_at_once_one_segfaulting(tmp_path, reap):
     no_orphans(ka)
     no_orphans(kb)
 
-    from test_security import assert_site_escapes, assert_terminal_safe
-
     report = run_cli("report", str(out), env={"COLUMNS": "400"}, timeout=60)
     assert report.returncode == 0, report.stderr
     assert_terminal_safe(report.stdout)
@@ -336,8 +288,6 @@ except OSError as e:
 
 
 def _record(run_key="k1", status="ok", steps=3):
-    from test_store import make_record
-
     return make_record(run_key, status=status, steps=steps)
 
 
@@ -403,8 +353,6 @@ def test_report_and_list_work_over_corrupt_truncated_and_future_records_and_name
 
 
 def test_nvml_counter_failing_at_window_start_is_unavailable_or_sampled_with_the_reason():
-    from test_energy_meters import UUIDS, FakeGpus, torch_uuids
-
     from benchsuite.energy import nvml
 
     gpus = FakeGpus()
@@ -425,8 +373,6 @@ def test_nvml_counter_failing_at_window_start_is_unavailable_or_sampled_with_the
 def test_nvml_counter_reset_mid_window_is_never_a_negative_figure():
     """A GPU reset or driver reload restarts the total-energy counter: end < start must not become
     negative joules; the window falls back to the power samples, else is unavailable with the reason."""
-    from test_energy_meters import UUIDS, FakeGpus, torch_uuids
-
     from benchsuite.energy import nvml
 
     gpus = FakeGpus()
@@ -444,8 +390,6 @@ def test_nvml_counter_reset_mid_window_is_never_a_negative_figure():
 
 
 def test_power_sampler_failing_mid_window_keeps_the_counter_figure():
-    from test_energy_meters import UUIDS, FakeGpus, torch_uuids
-
     from benchsuite.energy import nvml
 
     gpus = FakeGpus()
@@ -489,8 +433,6 @@ def test_gpu_meter_raising_at_window_start_names_that_failure():
 
 
 def test_rapl_vanishing_at_window_start_degrades_to_the_estimate(tmp_path):
-    from test_energy_meters import FIXED, make_zone
-
     from benchsuite.energy import rapl
     from benchsuite.energy.estimate import EstimateSensor
     from benchsuite.energy.meters import FirstAvailable, NodeEnergyMonitor

@@ -8,7 +8,7 @@ from benchsuite.config import ModelConfig, parse_suite
 from benchsuite.data import BYTE_VOCAB
 from benchsuite.metrics import flops as fl
 from benchsuite.models.transformer import build_model
-from conftest import run_cli, runs_rows
+from helpers import run_cli, runs_rows
 
 
 def _run(recompute="none", moe=None, micro_batch=2, **model):

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from helpers import REPO
 
 from benchsuite.metrics.timing import StepTimer
 
@@ -53,4 +53,10 @@ def test_gpu_check_dry_run_prints_the_table_and_writes_records(tmp_path):
     overhead = json.loads((tmp_path / "gpu_check_overhead.json").read_text())
     (harness,), (bare,) = overhead["harness_step_times_s"], overhead["bare_step_times_s"]
     assert len(harness) == len(bare) == 3 and min(harness + bare) > 0
-    assert overhead["overhead_ratio"] == statistics.median(harness) / statistics.median(bare)
+    # the table's figures, against values computed here from the records and step times it read
+    rows = {line.split()[0]: line.split() for line in table.splitlines()[2:] if line.split()[0] in names}
+    for r in records:
+        assert rows[r["workload"]][1:3] == ["ok", f"{r['metrics']['tokens_per_s']:,.0f}"], rows[r["workload"]]
+    ratio = statistics.median(harness) / statistics.median(bare)
+    assert (f"benchsuite {statistics.median(harness) * 1e3:.2f} ms vs bare loop {statistics.median(bare) * 1e3:.2f} ms"
+            f" per step → ratio {ratio:.4f}") in table

@@ -11,7 +11,7 @@ import torch
 
 from benchsuite.config import parse_suite
 from benchsuite.results.store import load_records
-from conftest import free_port, processes_matching, run_cli, spawn
+from helpers import free_port, processes_matching, run_cli, spawn
 
 DOC = {"defaults": {"model": {"layers": 2, "hidden": 32, "heads": 2, "vocab": 128, "seq_len": 16},
                     "train": {"micro_batch": 2, "lr": 1e-2, "precision": "fp32"}},

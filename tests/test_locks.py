@@ -14,8 +14,8 @@ import sys
 import pytest
 
 from benchsuite.runlock import Holder, claim, lock_path
-from conftest import REPO, run_cli
-from test_faults import CLI, rank_started, reap, run_keys, strict_load, wait_for, workdirs  # noqa: F401 (fixture)
+from helpers import REPO, run_cli
+from helpers.launcher import CLI, rank_started, run_keys, strict_load, wait_for, workdirs
 
 pytestmark = pytest.mark.procs  # every test here launches processes
 

@@ -9,7 +9,7 @@ import pytest
 
 from benchsuite.config import ModelConfig
 from benchsuite.metrics import memory as mem
-from conftest import run_cli, write_suite
+from helpers import run_cli, write_suite
 
 
 def test_paper_example_7_5b_params_64_ranks():

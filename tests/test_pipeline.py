@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from benchsuite.config import (CarbonConfig, ConfigError, EnergyConfig, ModelConfig, ParallelConfig, RunConfig,
                                TrainConfig, parse_suite)
 from benchsuite.dist import shutdown
-from conftest import run_cli, spawn, write_suite
+from helpers import run_cli, spawn, write_suite
 
 CFG = ModelConfig(layers=8, hidden=16, heads=2, vocab=32, seq_len=8, ffn_hidden=32)
 MB, STEPS, TOL, WORLD = 4, 3, 1e-5, 4
@@ -240,7 +240,7 @@ def test_report_pipeline_table_shows_bubble_measured_and_formula(tmp_path):
     from benchsuite.parallel.pipeline import p2p_bytes_formula, pipeline_section
     from benchsuite.results.report import section_tables
     from benchsuite.results.store import records_dataframe
-    from conftest import REPO
+    from helpers import REPO
 
     rec = json.loads((REPO / "tests/fixtures/results/make_dvs-dense-w4.json").read_text())
     run = make_run(2, 1, "interleaved", 2, 4)
@@ -258,7 +258,7 @@ def test_report_pipeline_table_shows_bubble_measured_and_formula(tmp_path):
 
 def test_run_page_shows_bubble_measured_beside_formula(tmp_path):
     from benchsuite.parallel.pipeline import pipeline_section
-    from conftest import REPO
+    from helpers import REPO
     from dashboard.build import build_site
 
     rec = json.loads((REPO / "tests/fixtures/results/make_dvs-dense-w4.json").read_text())

@@ -13,7 +13,7 @@ from benchsuite.launch import LogTail
 from benchsuite.metrics.timing import StepTimer
 from benchsuite.progress import ProgressLine, line_due, log_every
 from benchsuite.worker import timed_steps
-from conftest import run_cli
+from helpers import run_cli
 
 STEP_LINE = re.compile(r"^step (\d+)/(\d+) loss [\d.]+ tok/s [\d,]+ TFLOP/s \S+ MFU n/a mem [\d.]+ GiB "
                        r"elapsed [\d.]+s ETA [\d.]+s$")

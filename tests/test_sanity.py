@@ -14,8 +14,8 @@ import pytest
 from benchsuite import cli
 from benchsuite.results.sanity import finite_or_none, sanity_flags
 from benchsuite.results.store import load_records, records_dataframe, write_record
-from conftest import run_cli, runs_rows
-from test_store import make_record
+from helpers import run_cli, runs_rows
+from helpers.records import make_record
 
 
 def sane() -> dict:

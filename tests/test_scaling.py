@@ -20,7 +20,7 @@ from benchsuite.metrics import ceiling as ce
 from benchsuite.metrics.scaling import upgrade_v1_env
 from benchsuite.results.schema import SCHEMA_VERSION
 from benchsuite.results.store import load_records, records_dataframe, write_record
-from conftest import REPO
+from helpers import REPO
 
 # ----------------------------------------------------------------------------- thread rule
 

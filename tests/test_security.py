@@ -9,8 +9,6 @@ from __future__ import annotations
 import ast
 import json
 import re
-import unicodedata
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -19,7 +17,9 @@ from benchsuite import cli
 from benchsuite.commands import run as run_verb
 from benchsuite.config import ConfigError, load_suite
 from benchsuite.results.store import write_record
-from conftest import REPO, run_cli, write_suite
+from helpers import REPO, run_cli, write_suite
+from helpers.escaping import assert_site_escapes, assert_terminal_safe
+from helpers.records import make_record
 
 PACKAGES = [REPO / "benchsuite", REPO / "dashboard"]
 
@@ -104,60 +104,7 @@ PAYLOADS = {
 }
 
 
-class _Tags(HTMLParser):
-    def __init__(self):
-        super().__init__(convert_charrefs=True)
-        self.tags, self.text = [], []
-
-    def handle_starttag(self, tag, attrs):
-        self.tags.append((tag, dict(attrs)))
-
-    def handle_data(self, data):
-        self.text.append(data)
-
-
-def assert_site_escapes(results: Path, site: Path, payloads: list[str]) -> None:
-    """Build the dashboard for `results`; no payload appears raw in any page, no element or event
-    handler came from one, and the index shows each payload's escaped text."""
-    from dashboard import build_site
-
-    res = build_site(results, site)
-    pages = sorted(site.rglob("*.html"))
-    assert len(pages) == res.records + 1
-    for page in pages:
-        text = page.read_text(encoding="utf-8")
-        p = _Tags()
-        p.feed(text)
-        for s in payloads:
-            assert s not in text, (page.name, s)
-        for tag, attrs in p.tags:
-            assert tag not in ("img", "svg", "b", "iframe", "object", "embed"), (page.name, tag)
-            assert not any(k.startswith("on") for k in attrs), (page.name, tag, attrs)
-            urls = [attrs.get(k) or "" for k in ("href", "src", "action", "formaction", "xlink:href")]
-            assert not any(u.strip().lower().startswith(("javascript:", "data:text")) for u in urls), (page.name, attrs)
-            if tag == "script":
-                assert attrs.get("type") == "application/json" or attrs.get("src", "").startswith(
-                    ("assets/", "../assets/")), (page.name, attrs)
-    shown = "".join(t for page in pages for t in _parse_text(page.read_text(encoding="utf-8")))
-    for s in payloads:
-        assert s in shown, s  # the reader sees the characters, as text
-
-
-def _parse_text(text: str) -> list[str]:
-    p = _Tags()
-    p.feed(text)
-    return p.text
-
-
-def assert_terminal_safe(text: str) -> None:
-    """No terminal control sequence (ESC, BEL, C1 controls) from a record reaches the terminal."""
-    bad = [hex(ord(c)) for c in text if unicodedata.category(c) == "Cc" and c not in "\n\t"]
-    assert not bad, f"control characters in terminal output: {bad}"
-
-
 def _hostile_records(out: Path) -> None:
-    from test_store import make_record
-
     ok = make_record("ok1", workload=PAYLOADS["workload"])
     ok["suite"] = ok["config"]["suite"] = PAYLOADS["suite"]
     ok["config"]["description"] = PAYLOADS["description"]
@@ -176,8 +123,6 @@ def test_dashboard_escapes_suite_workload_description_router_and_error_text(tmp_
 
 
 def test_terminal_report_and_list_show_markup_and_escape_sequences_as_text(tmp_path, capsys):
-    from test_store import make_record
-
     rec = make_record("esc1", workload="w [red]red[/red] \x1b]0;pwned\x07\x1b[2J\x9b31m")
     rec["suite"] = "[link=https://evil.example]click[/link]"
     rec["energy"] = {"source": "estimated\x1b[8m", "total_j": 1.0}  # the report's energy table shows strings too
@@ -280,8 +225,6 @@ def _hostile_suite(path: Path) -> Path:
 
 
 def _hostile_results(out: Path) -> Path:
-    from test_store import make_record
-
     rec = make_record("h1", workload=HOSTILE)
     rec["suite"] = rec["config"]["suite"] = HOSTILE
     write_record(out, rec)

@@ -14,46 +14,17 @@ match the per-rank formula.
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from benchsuite.config import (CarbonConfig, ConfigError, EnergyConfig, ModelConfig, ParallelConfig, RunConfig,
-                               TrainConfig, parse_suite)
+from benchsuite.config import ConfigError, RunConfig, parse_suite
 from benchsuite.dist import shutdown
-from conftest import spawn
+from helpers import spawn
+from helpers.parallel import CFG, MB, STEPS, clean_name, full, global_batch, make_ctx, make_run, rel
 
-CFG = ModelConfig(layers=2, hidden=32, heads=4, vocab=64, seq_len=16, ffn_hidden=64)
-MB, STEPS, TOL = 2, 3, 1e-5
-
-
-def make_run(world: int, tensor: int, zero: int = 0, activation: str = "gelu") -> RunConfig:
-    cfg = ModelConfig(**{**CFG.__dict__, "activation": activation})
-    return RunConfig(suite="t", workload="w", kind="dense", model=cfg,
-                     train=TrainConfig(micro_batch=MB, steps=STEPS, precision="fp32"),
-                     parallel=ParallelConfig(tensor=tensor, zero=zero), energy=EnergyConfig(),
-                     carbon=CarbonConfig(), world_size=world)
-
-
-def global_batch(step: int, dp: int, vocab: int, seq: int):
-    g = torch.Generator().manual_seed(1000 + step)
-    x = torch.randint(0, vocab, (dp * MB, seq), generator=g)
-    y = torch.randint(0, vocab, (dp * MB, seq), generator=g)
-    return x, y
-
-
-def rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.detach().float() - b.detach().float()).norm() / b.detach().float().norm().clamp_min(1e-30))
-
-
-def full(t: torch.Tensor) -> torch.Tensor:
-    return t.full_tensor() if hasattr(t, "full_tensor") else t
-
-
-def clean_name(name: str) -> str:
-    return re.sub(r"(^|\.)(module|_checkpoint_wrapped_module|_orig_mod)\.", r"\1", name)
+TOL = 1e-5
 
 
 class GradCapture:
@@ -67,15 +38,6 @@ class GradCapture:
 
     def after_step(self):
         pass
-
-
-def make_ctx(rank: int, world: int, dp: int, tp: int, zero: int = 0, mesh=None):
-    from torch.distributed.device_mesh import init_device_mesh
-
-    from benchsuite.dist import DistContext, ParallelDims
-
-    mesh = mesh or init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
-    return DistContext(rank, rank, world, 0, torch.device("cpu"), "gloo", ParallelDims(world, tp, 1, zero), mesh=mesh)
 
 
 def train_and_compare(rank: int, world: int, run: RunConfig, ctx) -> dict:

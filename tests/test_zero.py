@@ -20,8 +20,8 @@ import torch
 
 from benchsuite.config import ConfigError, ModelConfig, parse_suite
 from benchsuite.dist import shutdown
-from conftest import spawn
-from test_tensor_parallel import clean_name, full, global_batch, make_ctx, make_run, rel
+from helpers import spawn
+from helpers.parallel import clean_name, full, global_batch, make_ctx, make_run, rel
 
 STEPS, TOL = 3, 1e-5
 CFG = ModelConfig(layers=2, hidden=32, heads=4, vocab=64, seq_len=16, ffn_hidden=64)

@@ -1,0 +1,86 @@
+"""Helpers shared by the test modules (one place: a test module never imports another): write a suite,
+run the CLI, find stray processes, spawn ranks, read the dashboard's runs table. Themed ones live beside:
+records, launcher, parallel, escaping, meters."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write_suite(path: Path, text: str) -> Path:
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def run_cli(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """The real `benchsuite` entry point in a child process (exit codes and streams as a user sees them)."""
+    return subprocess.run([sys.executable, "-m", "benchsuite.cli", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=timeout, cwd=REPO)
+
+
+def processes_matching(marker: str) -> list[int]:
+    """Live pids whose command line contains marker (zombies excluded: they hold no resources)."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker in cmd and state != "Z":
+            pids.append(int(d.name))
+    return pids
+
+
+TINY_SUITE = """
+[suite]
+name = "{name}"
+
+[defaults]
+model = {{ layers = 2, hidden = 32, heads = 2, vocab = 128, seq_len = 16 }}
+train = {{ micro_batch = 2, steps = 3, warmup_steps = 2, timeout_s = {timeout} }}
+
+[[workload]]
+name = "dense"
+kind = "dense"
+
+[sweep]
+world_size = {world_sizes}
+"""
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _spawn_entry(rank, world, port, fn, args):
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    fn(rank, world, *args)
+
+
+def spawn(fn, world: int, *args) -> None:
+    """Run fn(rank, world, *args) in `world` real processes with torchrun's environment variables."""
+    import torch.multiprocessing as mp
+
+    mp.spawn(_spawn_entry, args=(world, free_port(), fn, args), nprocs=world, join=True)
+
+
+def runs_rows(site: Path) -> list:
+    """The runs table's rows, [page, status, model, note, cells], as assets/runs.js holds them."""
+    text = (site / "assets" / "runs.js").read_text(encoding="utf-8")
+    assert text.startswith("window.BENCHSUITE_RUNS = ") and text.endswith(";\n")
+    return json.loads(text[len("window.BENCHSUITE_RUNS = "):-2])

@@ -1,0 +1,18 @@
+"""A minimal valid record, for tests of the readers (store, report, dashboard, sanity flags)."""
+
+from benchsuite.results.schema import SCHEMA_VERSION
+
+
+def make_record(run_key="k1", workload="w", status="ok", world_size=1, tokens_per_s=100.0, step=1.0,
+                scaling="weak", steps=3):
+    return {
+        "schema_version": SCHEMA_VERSION, "run_key": run_key, "suite": "s", "workload": workload,
+        "status": status, "error": None if status == "ok" else {"type": "X", "message": "boom", "rank": 1},
+        "started_at": "2026-01-01T00:00:00+00:00", "duration_s": 1.0,
+        "config": {"suite": "s", "workload": workload, "kind": "dense", "world_size": world_size, "nodes": 1,
+                   "scaling": scaling, "sweep_id": f"s/{workload}/{scaling}"},
+        "env": {}, "metrics": {"tokens_per_s": tokens_per_s, "mfu": None,
+                               "step_time_s": {"median": step, "p10": step, "p90": step, "ci95": [step, step]}}
+        if status == "ok" else None,
+        "energy": None, "carbon": None, "steps": [{"step": i, "time_s": step} for i in range(steps)],
+    }
