@@ -362,7 +362,7 @@ def cmd_flops(args) -> int:
     suite = load_suite(args.suite)
     rows = []
     for run in suite.runs:
-        f = flops_per_token(run)
+        f = flops_per_token(run.model, run.moe, micro_batch=run.micro_batch_per_rank, recompute=run.train.recompute)
         rows.append({"workload": run.workload, "kind": run.kind, "router": run.moe.router if run.moe else None,
                      "world_size": run.world_size, "scaling": run.scaling, "recompute": run.train.recompute,
                      "params": f.params, "params_active": f.params_active, "model_flops_per_token": f.model,
@@ -398,7 +398,7 @@ def cmd_memory(args) -> int:
     else:
         import torch
 
-        from benchsuite.dist import resolve_precision
+        from benchsuite.dist import ParallelDims, resolve_precision
         from benchsuite.metrics.flops import param_counts
 
         suite = load_suite(args.suite)
@@ -415,7 +415,8 @@ def cmd_memory(args) -> int:
             stages = mem.stage_table(psi_rank, dp, consts)
             act = mem.activation_estimates(run)
             fsdp_precision = "bf16" if precision == "bf16" and device.type == "cuda" else "fp32"  # parallel/zero.py
-            record = mem.analytic_model_state(run, precision, fsdp_precision)
+            record = mem.analytic_model_state(run.model, run.moe, ParallelDims.from_run(run), compute=precision,
+                                              forward_params=fsdp_precision)
             doc["runs"].append({"workload": run.workload, "world_size": run.world_size, "tensor": run.parallel.tensor,
                                 "zero": run.parallel.zero, "precision": precision, **_constants_doc(mem, consts),
                                 "params": psi, "params_per_rank": psi_rank, "dp": dp, "stages": stages,

@@ -70,12 +70,15 @@ class GradCapture:
 
 
 def make_ctx(rank: int, world: int, dp: int, tp: int, zero: int = 0, mesh=None):
-    from torch.distributed.device_mesh import init_device_mesh
+    """mesh: the ("dp", "tp") mesh of an earlier make_ctx to reuse; a new one by default."""
+    from dataclasses import replace
 
     from benchsuite.dist import DistContext, ParallelDims
 
-    mesh = mesh or init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
-    return DistContext(rank, rank, world, 0, torch.device("cpu"), "gloo", ParallelDims(world, tp, 1, zero), mesh=mesh)
+    dims = ParallelDims(world, tp, 1, zero)
+    assert dims.dp == dp
+    dims = replace(dims, mesh=mesh) if mesh is not None else dims.build_meshes("cpu")
+    return DistContext(rank, rank, world, 0, torch.device("cpu"), "gloo", dims)
 
 
 def train_and_compare(rank: int, world: int, run: RunConfig, ctx) -> dict:
@@ -89,9 +92,9 @@ def train_and_compare(rank: int, world: int, run: RunConfig, ctx) -> dict:
 
     dp, cpu = ctx.dims.dp, torch.device("cpu")
     ref = build_model(run.model, seed=0)
-    ref_opt = make_adamw(ref.parameters(), run)
-    par = parallelize(build_model(run.model, seed=0), run, ctx)
-    out = {"impl": par.impl, "loss_parallel": par.loss_parallel,
+    ref_opt = make_adamw(ref.parameters(), run.train)
+    par = parallelize(build_model(run.model, seed=0), dims=ctx.dims, train=run.train, moe=run.moe, device=ctx.device)
+    out = {"impl": par.applied.implementation(), "loss_parallel": par.loss_parallel,
            "fused": [g["fused"] for g in par.optimizer.param_groups]}
     sl = slice(ctx.dp_rank * MB, (ctx.dp_rank + 1) * MB)
 
