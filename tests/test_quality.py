@@ -178,7 +178,7 @@ def test_tiny_run_evaluates_at_the_right_steps_and_keeps_eval_out_of_time_and_en
 
     # without evaluation: one window, no quality section, and the very same training (eval changed nothing)
     mine0, rec0 = _run(monkeypatch, eval_every=0)
-    assert mine0["quality"] is None and "quality" not in rec0["metrics"]
+    assert mine0.quality is None and "quality" not in rec0["metrics"]
     assert all("val_loss" not in s for s in rec0["steps"])
     assert [s["loss"] for s in rec0["steps"]] == [s["loss"] for s in rec["steps"]]
 
