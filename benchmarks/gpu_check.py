@@ -94,7 +94,7 @@ def bare_step_times(run: RunConfig, device: torch.device) -> list[float]:
     optimizer, batches, warm-up count and step timing as measure()."""
     precision = resolve_precision(run.train.precision, device)
     model = build_model(run.model, seed=run.train.seed).to(device)
-    opt = make_adamw(model.parameters(), run)
+    opt = make_adamw(model.parameters(), run.train)
     source = make_source(run.train.data, run.model.vocab, run.model.seq_len, run.train.seed)
     warm = unmeasured_steps(run)
     batches = [tuple(t.to(device) for t in source.batch(i, 0, 1, run.train.micro_batch))
@@ -121,7 +121,7 @@ def bare_loop_vs_harness(suite: Path, rounds: int) -> dict:
     ctx = init_distributed(run)
     harness, bare = [], []
     for _ in range(rounds):
-        harness.append(measure(run, ctx, None)["step_times_s"])
+        harness.append(measure(run, ctx, None)[0].step_times_s)
         bare.append(bare_step_times(run, ctx.device))
     h = statistics.median(statistics.median(t) for t in harness)
     b = statistics.median(statistics.median(t) for t in bare)

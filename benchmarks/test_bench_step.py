@@ -13,7 +13,7 @@ from benchsuite.worker import train_step
 def test_smoke_training_step(benchmark):
     run = load_suite("workloads/smoke.toml").runs[0]
     model = build_model(run.model, seed=0)
-    par = Parallelized(model, make_adamw(model.parameters(), run))
+    par = Parallelized(model, make_adamw(model.parameters(), run.train))
     source = make_source("synthetic", run.model.vocab, run.model.seq_len, seed=0)
     batch = [source.batch(0, 0, 1, run.train.micro_batch)]
     result = benchmark(train_step, par, batch, "fp32", torch.device("cpu"))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import gc
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.distributed as dist
@@ -16,15 +16,24 @@ import torch.distributed as dist
 from benchsuite.config import RunConfig
 
 
+# The mesh axes, named once. The main mesh is pp x dp x tp (pp only with pipeline > 1), ranks laid out
+# pp-major and tp-minor; the expert mesh splits the data-parallel ranks into edp x ep.
+PP, DP, TP = "pp", "dp", "tp"
+EDP, EP = "edp", "ep"
+
+
 @dataclass(frozen=True)
 class ParallelDims:
-    """The parallel layout, validated once; code branches on the *_enabled flags."""
+    """The parallel layout, validated once, and the device meshes over it (build_meshes); code
+    branches on the *_enabled flags and takes process groups from here."""
 
     world: int
     tp: int = 1
     ep: int = 1
     zero: int = 0
     pp: int = 1
+    mesh: object | None = field(default=None, compare=False, repr=False)  # DeviceMesh (PP,) DP, TP
+    ep_mesh: object | None = field(default=None, compare=False, repr=False)  # DeviceMesh (EDP, EP)
 
     def __post_init__(self):
         if self.world % (self.tp * self.pp) or self.dp % self.ep:
@@ -51,10 +60,35 @@ class ParallelDims:
     def dp_enabled(self) -> bool:
         return self.dp > 1
 
+    @property
+    def zero_applied(self) -> int:
+        """The ZeRO stage that runs: 0 (nothing to shard) with a single data-parallel rank."""
+        return self.zero if self.dp_enabled else 0
+
     @classmethod
     def from_run(cls, run: RunConfig) -> ParallelDims:
         return cls(world=run.world_size, tp=run.parallel.tensor, ep=run.parallel.expert, zero=run.parallel.zero,
                    pp=run.parallel.pipeline)
+
+    def build_meshes(self, device_type: str) -> ParallelDims:
+        """These dims with their device meshes (every rank calls it, after init_process_group)."""
+        from torch.distributed.device_mesh import init_device_mesh
+
+        if self.pp_enabled:
+            mesh = init_device_mesh(device_type, (self.pp, self.dp, self.tp), mesh_dim_names=(PP, DP, TP))
+        else:
+            mesh = init_device_mesh(device_type, (self.dp, self.tp), mesh_dim_names=(DP, TP))
+        ep_mesh = init_device_mesh(device_type, (self.dp // self.ep, self.ep), mesh_dim_names=(EDP, EP)) \
+            if self.ep_enabled else None
+        return replace(self, mesh=mesh, ep_mesh=ep_mesh)
+
+    def group(self, axis: str):
+        """The process group of one mesh axis; None without meshes (a world of one) or for an axis
+        the layout does not have."""
+        mesh = self.ep_mesh if axis in (EDP, EP) else self.mesh
+        if mesh is None or axis not in mesh.mesh_dim_names:
+            return None
+        return mesh[axis].get_group()
 
 
 @dataclass
@@ -66,8 +100,6 @@ class DistContext:
     device: torch.device
     backend: str | None
     dims: ParallelDims
-    mesh: object | None = None  # DeviceMesh ("dp", "tp") when world > 1; ("pp", "dp", "tp") with pipeline > 1
-    ep_mesh: object | None = None  # DeviceMesh ("edp", "ep") when expert parallelism is on
     shared_device: bool = False  # several ranks on one GPU: correct, but not a speed figure
 
     @property
@@ -82,18 +114,6 @@ class DistContext:
     @property
     def pp_rank(self) -> int:
         return self.rank // (self.dims.tp * self.dims.dp)
-
-    @property
-    def pp_group(self):
-        return self.mesh["pp"].get_group() if self.dims.pp_enabled else None
-
-    @property
-    def dp_group(self):
-        return self.mesh["dp"].get_group() if self.mesh is not None else None
-
-    @property
-    def tp_group(self):
-        return self.mesh["tp"].get_group() if self.mesh is not None else None
 
 
 def pick_device(local_rank: int) -> tuple[torch.device, bool]:
@@ -127,14 +147,7 @@ def init_distributed(run: RunConfig) -> DistContext:
     # NCCL needs one GPU per rank; with more ranks than GPUs gloo works on CUDA tensors.
     ctx.backend = "nccl" if device.type == "cuda" and not shared else "gloo"
     dist.init_process_group(ctx.backend, device_id=device if ctx.backend == "nccl" else None)
-    from torch.distributed.device_mesh import init_device_mesh
-
-    if dims.pp_enabled:
-        ctx.mesh = init_device_mesh(device.type, (dims.pp, dims.dp, dims.tp), mesh_dim_names=("pp", "dp", "tp"))
-    else:
-        ctx.mesh = init_device_mesh(device.type, (dims.dp, dims.tp), mesh_dim_names=("dp", "tp"))
-    if dims.ep_enabled:
-        ctx.ep_mesh = init_device_mesh(device.type, (dims.dp // dims.ep, dims.ep), mesh_dim_names=("edp", "ep"))
+    ctx.dims = dims.build_meshes(device.type)
     return ctx
 
 

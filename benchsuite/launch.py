@@ -43,10 +43,6 @@ class Rendezvous:
     endpoint: str | None = None  # host:port of the c10d store, reachable from every node
     rdzv_id: str = "benchsuite"
 
-    @property
-    def multi_node(self) -> bool:
-        return self.nnodes > 1
-
 
 class RunStatus(StrEnum):
     """What became of one run of the suite in this launcher."""

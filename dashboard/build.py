@@ -43,9 +43,6 @@ class BuildResult:
     pages: list[str] = field(default_factory=list)  # relative to the site folder
     bytes: int = 0
 
-    def to_json(self) -> dict:
-        return {"index": str(self.index), "records": self.records, "pages": self.pages, "bytes": self.bytes}
-
 
 def _write(path: Path, text: str) -> int:
     """Never a partial page, even if the build is killed (no fsync: a site is cheap to rebuild)."""

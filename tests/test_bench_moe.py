@@ -11,8 +11,8 @@ import torch
 
 from benchmarks.bench_moe import DROPLESS, PADDED, default_pair, layer_flops_per_token, measure, routers, variants
 from benchsuite.config import CarbonConfig, EnergyConfig, ModelConfig, MoEConfig, ParallelConfig, RunConfig, TrainConfig
-from benchsuite.metrics.flops import flops_per_token
 from benchsuite.models.moe import capacity
+from helpers import per_token
 
 CPU = torch.device("cpu")
 TINY = ModelConfig(hidden=16, ffn_hidden=32, seq_len=16, heads=2, layers=2, vocab=64)
@@ -41,7 +41,7 @@ def test_layer_flops_are_what_the_layer_adds_to_a_models_model_flops(moe):
     the MoE layer's less the dense FFN's."""
     moe = dataclasses.replace(moe, every=2)
     tokens = 4 * TINY.seq_len
-    added = flops_per_token(_run(moe)).model - flops_per_token(_run(None)).model
+    added = per_token(_run(moe)).model - per_token(_run(None)).model
     assert layer_flops_per_token(TINY, moe, tokens) - layer_flops_per_token(TINY, None, tokens) == added
 
 

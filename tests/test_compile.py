@@ -66,8 +66,9 @@ def backend(monkeypatch):
 def test_every_block_kind_compiles_without_break_or_recompile(router, recompute, backend):
     run = make_run(router, recompute)
     ctx = DistContext(0, 0, 1, 0, CPU, None, ParallelDims(1))
-    par = parallelize(build_model(run.model, run.moe, seed=0), run, ctx)
-    assert par.impl["compile"] == "torch.compile per block"
+    par = parallelize(build_model(run.model, run.moe, seed=0), dims=ctx.dims, train=run.train, moe=run.moe,
+                      device=ctx.device)
+    assert par.applied.implementation()["compile"] == "torch.compile per block"
     warm = worker.unmeasured_steps(run)
     for step in range(warm):
         worker.train_step(par, batch(step, run), "fp32", CPU)
@@ -92,7 +93,7 @@ def test_all_to_all_share_is_timed_over_a_step_that_compiles_nothing(backend, mo
         model = build_model(run.model, run.moe, seed=0)
         apply_expert_parallel(model)
         apply_compile(model)
-        par = Parallelized(model, make_adamw(model.parameters(), run))
+        par = Parallelized(model, make_adamw(model.parameters(), run.train))
         for step in range(3):
             worker.train_step(par, batch(step, run), "fp32", CPU)
         frames_at_clock = []  # frames compiled so far, at each clock read of the worker

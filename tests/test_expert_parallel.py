@@ -11,7 +11,6 @@ every rank's rows. One spawned group per world size runs all its cases.
 
 import tempfile
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -272,15 +271,21 @@ def test_expert_parallel_on_one_gpu_with_gloo():
 def test_comm_record_summarises_variable_all_to_all_bytes_per_step():
     """Each rank's per-step list (the worker's comm["all_to_all_bytes_by_step"]) becomes mean / min / max
     over ranks and steps beside the counted step's bytes; fixed splits and no EP give null and why."""
-    run = SimpleNamespace(parallel=SimpleNamespace(expert=2, zero=0), data_parallel=2)
+    from benchsuite.config import ModelConfig, TrainConfig
+    from benchsuite.dist import ParallelDims
+    from benchsuite.parallel import Applied
+    from benchsuite.parallel.zero import precision_policy
+
+    sections = dict(model=ModelConfig(), moe=None, train=TrainConfig(), dims=ParallelDims(2, ep=2), micro_batch=2,
+                    applied=Applied(0, precision_policy("fp32"), "DistributedDataParallel"))
     counted = {"bytes_by_kind": {"all_to_all": 10.0}, "payload_bytes_by_kind": {}, "calls_by_kind": {},
                "total_bytes": 10.0}
-    rec = comm_record(run, [{**counted, "all_to_all_bytes_by_step": [100, 300]},
-                            {**counted, "all_to_all_bytes_by_step": [200, 600]}], "fp32")
+    rec = comm_record([{**counted, "all_to_all_bytes_by_step": [100, 300]},
+                       {**counted, "all_to_all_bytes_by_step": [200, 600]}], **sections)
     assert rec["all_to_all_bytes_by_step"] == {"mean": 300.0, "min": 100, "max": 600, "per_rank_mean": [200.0, 400.0],
                                                "steps": 2, "source": ALL_TO_ALL_BY_STEP_SOURCE}
     assert rec["all_to_all_bytes_by_step_reason"] is None and rec["bytes_per_step_by_kind"] == {"all_to_all": 10.0}
-    fixed = comm_record(run, [{**counted, "all_to_all_bytes_by_step": None}] * 2, "fp32")
+    fixed = comm_record([{**counted, "all_to_all_bytes_by_step": None}] * 2, **sections)
     assert fixed["all_to_all_bytes_by_step"] is None
     assert fixed["all_to_all_bytes_by_step_reason"].startswith("fixed capacity-slot splits")
     no_ep = variable_all_to_all_section([counted, counted])

@@ -8,7 +8,7 @@ from benchsuite.config import ModelConfig, parse_suite
 from benchsuite.data import BYTE_VOCAB
 from benchsuite.metrics import flops as fl
 from benchsuite.models.transformer import build_model
-from helpers import run_cli, runs_rows
+from helpers import per_token, run_cli, runs_rows
 
 
 def _run(recompute="none", moe=None, micro_batch=2, **model):
@@ -24,8 +24,8 @@ def test_model_flops_are_narayanans_72_form_with_or_without_recompute(l, h, s, v
     hardware FLOPs add the fused attention backward's Q·Kᵀ (2·l·s·h) and, with full recompute,
     Narayanan's 96 form less each block's FFN down-projection (2·l·h·4h), which is never re-run."""
     heads = h // 64 if h >= 64 else 1
-    plain = fl.flops_per_token(_run(layers=l, hidden=h, heads=heads, seq_len=s, vocab=v))
-    full = fl.flops_per_token(_run("full", layers=l, hidden=h, heads=heads, seq_len=s, vocab=v))
+    plain = per_token(_run(layers=l, hidden=h, heads=heads, seq_len=s, vocab=v))
+    full = per_token(_run("full", layers=l, hidden=h, heads=heads, seq_len=s, vocab=v))
     seventy_two = 72 * l * h * h * (1 + s / (6 * h) + v / (12 * l * h))
     assert plain.model == pytest.approx(seventy_two, rel=1e-12)
     assert full.model == plain.model
@@ -37,8 +37,8 @@ def test_model_flops_are_narayanans_72_form_with_or_without_recompute(l, h, s, v
 def test_swiglu_and_custom_ffn_by_hand():
     l, h, f, s, v = 3, 96, 256, 40, 300
     run = _run(layers=l, hidden=h, heads=4, ffn_hidden=f, seq_len=s, vocab=v, activation="swiglu")
-    assert fl.flops_per_token(run).model == 6 * (l * (4 * h * h + 3 * h * f) + v * h) + 12 * l * s * h
-    full = fl.flops_per_token(_run("full", layers=l, hidden=h, heads=4, ffn_hidden=f, seq_len=s, vocab=v,
+    assert per_token(run).model == 6 * (l * (4 * h * h + 3 * h * f) + v * h) + 12 * l * s * h
+    full = per_token(_run("full", layers=l, hidden=h, heads=4, ffn_hidden=f, seq_len=s, vocab=v,
                                    activation="swiglu"))
     # the recompute re-runs attention and the gate and up projections, not the down-projection
     assert full.hardware == (6 * (l * (4 * h * h + 3 * h * f) + v * h) + 14 * l * s * h
@@ -58,7 +58,7 @@ def test_expert_choice_model_flops_use_the_slots_that_exist_not_capacity_factor(
     run = _run(moe={"experts": 3, "router": "expert_choice", "capacity_factor": 1.0, "every": 1},
                layers=1, hidden=h, heads=4, seq_len=s, vocab=v)
     expert, router = 2 * h * f, h * 3
-    assert fl.flops_per_token(run).model == 6 * (4 * h * h + 63 / 64 * expert + router + v * h) + 12 * s * h
+    assert per_token(run).model == 6 * (4 * h * h + 63 / 64 * expert + router + v * h) + 12 * s * h
 
 
 def test_top_k_model_flops_count_k_routed_and_the_shared_experts_and_dropless_pads_nothing():
@@ -69,12 +69,12 @@ def test_top_k_model_flops_count_k_routed_and_the_shared_experts_and_dropless_pa
            "capacity_factor": 0.0, "every": 1}
     run = _run(moe=moe, layers=1, hidden=h, heads=4, seq_len=s, vocab=v)
     expert, router = 2 * h * f, h * 16
-    flops = fl.flops_per_token(run)
+    flops = per_token(run)
     assert flops.model == 6 * (4 * h * h + (3 + 2) * expert + router + v * h) + 12 * s * h
     assert flops.hardware == flops.model + 2 * s * h
     assert fl.param_counts(run.model, run.moe).total == sum(p.numel() for p in build_model(run.model, run.moe)
                                                             .parameters())
-    capped = fl.flops_per_token(_run(moe=dict(moe, capacity_factor=1.0, min_capacity=40), layers=1, hidden=h,
+    capped = per_token(_run(moe=dict(moe, capacity_factor=1.0, min_capacity=40), layers=1, hidden=h,
                                      heads=4, seq_len=s, vocab=v))
     assert capped.model == flops.model  # model FLOPs never count padding
     # 64 tokens, C = max(ceil(3 * 64 / 16), 40) = 40 slots per expert: 16 * 40 / 64 = 10 slots per token
@@ -121,7 +121,7 @@ def test_hardware_flops_equal_what_a_real_step_executes(kind, recompute):
     overstates by 6 % here), and every padded expert slot is computed (padded_bmm)."""
     model = dict(SMALL, activation="swiglu") if kind == "swiglu" else SMALL
     run = _run(recompute, moe=MOE.get(kind), **model)
-    assert _counted_per_token(run) == pytest.approx(fl.flops_per_token(run).hardware, rel=0.02)
+    assert _counted_per_token(run) == pytest.approx(per_token(run).hardware, rel=0.02)
 
 
 def test_grouped_mm_runs_on_cpu_and_counts_only_the_filled_slots():
@@ -132,8 +132,8 @@ def test_grouped_mm_runs_on_cpu_and_counts_only_the_filled_slots():
         run = _run(recompute, moe=moe, **SMALL)
         counted = _counted_per_token(run, expert_impl="grouped_mm")
         # capacity clamps to N and no token is dropped: N of the E·N slots are filled
-        filled = fl.flops_per_token(run, fl.computed_slot_share("grouped_mm", padding_frac=0.75)).hardware
-        padded = fl.flops_per_token(run).hardware
+        filled = per_token(run, fl.computed_slot_share("grouped_mm", padding_frac=0.75)).hardware
+        padded = per_token(run).hardware
         assert counted == pytest.approx(filled, rel=0.02)
         assert padded > 1.5 * filled  # counting every slot would be far off
         assert _counted_per_token(run, expert_impl="padded_bmm") == pytest.approx(padded, rel=0.02)
@@ -143,7 +143,7 @@ def test_grouped_mm_runs_on_cpu_and_counts_only_the_filled_slots():
 def test_dropless_grouped_mm_counts_what_loop_mm_counts(recompute):
     """The two sorted paths compute the same rows: one counted figure, the hardware one."""
     run = _run(recompute, moe=MOE["dropless_fine_shared"], **SMALL)
-    hardware = fl.flops_per_token(run).hardware
+    hardware = per_token(run).hardware
     assert _counted_per_token(run, expert_impl="grouped_mm") == pytest.approx(hardware, rel=0.02)
     assert _counted_per_token(run, expert_impl="loop_mm") == pytest.approx(hardware, rel=0.02)
 
@@ -224,6 +224,7 @@ def test_override_and_mfu():
 def _record(monkeypatch, recompute, moe=None, eval_every=0, data="synthetic", **model):
     from benchsuite import dist as bdist
     from benchsuite import worker
+    from benchsuite.results.record import build_record
 
     monkeypatch.setenv("WORLD_SIZE", "1")
     monkeypatch.setenv("RANK", "0")
@@ -235,15 +236,15 @@ def _record(monkeypatch, recompute, moe=None, eval_every=0, data="synthetic", **
            "workload": [workload]}
     run = parse_suite(doc).runs[0]
     ctx = bdist.init_distributed(run)
-    mine = worker.measure(run, ctx, 1.0)  # --peak-tflops 1: MFU and HFU are defined on a CPU
-    return run, worker.build_record(run, "k", [mine], ctx, "now", 1.0)
+    mine, facts = worker.measure(run, ctx, 1.0)  # --peak-tflops 1: MFU and HFU are defined on a CPU
+    return run, build_record(run, facts, [mine], run_key="k", started_at="now", duration_s=1.0)
 
 
 def test_record_of_a_recompute_run_carries_model_and_hardware_figures(monkeypatch):
     run, rec = _record(monkeypatch, "full", eval_every=2)
     m = rec["metrics"]
-    f = fl.flops_per_token(run)
-    assert m["flops"]["model_per_token"] == fl.flops_per_token(_run(micro_batch=2, **SMALL)).model == f.model
+    f = per_token(run)
+    assert m["flops"]["model_per_token"] == per_token(_run(micro_batch=2, **SMALL)).model == f.model
     assert m["flops"]["hardware_per_token"] == f.hardware and "executed_per_token" not in m["flops"]
     assert m["flops"]["counted_per_token"] == pytest.approx(f.hardware, rel=0.02)
     assert "down-projection" in m["flops"]["hardware_source"]
@@ -267,7 +268,7 @@ def test_record_of_a_grouped_mm_run_counts_the_filled_slots(monkeypatch):
     m = rec["metrics"]
     assert m["moe"]["expert_impl"] == "grouped_mm" and m["moe"]["padding_frac"] == pytest.approx(0.75)
     share = fl.computed_slot_share("grouped_mm", m["moe"]["padding_frac"])
-    assert m["flops"]["hardware_per_token"] == pytest.approx(fl.flops_per_token(run, share).hardware)
+    assert m["flops"]["hardware_per_token"] == pytest.approx(per_token(run, share).hardware)
     assert m["flops"]["counted_per_token"] == pytest.approx(m["flops"]["hardware_per_token"], rel=0.02)
     assert "filled expert slots" in m["flops"]["hardware_source"]
 
@@ -299,7 +300,7 @@ def test_flops_command_prints_model_and_hardware_flops(tmp_path):
     suite = tmp_path / "s.toml"
     suite.write_text('[suite]\nname = "s"\n[defaults]\nmodel = { layers = 2, hidden = 64, heads = 4, seq_len = 32, '
                      'vocab = 256 }\ntrain = { micro_batch = 2, recompute = "full" }\n[[workload]]\nname = "d"\n')
-    f = fl.flops_per_token(_run("full", **SMALL))
+    f = per_token(_run("full", **SMALL))
     doc = json.loads(run_cli("flops", str(suite), "--json").stdout)
     r = doc["runs"][0]
     assert r["model_flops_per_token"] == f.model and r["hardware_flops_per_token"] == f.hardware
@@ -339,7 +340,7 @@ def test_upgrade_v1_recomputes_flops_peak_and_utilisation_from_the_config():
     run = _run("full", **SMALL)
     old = _v1_record(run)
     new = fl.upgrade_v1_flops(old)
-    f, m = fl.flops_per_token(run), new["metrics"]
+    f, m = per_token(run), new["metrics"]
     scale = f.model / old["metrics"]["flops"]["model_per_token"]
     assert old["metrics"]["flops"]["model_per_token"] > f.model  # schema 1 counted the recompute; untouched input
     assert m["flops"]["model_per_token"] == f.model and m["flops"]["hardware_per_token"] == f.hardware
@@ -368,11 +369,11 @@ def test_upgrade_v1_corrects_stored_measurements_by_exact_ratios():
     m = fl.upgrade_v1_flops(synthetic)["metrics"]
     assert m["flops"]["model_per_token"] == 1.6e9 and m["tflops_per_device"] == 400.0
     assert m["mfu"] == pytest.approx(400 / 989.5) and m["mfu_vs_ceiling"] == 0.5
-    plain = fl.flops_per_token(_run(**SMALL))
+    plain = per_token(_run(**SMALL))
     assert m["hfu"] / m["mfu"] == pytest.approx(plain.hardware / plain.model)
     ec = _run(moe={"experts": 3, "router": "expert_choice", "capacity_factor": 1.0, "every": 1}, **SMALL)
     m = fl.upgrade_v1_flops(_v1_record(ec))["metrics"]
-    assert m["flops"]["model_per_token"] == pytest.approx(fl.flops_per_token(ec).model)
+    assert m["flops"]["model_per_token"] == pytest.approx(per_token(ec).model)
     assert m["flops"]["model_per_token"] < _v1_record(ec)["metrics"]["flops"]["model_per_token"]
 
 

@@ -125,7 +125,8 @@ def check_loads_or_names_a_key(path: Path, text_desc: str = "") -> str:
                 assert run.kind == "moe" and run.moe.experts % run.parallel.expert == 0
                 assert run.data_parallel % run.parallel.expert == 0
             run.run_key({"gpus": [], "cpu": "x", "machine": "y"})
-            f = flops_per_token(run)
+            f = flops_per_token(run.model, run.moe, micro_batch=run.micro_batch_per_rank,
+                                recompute=run.train.recompute)
             assert f.model > 0 and math.isfinite(f.model) and f.hardware > 0 and math.isfinite(f.hardware)
     except Exception as e:
         pytest.fail(f"a suite that validated is unusable: {type(e).__name__}: {e}\n--- input ---\n"

@@ -27,7 +27,7 @@ def _train(run, steps, out_file):
 
     torch.set_default_dtype(torch.float64)  # Adam amplifies rounding in near-zero gradients; fp64 removes it
     ctx = init_distributed(run)
-    par = parallelize(build_model(run.model, seed=1), run, ctx)
+    par = parallelize(build_model(run.model, seed=1), dims=ctx.dims, train=run.train, moe=run.moe, device=ctx.device)
     source = make_source("synthetic", run.model.vocab, run.model.seq_len, seed=0)
     accum = run.train.grad_accum
     for step in range(steps):

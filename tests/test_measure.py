@@ -10,6 +10,7 @@ from benchsuite import dist as bdist
 from benchsuite import worker
 from benchsuite.config import parse_suite
 from benchsuite.energy.meters import NodeEnergyMonitor
+from benchsuite.results.record import build_record
 
 
 def tiny_run(monkeypatch, energy: dict | None = None):
@@ -31,11 +32,11 @@ def test_idle_baseline_is_measured_before_the_model_is_built(monkeypatch):
     monkeypatch.setattr(NodeEnergyMonitor, "measure_idle",
                         lambda self, s: events.append("idle") or idle(self, s))
     run = tiny_run(monkeypatch, {"idle_baseline_s": 0.05})
-    mine = worker.measure(run, bdist.init_distributed(run), None)
-    assert events == ["idle", "build model"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "no peak FLOP/s known" for a CPU
-        rec = worker.build_record(run, "k", [mine], bdist.init_distributed(run), "now", 1.0)
+        mine, facts = worker.measure(run, bdist.init_distributed(run), None)
+    assert events == ["idle", "build model"]
+    rec = build_record(run, facts, [mine], run_key="k", started_at="now", duration_s=1.0)
     assert rec["metrics"]["precision_policy"] == {"params": "fp32", "forward_params": "fp32", "compute": "fp32",
                                                   "gradients": "fp32", "residual": "fp32"}
 
@@ -64,7 +65,28 @@ def test_measured_batches_are_made_before_the_timed_steps(monkeypatch):
     monkeypatch.setattr(benchsuite.data, "make_source", spying_source)
     monkeypatch.setattr(worker, "timed_steps", spying_timed_steps)
     run = tiny_run(monkeypatch)
-    mine = worker.measure(run, bdist.init_distributed(run), None)
-    assert len(mine["step_times_s"]) == run.train.steps
+    mine, _ = worker.measure(run, bdist.init_distributed(run), None)
+    assert len(mine.step_times_s) == run.train.steps
     assert [step for step, in_timed in made] == list(range(worker.unmeasured_steps(run) + run.train.steps))
     assert not any(in_timed for _, in_timed in made)
+
+
+def test_a_rank_returns_a_typed_result_and_rank_0_the_run_facts(monkeypatch):
+    """Per-rank figures travel as a RankResult; what holds for the run (precision, what parallelize
+    applied, the peak) is rank 0's RunFacts, never part of the gathered result."""
+    from dataclasses import fields
+
+    from benchsuite.parallel.zero import precision_policy
+    from benchsuite.results.record import RankResult, RunFacts
+
+    run = tiny_run(monkeypatch)
+    mine, facts = worker.measure(run, bdist.init_distributed(run), 2.0)  # --peak-tflops 2
+    assert isinstance(mine, RankResult) and isinstance(facts, RunFacts)
+    assert {"precision", "peak_tflops", "impl", "precision_policy"}.isdisjoint(f.name for f in fields(RankResult))
+    assert (mine.rank, len(mine.step_times_s), len(mine.losses)) == (0, run.train.steps, run.train.steps)
+    assert (facts.peak_flops, facts.peak_source, facts.precision) == (2e12, "given (--peak-tflops)", "fp32")
+    assert facts.applied.precision == precision_policy("fp32") and facts.applied.zero_stage == 0
+    assert facts.applied.implementation() == {"data": "single process"} and facts.backend is None
+    rec = build_record(run, facts, [mine], run_key="k", started_at="now", duration_s=1.0)
+    assert rec["metrics"]["peak_tflops"] == 2.0 and rec["metrics"]["implementation"] == {"data": "single process"}
+    assert [s["loss"] for s in rec["steps"]] == mine.losses

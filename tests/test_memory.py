@@ -182,3 +182,24 @@ def test_run_record_carries_measured_and_analytic_state(tmp_path):
     assert mib in report.stdout
     rows = json.loads(run_cli("report", str(out), "--json").stdout)["runs"]
     assert rows[0]["metrics.memory.model_state_bytes.measured.total"] == ms["measured"]["total"]
+
+
+def test_model_state_record_reads_the_applied_precision_not_the_wrapper_name():
+    """The gathered-parameter bytes of ZeRO-2 follow Applied.precision.forward_params: a wrapper name
+    that mentions a MixedPrecisionPolicy changes nothing, a bf16 forward_params halves the gathered copy."""
+    from dataclasses import replace
+
+    from benchsuite.dist import ParallelDims
+    from benchsuite.parallel import Applied
+    from benchsuite.parallel.zero import precision_policy
+
+    cfg = ModelConfig(layers=2, hidden=32, heads=2, vocab=128, seq_len=16)
+    dims = ParallelDims(world=4, zero=2)
+    psi = mem.params_per_rank(cfg)
+    named = Applied(zero_stage=2, precision=precision_policy("bf16"), data="FSDP2 + MixedPrecisionPolicy(bf16)")
+    gathers_bf16 = replace(named, precision=replace(named.precision, forward_params="bf16"), data="FSDP2")
+    for applied, gathered in ((named, 4), (gathers_bf16, 2)):
+        out = mem.model_state_record([None], model=cfg, moe=None, dims=dims, applied=applied)
+        assert out["analytic"]["params"] == gathered * psi + 4 * psi / 4
+        assert out["formula"] == f"ZeRO-2 (bf16): {gathered}Ψ + (4+4+8)Ψ/N" and out["K"] == 8
+        assert out["paper"]["K"] == 12 and out["measured"] is None and out["ratio"] is None

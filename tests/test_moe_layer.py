@@ -98,17 +98,13 @@ def test_parallelize_fixes_the_expert_impl_for_the_device_before_any_forward(mon
     """The choice is made once, outside forward (a forward that writes attributes cannot be traced
     under activation checkpointing): a model built on CPU and parallelized for an sm90 GPU in bf16
     gets grouped_mm, and a forward on CPU does not change it."""
-    from benchsuite.config import CarbonConfig, EnergyConfig, ParallelConfig, RunConfig, TrainConfig
-    from benchsuite.dist import DistContext, ParallelDims
     from benchsuite.parallel import choose_expert_impl
 
     cfg = ModelConfig(layers=2, hidden=H, heads=2, vocab=32, seq_len=8, ffn_hidden=FFN)
     moe = MoEConfig(experts=E, every=1)
-    run = RunConfig(suite="t", workload="w", kind="moe", model=cfg, train=TrainConfig(precision="bf16"),
-                    parallel=ParallelConfig(), moe=moe, energy=EnergyConfig(), carbon=CarbonConfig(), world_size=1)
     model = build_model(cfg, moe)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
-    choose_expert_impl(model, run, DistContext(0, 0, 1, 0, torch.device("cuda", 0), None, ParallelDims(1)))
+    assert choose_expert_impl(model, precision="bf16", device=torch.device("cuda", 0)) == "grouped_mm"
     model(torch.zeros(1, 8, dtype=torch.long))
     assert [m.expert_impl for m in moe_mod.moe_layers(model)] == ["grouped_mm", "grouped_mm"]
 

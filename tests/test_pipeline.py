@@ -84,28 +84,27 @@ class GradCapture:
 
 
 def make_ctx(rank: int, pp: int, tp: int):
-    from torch.distributed.device_mesh import init_device_mesh
-
     from benchsuite.dist import DistContext, ParallelDims
 
-    dims = ParallelDims(WORLD, tp=tp, pp=pp)
-    mesh = init_device_mesh("cpu", (pp, dims.dp, tp), mesh_dim_names=("pp", "dp", "tp"))
-    return DistContext(rank, rank, WORLD, 0, torch.device("cpu"), "gloo", dims, mesh=mesh)
+    dims = ParallelDims(WORLD, tp=tp, pp=pp).build_meshes("cpu")
+    return DistContext(rank, rank, WORLD, 0, torch.device("cpu"), "gloo", dims)
 
 
 def train_and_compare(run: RunConfig, ctx) -> dict:
     from benchsuite.models.transformer import build_model
     from benchsuite.parallel import parallelize
+    from benchsuite.parallel.pipeline import PipelinePlan
     from benchsuite.parallel.zero import make_adamw
     from benchsuite.worker import train_step
 
     dp, cpu = ctx.dims.dp, torch.device("cpu")
     ref = build_model(run.model, seed=0)
-    ref_opt = make_adamw(ref.parameters(), run)
-    par = parallelize(build_model(run.model, seed=0), run, ctx)
+    ref_opt = make_adamw(ref.parameters(), run.train)
+    par = parallelize(build_model(run.model, seed=0), dims=ctx.dims, train=run.train, moe=run.moe, device=ctx.device,
+                      pipeline=PipelinePlan.from_run(run))
     par.pipeline.keep_outputs = True
     sl = slice(ctx.dp_rank * MB, (ctx.dp_rank + 1) * MB)
-    out = {"impl": par.impl, "names": sorted(stage_params(par)), "logits": None}
+    out = {"impl": par.applied.implementation(), "names": sorted(stage_params(par)), "logits": None}
     grad_err = 0.0
     for step in range(STEPS):
         x, y = global_batch(step, dp)

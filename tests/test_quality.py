@@ -123,6 +123,7 @@ def _run(monkeypatch, eval_every, eval_sleep_s=0.0):
     from benchsuite import dist as bdist
     from benchsuite import worker
     from benchsuite.config import parse_suite
+    from benchsuite.results.record import build_record
 
     monkeypatch.setenv("WORLD_SIZE", "1")
     monkeypatch.setenv("RANK", "0")
@@ -141,10 +142,10 @@ def _run(monkeypatch, eval_every, eval_sleep_s=0.0):
            "workload": [{"name": "dense", "kind": "dense"}]}
     run = parse_suite(doc).runs[0]
     ctx = bdist.init_distributed(run)
-    mine = worker.measure(run, ctx, None)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "no peak FLOP/s known" for a CPU
-        rec = worker.build_record(run, "k", [mine], ctx, "now", 1.0)
+        mine, facts = worker.measure(run, ctx, None)
+    rec = build_record(run, facts, [mine], run_key="k", started_at="now", duration_s=1.0)
     return mine, rec
 
 
@@ -163,10 +164,10 @@ def test_tiny_run_evaluates_at_the_right_steps_and_keeps_eval_out_of_time_and_en
     assert len(times) == 5 and max(times) < sleep
     assert qual["eval_seconds"] >= 4 * sleep
     assert qual["curve"][-1]["seconds"] == pytest.approx(sum(times))
-    assert [w["name"] for w in mine["quality"]["train_windows"]] == ["train-0", "train-2", "train-4"]
-    assert [w["name"] for w in mine["quality"]["eval_windows"]] == ["eval-0", "eval-2", "eval-4", "eval-5"]
-    assert mine["energy_window"]["name"] == "measure"
-    assert rec["energy"]["window_s"] == pytest.approx(sum(w["window_s"] for w in mine["quality"]["train_windows"]))
+    assert [w["name"] for w in mine.quality.train_windows] == ["train-0", "train-2", "train-4"]
+    assert [w["name"] for w in mine.quality.eval_windows] == ["eval-0", "eval-2", "eval-4", "eval-5"]
+    assert mine.energy_window["name"] == "measure"
+    assert rec["energy"]["window_s"] == pytest.approx(sum(w["window_s"] for w in mine.quality.train_windows))
     assert rec["energy"]["window_s"] < sleep < qual["eval_seconds"] / 4
     if rec["energy"]["total_j"] is not None:  # estimated on a CPU box; unavailable only without codecarbon
         assert qual["curve"][-1]["energy_j"] == pytest.approx(rec["energy"]["total_j"])
@@ -178,7 +179,7 @@ def test_tiny_run_evaluates_at_the_right_steps_and_keeps_eval_out_of_time_and_en
 
     # without evaluation: one window, no quality section, and the very same training (eval changed nothing)
     mine0, rec0 = _run(monkeypatch, eval_every=0)
-    assert mine0["quality"] is None and "quality" not in rec0["metrics"]
+    assert mine0.quality is None and "quality" not in rec0["metrics"]
     assert all("val_loss" not in s for s in rec0["steps"])
     assert [s["loss"] for s in rec0["steps"]] == [s["loss"] for s in rec["steps"]]
 

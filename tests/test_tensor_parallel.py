@@ -51,9 +51,9 @@ def train_and_compare(rank: int, world: int, run: RunConfig, ctx) -> dict:
 
     dp, cpu = ctx.dims.dp, torch.device("cpu")
     ref = build_model(run.model, seed=0)
-    ref_opt = make_adamw(ref.parameters(), run)
-    par = parallelize(build_model(run.model, seed=0), run, ctx)
-    out = {"impl": par.impl, "loss_parallel": par.loss_parallel,
+    ref_opt = make_adamw(ref.parameters(), run.train)
+    par = parallelize(build_model(run.model, seed=0), dims=ctx.dims, train=run.train, moe=run.moe, device=ctx.device)
+    out = {"impl": par.applied.implementation(), "loss_parallel": par.loss_parallel,
            "fused": [g["fused"] for g in par.optimizer.param_groups]}
     sl = slice(ctx.dp_rank * MB, (ctx.dp_rank + 1) * MB)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from benchsuite.config import RunConfig, load_suite
-from benchsuite.metrics.flops import flops_per_token
+from helpers import per_token
 
 WORKLOADS = Path(__file__).resolve().parents[1] / "workloads"
 ROUTER_TOLERANCE = 0.02  # the router's share of the model FLOPs: 1.6 % for 32 experts at hidden 64
@@ -47,11 +47,11 @@ def test_every_shipped_suite_loads(path):
 @pytest.mark.parametrize("name", MATCHED)
 def test_every_moe_workload_does_the_dense_models_flops_per_token_but_its_router(name):
     runs = _runs(name)
-    dense = flops_per_token(_dense(runs)).model
+    dense = per_token(_dense(runs)).model
     moe = [r for r in runs.values() if r.kind == "moe"]
     assert {NEW[name][0], NEW[name][1]} <= {r.workload for r in moe}
     for run in moe:
-        model = flops_per_token(run).model
+        model = per_token(run).model
         assert model - router_flops(run) == pytest.approx(dense, rel=1e-12), run.workload
         assert abs(model / dense - 1) < ROUTER_TOLERANCE, run.workload
 
@@ -70,8 +70,8 @@ def test_the_fine_grained_workload_has_many_small_experts_and_shared_ones_at_the
     moe, ffn = run.moe, run.model.ffn
     assert moe.shared_experts >= 1 and moe.experts >= 16 and moe.expert_hidden * 4 <= ffn
     assert (moe.k + moe.shared_experts) * moe.expert_hidden == ffn  # the experts a token uses: one dense FFN
-    dense = flops_per_token(_dense(runs)).model
-    model = flops_per_token(run).model
+    dense = per_token(_dense(runs)).model
+    model = per_token(run).model
     assert model - router_flops(run) == pytest.approx(dense, rel=1e-12)
     assert abs(model / dense - 1) < ROUTER_TOLERANCE
 
@@ -82,7 +82,7 @@ def test_h200_dropless_top2_is_gshards_model_without_capacity():
     gshard, dropless = runs["gshard-compiled"], runs["dropless-top2-compiled"]
     assert (dropless.moe.experts, dropless.moe.expert_hidden, dropless.moe.every) == \
         (gshard.moe.experts, gshard.moe.expert_hidden, gshard.moe.every)
-    assert flops_per_token(dropless).model == flops_per_token(gshard).model
+    assert per_token(dropless).model == per_token(gshard).model
     assert runs["dropless-top2-eager"].moe == dropless.moe
 
 

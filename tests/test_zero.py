@@ -13,6 +13,7 @@ ZeRO paper's (2Ψ, about 3Ψ for stage 3).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -37,9 +38,9 @@ def _stage(rank: int, world: int, stage: int, ref_params: dict, mesh) -> dict:
 
     run = make_run(world, 1, zero=stage)
     ctx = make_ctx(rank, world, world, 1, zero=stage, mesh=mesh)
-    par = parallelize(build_model(run.model, seed=0), run, ctx)
+    par = parallelize(build_model(run.model, seed=0), dims=ctx.dims, train=run.train, moe=run.moe, device=ctx.device)
     sl = slice(rank * MB, (rank + 1) * MB)
-    out = {"impl": par.impl["data"]}
+    out = {"impl": par.applied.data}
     for step in range(STEPS):
         x, y = global_batch(step, world, run.model.vocab, run.model.seq_len)
         if step == 1:
@@ -54,7 +55,8 @@ def _stage(rank: int, world: int, stage: int, ref_params: dict, mesh) -> dict:
     out["measured"] = probe.result()
     out["analytic"] = implementation_model_state(psi, world, stage, "fp32")
     out["comm"] = counter.result()
-    out["paper_comm"] = paper_bytes(run, "fp32")[0]
+    out["paper_comm"] = paper_bytes(model=run.model, moe=run.moe, train=run.train, dims=ctx.dims,
+                                    micro_batch=run.micro_batch_per_rank, precision=par.applied.precision)[0]
     return out
 
 
@@ -69,14 +71,14 @@ def _rank(rank: int, world: int, out_dir: str) -> None:
     torch.set_num_threads(1)
     run = make_run(world, 1)
     ref = build_model(run.model, seed=0)
-    opt = make_adamw(ref.parameters(), run)
+    opt = make_adamw(ref.parameters(), run.train)
     for step in range(STEPS):
         x, y = global_batch(step, world, run.model.vocab, run.model.seq_len)
         F.cross_entropy(ref(x)[0].flatten(0, 1), y.flatten()).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
     ref_params = {n: p.detach() for n, p in ref.named_parameters()}
-    mesh = make_ctx(rank, world, world, 1).mesh  # one ("dp", "tp") mesh for every stage
+    mesh = make_ctx(rank, world, world, 1).dims.mesh  # one ("dp", "tp") mesh for every stage
     results = {stage: _stage(rank, world, stage, ref_params, mesh) for stage in (0, 1, 2, 3)}
     (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(results))
     shutdown()  # collects FSDP2/mesh cycles first: no gloo abort at exit
@@ -203,3 +205,24 @@ def test_v1_records_get_the_precision_policy_they_ran_with():
     assert set(ddp.values()) == {"fp32"}
     failed = {"schema_version": 1, "metrics": None}
     assert upgrade_v1_precision_policy(failed) == failed
+
+
+def test_parallel_dims_own_the_layout_facts_and_parallelize_says_what_it_applied():
+    """A world of one: no mesh, no process group, ZeRO-3 asked for but stage 0 applied, and the
+    typed Applied carries the stage, the precision policy and the wrapper names of the record."""
+    from benchsuite.dist import DP, EP, PP, TP, ParallelDims
+    from benchsuite.models.transformer import build_model
+    from benchsuite.parallel import Applied, parallelize
+    from benchsuite.parallel.zero import precision_policy
+
+    assert (ParallelDims(4, zero=2).zero_applied, ParallelDims(4, tp=4, zero=0).zero_applied) == (2, 0)
+    one = ParallelDims(1, zero=3)
+    assert one.zero_applied == 0 and [one.group(axis) for axis in (PP, DP, TP, EP)] == [None] * 4
+    run = make_run(1, 1, zero=3)
+    train = replace(run.train, recompute="full")
+    par = parallelize(build_model(run.model, seed=0), dims=one, train=train, moe=None, device=torch.device("cpu"))
+    assert par.applied == Applied(zero_stage=0, precision=precision_policy("fp32"),
+                                  data="single process (ZeRO-3 needs more than one data-parallel rank; nothing to "
+                                       "shard)", recompute="checkpoint_wrapper per block")
+    assert list(par.applied.implementation()) == ["recompute", "data"]
+    assert isinstance(par.optimizer, torch.optim.AdamW) and par.loss_parallel is False

@@ -149,20 +149,22 @@ class CommCounter(TorchDispatchMode):
                 "total_bytes": sum(self.sent.values())}
 
 
-def paper_bytes(run, precision: str, impl: dict | None = None) -> tuple[float | None, str]:
+def paper_bytes(*, model, moe, train, dims, micro_batch: int, precision) -> tuple[float | None, str]:
     """(bytes per rank per step, formula) by the ZeRO and Megatron volumes, ring convention.
-    precision: the compute precision (activations); impl: the record's implementation dict."""
+    model, moe, train: the run's config sections; dims: its dist.ParallelDims; micro_batch: sequences
+    per rank per micro-step; precision: the parallel.zero.PrecisionPolicy (compute: the activations'
+    dtype; forward_params: the parameters FSDP2 gathers)."""
     from benchsuite.metrics.flops import _moe_layer_count
-    from benchsuite.metrics.memory import fsdp_param_precision, params_per_rank
+    from benchsuite.metrics.memory import params_per_rank
 
-    if run.parallel.expert > 1:
+    if dims.ep_enabled:
         return None, "expert parallelism: no paper volume modelled"
-    n, t = run.data_parallel, run.parallel.tensor
-    psi = params_per_rank(run.model, run.moe, t)
-    stage = run.parallel.zero if n > 1 else 0
+    n, t = dims.dp, dims.tp
+    psi = params_per_rank(model, moe, t)
+    stage = dims.zero_applied
     total, parts = 0.0, []
-    accum = run.train.grad_accum
-    if n > 1:
+    accum = train.grad_accum
+    if dims.dp_enabled:
         if stage in (0, 1):
             # DDP all-reduces fp32 gradients (autocast keeps fp32 params): 2Ψ elements, once per step
             # (the worker skips the sync on accumulation micro-batches with no_sync).
@@ -170,43 +172,45 @@ def paper_bytes(run, precision: str, impl: dict | None = None) -> tuple[float | 
             parts.append("2Ψ·4B·(N−1)/N")
         else:
             # FSDP2 gathers in param_dtype and reduces in fp32, for every micro-batch.
-            gathered = 2 if fsdp_param_precision(impl) == "bf16" else 4
+            gathered = 2 if precision.forward_params == "bf16" else 4
             gathers = 1 if stage == 2 else 2
             total += (gathers * gathered + 4) * psi * (n - 1) / n * accum
             parts.append(f"({gathers}·{gathered}B + 4B)Ψ·(N−1)/N" + (" (≈3Ψ)" if stage == 3 else " (2Ψ)")
                          + (" per micro-batch" if accum > 1 else ""))
-    if t > 1:
-        m = run.model
-        act = 2 if precision == "bf16" else 4
-        moe_layers = _moe_layer_count(m, run.moe)
+    if dims.tp_enabled:
+        m = model
+        act = 2 if precision.compute == "bf16" else 4
+        moe_layers = _moe_layer_count(m, moe)
         # forward: one all-reduce after attention, one after a dense MLP (MoE layers stay replicated),
         # in the compute dtype (the row-parallel matmul's output; full recompute repeats them);
         # the embedding's forward and every backward one (f operators, the LM head's input) carry
         # fp32: autocast keeps the residual stream, and so its gradients, in fp32.
         fwd = m.layers + (m.layers - moe_layers)
-        n_act = fwd * (2 if run.train.recompute == "full" else 1)
+        n_act = fwd * (2 if train.recompute == "full" else 1)
         n_fp32 = 1 + fwd + 1
-        per_micro = (n_act * act + n_fp32 * 4) * run.micro_batch_per_rank * m.seq_len * m.hidden
+        per_micro = (n_act * act + n_fp32 * 4) * micro_batch * m.seq_len * m.hidden
         total += per_micro * accum * 2 * (t - 1) / t
         parts.append(f"({n_act}·{act}B + {n_fp32}·4B)·b·s·h·2(t−1)/t per micro-batch "
                      f"({n_act + n_fp32} all-reduces: 4L+2{', MoE layers 2' if moe_layers else ''}"
-                     f"{', + recompute' if run.train.recompute == 'full' else ''})")
+                     f"{', + recompute' if train.recompute == 'full' else ''})")
     if not parts:
         return 0.0, "single process: no collectives"
     return total, " + ".join(parts)
 
 
-def comm_record(run, per_rank: list[dict], precision: str, impl: dict | None = None) -> dict:
-    """metrics.comm: rank 0's bytes by kind, the largest rank's total, and the paper's volume."""
+def comm_record(per_rank: list[dict], *, model, moe, train, dims, micro_batch: int, applied) -> dict:
+    """metrics.comm: rank 0's bytes by kind, the largest rank's total, and the paper's volume
+    (arguments as paper_bytes; applied: what parallelize applied, parallel.Applied)."""
     valid = [r for r in per_rank if r]
     if not valid:
         return {"bytes_per_step_by_kind": None, "total_bytes_per_step": None, "paper_bytes_per_step": None,
                 "ratio": None}
     r0 = valid[0]
     total = max(r["total_bytes"] for r in valid)
-    paper, formula = paper_bytes(run, precision, impl)
+    paper, formula = paper_bytes(model=model, moe=moe, train=train, dims=dims, micro_batch=micro_batch,
+                                 precision=applied.precision)
     notes = []
-    if run.data_parallel > 1 and run.parallel.zero == 1:
+    if applied.zero_stage == 1:
         notes.append("torch's ZeroRedundancyOptimizer all-reduces full gradients and then broadcasts the updated "
                      "parameters: about 1.5x the paper's stage-1 volume")
     return {"bytes_per_step_by_kind": r0["bytes_by_kind"], "payload_bytes_per_step_by_kind": r0["payload_bytes_by_kind"],

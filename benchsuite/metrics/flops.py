@@ -102,19 +102,21 @@ class TokenFlops:
     params_non_embedding: int
 
 
-def flops_per_token(run: RunConfig, slot_share: float = 1.0) -> TokenFlops:
+def flops_per_token(cfg: ModelConfig, moe: MoEConfig | None, *, micro_batch: int, recompute: str,
+                    slot_share: float = 1.0) -> TokenFlops:
     """Model and hardware FLOPs per token of one run (formulas in the module docstring).
 
-    slot_share: the share of the E · C expert slots that the expert GEMMs compute. 1 for
-    padded_bmm (every slot) and for a run not yet measured; for grouped_mm the filled share,
-    1 - padding_frac, which only a run can measure (computed_slot_share).
+    micro_batch: sequences per rank per micro-step (RunConfig.micro_batch_per_rank: with seq_len, the
+    tokens an MoE layer routes at once); recompute: train.recompute. slot_share: the share of the
+    E · C expert slots that the expert GEMMs compute. 1 for padded_bmm (every slot) and for a run not
+    yet measured; for grouped_mm the filled share, 1 - padding_frac, which only a run can measure
+    (computed_slot_share).
     """
-    cfg = run.model
-    pc = param_counts(cfg, run.moe, run.micro_batch_per_rank * cfg.seq_len, slot_share)
+    pc = param_counts(cfg, moe, micro_batch * cfg.seq_len, slot_share)
     scores = cfg.layers * cfg.seq_len * cfg.hidden  # one Q·Kᵀ per token and layer is s·h MACs: 2 · scores FLOPs
     model = 6 * (pc.active_matmul + pc.lm_head) + 12 * scores
     hardware = 6 * (pc.executed_matmul + pc.lm_head) + (12 + 2) * scores  # + the fused backward's Q·Kᵀ
-    if run.train.recompute == "full":
+    if recompute == "full":
         hardware += 2 * (pc.executed_matmul - pc.dense_down) + 4 * scores
     return TokenFlops(model=model, hardware=hardware, params=pc.total,
                       params_active=pc.active_matmul + pc.lm_head + pc.embedding,
@@ -332,7 +334,8 @@ def upgrade_v1_flops(rec: dict) -> dict:
     except (TypeError, ValueError, KeyError, AttributeError) as e:
         run, why = None, f"{type(e).__name__}: {e}"
     if run is not None:
-        f = flops_per_token(run, computed_slot_share(moe.get("expert_impl"), moe.get("padding_frac")))
+        f = flops_per_token(run.model, run.moe, micro_batch=run.micro_batch_per_rank, recompute=run.train.recompute,
+                            slot_share=computed_slot_share(moe.get("expert_impl"), moe.get("padding_frac")))
         v1 = _v1_model_per_token(run)
         to_model, to_hardware = f.model / v1, f.hardware / v1
         basis, note = hardware_basis(run, moe.get("expert_impl")), "schema 1, corrected from the stored config"

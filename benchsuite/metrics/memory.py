@@ -261,59 +261,49 @@ class ModelStateProbe:
         return {**parts, "total": total, "gathered_params": self.gathered}
 
 
-def applied_stage(run) -> int:
-    """The ZeRO stage actually applied: 0 when there is a single data-parallel rank."""
-    return run.parallel.zero if run.data_parallel > 1 else 0
-
-
-def fsdp_param_precision(impl: dict | None) -> str:
-    """"bf16" when FSDP2 gathers bf16 parameters (a MixedPrecisionPolicy was applied), else "fp32"."""
-    return "bf16" if impl and "MixedPrecisionPolicy" in str(impl.get("data", "")) else "fp32"
-
-
 def constants_for(precision: str) -> StateConstants:
     """The ZeRO paper's constants for a resolved compute precision: bf16 → mixed (K = 12), fp32 → fp32 (4+4+8)."""
     return PAPER if precision == "bf16" else FP32
 
 
-def analytic_model_state(run, precision: str, fsdp_precision: str) -> dict:
-    """The analytic part of metrics.memory.model_state_bytes for one run: what parallel/zero.py allocates
-    (`analytic`), beside the paper's formula with the constants of the precision (`paper`).
-    precision: the run's resolved compute precision; fsdp_precision: "bf16" when FSDP2 gathers bf16
-    parameters (a GPU MixedPrecisionPolicy), else "fp32"."""
-    if run.parallel.expert > 1:
+def analytic_model_state(model, moe, dims, *, compute: str, forward_params: str) -> dict:
+    """The analytic part of metrics.memory.model_state_bytes for one run (model, moe: its config
+    sections; dims: its dist.ParallelDims): what parallel/zero.py allocates (`analytic`), beside the
+    paper's formula with the constants of the precision (`paper`). compute: the resolved compute
+    precision; forward_params: the dtype FSDP2 gathers parameters in (PrecisionPolicy.forward_params)."""
+    if dims.ep_enabled:
         return {"analytic": None, "formula": None, "note": "expert parallelism: per-rank parameters not modelled here"}
-    stage = applied_stage(run)
-    n = run.data_parallel
-    psi = params_per_rank(run.model, run.moe, run.parallel.tensor)
-    replicate = run.parallel.tensor > 1 and n > 1
-    analytic = implementation_model_state(psi, n, stage, fsdp_precision, replicate=replicate)
-    paper_c = constants_for(precision)
+    stage = dims.zero_applied
+    n = dims.dp
+    psi = params_per_rank(model, moe, dims.tp)
+    replicate = dims.tp_enabled and dims.dp_enabled
+    analytic = implementation_model_state(psi, n, stage, forward_params, replicate=replicate)
+    paper_c = constants_for(compute)
     paper = zero_model_state(psi, n, stage, paper_c)
-    label = ("DDP via replicate_with_fsdp" if replicate else STAGE_LABELS[stage]) if n > 1 else \
+    label = ("DDP via replicate_with_fsdp" if replicate else STAGE_LABELS[stage]) if dims.dp_enabled else \
         "no data parallelism"
-    if run.parallel.tensor > 1:
-        label += f", TP {run.parallel.tensor} (Ψ per tensor rank)"
+    if dims.tp_enabled:
+        label += f", TP {dims.tp} (Ψ per tensor rank)"
     return {
         "analytic": {k: analytic[k] for k in ("params", "grads", "optimizer", "total")},
-        "formula": f"{label} ({precision}): {analytic['formula']}",
+        "formula": f"{label} ({compute}): {analytic['formula']}",
         "paper": {"total": paper["total"], "formula": paper["formula"], "K": paper["K"],
                   "constants": paper_c.name},
-        "K": analytic["K"], "psi": psi, "N": n, "stage": stage, "tensor": run.parallel.tensor,
+        "K": analytic["K"], "psi": psi, "N": n, "stage": stage, "tensor": dims.tp,
     }
 
 
-def model_state_record(run, measured_per_rank: list[dict], precision: str, impl: dict | None = None) -> dict:
+def model_state_record(measured_per_rank: list[dict], *, model, moe, dims, applied) -> dict:
     """metrics.memory.model_state_bytes: measured (the largest rank) beside the analytic formula.
-    precision: the run's compute precision; impl: the record's implementation dict (which says
-    whether FSDP2 ran under a bf16 MixedPrecisionPolicy)."""
+    applied: what parallelize applied (parallel.Applied: its precision policy sets the constants)."""
     valid = [m for m in measured_per_rank if m and m.get("total") is not None]
     measured = max(valid, key=lambda m: m["total"]) if valid else None
     out = {"measured": ({k: measured[k] for k in ("params", "grads", "optimizer", "total")} if measured else None),
            "measured_per_rank_total": [m.get("total") if m else None for m in measured_per_rank],
            "method": "local tensor bytes (DTensor: local shard) during one warm-up step: params at the end of "
                      "forward, grads after backward, optimizer state after the step; largest rank"}
-    out.update(analytic_model_state(run, precision, fsdp_param_precision(impl)))
+    out.update(analytic_model_state(model, moe, dims, compute=applied.precision.compute,
+                                    forward_params=applied.precision.forward_params))
     if out["analytic"] is not None:
         out["ratio"] = (measured["total"] / out["analytic"]["total"]) if measured else None
     return out

@@ -29,7 +29,7 @@ def flops_table(suite: Suite) -> Table:
     """Parameters and model/hardware FLOPs per token of every run of `suite`."""
     rows = []
     for run in suite.runs:
-        f = flops_per_token(run)
+        f = flops_per_token(run.model, run.moe, micro_batch=run.micro_batch_per_rank, recompute=run.train.recompute)
         rows.append({"workload": run.workload, "kind": run.kind, "router": run.moe.router if run.moe else None,
                      "world_size": run.world_size, "scaling": run.scaling, "recompute": run.train.recompute,
                      "params": f.params, "params_active": f.params_active, "model_flops_per_token": f.model,
@@ -78,7 +78,7 @@ def memory_table_for_suite(suite: Suite, device: torch.device, precision: str | 
     """Each run's model states per device at each ZeRO stage, with the constants of its own precision
     (train.precision, "auto" resolved for `device`) unless `precision` ("mixed" or "fp32") is given;
     `params` and `dp` replace each run's own Ψ and data-parallel degree."""
-    from benchsuite.dist import resolve_precision
+    from benchsuite.dist import ParallelDims, resolve_precision
 
     doc = {"precision": precision, "source": MEMORY_SOURCE, "suite": suite.name, "device": device.type, "runs": []}
     title = "model states per device (GB = 1e9 bytes)" + (
@@ -94,7 +94,8 @@ def memory_table_for_suite(suite: Suite, device: torch.device, precision: str | 
         stages = mem.stage_table(psi_rank, run_dp, consts)
         act = mem.activation_estimates(run)
         fsdp_precision = "bf16" if run_precision == "bf16" and device.type == "cuda" else "fp32"  # parallel/zero.py
-        record = mem.analytic_model_state(run, run_precision, fsdp_precision)
+        record = mem.analytic_model_state(run.model, run.moe, ParallelDims.from_run(run), compute=run_precision,
+                                          forward_params=fsdp_precision)
         doc["runs"].append({"workload": run.workload, "world_size": run.world_size, "tensor": run.parallel.tensor,
                             "zero": run.parallel.zero, "precision": run_precision, **_constants_doc(consts),
                             "params": psi, "params_per_rank": psi_rank, "dp": run_dp, "stages": stages,

@@ -16,15 +16,38 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from benchsuite.config import RunConfig
-from benchsuite.dist import DistContext, resolve_precision
+from benchsuite.config import MoEConfig, TrainConfig
+from benchsuite.dist import ParallelDims, resolve_precision
+from benchsuite.parallel.zero import PrecisionPolicy
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What parallelize actually applied: the typed facts the metrics read (the stage that ran, the
+    precision policy, the experts' GEMM path) and the names of the wrappers, for the record."""
+
+    zero_stage: int  # the ZeRO stage that ran (0 with a single data-parallel rank)
+    precision: PrecisionPolicy  # dtypes of the step (metrics.precision_policy)
+    data: str  # the data-parallel wrapper
+    expert_impl: str | None = None  # the experts' GEMM path, "padded_bmm" | "grouped_mm" (MoE only)
+    tensor: str | None = None
+    expert: str | None = None
+    recompute: str | None = None
+    compile: str | None = None
+    pipeline: str | None = None
+
+    def implementation(self) -> dict:
+        """metrics.implementation: each applied wrapper by name, in the order it was applied."""
+        names = {"tensor": self.tensor, "expert": self.expert, "recompute": self.recompute,
+                 "compile": self.compile, "pipeline": self.pipeline, "data": self.data}
+        return {k: v for k, v in names.items() if v is not None}
 
 
 @dataclass
 class Parallelized:
     model: nn.Module
     optimizer: torch.optim.Optimizer
-    impl: dict = field(default_factory=dict)  # what was applied, by name, for the record
+    applied: Applied | None = None  # what parallelize applied (None: a model wrapped by hand)
     loss_parallel: bool = False  # logits are vocab-sharded DTensors (tensor parallel)
     grad_hooks: list = field(default_factory=list)  # called after the last backward, before optimizer.step
     pipeline: object | None = None  # pipeline.PipelineRun with parallel.pipeline > 1: it runs forward/backward
@@ -59,52 +82,58 @@ def apply_compile(model: nn.Module) -> None:
         block.compile()
 
 
-def choose_expert_impl(model: nn.Module, run: RunConfig, ctx: DistContext) -> None:
-    """The experts' GEMM path for this device and compute precision, fixed once before anything
-    traces the model (MoELayer.forward never decides it)."""
+def choose_expert_impl(model: nn.Module, *, precision: str, device: torch.device) -> str:
+    """The experts' GEMM path for this device and compute precision (resolved), fixed once before
+    anything traces the model (MoELayer.forward never decides it); returns its name."""
     from benchsuite.models.moe import select_expert_impl, set_expert_impl
 
-    bf16 = resolve_precision(run.train.precision, ctx.device) == "bf16"
-    set_expert_impl(model, select_expert_impl(ctx.device, torch.bfloat16 if bf16 else torch.float32))
+    impl = select_expert_impl(device, torch.bfloat16 if precision == "bf16" else torch.float32)
+    set_expert_impl(model, impl)
+    return impl
 
 
-def parallelize(model: nn.Module, run: RunConfig, ctx: DistContext) -> Parallelized:
-    from benchsuite.parallel.zero import apply_data_parallel
+def parallelize(model: nn.Module, *, dims: ParallelDims, train: TrainConfig, moe: MoEConfig | None,
+                device: torch.device, pipeline=None) -> Parallelized:
+    """The parallel model, its optimizer and what was applied. dims carries the meshes (world > 1);
+    pipeline: the pipeline.PipelinePlan of a run with dims.pp_enabled."""
+    from benchsuite.parallel.zero import apply_data_parallel, build_optimizer, precision_policy
 
-    impl: dict = {}
+    precision = resolve_precision(train.precision, device)
+    applied: dict = {"zero_stage": dims.zero_applied, "precision": precision_policy(precision)}
     hooks: list = []
-    loss_parallel = False
-    if run.moe is not None:
-        choose_expert_impl(model, run, ctx)
-    if ctx.dims.tp_enabled:
+    if moe is not None:
+        applied["expert_impl"] = choose_expert_impl(model, precision=precision, device=device)
+    if dims.tp_enabled:
+        from benchsuite.dist import TP
         from benchsuite.parallel.tensor import apply_tensor_parallel
 
-        impl["tensor"] = apply_tensor_parallel(model, ctx.mesh["tp"])
-        loss_parallel = True
-    if ctx.dims.ep_enabled:
+        applied["tensor"] = apply_tensor_parallel(model, dims.mesh[TP])
+    if dims.ep_enabled:
+        from benchsuite.dist import EDP, EP
         from benchsuite.parallel import expert
 
-        expert.apply_expert_parallel(model, ctx.ep_mesh["ep"].get_group())
-        splits = "variable splits, per-expert counts first" if run.moe.dropless else "padded capacity slots"
-        impl["expert"] = f"all_to_all_single over {ctx.dims.ep} ranks, {splits}"
-        replicas = ctx.ep_mesh["edp"].get_group() if ctx.dims.dp > ctx.dims.ep else None
-        hooks.append(lambda: expert.sync_expert_grads(model, ctx.dims.dp, replicas))
+        expert.apply_expert_parallel(model, dims.group(EP))
+        splits = "variable splits, per-expert counts first" if moe.dropless else "padded capacity slots"
+        applied["expert"] = f"all_to_all_single over {dims.ep} ranks, {splits}"
+        replicas = dims.group(EDP) if dims.dp > dims.ep else None
+        hooks.append(lambda: expert.sync_expert_grads(model, dims.dp, replicas))
         hooks.append(lambda: expert.end_all_to_all_step(model))
-    if run.train.recompute == "full":
-        random_routing = run.moe is not None and run.moe.second_expert_policy == "random"
+    if train.recompute == "full":
+        random_routing = moe is not None and moe.second_expert_policy == "random"
         apply_activation_checkpointing(model, preserve_rng_state=random_routing)
-        impl["recompute"] = "checkpoint_wrapper per block"
-    if run.train.compile:
+        applied["recompute"] = "checkpoint_wrapper per block"
+    if train.compile:
         apply_compile(model)
-        impl["compile"] = "torch.compile per block"
-    if ctx.dims.ep_enabled:
+        applied["compile"] = "torch.compile per block"
+    if dims.ep_enabled:
         expert.ignore_expert_params_in_ddp(model)  # names as the data-parallel wrapper will see them
-    if ctx.dims.pp_enabled:  # split into stages, each wrapped for data parallelism (parallel/pipeline.py)
+    if dims.pp_enabled:  # split into stages, each wrapped for data parallelism (parallel/pipeline.py)
         from benchsuite.parallel.pipeline import apply_pipeline
-        from benchsuite.parallel.zero import make_adamw
 
-        stages, pipe, pipe_impl = apply_pipeline(model, run, ctx)
-        return Parallelized(stages, make_adamw(stages.parameters(), run), {**impl, **pipe_impl},
-                            loss_parallel, hooks, pipe)
-    model, optimizer, impl["data"] = apply_data_parallel(model, run, ctx)
-    return Parallelized(model, optimizer, impl, loss_parallel, hooks)
+        stages, pipe, names = apply_pipeline(model, dims=dims, plan=pipeline, device=device,
+                                             logits_dtype=torch.bfloat16 if precision == "bf16" else torch.float32)
+        return Parallelized(stages, build_optimizer(stages, train=train, dims=dims), Applied(**applied, **names),
+                            dims.tp_enabled, hooks, pipe)
+    model, applied["data"] = apply_data_parallel(model, dims=dims, device=device)
+    return Parallelized(model, build_optimizer(model, train=train, dims=dims), Applied(**applied),
+                        dims.tp_enabled, hooks)

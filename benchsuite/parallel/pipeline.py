@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from benchsuite.config import RunConfig
-from benchsuite.dist import DistContext
+from benchsuite.dist import DP, PP, ParallelDims
 from benchsuite.metrics.timing import synchronize
 
 ACTIVATION_BYTES = 4  # fp32 residual stream between stages
@@ -230,15 +230,15 @@ def make_schedule(name: str, stages: list, microbatches: int, loss_fn):
     return cls(stages if name == "interleaved" else stages[0], n_microbatches=microbatches, loss_fn=loss_fn)
 
 
-def wrap_data_parallel(module: nn.Module, ctx: DistContext) -> tuple[nn.Module, str]:
+def wrap_data_parallel(module: nn.Module, dims: ParallelDims) -> tuple[nn.Module, str]:
     """``replicate`` over the dp mesh dimension (DDP semantics on FSDP2's machinery), per stage: the
     pipeline stage defers its gradient all-reduce to the last microbatch's backward. (torch's DDP under
     a pipeline fails when rebuilding its buckets after accumulating microbatches, torch 2.13.)"""
     from benchsuite.parallel.zero import apply_replicate
 
-    if not ctx.dims.dp_enabled:
-        return module, "none (pipeline only)" if not ctx.dims.tp_enabled else "none (pipeline and tensor parallel)"
-    return apply_replicate(module, ctx.mesh["dp"]), "replicate_with_fsdp over dp, per stage"
+    if not dims.dp_enabled:
+        return module, "none (pipeline only)" if not dims.tp_enabled else "none (pipeline and tensor parallel)"
+    return apply_replicate(module, dims.mesh[DP]), "replicate_with_fsdp over dp, per stage"
 
 
 def example_io(first: bool, last: bool, microbatch: int, cfg, tp: int, logits_dtype: torch.dtype):
@@ -254,41 +254,47 @@ def example_io(first: bool, last: bool, microbatch: int, cfg, tp: int, logits_dt
     return (ids if first else act), (logits if last else act)
 
 
-def parallelize_pipeline(model: nn.Module, ctx: DistContext, pp: int, virtual: int, schedule: str,
-                         microbatches: int, microbatch_size: int, logits_dtype: torch.dtype = torch.float32,
-                         loss_fn=next_token_loss) -> tuple[nn.ModuleList, PipelineRun, dict]:
-    """Split `model` into this rank's stages, wrap each for data parallelism and build the schedule.
+@dataclass(frozen=True)
+class PipelinePlan:
+    """A pipelined run's schedule: V stages per rank, the schedule's name, M microbatches per step of
+    `microbatch_size` sequences each."""
+
+    virtual: int
+    schedule: str
+    microbatches: int
+    microbatch_size: int
+
+    @classmethod
+    def from_run(cls, run: RunConfig) -> PipelinePlan:
+        p = run.parallel
+        return cls(p.virtual_stages, p.schedule, p.n_microbatches, run.micro_batch_per_rank // p.n_microbatches)
+
+
+def apply_pipeline(model: nn.Module, *, dims: ParallelDims, plan: PipelinePlan, device: torch.device,
+                   logits_dtype: torch.dtype = torch.float32,
+                   loss_fn=next_token_loss) -> tuple[nn.ModuleList, PipelineRun, dict]:
+    """Split `model` into this rank's stages, wrap each for data parallelism and build the schedule
+    (parallel/__init__.py calls it after tensor parallel and recompute).
 
     Returns (the rank's stage modules, as one ModuleList for the optimizer and the probes; the run;
-    what was applied, for the record)."""
-    num_stages = pp * virtual
-    busy = SpanClock(ctx.device)
+    the names of what was applied, the Applied fields "pipeline" and "data")."""
+    pp, num_stages, pp_group = dims.pp, dims.pp * plan.virtual, dims.group(PP)
+    busy = SpanClock(device)
     timed_stage = _timed_stage_class()
     modules, stages, data = [], [], ""
-    for s in stage_ids(ctx.pp_rank, pp, virtual):
+    for s in stage_ids(dims.mesh.get_local_rank(PP), pp, plan.virtual):
         first, last = s == 0, s == num_stages - 1
         part = StageModule(model, stage_layers(s, num_stages, model.cfg.layers), first, last)
-        part, data = wrap_data_parallel(part, ctx)
+        part, data = wrap_data_parallel(part, dims)
         modules.append(part)
-        inputs, outputs = example_io(first, last, microbatch_size, model.cfg, ctx.dims.tp, logits_dtype)
-        stages.append(timed_stage(part, s, num_stages, ctx.device, input_args=inputs, output_args=outputs,
-                                  group=ctx.pp_group, clock=busy))
-    run = PipelineRun(make_schedule(schedule, stages, microbatches, loss_fn), stages, ctx.pp_group, pp,
-                      ctx.device, busy, SpanClock(ctx.device))
-    impl = {"pipeline": f"torch.distributed.pipelining {SCHEDULE_NAMES[schedule]}: {pp} ranks x {virtual} "
-                        f"stage(s), {microbatches} microbatches", "data": data}
-    return nn.ModuleList(modules), run, impl
-
-
-def apply_pipeline(model: nn.Module, run: RunConfig, ctx: DistContext):
-    """The run's pipeline (parallel/__init__.py calls it after tensor parallel and recompute)."""
-    from benchsuite.dist import resolve_precision
-
-    p = run.parallel
-    bf16 = resolve_precision(run.train.precision, ctx.device) == "bf16"
-    return parallelize_pipeline(model, ctx, p.pipeline, p.virtual_stages, p.schedule, p.n_microbatches,
-                                run.micro_batch_per_rank // p.n_microbatches,
-                                torch.bfloat16 if bf16 else torch.float32)
+        inputs, outputs = example_io(first, last, plan.microbatch_size, model.cfg, dims.tp, logits_dtype)
+        stages.append(timed_stage(part, s, num_stages, device, input_args=inputs, output_args=outputs,
+                                  group=pp_group, clock=busy))
+    run = PipelineRun(make_schedule(plan.schedule, stages, plan.microbatches, loss_fn), stages, pp_group, pp,
+                      device, busy, SpanClock(device))
+    names = {"pipeline": f"torch.distributed.pipelining {SCHEDULE_NAMES[plan.schedule]}: {pp} ranks x "
+                         f"{plan.virtual} stage(s), {plan.microbatches} microbatches", "data": data}
+    return nn.ModuleList(modules), run, names
 
 
 # ------------------------------------------------------------------ record figures

@@ -43,8 +43,8 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from benchsuite.config import RunConfig
-from benchsuite.dist import DistContext
+from benchsuite.config import TrainConfig
+from benchsuite.dist import DP, ParallelDims
 
 STAGE_NAMES = {
     0: "DistributedDataParallel",
@@ -84,10 +84,10 @@ def upgrade_v1_precision_policy(record: dict) -> dict:
     return {**record, "metrics": {**metrics, "precision_policy": policy}}
 
 
-def adamw_kwargs(run: RunConfig) -> dict:
+def adamw_kwargs(train: TrainConfig) -> dict:
     """Fused on every device (torch has the kernel on CPU and CUDA alike), so the CPU tests run the
     optimizer path a GPU runs."""
-    return {"lr": run.train.lr, "betas": (0.9, 0.95), "weight_decay": 0.1, "fused": True}
+    return {"lr": train.lr, "betas": (0.9, 0.95), "weight_decay": 0.1, "fused": True}
 
 
 def dtensor_param_groups(params) -> list[dict]:
@@ -102,11 +102,11 @@ def dtensor_param_groups(params) -> list[dict]:
     return [{"params": group} for group in kinds if group]
 
 
-def make_adamw(params, run: RunConfig) -> torch.optim.Optimizer:
+def make_adamw(params, train: TrainConfig) -> torch.optim.Optimizer:
     """Fused AdamW, one parameter group per tensor kind (dtensor_param_groups). FSDP2's sharded
     DTensor parameters go in as they are: the optimizer then only ever sees (and allocates state
     for) the local shards."""
-    return torch.optim.AdamW(dtensor_param_groups(params), **adamw_kwargs(run))
+    return torch.optim.AdamW(dtensor_param_groups(params), **adamw_kwargs(train))
 
 
 def fsdp_groups(model: nn.Module) -> list:
@@ -143,31 +143,32 @@ def apply_replicate(model: nn.Module, mesh) -> nn.Module:
     return model
 
 
-def apply_data_parallel(model: nn.Module, run: RunConfig, ctx: DistContext):
-    """(model, optimizer, implementation name) for `parallel.zero` over the data-parallel ranks."""
-    stage = run.parallel.zero
-    if not ctx.dims.dp_enabled:
-        name = "single process" if stage == 0 else f"single process (ZeRO-{stage} needs more than one " \
-                                                    f"data-parallel rank; nothing to shard)"
-        if ctx.dims.tp_enabled:
-            name = "none (tensor parallel only)"
-        return model, make_adamw(model.parameters(), run), name
-    dp_mesh = ctx.mesh["dp"]
-    if ctx.dims.tp_enabled:
+def apply_data_parallel(model: nn.Module, *, dims: ParallelDims, device: torch.device) -> tuple[nn.Module, str]:
+    """(model, implementation name) for ZeRO stage dims.zero over the data-parallel ranks; the
+    optimizer comes from build_optimizer."""
+    stage = dims.zero
+    if not dims.dp_enabled:
+        if dims.tp_enabled:
+            return model, "none (tensor parallel only)"
+        return model, "single process" if stage == 0 else f"single process (ZeRO-{stage} needs more than one " \
+                                                           f"data-parallel rank; nothing to shard)"
+    if dims.tp_enabled:
         if stage:
             raise ValueError("ZeRO stages 1-3 with tensor > 1 are not supported (config.py rejects them)")
-        model = apply_replicate(model, dp_mesh)
-        return model, make_adamw(model.parameters(), run), \
-            "replicate_with_fsdp over dp (DDP semantics for DTensor params)"
+        return apply_replicate(model, dims.mesh[DP]), "replicate_with_fsdp over dp (DDP semantics for DTensor params)"
     if stage in (0, 1):
-        model = DDP(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
-                    process_group=ctx.dp_group, gradient_as_bucket_view=True)
-        if stage == 0:
-            return model, make_adamw(model.parameters(), run), STAGE_NAMES[0]
+        model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
+                    process_group=dims.group(DP), gradient_as_bucket_view=True)
+        return model, STAGE_NAMES[stage]
+    return apply_fsdp(model, dims.mesh[DP], reshard_after_forward=stage == 3), STAGE_NAMES[stage]
+
+
+def build_optimizer(model: nn.Module, *, train: TrainConfig, dims: ParallelDims) -> torch.optim.Optimizer:
+    """AdamW over the wrapped model's parameters; ZeRO-1 partitions its state over the data-parallel
+    ranks (ZeroRedundancyOptimizer), every other stage shards (FSDP2) or replicates it with the model."""
+    if dims.zero_applied == 1:
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
-        opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW,
-                                      process_group=ctx.dp_group, **adamw_kwargs(run))
-        return model, opt, STAGE_NAMES[1]
-    model = apply_fsdp(model, dp_mesh, reshard_after_forward=stage == 3)
-    return model, make_adamw(model.parameters(), run), STAGE_NAMES[stage]
+        return ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW,
+                                       process_group=dims.group(DP), **adamw_kwargs(train))
+    return make_adamw(model.parameters(), train)

@@ -14,6 +14,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
+def per_token(run, slot_share: float = 1.0):
+    """metrics.flops.flops_per_token with a RunConfig's own sections."""
+    from benchsuite.metrics.flops import flops_per_token
+
+    return flops_per_token(run.model, run.moe, micro_batch=run.micro_batch_per_rank, recompute=run.train.recompute,
+                           slot_share=slot_share)
+
+
 def write_suite(path: Path, text: str) -> Path:
     path.write_text(textwrap.dedent(text))
     return path

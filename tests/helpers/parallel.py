@@ -41,9 +41,12 @@ def clean_name(name: str) -> str:
 
 
 def make_ctx(rank: int, world: int, dp: int, tp: int, zero: int = 0, mesh=None):
-    from torch.distributed.device_mesh import init_device_mesh
+    """mesh: the ("dp", "tp") mesh of an earlier make_ctx to reuse; a new one by default."""
+    from dataclasses import replace
 
     from benchsuite.dist import DistContext, ParallelDims
 
-    mesh = mesh or init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
-    return DistContext(rank, rank, world, 0, torch.device("cpu"), "gloo", ParallelDims(world, tp, 1, zero), mesh=mesh)
+    dims = ParallelDims(world, tp, 1, zero)
+    assert dims.dp == dp
+    dims = replace(dims, mesh=mesh) if mesh is not None else dims.build_meshes("cpu")
+    return DistContext(rank, rank, world, 0, torch.device("cpu"), "gloo", dims)
