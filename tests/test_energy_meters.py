@@ -260,7 +260,7 @@ def test_nested_overlapping_windows_and_misuse():
 
 def test_idle_baseline_reports_energy_above_idle():
     mon = NodeEnergyMonitor([], EstimateSensor(FIXED), min_window_s=0.0)
-    idle = mon.measure_idle(0.05)
+    idle = mon.measure_idle(0.25)  # long enough that a loaded box's scheduling delay at the edges stays under 5 %
     assert idle["dram"] == pytest.approx(10.0, rel=0.05)   # sensor edges sit inside the window
     mon.begin("w")
     r = mon.end("w")
