@@ -18,7 +18,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "results"
 README = Path(__file__).parents[1] / "README.md"
 SMOKE_W2 = "smoke__dense-tiny__w2n1-weak__6a7938ff8f2a1420.json"  # an ok run with no energy or carbon
 
-EXPECTED = ["run_key", "suite", "workload", "status", "kind", "router", "world_size", "nodes", "scaling", "tensor",
+EXPECTED = ["run_key", "repeat", "suite", "workload", "status", "kind", "router", "world_size", "nodes", "scaling", "tensor",
             "zero", "expert", "started_at", "duration_s", "tokens_per_s", "mfu", "step_time_median_s",
             "step_time_ci95_lo_s", "step_time_ci95_hi_s", "scaling_efficiency", "tflops_per_device",
             "model_flops_per_token", "params_active", "peak_memory_bytes", "energy_j", "gpu_energy_j",
@@ -38,6 +38,7 @@ def test_load_has_the_documented_columns_in_order_with_their_dtypes():
     for col in ("tokens_per_s", "mfu", "j_per_token", "gco2e_per_mtok", "energy_j", "scaling_efficiency"):
         assert df[col].dtype == np.float64, col
     assert df["world_size"].dtype == pd.Int64Dtype() and df["flagged"].dtype == bool
+    assert df["repeat"].tolist() == [0] * len(df)  # recorded before run --repeat: the upgrade chain's 0
     assert {c.name: str(df[c.name].dtype) for c in COLUMNS} == {c.name: c.dtype for c in COLUMNS}
 
 

@@ -29,6 +29,7 @@ class Column:
 
 COLUMNS = (
     Column("run_key", "string", "run_key"),
+    Column("repeat", "Int64", "repeat"),
     Column("suite", "string", "suite"),
     Column("workload", "string", "workload"),
     Column("status", "category", "status", ("ok", "failed")),
