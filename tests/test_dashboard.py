@@ -699,7 +699,8 @@ def test_summary_pages_turn_only_the_columns_they_read_into_rows(tmp_path, monke
 
     widths = []
     to_dict = pd.DataFrame.to_dict
-    monkeypatch.setattr(pd.DataFrame, "to_dict", lambda self, *a, **k: widths.append(self.shape[1]) or to_dict(self, *a, **k))
+    monkeypatch.setattr(pd.DataFrame, "to_dict",
+                        lambda self, *a, **k: widths.append(self.shape[1]) or to_dict(self, *a, **k))
     build_site(FIXTURES, tmp_path / "site")
     full = len(load(FIXTURES).df.columns)
     assert len([w for w in widths if w >= full]) == 3 and max(w for w in widths if w < full) <= 4, widths
