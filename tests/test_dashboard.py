@@ -690,3 +690,17 @@ def test_compare_page_says_per_expert_load_is_not_measured_where_no_record_has_i
     index = (tmp_path / "index.html").read_text(encoding="utf-8")
     assert "MoE per-expert load</strong>: not measured" in index
     assert not [t for t in _index_tables(tmp_path) if t[0] and t[0][0] == "Series"]
+
+
+def test_summary_pages_turn_only_the_columns_they_read_into_rows(tmp_path, monkeypatch):
+    """DataFrame.to_dict("records") costs a pass per column (~200): the run pages, the runs table and
+    the quality runs take whole rows, the other pages only the few columns they read."""
+    import pandas as pd
+
+    widths = []
+    to_dict = pd.DataFrame.to_dict
+    monkeypatch.setattr(pd.DataFrame, "to_dict",
+                        lambda self, *a, **k: widths.append(self.shape[1]) or to_dict(self, *a, **k))
+    build_site(FIXTURES, tmp_path / "site")
+    full = len(load(FIXTURES).df.columns)
+    assert len([w for w in widths if w >= full]) == 3 and max(w for w in widths if w < full) <= 4, widths

@@ -375,3 +375,57 @@ def test_energy_modules_import_one_way():
         assert _benchsuite_imports(vendor) == {"benchsuite.energy.common"}, vendor.__name__
     assert {"benchsuite.energy.nvml", "benchsuite.energy.rapl", "benchsuite.energy.estimate"} <= \
         _benchsuite_imports(meters)
+
+
+KNOWN_CPUS = ["Intel(R) Xeon(R) Gold 6148 CPU @ 2.40GHz", "AMD EPYC 7763 64-Core Processor",
+              "Intel(R) Core(TM) i7-8700K CPU @ 3.70GHz", "Apple M1", "Intel(R) Xeon(R) Processor"]
+
+
+@pytest.mark.parametrize("name", KNOWN_CPUS)
+def test_registry_tdp_equals_codecarbons_own_pandas_lookup(name):
+    from codecarbon.core.cpu import TDP
+    reference = TDP.__new__(TDP)._get_cpu_power_from_registry(name)   # codecarbon's pandas path
+    assert estimate.registry_tdp(name) == reference
+
+
+def test_cpu_brand_is_codecarbons_detected_model():
+    from codecarbon.core.util import detect_cpu_model
+    assert estimate.cpu_brand() == detect_cpu_model()
+
+
+@pytest.fixture
+def fresh_power_model():
+    estimate.codecarbon_power_model.cache_clear()
+    yield estimate.codecarbon_power_model
+    estimate.codecarbon_power_model.cache_clear()
+
+
+def test_power_model_pinned_for_a_known_cpu(fresh_power_model, monkeypatch):
+    import codecarbon.core.util as cc_util
+    monkeypatch.setattr(estimate, "cpu_brand", lambda: "Intel(R) Xeon(R) Gold 6148 CPU @ 2.40GHz")
+    monkeypatch.setattr(cc_util, "count_physical_cpus", lambda: 2)
+    m = fresh_power_model()
+    assert m.cpu_max_w == 300.0
+    assert m.cpu_basis == ("TDP from codecarbon cpu_power.csv: Intel(R) Xeon(R) Gold 6148 CPU @ 2.40GHz"
+                           " = 150.0 W x 2 socket(s)")
+
+
+def test_power_model_unknown_cpu_is_4_w_per_thread(fresh_power_model, monkeypatch):
+    import codecarbon.core.util as cc_util
+    import psutil
+    monkeypatch.setattr(estimate, "cpu_brand", lambda: "Intel(R) Xeon(R) Processor")
+    monkeypatch.setattr(cc_util, "count_physical_cpus", lambda: 1)
+    m = fresh_power_model()
+    assert m.cpu_max_w == 4.0 * psutil.cpu_count()
+    assert m.cpu_basis == ("codecarbon fallback 4 W per thread (CPU not in cpu_power.csv): "
+                           f"Intel(R) Xeon(R) Processor = {4 * psutil.cpu_count()} W x 1 socket(s)")
+
+
+def test_power_model_lookup_does_not_import_pandas():
+    """pandas' import was most of the lookup's cost, paid by every rank of every run."""
+    import subprocess
+    import sys
+    code = ("import sys; from benchsuite.energy.estimate import codecarbon_power_model; "
+            "codecarbon_power_model(); print('pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -60,3 +60,24 @@ def test_gpu_check_dry_run_prints_the_table_and_writes_records(tmp_path):
     ratio = statistics.median(harness) / statistics.median(bare)
     assert (f"benchsuite {statistics.median(harness) * 1e3:.2f} ms vs bare loop {statistics.median(bare) * 1e3:.2f} ms"
             f" per step → ratio {ratio:.4f}") in table
+
+
+def test_tiny_suite_runs_the_workloads_the_table_compares(tmp_path):
+    """--tiny runs the h200 workloads with an ANCHORS.md figure, once each (a run per rank launch:
+    the others would take the same path again); the full check keeps workloads/h200.toml."""
+    from benchsuite.config import load_suite
+    gpu_check = load_gpu_check()
+    tiny = load_suite(gpu_check.suite_file(True, tmp_path))
+    assert sorted(r.workload for r in tiny.runs) == sorted(gpu_check.ANCHORS)
+    assert all(not r.train.compile and r.model.hidden == gpu_check.TINY["model"]["hidden"] for r in tiny.runs)
+    full = load_suite(gpu_check.suite_file(False, tmp_path))
+    assert {r.workload for r in full.runs} > set(gpu_check.ANCHORS)
+
+
+def test_table_row_of_a_router_without_an_mfu_target_shows_a_dash():
+    gpu_check = load_gpu_check()
+    rec = {"workload": "dropless-top2-compiled", "status": "ok", "config": {"moe": {"router": "token_choice"}},
+           "metrics": {"tokens_per_s": 1234.0, "mfu": 0.4, "matmul_ceiling_tflops": 600.0}}
+    overhead = {"harness_step_s": 0.01, "bare_step_s": 0.01, "overhead_ratio": 1.0, "rounds": 1}
+    row = next(line.split() for line in gpu_check.table([rec], overhead).splitlines() if line.startswith("dropless"))
+    assert row[1:5] == ["ok", "1,234", "—", "40.0%"] and row[6] == "—"   # no anchor, no target

@@ -291,7 +291,7 @@ def test_measure_matmul_ceiling_returns_the_best_repeat_as_flops(cpu, monkeypatc
     monkeypatch.setattr(ce, "time_loop", fake_loop)
     got = ce.measure_matmul_ceiling(cpu, torch.float32, n=64)
     assert got.flops_per_s == 2 * 64**3 * 30
-    assert seen == {"warmup_s": 0.1, "duration_s": 0.2, "repeats": 3}  # the CPU defaults
+    assert seen == {"warmup_s": 0.05, "duration_s": 0.05, "repeats": 3}  # the CPU defaults
     assert f"{torch.get_num_threads()} thread(s)" in got.source and "best of 3" in got.source
     monkeypatch.undo()
     real = ce.measure_matmul_ceiling(cpu, torch.float32, n=64, warmup_s=0.01, duration_s=0.02, repeats=2)

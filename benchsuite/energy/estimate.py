@@ -6,10 +6,12 @@ offline once per process; the load curve is its machine-mode CPU formula.
 
 from __future__ import annotations
 
+import csv
 import functools
 import logging
 import time
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any
 
 from benchsuite.energy.common import EnergyError, Figure
@@ -26,6 +28,55 @@ class PowerModel:
 
 
 @functools.cache
+def cpu_power_table() -> dict[str, str]:
+    """codecarbon's bundled data/hardware/cpu_power.csv as CPU name -> TDP text, first row of a
+    name winning as in its TDP._get_cpu_constant_power; read with the csv module, since
+    codecarbon's own loader imports pandas and parses all its tables (most of the lookup's cost).
+    The TDP stays text until matched: a few rows are not numbers ("27.29.5")."""
+    path = resources.files("codecarbon").joinpath("data/hardware/cpu_power.csv")
+    table: dict[str, str] = {}
+    with path.open(newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            table.setdefault(row["Name"], row["TDP"])
+    return table
+
+
+def registry_tdp(cpu_model: str) -> float | None:
+    """The TDP codecarbon's TDP._get_cpu_power_from_registry gives for this CPU name: its own
+    fuzzy matcher, run over the names of `cpu_power_table`."""
+    from codecarbon.core import cpu as cc_cpu
+    table = cpu_power_table()
+    matcher = cc_cpu.TDP.__new__(cc_cpu.TDP)   # no __init__: that would detect and load everything
+    match = matcher._get_matching_cpu(cpu_model, {"Name": list(table)})
+    return float(table[match]) if match else None
+
+
+def cpu_brand() -> str | None:
+    """cpuinfo's brand_raw, as codecarbon's detect_cpu_model reads it. cpuinfo takes the field
+    from /proc/cpuinfo before any later source, so that file is read alone when it names the
+    CPU, sparing the cpuid subprocess; elsewhere codecarbon's own detection."""
+    from codecarbon.core.util import detect_cpu_model
+    from cpuinfo import cpuinfo
+    return cpuinfo._get_cpu_info_from_proc_cpuinfo().get("brand_raw") or detect_cpu_model()
+
+
+def cpu_tdp(cpu_model: str | None) -> tuple[float | None, str]:
+    """codecarbon's TDP._main: the registry TDP, else 4 W per thread when psutil works, else
+    none; with how it was found."""
+    from codecarbon.core import cpu as cc_cpu
+    from codecarbon.core.util import count_cpus
+    if not cpu_model:
+        return None, "Unknown"
+    matched = registry_tdp(cpu_model)
+    if matched:
+        return matched, "TDP from codecarbon cpu_power.csv"
+    if cc_cpu.is_psutil_available():
+        return (count_cpus() * cc_cpu.DEFAULT_POWER_PER_CORE,
+                f"codecarbon fallback {cc_cpu.DEFAULT_POWER_PER_CORE} W per thread (CPU not in cpu_power.csv)")
+    return None, "CPU not in cpu_power.csv"
+
+
+@functools.cache
 def codecarbon_power_model() -> PowerModel:
     """What codecarbon 3.x assumes when RAPL is absent (core/resource_tracker.py
     `_setup_fallback_tracking`): TDP matched in its bundled data/hardware/cpu_power.csv,
@@ -33,7 +84,6 @@ def codecarbon_power_model() -> PowerModel:
     (external/hardware.py POWER_CONSTANT); times the socket count. RAM: its DIMM-count
     model (external/ram.py, 5 W per x86 DIMM). No tracker, no network, no files."""
     try:
-        from codecarbon.core import cpu as cc_cpu
         from codecarbon.core.util import count_physical_cpus
         from codecarbon.external.hardware import POWER_CONSTANT
         from codecarbon.external.ram import RAM
@@ -41,18 +91,16 @@ def codecarbon_power_model() -> PowerModel:
         raise EnergyError(f"codecarbon not importable: {type(e).__name__}: {e}") from e
     cc_log = logging.getLogger("codecarbon")   # after import: importing resets its level
     level = cc_log.level
-    cc_log.setLevel(logging.ERROR)   # its "unknown CPU" warnings would go to stderr; the reason says it
+    cc_log.setLevel(logging.ERROR)   # its warnings would go to stderr; the basis says it
     try:
-        tdp = cc_cpu.TDP()
+        model = cpu_brand()
+        tdp, how = cpu_tdp(model)
         sockets = count_physical_cpus() or 1
-        if tdp.tdp is None:
+        if tdp is None:
             cpu_w = float(POWER_CONSTANT)
-            basis = f"codecarbon POWER_CONSTANT {POWER_CONSTANT} W (CPU {tdp.model!r} unknown)"
+            basis = f"codecarbon POWER_CONSTANT {POWER_CONSTANT} W (CPU {model or 'Unknown'!r} unknown)"
         else:
-            matched = tdp._get_cpu_power_from_registry(tdp.model) if tdp.model != "Unknown" else None
-            how = ("TDP from codecarbon cpu_power.csv" if matched else
-                   f"codecarbon fallback {cc_cpu.DEFAULT_POWER_PER_CORE} W per thread (CPU not in cpu_power.csv)")
-            cpu_w, basis = float(tdp.tdp), f"{how}: {tdp.model} = {tdp.tdp} W"
+            cpu_w, basis = float(tdp), f"{how}: {model} = {tdp} W"
         ram = RAM(tracking_mode="machine")
         ram_gb = ram.machine_memory_GB
         ram_w = ram.total_power().W

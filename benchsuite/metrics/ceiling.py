@@ -23,8 +23,9 @@ from typing import Callable
 from benchsuite.results.sanity import MFU_VS_CEILING_MAX
 
 # (warm-up s, window s, windows) per device type: on GPU past the power-limit transient, then
-# 2 s timed; on CPU short windows, best of three, so a loaded box costs a second per run.
-DEFAULTS = {"cuda": (1.0, 1.0, 2), "cpu": (0.1, 0.2, 3)}
+# 2 s timed; on CPU (no transient; a 512^3 matmul takes ~5 ms) 50 ms windows, best of three:
+# on a loaded box their spread run to run matched that of 0.2 s windows, at a quarter the time.
+DEFAULTS = {"cuda": (1.0, 1.0, 2), "cpu": (0.05, 0.05, 3)}
 SIZE = {"cuda": 8192, "cpu": 512}
 
 

@@ -97,7 +97,7 @@ def pareto_figure(df, families) -> tuple[Figure | None, str]:
         if g.empty:
             continue
         xs = [short(num(v)) for v in g["j_per_token"]]
-        ys = [short(yval(r)) for r in g.to_dict("records")]
+        ys = [short(yval(r)) for r in g[[ycol, "world_size"]].to_dict("records")]
         points += list(zip(xs, ys))
         data.append({"type": "scatter", "mode": "markers", "name": ptext(name), "x": xs, "y": ys,
                      "marker": {"color": style.color, "symbol": style.symbol, "size": 9, "opacity": 0.85},
@@ -140,7 +140,7 @@ def expert_loads(data: SiteData, df, by_family: bool) -> list[ExpertLoad]:
     run of median busiest ÷ mean of each family."""
     loads = []
     moe = df[df["kind"] == "moe"].sort_values(["series", "world_size"]).drop_duplicates("series")
-    for row in moe.to_dict("records"):
+    for row in moe[["rec", "series", "kind_label"]].to_dict("records"):
         rec = data.record(row)
         per_expert = tokens_per_expert(rec)
         if per_expert:

@@ -28,7 +28,7 @@ def stacked_figure(data: SiteData) -> tuple[Figure | None, list[str]]:
     by_family = per_family(data.df)
     values: dict[tuple, dict[str, list[float]]] = {}  # (part, source) → bar label → values
     labels, unmeasured = [], []
-    for row in data.df.to_dict("records"):
+    for row in data.df[["rec", "run_label", "kind_label", "world_size"]].to_dict("records"):  # not all 200 columns
         e = data.record(row).get("energy")
         if not isinstance(e, dict) or all(num(e.get(f"{p}_j")) is None for p, _, _ in PARTS):
             unmeasured.append(row["run_label"])
@@ -75,7 +75,7 @@ def carbon_table(data: SiteData) -> str:
     """One line per (PUE, intensity, source) used, with the runs and totals under it."""
     groups: dict[tuple, list] = {}
     no_carbon = 0
-    for row in data.df.to_dict("records"):
+    for row in data.df[["rec"]].to_dict("records"):
         c = data.record(row).get("carbon")
         if not isinstance(c, dict):
             no_carbon += 1
