@@ -29,7 +29,7 @@ from benchsuite.config import ModelConfig, MoEConfig
 from benchsuite.metrics.flops import computed_slot_share
 from benchsuite.models.moe import (SLOT_IMPLS, MoELayer, active_experts_per_token, expected_slots_per_token,
                                    layout_impl, select_expert_impl)
-from benchsuite.models.transformer import MLP
+from benchsuite.models.ffn import MLP
 
 SIZES = {  # hidden, ffn, experts, batch, seq
     "cpu": (256, 1024, 8, 4, 256),

@@ -302,13 +302,6 @@ def _stop_signals():
                 signal.signal(s, handler)
 
 
-def upgrade_v2_repeat(rec: dict) -> dict:
-    """A version-2 record as version 3 states it: a record written before `run --repeat` was the one
-    measurement of its run, repeat 0 (its file name, the bare run key, is repeat 0's)."""
-    rec.setdefault("repeat", 0)
-    return rec
-
-
 def record_path(out_dir: Path, run: RunConfig, key: str, repeat: int = 0) -> Path:
     """Where this repeat of the run puts its record (the file name write_record gives it)."""
     return out_dir / record_filename({"suite": run.suite, "workload": run.workload, "config": run.to_dict(),

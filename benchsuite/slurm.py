@@ -30,9 +30,9 @@ def _directive(name: str, value: str | int) -> str:
 def sbatch_script(suite_path: str | Path, suite_name: str, out_dir: str | Path, nodes: int, gpus_per_node: int,
                   partition: str | None = None, time: str | None = None, account: str | None = None,
                   python: str = sys.executable, cpus_per_task: int | None = None, exclusive: bool = False,
-                  job_output: str | None = None) -> str:
+                  job_output: str | None = None, repeat: int = 1) -> str:
     """job_output: the #SBATCH --output pattern (e.g. DIR/logs/slurm-%j.out); None keeps Slurm's
-    slurm-%j.out in the submit directory."""
+    slurm-%j.out in the submit directory. repeat: `run --repeat`, measurements of each run."""
     job = slug(suite_name, 53)
     lines = ["#!/bin/bash", _directive("job-name", f"benchsuite-{job}"[:64]), _directive("nodes", nodes),
              _directive("ntasks-per-node", 1), _directive("gpus-per-node", gpus_per_node),
@@ -49,6 +49,7 @@ def sbatch_script(suite_path: str | Path, suite_name: str, out_dir: str | Path, 
         f"SUITE={shlex.quote(str(suite_path))}",
         f"OUT={shlex.quote(str(out_dir))}",
         f"PYTHON={shlex.quote(python)}",
+        f"REPEAT={int(repeat)}",
         "# sed reads the whole list (head would close the pipe early: SIGPIPE under pipefail)",
         'HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)',
         f"RDZV_PORT=$(({RDZV_PORT_BASE} + SLURM_JOB_ID % {RDZV_PORT_SPAN}))",
@@ -57,7 +58,7 @@ def sbatch_script(suite_path: str | Path, suite_name: str, out_dir: str | Path, 
         "# The CPUs are passed to srun explicitly: Slurm 22.05 on does not hand sbatch's --cpus-per-task to srun.",
         'srun --kill-on-bad-exit=1 --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" '
         'bash -c \'exec "$0" -m benchsuite.cli run "$1" --out "$2" '
-        '--nnodes "$SLURM_NNODES" --node-rank "$SLURM_NODEID" --rdzv-endpoint "$3" --rdzv-id "$SLURM_JOB_ID"\' '
-        '"$PYTHON" "$SUITE" "$OUT" "$RDZV"',
+        '--nnodes "$SLURM_NNODES" --node-rank "$SLURM_NODEID" --rdzv-endpoint "$3" --rdzv-id "$SLURM_JOB_ID" '
+        '--repeat "$4"\' "$PYTHON" "$SUITE" "$OUT" "$RDZV" "$REPEAT"',
     ]
     return "\n".join(lines) + "\n"

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchsuite.atomic import atomic_file
-from dashboard import data as sitedata
+import dashboard.data as sitedata
 from dashboard.pages import run as run_page
 from dashboard.pages import summary_pages
 from dashboard.render import TEMPLATE_LAYOUT, Figure, esc, merge, page_html, script_json

@@ -89,6 +89,14 @@ def test_import_benchsuite_stays_light():
     assert out.split() == ["False", "True"]
 
 
+@pytest.mark.procs
+def test_a_rank_does_not_load_pandas():
+    """Every rank of every run imports the worker; pandas (~0.3 s) is for readers of records only."""
+    code = "import sys, benchsuite.worker; print('pandas' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split() \
+        == ["False"]
+
+
 def test_readme_documents_every_column():
     section = README.read_text().split("## Results API", 1)[1].split("\n## ", 1)[0]
     documented = re.findall(r"^\| `([a-z0-9_]+)` \| `([^`]+)` \|", section, flags=re.M)

@@ -11,7 +11,8 @@ from rich.console import Console
 
 from benchsuite import cli
 from benchsuite.config import load_suite
-from benchsuite.launch import Planned, plan, upgrade_v2_repeat
+from benchsuite.launch import Planned, plan
+from benchsuite.results.migrate import upgrade_v2_repeat
 from benchsuite.results.report import combine_repeats, report_rows, report_table
 from benchsuite.results.schema import RecordError, validate
 from benchsuite.results.store import (dataframe_of, load_records, ok_record_ids, record_filename, record_id,

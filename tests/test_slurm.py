@@ -37,7 +37,7 @@ def test_hostile_names_reach_the_launcher_verbatim_and_run_nothing(tmp_path, nam
     bin_dir = _fake_bin(tmp_path)
     suite_path, out_dir = tmp_path / f"{name}.toml", tmp_path / f"out {name}"
     script = sbatch_script(suite_path, name, out_dir, nodes=2, gpus_per_node=8, partition="gpu",
-                           time="01:00:00", python=str(bin_dir / "python-stub"))
+                           time="01:00:00", python=str(bin_dir / "python-stub"), repeat=3)
     path = tmp_path / "job.sh"
     path.write_text(script)
     assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
@@ -47,7 +47,7 @@ def test_hostile_names_reach_the_launcher_verbatim_and_run_nothing(tmp_path, nam
                    check=True)
     args = (tmp_path / "args").read_bytes().decode().split("\0")[:-1]
     assert args == ["-m", "benchsuite.cli", "run", str(suite_path), "--out", str(out_dir), "--nnodes", "2",
-                    "--node-rank", "1", "--rdzv-endpoint", "node-a:20077", "--rdzv-id", "77"]
+                    "--node-rank", "1", "--rdzv-endpoint", "node-a:20077", "--rdzv-id", "77", "--repeat", "3"]
     assert (tmp_path / "pwd").read_text().strip() == str(submit_dir)
     assert not any(p.name.startswith("PWNED") for p in tmp_path.iterdir())
     assert "#SBATCH --nodes=2" in script and "#SBATCH --gpus-per-node=8" in script

@@ -29,6 +29,8 @@ def add_parser(sub) -> None:
     sl.add_argument("--time", help="wall-clock limit, e.g. 02:00:00")
     sl.add_argument("--account", help="account charged for the job (#SBATCH --account)")
     sl.add_argument("--out", default="results", help="results folder, shared by all nodes")
+    sl.add_argument("--repeat", type=COUNT, default=1, metavar="N",
+                    help="passed to `benchsuite run --repeat N`: measure each run N times (default 1)")
     sl.add_argument("-o", "--output", default="-", help=OUTPUT + "the sbatch script file (default: stdout)")
     sl.set_defaults(fn=run)
 
@@ -49,7 +51,7 @@ def run(args) -> int:
         job_output = args.job_output or str(out_dir / "logs" / "slurm-%j.out")
         script = sbatch_script(Path(args.suite).resolve(), suite.name, out_dir, args.nodes, args.gpus_per_node,
                                args.partition, args.time, args.account, cpus_per_task=args.cpus_per_task,
-                               exclusive=args.exclusive, job_output=job_output)
+                               exclusive=args.exclusive, job_output=job_output, repeat=args.repeat)
     except ValueError as e:
         hint = "" if args.job_output else "; give --job-output PATTERN (the default is OUT/logs/slurm-%j.out)"
         raise UsageError(f"{e}{hint}") from None

@@ -131,14 +131,14 @@ def computed_slot_share(expert_impl: str | None, padding_frac: float | None) -> 
     return 1.0
 
 
-def hardware_basis(run: RunConfig, expert_impl: str | None) -> str:
-    """What metrics.flops.hardware_per_token counts for this run, in words."""
+def hardware_basis(moe: MoEConfig | None, *, recompute: str, expert_impl: str | None) -> str:
+    """What metrics.flops.hardware_per_token counts for a run with these sections, in words."""
     parts = ["analytic, eager step: fused attention backward recomputes Q·Kᵀ"]
-    if run.train.recompute == "full":
+    if recompute == "full":
         parts.append("full recompute of each block, less the dense FFN down-projection (checkpoint early stop)")
-    if run.moe is not None and run.moe.dropless:
+    if moe is not None and moe.dropless:
         parts.append(f"each routed assignment once, no padding (dropless, {expert_impl or 'sorted rows'})")
-    elif run.moe is not None:
+    elif moe is not None:
         parts.append("filled expert slots only (grouped_mm; filled share of the last step)"
                      if expert_impl == "grouped_mm" else "every expert slot, padding included (padded_bmm)")
     return "; ".join(parts)
@@ -338,7 +338,7 @@ def upgrade_v1_flops(rec: dict) -> dict:
                             slot_share=computed_slot_share(moe.get("expert_impl"), moe.get("padding_frac")))
         v1 = _v1_model_per_token(run)
         to_model, to_hardware = f.model / v1, f.hardware / v1
-        basis, note = hardware_basis(run, moe.get("expert_impl")), "schema 1, corrected from the stored config"
+        basis, note = hardware_basis(run.moe, recompute=run.train.recompute, expert_impl=moe.get("expert_impl")), "schema 1, corrected from the stored config"
     else:
         exact = ((cfg.get("train") or {}).get("recompute") != "full"
                  and (cfg.get("moe") or {}).get("router") != "expert_choice")

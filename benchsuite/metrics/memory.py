@@ -63,6 +63,8 @@ from dataclasses import dataclass
 
 import torch
 
+from benchsuite.config import ModelConfig
+
 GB = 1e9
 
 
@@ -181,13 +183,12 @@ def activation_bytes(seq_len: int, micro_batch: int, hidden: int, heads: int, la
             "source": "Korthikanti et al. 2022 (16-bit activations, with dropout masks)"}
 
 
-def activation_estimates(run) -> dict:
-    """The three recompute variants for one run's micro-batch per rank; `configured` names the run's own."""
-    m = run.model
-    kw = dict(seq_len=m.seq_len, micro_batch=run.micro_batch_per_rank, hidden=m.hidden, heads=m.heads,
-              layers=m.layers, vocab=m.vocab, tp=run.parallel.tensor)
+def activation_estimates(m: ModelConfig, *, micro_batch: int, recompute: str, tp: int) -> dict:
+    """The three recompute variants for a micro-batch per rank; `configured` names the run's own."""
+    kw = dict(seq_len=m.seq_len, micro_batch=micro_batch, hidden=m.hidden, heads=m.heads,
+              layers=m.layers, vocab=m.vocab, tp=tp)
     out = {r: activation_bytes(recompute=r, **kw)["total_bytes"] for r in ("none", "selective", "full")}
-    out["configured"] = run.train.recompute
+    out["configured"] = recompute
     out["formula"] = activation_bytes(**kw)["formula"]
     out["source"] = "Korthikanti et al. 2022; per micro-batch per rank; fused attention stores no s×s matrices"
     return out

@@ -17,11 +17,13 @@ import hashlib
 import json
 import statistics
 from collections import Counter
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from benchsuite.results.sanity import flag_summary, scaling_flag
 from benchsuite.results.values import dig, num, present
+
+if TYPE_CHECKING:  # the DataFrame functions get pandas from their caller; a rank never loads it
+    import pandas as pd
 
 # What a baseline must share with a run, in the order a missing baseline is explained.
 IDENTITY = (("scaling.config", "the same config"), ("scaling.hardware", "the same hardware"),
@@ -119,7 +121,7 @@ def add_scaling_efficiency(df: pd.DataFrame) -> pd.DataFrame:
         flag = scaling_flag(eff, row["scaling"], int(row["world_size"]), baseline_note(keys))
         if flag and row["world_size"] > 1:  # 1-device runs of one config differ by noise, not scaling
             _add_flag(df, idx, flag)
-    df["scaling_efficiency"] = pd.to_numeric(df["scaling_efficiency"])
+    df["scaling_efficiency"] = df["scaling_efficiency"].astype(float)
     return df
 
 

@@ -33,7 +33,8 @@ def flops_table(suite: Suite) -> Table:
         rows.append({"workload": run.workload, "kind": run.kind, "router": run.moe.router if run.moe else None,
                      "world_size": run.world_size, "scaling": run.scaling, "recompute": run.train.recompute,
                      "params": f.params, "params_active": f.params_active, "model_flops_per_token": f.model,
-                     "hardware_flops_per_token": f.hardware, "hardware_source": hardware_basis(run, None)})
+                     "hardware_flops_per_token": f.hardware, "hardware_source": hardware_basis(run.moe, recompute=run.train.recompute,
+                                                                       expert_impl=None)})
     lines = [FLOPS_HEADER] + [
         f"{r['workload']:<24} w{r['world_size']:<3} params {r['params']:10.4g}  "
         f"active {r['params_active']:10.4g}  model {r['model_flops_per_token']:10.4g} FLOP/tok  "
@@ -92,7 +93,8 @@ def memory_table_for_suite(suite: Suite, device: torch.device, precision: str | 
         run_dp = dp or run.data_parallel
         psi_rank = params or mem.params_per_rank(run.model, run.moe, run.parallel.tensor)
         stages = mem.stage_table(psi_rank, run_dp, consts)
-        act = mem.activation_estimates(run)
+        act = mem.activation_estimates(run.model, micro_batch=run.micro_batch_per_rank,
+                                         recompute=run.train.recompute, tp=run.parallel.tensor)
         fsdp_precision = "bf16" if run_precision == "bf16" and device.type == "cuda" else "fp32"  # parallel/zero.py
         record = mem.analytic_model_state(run.model, run.moe, ParallelDims.from_run(run), compute=run_precision,
                                           forward_params=fsdp_precision)

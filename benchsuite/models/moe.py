@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from benchsuite.config import ModelConfig, MoEConfig
-from benchsuite.models.transformer import MLP, ffn_activation
+from benchsuite.models.ffn import MLP, ffn_activation
 
 # Expert paths per layout: slots (capacity routers) and sorted (dropless). On this project's CPU
 # (fp32, 2 threads; 4-32 experts, H 64-128, loads skewed as a router skews them) one forward +

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from benchsuite.config import ModelConfig, MoEConfig
+from benchsuite.models.ffn import MLP
 
 if TYPE_CHECKING:
     from benchsuite.models.moe import RoutingStats
@@ -43,28 +44,6 @@ class Attention(nn.Module):
         q, k, v = qkv.permute(3, 0, 2, 1, 4).unbind(0)  # each [B, heads, T, D]
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.out(y.transpose(1, 2).reshape(B, T, -1))
-
-
-def ffn_activation(up: torch.Tensor, gate: torch.Tensor | None) -> torch.Tensor:
-    """The FFN nonlinearity of every dense MLP and expert: GELU (tanh approx.) of up, or SwiGLU
-    silu(gate) * up when there is a gate projection."""
-    return F.silu(gate) * up if gate is not None else F.gelu(up, approximate="tanh")
-
-
-class MLP(nn.Module):
-    """The dense FFN: GELU (up, down) or SwiGLU (gate, up, down)."""
-
-    def __init__(self, hidden: int, ffn: int, activation: str):
-        super().__init__()
-        self.activation = activation
-        self.up = nn.Linear(hidden, ffn, bias=False)
-        self.gate = nn.Linear(hidden, ffn, bias=False) if activation == "swiglu" else None
-        self.down = nn.Linear(ffn, hidden, bias=False)
-
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None, None]:
-        """(output, no aux loss, no routing stats): the MoE layer's signature."""
-        gate = self.gate(x) if self.gate is not None else None
-        return self.down(ffn_activation(self.up(x), gate)), None, None
 
 
 class Block(nn.Module):

@@ -43,7 +43,7 @@ def tensor_parallel_plan(model: nn.Module) -> dict:
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
-    from benchsuite.models.transformer import MLP
+    from benchsuite.models.ffn import MLP
 
     plan = {
         "tok_emb": RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),

@@ -20,9 +20,9 @@ import numpy as np
 from rich.markup import escape
 from rich.table import Table
 
-from benchsuite.results.report import printable
 from benchsuite.results.store import load_records
 from benchsuite.results.values import dig, num
+from benchsuite.terminal import printable
 
 DEFAULT_THRESHOLD = 0.05
 DEFAULT_RESAMPLES = 2000

@@ -37,10 +37,16 @@ def update_to_2(rec: dict) -> dict:
     return rec
 
 
+def upgrade_v2_repeat(rec: dict) -> dict:
+    """A version-2 record as version 3 states it: a record written before `run --repeat` was the one
+    measurement of its run, repeat 0 (its file name, the bare run key, is repeat 0's)."""
+    rec.setdefault("repeat", 0)
+    return rec
+
+
 def steps_to_3() -> list[Upgrade]:
     """Version 2 → 3: the MoE keys and per-expert figures of dropless top-k routing, the dropless
     all-to-all's bytes per step, the repeat index of `run --repeat`."""
-    from benchsuite.launch import upgrade_v2_repeat
     from benchsuite.metrics.comm import upgrade_v2_comm
     from benchsuite.models.moe import upgrade_v2_moe
 

@@ -139,7 +139,8 @@ def memory_section(run: RunConfig, dims: ParallelDims, applied: Applied, ranks: 
         "per_rank": [r.memory for r in ranks],
         "model_state_bytes": mem.model_state_record([r.model_state for r in ranks], model=run.model, moe=run.moe,
                                                     dims=dims, applied=applied),
-        "activation_estimate_bytes": mem.activation_estimates(run),
+        "activation_estimate_bytes": mem.activation_estimates(run.model, micro_batch=run.micro_batch_per_rank,
+                                                              recompute=run.train.recompute, tp=run.parallel.tensor),
     }
 
 
@@ -176,7 +177,7 @@ def build_record(run: RunConfig, facts: RunFacts, ranks: list[RankResult], *, ru
         "tokens_per_s": tokens_per_s,
         "tokens_per_step": tokens_per_step,
         "step_time_s": summary,
-        "flops": fl.record_flops(f.model, f.hardware, fl.hardware_basis(run, expert_impl), counted_per_token,
+        "flops": fl.record_flops(f.model, f.hardware, fl.hardware_basis(run.moe, recompute=run.train.recompute, expert_impl=expert_impl), counted_per_token,
                                  "FlopCounterMode, one eager step"),
         "params": {"total": f.params, "active": f.params_active, "non_embedding": f.params_non_embedding},
         # MFU and tflops_per_device by model FLOPs (no recompute), HFU by hardware FLOPs

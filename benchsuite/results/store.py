@@ -10,8 +10,7 @@ import re
 import stat
 import warnings
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from benchsuite.atomic import atomic_file
 from benchsuite.metrics.scaling import add_scaling_efficiency, scaling_identity
@@ -19,6 +18,9 @@ from benchsuite.results.sanity import flag_summary, with_flags
 from benchsuite.results.migrate import migrate
 from benchsuite.results.schema import SCHEMA_VERSION, RecordError, validate
 from benchsuite.results.values import dig
+
+if TYPE_CHECKING:  # pandas loads on first use: a rank writes its record without it
+    import pandas as pd
 
 
 def slug(text: str, limit: int = 40) -> str:
@@ -302,6 +304,8 @@ FIGURES = ("duration_s", "tokens_per_s", "mfu", "step_time_median_s", "step_time
 
 def rows_dataframe(rows: list[dict]) -> pd.DataFrame:
     """flatten() rows as one DataFrame in reading order, with scaling efficiency per sweep."""
+    import pandas as pd
+
     df = pd.DataFrame(rows)
     if df.empty:
         return df

@@ -8,18 +8,7 @@ write a module with a `PAGE` and list it here; nothing else changes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
-
-from dashboard.data import SiteData
-from dashboard.render import Section
-
-
-@dataclass(frozen=True)
-class Page:
-    slug: str
-    title: str
-    render: Callable[[SiteData], Section]
+from dashboard.page import Page
 
 
 def summary_pages() -> list[Page]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from benchsuite.results.verdicts import Consistency, Interval, verdicts
 from dashboard.data import SiteData
-from dashboard.pages import Page
+from dashboard.page import Page
 from dashboard.render import DASH, Figure, Section, esc, f_sig, layout, missing, ptext, short, table
 
 COLORS = {Consistency.CONSISTENT: "#2b8a3e", Consistency.NOT_CONSISTENT: "#c92a2a",

@@ -13,7 +13,7 @@ from statistics import median
 
 from benchsuite.results.values import dig
 from dashboard.data import SiteData, latest_ok_per_size, per_family, tokens_per_expert
-from dashboard.pages import Page
+from dashboard.page import Page
 from dashboard.render import (Figure, Section, esc, f_num, f_pct, f_sig, layout, log_axis, missing, num, ptext,
                               short, table)
 from dashboard.style import trace_styles

@@ -5,7 +5,7 @@ formatted here; the page script only sorts, filters and shows one page of them; 
 from __future__ import annotations
 
 from dashboard.data import SiteData
-from dashboard.pages import Page
+from dashboard.page import Page
 from dashboard.render import DASH, DataFile, Section, esc, f_ms, f_num, f_pct, f_sig, num, present
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from benchsuite.energy.carbon import J_PER_KWH
 from benchsuite.results.values import dig
 from dashboard.data import SiteData, latest_ok_per_size, per_family
-from dashboard.pages import Page
+from dashboard.page import Page
 from dashboard.render import (DASH, Figure, Section, esc, f_num, f_sig, layout, missing, num, present, ptext,
                               short, table)
 from dashboard.style import DASHES, series_styles, trace_styles

@@ -7,7 +7,7 @@ point has no efficiency is said under the figures."""
 from __future__ import annotations
 
 from dashboard.data import SiteData, latest_ok_per_size, per_family
-from dashboard.pages import Page
+from dashboard.page import Page
 from dashboard.render import Figure, Section, esc, f_num, f_pct, layout, missing, num, present, ptext, short
 from dashboard.style import trace_styles
 

@@ -1,0 +1,17 @@
+"""A summary page of the dashboard: `Page(slug, title, render)`, `render(data) -> Section`
+(dashboard/pages/ lists them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from dashboard.data import SiteData
+from dashboard.render import Section
+
+
+@dataclass(frozen=True)
+class Page:
+    slug: str
+    title: str
+    render: Callable[[SiteData], Section]
