@@ -421,6 +421,7 @@ def test_power_model_unknown_cpu_is_4_w_per_thread(fresh_power_model, monkeypatc
                            f"Intel(R) Xeon(R) Processor = {4 * psutil.cpu_count()} W x 1 socket(s)")
 
 
+@pytest.mark.procs
 def test_power_model_lookup_does_not_import_pandas():
     """pandas' import was most of the lookup's cost, paid by every rank of every run."""
     import subprocess
