@@ -212,26 +212,6 @@ def _fill_slots(token, expert, pos, keep, gate, num_experts: int, cap: int):
             weight[:-1].view(num_experts, cap))
 
 
-def switch_route(logits: torch.Tensor, moe: MoEConfig) -> Routing:
-    """Top-1 (Switch Transformer). logits [N, E] fp32.
-
-    Each token goes to its argmax expert with weight = its softmax prob; an expert
-    keeps its first C tokens in token order, later ones are dropped (zero MoE output,
-    they pass on the residual path). dropped_frac = dropped tokens / N.
-    """
-    n, e = logits.shape
-    cap = capacity(moe, n)
-    probs, experts, gates = _choose_experts(logits, moe)  # experts, gates [N, 1]
-    gate, expert = gates.squeeze(1), experts.squeeze(1)  # [N]
-    chosen = torch.ones_like(expert, dtype=torch.bool)
-    pos, load = _queue_position(expert, chosen, e)
-    keep = pos < cap
-    token = torch.arange(n, device=logits.device)
-    index, mask, weight = _fill_slots(token, expert, pos, keep, gate, e, cap)
-    return Routing(index, mask, weight, load.float(), 1.0 - keep.float().mean(),
-                   _balance_loss(probs, experts, moe), _z_loss(logits, moe))
-
-
 def gshard_route(logits: torch.Tensor, moe: MoEConfig, generator: torch.Generator | None = None) -> Routing:
     """Top-2 (GShard). logits [N, E] fp32.
 
@@ -268,7 +248,9 @@ def gshard_route(logits: torch.Tensor, moe: MoEConfig, generator: torch.Generato
 
 
 def token_choice_route(logits: torch.Tensor, moe: MoEConfig) -> Routing:
-    """Top-k token choice with capacity (scores and weights: _choose_experts). logits [N, E] fp32.
+    """Top-k token choice with capacity (scores and weights: _choose_experts), and Switch at k = 1
+    (each token to its argmax expert with its softmax probability as weight; a dropped token passes
+    on the residual path). logits [N, E] fp32.
 
     The N*k assignments queue in token order, a token's k choices together (DeepSpeed's
     "position" drop policy); an expert keeps its first C = capacity(moe, N) and drops the rest.
@@ -334,8 +316,6 @@ def route(logits: torch.Tensor, moe: MoEConfig,
         return expert_choice_route(logits, moe)
     if moe.dropless:
         return sorted_route(logits, moe)
-    if moe.router == "switch":
-        return switch_route(logits, moe)
     if moe.router == "gshard":
         return gshard_route(logits, moe, generator)
     return token_choice_route(logits, moe)
