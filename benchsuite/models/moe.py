@@ -382,13 +382,15 @@ class Experts(nn.Module):
         out = torch.where(keep, out, 0)
         return out.new_zeros(e * m, h).index_copy(0, order, out).view(e, m, h)
 
-    def forward_sorted(self, x: torch.Tensor, counts: torch.Tensor, impl: str) -> torch.Tensor:
+    def forward_sorted(self, x: torch.Tensor, counts: torch.Tensor, impl: str,
+                       sizes: list[int] | None = None) -> torch.Tensor:
         """x [A, H] rows sorted by expert (counts[e] rows of expert e, in expert order), counts [E]
         int64 -> [A, H], each row through its expert's FFN; no padding is computed.
 
         impl "grouped_mm": one torch._grouped_mm per projection, group ends offs = cumsum(counts) on
         the device: no host sync. "loop_mm": one matmul per expert group; the split sizes must be
-        on the host, so it reads counts.tolist() (a device sync on GPU, the one of this path).
+        on the host, so it reads counts.tolist() (a device sync on GPU, the one of this path) unless
+        the caller already has them: `sizes`, counts as a list (the expert-parallel exchange does).
         """
         if impl == "grouped_mm":
             dtype = compute_dtype(x, self.w_up)
@@ -399,15 +401,16 @@ class Experts(nn.Module):
             return torch._grouped_mm(ffn_activation(up, gate), self.w_down.to(dtype), offs=offs)
         if impl != "loop_mm":
             raise ValueError(f"forward_sorted runs one of {SORTED_IMPLS}, got {impl!r}")
-        return self._loop(x, counts)
+        return self._loop(x, counts, sizes)
 
     @torch.compiler.disable  # data-dependent split sizes: a compiled graph would recompile for each step's counts
-    def _loop(self, x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    def _loop(self, x: torch.Tensor, counts: torch.Tensor, sizes: list[int] | None) -> torch.Tensor:
         """One matmul per expert group. unbind, not w[e]: its backward stacks the E slices once,
         where indexing would add a zero-filled [E, H, F] gradient per expert."""
-        gates = self.w_gate.unbind(0) if self.w_gate is not None else [None] * len(counts)
+        sizes = counts.tolist() if sizes is None else sizes
+        gates = self.w_gate.unbind(0) if self.w_gate is not None else [None] * len(sizes)
         outs = []
-        for group, w_up, w_gate, w_down in zip(x.split(counts.tolist()), self.w_up.unbind(0), gates,
+        for group, w_up, w_gate, w_down in zip(x.split(sizes), self.w_up.unbind(0), gates,
                                                self.w_down.unbind(0)):
             up = group @ w_up
             outs.append(ffn_activation(up, group @ w_gate if w_gate is not None else None) @ w_down)

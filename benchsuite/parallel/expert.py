@@ -170,8 +170,9 @@ class ExpertParallelExperts(Experts):
         ex = self.exchange if self.training else replace(self.exchange, count_bytes=False)
         rows = _AllToAll.apply(x, ex, send, recv)  # [R, H] by source, then local expert
         by_expert = _transpose_segments(rows, from_src, p, le)  # by local expert, then source
-        ys = super().forward_sorted(by_expert, got.sum(0), impl)
         by_expert_sizes = [from_src[i * le + l] for l in range(le) for i in range(p)]
+        local_sizes = [sum(by_expert_sizes[l * p:(l + 1) * p]) for l in range(le)]  # rows per local expert
+        ys = super().forward_sorted(by_expert, got.sum(0), impl, local_sizes)  # sizes known: no second read
         back = _transpose_segments(ys, by_expert_sizes, le, p)  # by source again
         return _AllToAll.apply(back, ex, recv, send)
 
