@@ -1,5 +1,5 @@
-"""Shared fixtures (a tiny suite, the reaper of a run's processes) and the fast tier's guard.
-The helpers test modules import live in tests/helpers/."""
+"""Shared fixtures (a tiny suite, the reaper of a run's processes), the fast tier's guard and the skip
+of the CUDA tests on a machine without a GPU. The helpers test modules import live in tests/helpers/."""
 
 from __future__ import annotations
 
@@ -20,6 +20,18 @@ from helpers import TINY_SUITE, processes_matching, write_suite
 LAUNCHED_PROGRAMS = {"torchrun", "bash", "sh", "chromium", "chrome", "node"}
 CPUID_PROBE = ["-m", "cpuinfo", "--internal-cpuid"]
 LAUNCH_MESSAGE = "this test launches processes: mark it procs"
+NO_CUDA = "needs a CUDA device (benchmarks/gpu_check.py runs these on a GPU: pytest -m cuda)"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked cuda skip, saying why, where torch sees no GPU."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(pytest.mark.skip(reason=NO_CUDA))
 
 
 def _fast_tier(config) -> bool:

@@ -176,7 +176,7 @@ def dropless_layer(impl, activation, shared):
 
 def layer_loss(layer, x, rank):
     y, aux, stats = layer(x)
-    g = torch.randn(y.shape, dtype=y.dtype, generator=torch.Generator().manual_seed(300 + rank))
+    g = torch.randn(y.shape, dtype=y.dtype, generator=torch.Generator().manual_seed(300 + rank)).to(y.device)
     return (y * g).sum() + aux, y, aux, stats
 
 
@@ -184,12 +184,12 @@ def check_dropless_layer(rank, world, device, impl, activation, shared):
     """The dropless layer at EP = world against the single-process layer on each rank's tokens: output,
     aux loss, input gradient, router (and shared-expert) gradients of this rank's loss, expert-shard
     gradients of the summed loss; and the bytes the exchanges sent, from the reference's routing."""
-    ref = dropless_layer(impl, activation, shared)
+    ref = dropless_layer(impl, activation, shared).to(device)
     sum_grads = {n: torch.zeros_like(p) for n, p in ref.named_parameters()}
     counts = []  # [world][E] assignments per expert of each rank's tokens
     for r in range(world):
         ref.zero_grad()
-        x = skewed_tokens(r, 8, 8).requires_grad_()
+        x = skewed_tokens(r, 8, 8).to(device).requires_grad_()
         loss, y, aux, stats = layer_loss(ref, x, r)
         loss.backward()
         counts.append(stats.expert_load.long().tolist())
@@ -261,11 +261,15 @@ def test_expert_parallel_matches_single_process(world):
 
 
 @pytest.mark.procs
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.cuda
 def test_expert_parallel_on_one_gpu_with_gloo():
-    """Both ranks on one GPU (a correctness run, as the design allows); fp32, so padded_bmm."""
+    """Both ranks on one GPU over gloo (the harness's layout when ranks outnumber GPUs), fp32 (so
+    padded_bmm and loop_mm: grouped_mm's CUDA kernel is bf16): fixed splits, then the dropless
+    variable-split exchange with its one host read of the counts on CUDA tensors."""
     spawn(2, "cuda", [(check_case, "switch", 2, "swiglu", "padded_bmm", "ddp"),
-                      (check_case, "expert_choice", 2, "gelu", "padded_bmm", "none")])
+                      (check_case, "expert_choice", 2, "gelu", "padded_bmm", "none"),
+                      (check_case, "token_choice", 2, "gelu", "loop_mm", "ddp", 0.0),
+                      (check_variable_exchange,), (check_dropless_layer, "loop_mm", "swiglu", 1)])
 
 
 def test_comm_record_summarises_variable_all_to_all_bytes_per_step():

@@ -180,13 +180,15 @@ def test_router_runs_in_fp32_under_autocast(monkeypatch):
     assert seen["dtype"] == torch.float32 and aux.dtype == torch.float32
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available() or select_expert_impl(torch.device("cuda"), torch.bfloat16)
                     != "grouped_mm", reason="needs a CUDA device with the grouped_mm kernel (sm90+)")
-@pytest.mark.parametrize("router", ROUTERS)
-def test_grouped_path_on_cuda(router):
-    """bf16 on the real kernel: auto picks grouped_mm, and it matches padded_bmm to bf16 rounding."""
+@pytest.mark.parametrize("router, capacity_factor", [(r, 1.0) for r in ROUTERS] + [("token_choice", 0.0)])
+def test_grouped_path_on_cuda(router, capacity_factor):
+    """bf16 on the real kernel: auto picks grouped_mm, and it matches the slot path (padded_bmm; for the
+    dropless layer its sorted counterpart, loop_mm) to bf16 rounding."""
     cfg = ModelConfig(hidden=128, ffn_hidden=256, activation="swiglu")
-    moe = MoEConfig(experts=8, router=router, capacity_factor=1.0)
+    moe = MoEConfig(experts=8, router=router, capacity_factor=capacity_factor)
     torch.manual_seed(0)
     impl = select_expert_impl(torch.device("cuda"), torch.bfloat16)
     auto = MoELayer(cfg, moe, expert_impl=impl).cuda().bfloat16()
@@ -197,6 +199,7 @@ def test_grouped_path_on_cuda(router):
     ya, _, _ = auto(xa)
     yb, _, _ = padded(xb)
     assert auto.expert_impl == "grouped_mm"
+    assert padded.expert_impl == ("loop_mm" if moe.dropless else "padded_bmm")
     assert_near(ya, yb)
     ya.float().square().sum().backward()
     yb.float().square().sum().backward()
