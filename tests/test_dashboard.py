@@ -484,7 +484,8 @@ def test_moe_run_page_draws_the_tokens_the_experts_computed_and_the_imbalance_pe
     (trace,) = figs["fig-run-experts"]["data"]
     assert trace["customdata"] == computed and trace["customdata"] != moe["expert_load"]
     assert trace["z"][0] == pytest.approx([v / (sum(computed[0]) / 8) for v in computed[0]], rel=1e-3)
-    assert trace["name"] == "tokens computed" and "tokens computed" in figs["fig-run-experts"]["layout"]["title"]["text"]
+    assert trace["name"] == "tokens computed"
+    assert "tokens computed" in figs["fig-run-experts"]["layout"]["title"]["text"]
     (line,) = figs["fig-run-imbalance"]["data"]
     assert (line["x0"], line["dx"], line["y"]) == (0, 1, [1.75, 1.5, 1.25])  # measured steps 0, 1, 2
     assert "MoE load imbalance per step</strong>: not measured" not in page
