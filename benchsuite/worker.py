@@ -253,10 +253,15 @@ class Bench:
 
     run: RunConfig
     ctx: bdist.DistContext
-    precision: str  # the compute precision, "auto" resolved
     par: Parallelized
     source: object  # data.SyntheticSource | data.TokenSource
     monitor: NodeEnergyMonitor
+
+    @property
+    def precision(self) -> str:
+        """The compute precision ("auto" resolved) as parallelize applied it: one source for the
+        autocast, the matmul ceiling, the peak and the record."""
+        return self.par.applied.precision.compute
 
     def batches(self, step: int) -> list:
         """The rank's micro-batches of one step, on the device."""
@@ -295,7 +300,7 @@ def set_up(run: RunConfig, ctx: bdist.DistContext) -> Bench:
     par = parallelize(model, dims=ctx.dims, train=run.train, moe=run.moe, device=ctx.device,
                       pipeline=PipelinePlan.from_run(run) if ctx.dims.pp_enabled else None)
     source = make_source(run.train.data, run.model.vocab, run.model.seq_len, run.train.seed)
-    return Bench(run, ctx, bdist.resolve_precision(run.train.precision, ctx.device), par, source, monitor)
+    return Bench(run, ctx, par, source, monitor)
 
 
 def run_facts(bench: Bench, peak_tflops: float | None) -> RunFacts:

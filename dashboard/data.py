@@ -87,14 +87,23 @@ def expert_load(rec: dict, key: str = "expert_load") -> list[list[float]] | None
 LOAD_KEYS = (("tokens_per_expert", "computed"), ("expert_load", "routed, before capacity"))
 
 
+def load_table(rec: dict) -> tuple[list[list[float]], str] | None:
+    """The [MoE layer][expert] table a load view reads (the first of LOAD_KEYS recorded) and what it
+    counts; None where neither is recorded."""
+    for key, counts in LOAD_KEYS:
+        rows = expert_load(rec, key)
+        if rows is not None:
+            return rows, counts
+    return None
+
+
 def tokens_per_expert(rec: dict) -> tuple[list[float], str] | None:
     """Tokens of each expert in the last step, summed over MoE layers and ranks, and what they count
     (LOAD_KEYS). None where no table is recorded or its layers' expert counts differ."""
-    for key, counts in LOAD_KEYS:
-        rows = expert_load(rec, key)
-        if rows is not None and len({len(row) for row in rows}) == 1:
-            return [sum(col) for col in zip(*rows)], counts
-    return None
+    table = load_table(rec)
+    if table is None or len({len(row) for row in table[0]}) != 1:
+        return None
+    return [sum(col) for col in zip(*table[0])], table[1]
 
 
 def dataframe(records: list[dict]) -> pd.DataFrame:

@@ -475,6 +475,35 @@ def test_moe_run_page_without_per_layer_load_says_not_measured(tmp_path):
     assert "fig-run-experts" not in figs and "MoE expert load</strong>: not measured" in page
 
 
+def test_moe_run_page_draws_the_tokens_the_experts_computed_and_the_imbalance_per_step(tmp_path):
+    rec = copy.deepcopy(_record("make_dvs-switch-w2.json"))
+    moe = rec["metrics"]["moe"]
+    computed = [[min(v, 2000.0) for v in layer] for layer in moe["expert_load"]]  # capacity 2000: the rest dropped
+    moe["tokens_per_expert"], moe["imbalance_by_step"] = computed, [1.75, 1.5, 1.25]
+    page, figs = _run_page(tmp_path, rec)
+    (trace,) = figs["fig-run-experts"]["data"]
+    assert trace["customdata"] == computed and trace["customdata"] != moe["expert_load"]
+    assert trace["z"][0] == pytest.approx([v / (sum(computed[0]) / 8) for v in computed[0]], rel=1e-3)
+    assert trace["name"] == "tokens computed"
+    assert "tokens computed" in figs["fig-run-experts"]["layout"]["title"]["text"]
+    (line,) = figs["fig-run-imbalance"]["data"]
+    assert (line["x0"], line["dx"], line["y"]) == (0, 1, [1.75, 1.5, 1.25])  # measured steps 0, 1, 2
+    assert "MoE load imbalance per step</strong>: not measured" not in page
+
+
+def test_moe_run_page_of_an_older_record_says_its_load_is_routed_and_its_imbalance_not_measured(tmp_path):
+    rec = _record("make_dvs-switch-w2.json")
+    assert rec["metrics"]["moe"]["tokens_per_expert"] is None and rec["metrics"]["moe"]["imbalance_by_step"] is None
+    page, figs = _run_page(tmp_path, rec)
+    (trace,) = figs["fig-run-experts"]["data"]
+    assert trace["customdata"] == rec["metrics"]["moe"]["expert_load"]
+    assert trace["name"] == "tokens routed, before capacity"
+    assert "tokens routed, before capacity" in figs["fig-run-experts"]["layout"]["title"]["text"]
+    assert "fig-run-imbalance" not in figs and "MoE load imbalance per step</strong>: not measured" in page
+    dense_page, dense_figs = _run_page(tmp_path / "dense", _record("make_dvs-dense-w1.json"))
+    assert "MoE load imbalance per step</strong>: not applicable: dense model" in dense_page
+
+
 def test_per_rank_figure_names_the_straggler_ratio_the_worker_computes(tmp_path):
     rec = _record("make_dvs-switch-w2.json")
     ratio = rec["metrics"]["per_rank"]["straggler_ratio"]

@@ -90,3 +90,32 @@ def test_a_rank_returns_a_typed_result_and_rank_0_the_run_facts(monkeypatch):
     rec = build_record(run, facts, [mine], run_key="k", started_at="now", duration_s=1.0)
     assert rec["metrics"]["peak_tflops"] == 2.0 and rec["metrics"]["implementation"] == {"data": "single process"}
     assert [s["loss"] for s in rec["steps"]] == mine.losses
+
+
+def test_the_worker_computes_in_the_precision_parallelize_applied(monkeypatch):
+    """One source for the compute precision: parallelize resolves train.precision and records it in
+    Applied.precision; the worker's autocast, ceiling, peak and record read that, never a second
+    resolution of their own."""
+    from dataclasses import replace
+
+    from benchsuite.parallel.zero import precision_policy
+
+    real, casts = worker.parallelize, []
+
+    def applying_bf16(*args, **kwargs):  # as parallelize would resolve "auto" on a GPU
+        par = real(*args, **kwargs)
+        par.applied = replace(par.applied, precision=precision_policy("bf16"))
+        return par
+
+    autocast = worker.autocast
+    monkeypatch.setattr(worker, "parallelize", applying_bf16)
+    monkeypatch.setattr(worker, "autocast",
+                        lambda precision, device: casts.append(precision) or autocast(precision, device))
+    run = tiny_run(monkeypatch)  # train.precision = "fp32"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "no peak FLOP/s known" for a CPU
+        mine, facts = worker.measure(run, bdist.init_distributed(run), None)
+    assert facts.precision == "bf16" and facts.applied.precision.compute == "bf16"
+    assert casts and set(casts) == {"bf16"}  # every step ran under the applied precision
+    rec = build_record(run, facts, [mine], run_key="k", started_at="now", duration_s=1.0)
+    assert rec["metrics"]["precision"] == rec["metrics"]["precision_policy"]["compute"] == "bf16"

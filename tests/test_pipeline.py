@@ -47,6 +47,20 @@ def make_run(pp: int, tp: int, schedule: str, virtual: int, microbatches: int, r
                      energy=EnergyConfig(), carbon=CarbonConfig(), world_size=WORLD)
 
 
+def section_of(run: RunConfig, figs: list[dict]) -> dict:
+    """metrics.pipeline of `run` from the ranks' figures, given the sections results/record.py passes."""
+    from benchsuite.parallel.pipeline import pipeline_section
+
+    return pipeline_section(figs, parallel=run.parallel, model=run.model, train=run.train,
+                            micro_batch=run.micro_batch_per_rank, data_parallel=run.data_parallel)
+
+
+def p2p_formula_of(run: RunConfig) -> int:
+    from benchsuite.parallel.pipeline import p2p_bytes_formula
+
+    return p2p_bytes_formula(parallel=run.parallel, model=run.model, micro_batch=run.micro_batch_per_rank)
+
+
 def global_batch(step: int, dp: int):
     g = torch.Generator().manual_seed(1000 + step)
     x = torch.randint(0, CFG.vocab, (dp * MB, CFG.seq_len), generator=g)
@@ -144,8 +158,6 @@ def _rank(rank: int, world: int, out_dir: str) -> None:
 @pytest.mark.procs
 def test_pipeline_matches_single_process(tmp_path):
     from benchsuite.models.transformer import build_model
-    from benchsuite.parallel.pipeline import p2p_bytes_formula, pipeline_section
-
     spawn(_rank, WORLD, str(tmp_path))
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
     all_names = {n for n, _ in build_model(CFG).named_parameters()}
@@ -165,8 +177,8 @@ def test_pipeline_matches_single_process(tmp_path):
         figs = [res[name]["figures"] for res in ranks]
         expected_stages = sorted(range(spec[0] * spec[3]))
         assert sorted({s for f in figs for s in f["stages"]}) == expected_stages, name
-        section = pipeline_section(run, figs)
-        assert section["p2p_bytes_per_step"] == p2p_bytes_formula(run), f"{name}: p2p bytes {section}"
+        section = section_of(run, figs)
+        assert section["p2p_bytes_per_step"] == p2p_formula_of(run), f"{name}: p2p bytes {section}"
         assert section["bubble_measured"] is not None and section["bubble_measured"] > 0, name
         assert section["bubble_formula"] == (spec[0] - 1) / (spec[3] * spec[4])
 
@@ -175,7 +187,12 @@ def test_p2p_formula_and_bubble_formula_values():
     from benchsuite.parallel.pipeline import bubble_formula, p2p_bytes_formula, rank_bubble
 
     run = make_run(4, 1, "interleaved", 2, 4)  # 7 boundaries, 4 microbatches of 1 sequence, fwd + bwd
-    assert p2p_bytes_formula(run) == 2 * 7 * 4 * 1 * CFG.seq_len * CFG.hidden * 4
+    assert p2p_formula_of(run) == 2 * 7 * 4 * 1 * CFG.seq_len * CFG.hidden * 4
+    # the sections alone, keyword-only: 8 sequences per rank make microbatches of 2
+    assert p2p_bytes_formula(parallel=run.parallel, model=CFG, micro_batch=8) \
+        == 2 * 7 * 4 * 2 * CFG.seq_len * CFG.hidden * 4
+    with pytest.raises(TypeError):
+        p2p_bytes_formula(run)  # a whole RunConfig is not what it takes
     assert bubble_formula(4, 2, 8) == 3 / 16
     # wall 3 s with 2 s of compute: 0.5 of idle over compute; the median over the measured steps only
     assert rank_bubble({"wall_s": [100.0, 3.0, 3.0, 6.0], "busy_s": [1.0, 2.0, 2.0, 2.0]}, 3) == 0.5
@@ -236,7 +253,6 @@ def test_bad_pipeline_input_exits_2_naming_key_and_fix(tmp_path):
 def test_report_pipeline_table_shows_bubble_measured_and_formula(tmp_path):
     from rich.console import Console
 
-    from benchsuite.parallel.pipeline import p2p_bytes_formula, pipeline_section
     from benchsuite.results.report import section_tables
     from benchsuite.results.store import records_dataframe
     from helpers import REPO
@@ -244,7 +260,7 @@ def test_report_pipeline_table_shows_bubble_measured_and_formula(tmp_path):
     rec = json.loads((REPO / "tests/fixtures/results/make_dvs-dense-w4.json").read_text())
     run = make_run(2, 1, "interleaved", 2, 4)
     fig = {"stages": [0, 2], "wall_s": [1.5] * STEPS, "busy_s": [1.0] * STEPS, "sent_bytes": [1000] * STEPS}
-    rec["metrics"]["pipeline"] = pipeline_section(run, [fig] * WORLD)
+    rec["metrics"]["pipeline"] = section_of(run, [fig] * WORLD)
     (tmp_path / "r.json").write_text(json.dumps(rec))
     console = Console(record=True, width=300)
     for table in section_tables(records_dataframe(tmp_path)):
@@ -252,18 +268,17 @@ def test_report_pipeline_table_shows_bubble_measured_and_formula(tmp_path):
     text = console.export_text()
     row = next(line for line in text.splitlines() if "interleaved" in line)
     assert "0.500" in row and "0.125" in row  # measured (1.5 - 1) / 1 beside (2 - 1) / (2 · 4)
-    assert f"{4 * 1000 // run.data_parallel:,}" in row and f"{p2p_bytes_formula(run):,}" in row
+    assert f"{4 * 1000 // run.data_parallel:,}" in row and f"{p2p_formula_of(run):,}" in row
 
 
 def test_run_page_shows_bubble_measured_beside_formula(tmp_path):
-    from benchsuite.parallel.pipeline import pipeline_section
     from helpers import REPO
     from dashboard.build import build_site
 
     rec = json.loads((REPO / "tests/fixtures/results/make_dvs-dense-w4.json").read_text())
     run = make_run(2, 1, "interleaved", 2, 4)
     fig = {"stages": [0, 2], "wall_s": [1.5] * STEPS, "busy_s": [1.0] * STEPS, "sent_bytes": [1000] * STEPS}
-    rec["metrics"]["pipeline"] = pipeline_section(run, [fig] * WORLD)
+    rec["metrics"]["pipeline"] = section_of(run, [fig] * WORLD)
     res = build_site([rec], tmp_path)
     page = (tmp_path / res.pages[1]).read_text(encoding="utf-8")
     assert "<h3>Pipeline</h3>" in page

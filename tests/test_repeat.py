@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from rich.console import Console
 
@@ -101,6 +102,66 @@ def test_the_report_shows_one_row_per_run_with_the_median_and_range_of_its_repea
     lines = [line for line in console.export_text().splitlines() if "│ s " in line]
     assert len(lines) == 3 and "│   100 │" in lines[0]
     assert [line.split("│")[-3].strip() for line in lines] == ["3 (90–130)", "1", "1"]
+
+
+def _flagged_runs(tmp_path) -> pd.DataFrame:
+    """Repeated 2-device runs against one 1-device baseline (100 tok/s): 'once' superlinear in 1 of 3
+    repeats (145 %, median 100 %), 'twice' in 2 of 3 (median 130 %); 'mfu' over 1 in one repeat only,
+    'steps' with a NaN loss in one repeat (a flag of a step, not of a combined figure)."""
+    recs = repeats("base", 1, [100.0] * 3) + repeats("once", 2, [290.0, 198.0, 200.0]) \
+        + repeats("twice", 2, [290.0, 260.0, 200.0]) + repeats("mfu", 2, [180.0] * 3) + repeats("steps", 2, [170.0] * 3)
+    for r, mfu in zip(recs[9:12], (1.5, 0.4, 0.5)):
+        r["metrics"]["mfu"] = mfu
+    recs[12]["flags"] = [LOSS_FLAG]
+    for r in recs:
+        write_record(tmp_path, r)
+    return dataframe_of(load_records(tmp_path))
+
+
+LOSS_FLAG = {"field": "steps[1].loss", "value": "nan", "reason": "the loss is not a finite number"}
+
+
+def test_a_repeated_runs_flags_are_judged_on_its_median_and_count_the_repeats_that_had_them(tmp_path):
+    df = _flagged_runs(tmp_path)
+    assert df.groupby("run_key")["flagged"].sum().to_dict() == {"base": 0, "mfu": 1, "once": 1, "steps": 1,
+                                                                "twice": 2}
+    rows = {r["run_key"]: r for r in report_rows(df)}
+    once, twice, mfu, steps = rows["once"], rows["twice"], rows["mfu"], rows["steps"]
+    # 145 % in one repeat, 100 % on the median: the row is not flagged, the note keeps the repeat in view
+    assert once["scaling_efficiency"] == pytest.approx(1.0) and once["flagged"] is False and once["flags"] == []
+    assert once["flags_in_repeats"] == {"scaling_efficiency": 1}
+    assert once["flag_summary"] == "scaling_efficiency: flagged in 1 of 3 repeats, not on their median"
+    # superlinear on the median: flagged by the one rule, on the median's value
+    (flag,) = twice["flags"]
+    assert twice["flagged"] is True and (flag["field"], flag["value"]) == ("scaling_efficiency", pytest.approx(1.3))
+    assert "efficiency 130% at 2 devices" in flag["reason"] and twice["flags_in_repeats"] == {"scaling_efficiency": 2}
+    assert twice["flag_summary"].endswith("(2 of 3 repeats flagged)")
+    # a record rule (MFU above 1) judged on the median MFU (0.5)
+    assert (mfu["mfu"], mfu["flagged"], mfu["flags_in_repeats"]) == (0.5, False, {"metrics.mfu": 1})
+    # a step's flag is no figure of the row: kept from the repeat that had it, with the count
+    assert steps["flagged"] is True and steps["flags"] == [LOSS_FLAG]
+    assert steps["flags_in_repeats"] == {"steps[1].loss": 1}
+    assert steps["flag_summary"] == "steps[1].loss: the loss is not a finite number (1 of 3 repeats flagged)"
+    assert rows["base"]["flags_in_repeats"] == {} and rows["base"]["flag_summary"] is None
+
+
+def test_the_table_shows_the_flags_the_json_report_has(tmp_path):
+    df = _flagged_runs(tmp_path)
+    rows = {r["run_key"]: r for r in report_rows(df)}
+    console = Console(width=400, record=True)
+    console.print(report_table(df))
+    text = console.export_text()
+    (head,) = [line for line in text.splitlines() if "┃ suite" in line]
+    cells = [dict(zip([h.strip() for h in head.split("┃")], [c.strip() for c in line.split("│")]))
+             for line in text.splitlines() if "│ s " in line]
+    by_tokens = {row["tokens_per_s"]: key for key, row in rows.items()}
+    table = {by_tokens[float(c["tok/s"])]: c for c in cells}
+    assert (table["twice"]["efficiency"], table["once"]["efficiency"]) == ("130% ⚠", "100%")  # ⚠: on the median
+    for key, row in rows.items():
+        assert table[key]["status"] == ("ok ⚠ flagged" if row["flagged"] else "ok"), key
+    for key in ("once", "twice", "mfu", "steps"):  # every note of the JSON report is in the caption
+        mark = "⚠" if rows[key]["flagged"] else "repeats —"
+        assert f"{mark} w w2: {rows[key]['flag_summary']}" in " ".join(text.split()), key
 
 
 def test_a_table_without_repeated_runs_has_no_repeats_column():

@@ -119,7 +119,7 @@ def add_scaling_efficiency(df: pd.DataFrame) -> pd.DataFrame:
         df.at[idx, "scaling_baseline_run_keys"] = sorted(set(keys))
         df.at[idx, "scaling_baseline"] = baseline_note(keys)
         flag = scaling_flag(eff, row["scaling"], int(row["world_size"]), baseline_note(keys))
-        if flag and row["world_size"] > 1:  # 1-device runs of one config differ by noise, not scaling
+        if flag:
             _add_flag(df, idx, flag)
     df["scaling_efficiency"] = df["scaling_efficiency"].astype(float)
     return df

@@ -44,7 +44,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from benchsuite.config import RunConfig
+from benchsuite.config import ModelConfig, ParallelConfig, RunConfig, TrainConfig
 from benchsuite.dist import DP, PP, ParallelDims
 from benchsuite.metrics.timing import synchronize
 
@@ -304,12 +304,12 @@ def bubble_formula(pp: int, virtual: int, microbatches: int) -> float:
     return (pp - 1) / (virtual * microbatches)
 
 
-def p2p_bytes_formula(run: RunConfig) -> int:
-    """Bytes all stages of one pipeline send per step: 2·(P·V − 1)·M·b·T·H·4·tp, b = B/M (see the module
-    docstring)."""
-    p = run.parallel
-    b = run.micro_batch_per_rank // p.n_microbatches
-    return (2 * (p.pipeline * p.virtual_stages - 1) * p.n_microbatches * b * run.model.seq_len * run.model.hidden
+def p2p_bytes_formula(*, parallel: ParallelConfig, model: ModelConfig, micro_batch: int) -> int:
+    """Bytes all stages of one pipeline send per step: 2·(P·V − 1)·M·b·T·H·4·tp, b = B/M, B = micro_batch
+    (sequences per rank per step; see the module docstring)."""
+    p = parallel
+    b = micro_batch // p.n_microbatches
+    return (2 * (p.pipeline * p.virtual_stages - 1) * p.n_microbatches * b * model.seq_len * model.hidden
             * ACTIVATION_BYTES * p.tensor)
 
 
@@ -319,12 +319,15 @@ def rank_bubble(fig: dict, steps: int) -> float | None:
     return statistics.median((w - b) / b for w, b in pairs) if pairs else None
 
 
-def pipeline_section(run: RunConfig, figs: list[dict]) -> dict:
-    """metrics.pipeline: the bubble measured beside (P−1)/(V·M), point-to-point bytes beside the formula."""
-    p, steps = run.parallel, run.train.steps
+def pipeline_section(figs: list[dict], *, parallel: ParallelConfig, model: ModelConfig, train: TrainConfig,
+                     micro_batch: int, data_parallel: int) -> dict:
+    """metrics.pipeline: the bubble measured beside (P−1)/(V·M), point-to-point bytes beside the formula.
+    figs: each rank's PipelineRun.figures(); micro_batch: sequences per rank per step; data_parallel: the
+    pipelines (world / (pp·tp)), whose ranks' sent bytes are summed together."""
+    p, steps = parallel, train.steps
     per_rank = [rank_bubble(f, steps) for f in figs]
     known = [b for b in per_rank if b is not None]
-    sent = sum(statistics.median(f["sent_bytes"][-steps:]) for f in figs) / run.data_parallel
+    sent = sum(statistics.median(f["sent_bytes"][-steps:]) for f in figs) / data_parallel
     return {
         "stages": p.pipeline, "virtual_stages": p.virtual_stages, "microbatches": p.n_microbatches,
         "schedule": p.schedule,
@@ -334,7 +337,7 @@ def pipeline_section(run: RunConfig, figs: list[dict]) -> dict:
         "bubble_source": "per rank: (schedule wall time - time in its forward/backward chunks) / that time, "
                          "median over measured steps; mean over ranks. Formula (P-1)/(V*M), Narayanan et al. 2021",
         "p2p_bytes_per_step": sent,
-        "p2p_bytes_formula": p2p_bytes_formula(run),
+        "p2p_bytes_formula": p2p_bytes_formula(parallel=parallel, model=model, micro_batch=micro_batch),
         "p2p_source": "bytes in the stages' send ops, summed over one pipeline's ranks (world / dp); formula "
                       "2*(P*V-1)*M*b*T*H*4*tp",
         "activation_bytes_per_stage": None,

@@ -209,7 +209,9 @@ def build_record(run: RunConfig, facts: RunFacts, ranks: list[RankResult], *, ru
     if r0.pipeline:
         from benchsuite.parallel.pipeline import pipeline_section
 
-        metrics["pipeline"] = pipeline_section(run, [r.pipeline for r in ranks])
+        metrics["pipeline"] = pipeline_section([r.pipeline for r in ranks], parallel=run.parallel, model=run.model,
+                                               train=run.train, micro_batch=run.micro_batch_per_rank,
+                                               data_parallel=run.data_parallel)
     steps = [{"step": i, "time_s": t, "loss": loss, "tokens": tokens_per_step}
              for i, (t, loss) in enumerate(zip(step_times, r0.losses))]
     if r0.quality:

@@ -9,6 +9,7 @@ to mean more than the data's own extent.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 
 import pandas as pd
@@ -16,7 +17,7 @@ from rich.cells import cell_len
 from rich.markup import escape
 from rich.table import Table
 
-from benchsuite.results.sanity import flag_summary
+from benchsuite.results.sanity import sanity_flags, scaling_flag
 from benchsuite.results.values import format_step_ms, num, present
 from benchsuite.terminal import printable  # every string of a record reaches the terminal through it
 
@@ -111,7 +112,9 @@ def combine_repeats(df: pd.DataFrame) -> pd.DataFrame:
     """One row per run and status from a records DataFrame (store.dataframe_of): the repeats of a run
     (its records share the run key) as the median of each numeric figure, `repeats` (how many) and
     `tokens_per_s_min` / `tokens_per_s_max` (their range). Text, identity and the detail page come from
-    the latest repeat; the flags of every repeat are kept. A frame already combined is returned as is."""
+    the latest repeat. The flags are the combined figures' (_combined_flags), and `flags_in_repeats`
+    says how many repeats carried a flag on each field (None for a run measured once). A frame already
+    combined is returned as is."""
     if df.empty or "repeats" in df:
         return df
     group = df["run_key"].astype(str) + "\0" + df["status"].astype(str)
@@ -121,24 +124,75 @@ def combine_repeats(df: pd.DataFrame) -> pd.DataFrame:
     out["repeats"] = by["run_key"].transform("size")[latest]
     out["tokens_per_s_min"] = by["tokens_per_s"].transform("min")[latest]
     out["tokens_per_s_max"] = by["tokens_per_s"].transform("max")[latest]
+    out["flags_in_repeats"] = None
     repeated = out.index[out["repeats"] > 1]
     if len(repeated):
         figures = [c for c in df.select_dtypes("number").columns if c not in KEPT]
         out = out.astype({c: float for c in figures})
         out.loc[repeated, figures] = by[figures].transform("median").loc[repeated]
-        flagged = df["flagged"].fillna(False).astype(bool).groupby(group, sort=False).transform("any")
-        for idx in repeated[flagged[repeated].to_numpy()]:  # a repeat was flagged: the row holds its flags
-            flags = _union(df["flags"].iloc[by.indices[group[idx]]])
-            out.at[idx, "flags"], out.at[idx, "flagged"] = flags, bool(flags)
-            out.at[idx, "flag_summary"] = flag_summary(flags) or None
+        for idx in repeated:
+            flags, counts = _combined_flags(out.loc[idx], list(df["flags"].iloc[by.indices[group[idx]]]),
+                                            set(figures))
+            out.at[idx, "flags"], out.at[idx, "flagged"], out.at[idx, "flags_in_repeats"] = flags, bool(flags), counts
+            out.at[idx, "flag_summary"] = _repeats_flag_summary(out.loc[idx], flags, counts) or None
     return out.reset_index(drop=True)
+
+
+def _combined_flags(row, repeat_flags: list, figures: set[str]) -> tuple[list[dict], dict[str, int]]:
+    """A repeated run's flags, and how many repeats carried a flag on each field. A flag on a figure the
+    row holds the median of is judged again on that median, by the rule that flags one record; any other
+    (a step's loss, one device's energy, a figure no repeat has) is kept from every repeat that had it."""
+    repeat_flags = [[f for f in flags if isinstance(f, dict) and "field" in f] if isinstance(flags, list) else []
+                    for flags in repeat_flags]
+    counts = Counter(field for flags in repeat_flags for field in dict.fromkeys(f["field"] for f in flags))
+    on_median = {c for c in figures if present(row.get(c))}
+    judged = [f for f in _figure_flags(row) if f["field"] in on_median]
+    return judged + [f for f in _union(repeat_flags) if f["field"] not in on_median], dict(counts)
+
+
+def _figure_flags(row) -> list[dict]:
+    """What the sanity guard flags in a row's figures: the record rules (results/sanity.sanity_flags) on
+    the row's metrics and energy put back in a record's shape, and the scaling efficiency rule."""
+    world_size = int(row["world_size"])
+    as_record = {"status": row["status"], "config": {"world_size": world_size},
+                 "metrics": _section(row, "metrics"), "energy": _section(row, "energy")}
+    eff = num(row.get("scaling_efficiency"))
+    scaling = None if eff is None else scaling_flag(eff, row["scaling"], world_size, row.get("scaling_baseline"))
+    return sanity_flags(as_record) + ([scaling] if scaling else [])
+
+
+def _section(row, section: str) -> dict:
+    """The nested dict a record section had, from the row's dotted columns (store.flatten) that hold a value."""
+    out: dict = {}
+    for column, value in row.items():
+        if not (isinstance(column, str) and column.startswith(f"{section}.") and present(value)):
+            continue
+        *parents, leaf = column.split(".")[1:]
+        part = out
+        for key in parents:
+            part = part.setdefault(key, {})
+            if not isinstance(part, dict):
+                break
+        else:
+            part.setdefault(leaf, value)
+    return out
+
+
+def _repeats_flag_summary(row, flags: list[dict], counts: dict[str, int]) -> str:
+    """The combined row's flags for a terminal or a tooltip, each with how many repeats carried it, and the
+    fields some repeat flagged that the median is not flagged on."""
+    n, on_row = int(row["repeats"]), {f["field"] for f in flags}
+    parts = [f"{f['field']}: {f['reason']} ({counts.get(f['field'], 0)} of {n} repeats flagged)" for f in flags]
+    parts += [f"{field}: flagged in {k} of {n} repeats, not on their median" for field, k in counts.items()
+              if field not in on_row]
+    return "; ".join(parts)
 
 
 def _union(flag_lists) -> list[dict]:
     """Every flag of the repeats, each once."""
     out = []
     for flags in flag_lists:
-        out += [f for f in (flags if isinstance(flags, list) else []) if f not in out]
+        out += [f for f in flags if f not in out]
     return out
 
 
@@ -156,7 +210,8 @@ def report_rows(df: pd.DataFrame) -> list[dict]:
                                               "scaling_baseline", "scaling_efficiency_reason",
                                               "step_time_median_s", "step_time_ci95_lo_s",
                                               "step_time_ci95_hi_s", "error_type", "error_message",
-                                              MEMORY_MEASURED, MEMORY_ANALYTIC, "flagged", "flags", *QUALITY]
+                                              MEMORY_MEASURED, MEMORY_ANALYTIC, "flagged", "flags", "flag_summary",
+                                              "flags_in_repeats", *QUALITY]
     cols = [c for c in cols if c in df]
     return [{k: (v if present(v) else None) for k, v in r.items()} for r in df[cols].to_dict("records")]
 
@@ -258,9 +313,10 @@ def report_table(df: pd.DataFrame, fit: Fit = Fit()) -> Table:
     headers = [h for h, _, _ in columns]
     table, left_out = _fitted_table("benchsuite results", headers, rows, [h for h in PRIORITY if h in headers],
                                     fit, styles)
-    flagged_rows = df[df["flagged"].fillna(False).astype(bool)] if "flagged" in df else df.iloc[:0]
-    lines = [f"{FLAG_MARK} {escape(printable(r['workload']))} w{r['world_size']}: "
-             f"{escape(printable(r.get('flag_summary')))}" for _, r in flagged_rows.iterrows()]
+    noted = df[df["flag_summary"].map(present)] if "flag_summary" in df else df.iloc[:0]
+    # a flagged row, or a repeated run some repeat of which was flagged (its median is not: the note says so)
+    lines = [f"{FLAG_MARK if r.get('flagged') else 'repeats —'} {escape(printable(r['workload']))} "
+             f"w{r['world_size']}: {escape(printable(r['flag_summary']))}" for _, r in noted.iterrows()]
     no_base = df[(df["status"] == "ok") & df["scaling_efficiency_reason"].map(present)] \
         if "scaling_efficiency_reason" in df else df.iloc[:0]
     lines += [f"efficiency — {escape(printable(r['workload']))} w{r['world_size']}: "

@@ -169,8 +169,10 @@ def sanity_flags(rec: dict) -> list[dict]:
 
 def scaling_flag(efficiency: float, scaling: str, world_size: int, baseline: str) -> dict | None:
     """The flag of a superlinear scaling efficiency (computed across records, so flagged where it is
-    computed: metrics/scaling.py); None within SCALING_EFFICIENCY_MAX. Field: the DataFrame column."""
-    if efficiency <= SCALING_EFFICIENCY_MAX:
+    computed: metrics/scaling.py, and on a run's median over its repeats: results/report.py); None within
+    SCALING_EFFICIENCY_MAX, and for 1 device (1-device runs of one config differ by noise, not scaling).
+    Field: the DataFrame column."""
+    if efficiency <= SCALING_EFFICIENCY_MAX or world_size <= 1:
         return None
     return _flag("scaling_efficiency", efficiency,
                  f"{scaling} scaling efficiency {efficiency:.0%} at {world_size} devices exceeds "

@@ -1,15 +1,16 @@
 """One page per run: the sanity guard's flags (a warning box), headline figures, step-time series,
 loss curve (with validation loss and the target loss), per-rank step time (stragglers), MoE expert
-load per layer and expert (and the expert implementation), model-state memory measured vs analytic,
-energy per device, carbon, environment and the resolved config. Every section a record lacks says
-so ("not measured") instead of drawing nothing or zero."""
+load per layer and expert (tokens computed, else routed) with its imbalance per step and the expert
+implementation, model-state memory measured vs analytic, energy per device, carbon, environment and
+the resolved config. Every section a record lacks says so ("not measured") instead of drawing nothing
+or zero."""
 
 from __future__ import annotations
 
 import json
 
 from benchsuite.results.values import dig
-from dashboard.data import expert_load
+from dashboard.data import load_table
 from dashboard.render import (Figure, Section, esc, f_bytes, f_ms, f_num, f_pct, f_sig, kv_table, layout,
                               missing, num, present, ptext, series, short, table)
 
@@ -75,20 +76,38 @@ LOAD_COLORS = [[0, "#1971c2"], [0.5, "#f8f9fa"], [1, "#e03131"]]  # under-used b
 
 
 def expert_figure(rec) -> Figure | None:
-    """A heatmap, one row per MoE layer: each expert's tokens ÷ its layer's mean (1 = balanced)."""
-    rows = expert_load(rec)
-    if rows is None:
+    """A heatmap, one row per MoE layer: each expert's tokens ÷ its layer's mean (1 = balanced); the
+    tokens the experts computed where recorded, else those routed to them (data.LOAD_KEYS)."""
+    table = load_table(rec)
+    if table is None:
         return None
+    rows, counts = table
     rel = [[short(v / (sum(row) / len(row)), 4) if sum(row) > 0 else None for v in row] for row in rows]
     return Figure("fig-run-experts", [{
-        "type": "heatmap", "name": "tokens routed", "x": list(range(max(map(len, rows)))),
+        "type": "heatmap", "name": f"tokens {counts}", "x": list(range(max(map(len, rows)))),
         "y": list(range(len(rows))), "z": rel, "customdata": [[short(v) for v in row] for row in rows],
-        "hovertemplate": "MoE layer %{y}, expert %{x}: %{customdata:,} tokens, %{z:.2f} × the layer mean"
-                         "<extra></extra>",
+        "hovertemplate": f"MoE layer %{{y}}, expert %{{x}}: %{{customdata:,}} tokens {counts}, "
+                         "%{z:.2f} × the layer mean<extra></extra>",
         "colorscale": LOAD_COLORS, "zmid": 1, "colorbar": {"title": {"text": "÷ mean"}}}],
-        layout("MoE expert load, last step (tokens routed ÷ the layer's mean; 1 = balanced)", "expert",
+        layout(f"MoE expert load, last step: tokens {counts} (÷ the layer's mean; 1 = balanced)", "expert",
                "MoE layer", xaxis={"type": "category"}, yaxis={"type": "category", "autorange": "reversed"},
                **SMALL))
+
+
+def imbalance_figure(rec) -> Figure | None:
+    """metrics.moe.imbalance_by_step as a line: each measured step's max ÷ mean tokens routed per expert
+    (mean over MoE layers; 1 = even), so a router that drifts out of balance shows."""
+    by_step = dig(rec, "metrics", "moe", "imbalance_by_step")
+    pts = [(i, num(v)) for i, v in enumerate(by_step)] if isinstance(by_step, list) else []
+    pts = [(x, short(y, 4)) for x, y in pts if y is not None]
+    if not pts:
+        return None
+    even = {"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": 1, "y1": 1,
+            "line": {"color": "#888", "dash": "dot", "width": 1}}
+    return Figure("fig-run-imbalance", [{"type": "scatter", "mode": "lines+markers", "name": "max ÷ mean",
+                                         **series([x for x, _ in pts], [y for _, y in pts]), "marker": {"size": 5}}],
+                  layout("MoE load imbalance per step: max ÷ mean tokens routed per expert (dotted: even)", "step",
+                         "max ÷ mean", shapes=[even], **SMALL))
 
 
 def memory_figure(rec) -> Figure | None:
@@ -312,14 +331,14 @@ def _env(rec) -> str:
 
 def render(row: dict, rec: dict) -> Section:
     figs = []
-    kind = row.get("kind")
+    moe_why = "not applicable: dense model" if row.get("kind") != "moe" else "not measured"
     blocks = {}
     for key, build, title, why in (
             ("steps", step_figure, "Step time", "no per-step times recorded"),
             ("loss", loss_figure, "Loss curve", "no loss recorded"),
             ("ranks", rank_figure, "Per-rank step time", "not measured"),
-            ("experts", expert_figure, "MoE expert load",
-             "not applicable: dense model" if kind != "moe" else "not measured"),
+            ("experts", expert_figure, "MoE expert load", moe_why),
+            ("imbalance", imbalance_figure, "MoE load imbalance per step", moe_why),
             ("memory", memory_figure, "Model-state memory: measured vs analytic", "not measured")):
         fig = build(rec)
         if fig:
@@ -334,7 +353,7 @@ def render(row: dict, rec: dict) -> Section:
             f'<div class="row2"><div><h3>Run</h3>{_identity(row, rec)}</div>'
             f'<div><h3>Headline figures</h3>{_headline(row, rec)}</div></div>'
             f'<h2>Time and loss</h2><div class="row2">{blocks["steps"]}{blocks["loss"]}</div>'
-            f'<h2>Ranks and experts</h2><div class="row2">{blocks["ranks"]}<div>{blocks["experts"]}{_moe(rec)}'
+            f'<h2>Ranks and experts</h2><div class="row2">{blocks["ranks"]}<div>{blocks["experts"]}{blocks["imbalance"]}{_moe(rec)}'
             f'</div></div>'
             f'<h2>Memory and communication</h2><div class="row2"><div>{blocks["memory"]}{_memory_notes(rec)}</div>'
             f'<div>{_memory_table(rec)}{_comm(rec)}{_pipeline(rec)}</div></div>'
