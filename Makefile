@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 OUT    ?= results/smoke
 
-.PHONY: setup demo test test-fast bench clean chromium
+.PHONY: setup demo test test-fast bench clean chromium gpu-wheels
 
 $(BIN)/benchsuite: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,17 @@ bench: setup
 	$(BIN)/python benchmarks/bench_meter_overhead.py
 	$(BIN)/python benchmarks/bench_moe.py
 	$(BIN)/python benchmarks/gpu_check.py --tiny --out $(BENCH_OUT)/gpu_check
+
+# The packages a run imports that the GPU machine's image lacks (its Python 3.12 has torch, pandas, rich,
+# psutil, nvidia-ml-py, requests), at the versions tested here, as wheels in .whl/ (ignored by git): the
+# device run carries .whl and installs them first (benchmarks/NOTES.md, "Running the GPU check").
+GPU_WHEELS := codecarbon pycountry rapidfuzz
+gpu-wheels: setup
+	rm -rf .whl
+	$(BIN)/python -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+		--platform manylinux2014_x86_64 -d .whl \
+		$$($(BIN)/python -m pip freeze | grep -iE '^($(shell echo $(GPU_WHEELS) | tr ' ' '|'))==')
 
 clean:
 	rm -rf $(VENV) results site .pytest_cache

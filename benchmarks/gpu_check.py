@@ -5,10 +5,13 @@ of at most 7 minutes on one H200.
     python benchmarks/gpu_check.py --tiny     # CPU dry run of the same steps (CI)
 
 Steps, the most wanted first; each writes under $OUT (else --out) as it ends, and the table is
-rewritten after every step, so a run cut short still returns what it finished:
+rewritten after every step, so a run cut short still returns what it finished (six files, within
+what a device run returns: gpu_check.log, versions.json, gpu_check_records.json,
+gpu_check_table.txt, cuda_tests.xml, gpu_check_overhead.json):
 1. versions.json: GPU, driver, torch, CUDA.
 2. The CHECK workloads of workloads/h200.toml (the ANCHORS.md configuration) through `benchsuite
-   run` into records/: one torchrun per run, the real harness; each record lands as its run ends.
+   run`: one torchrun per run, the real harness, each run's result line in the log as it ends;
+   their records in gpu_check_records.json.
 3. `pytest -m cuda`: the tests that need a GPU (grouped_mm, and TP, EP and ZeRO-3 with two ranks
    on the one GPU over gloo, against one process); its result line and cuda_tests.xml.
 4. Harness overhead: in this one process, measure() and a bare loop over the same model, optimizer
@@ -352,10 +355,10 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         suite = suite_file(args.tiny, Path(tmp))
-        (out / "h200-check.toml").write_text(suite.read_text())
-        run_logged([sys.executable, "-m", "benchsuite.cli", "run", str(suite), "--out", str(out / "records"),
+        log(f"suite:\n{suite.read_text()}")
+        run_logged([sys.executable, "-m", "benchsuite.cli", "run", str(suite), "--out", str(Path(tmp) / "records"),
                     "--no-resume"], log, budget.left() - sum(RESERVE_S.values()))
-        records = load_records(out / "records")
+        records = load_records(Path(tmp) / "records")
         (out / "gpu_check_records.json").write_text(json.dumps(records, indent=1))
         write_table()
         tests = cuda_tests(out, log, budget.left() - RESERVE_S["overhead"])
