@@ -12,6 +12,7 @@ timed over a step that compiles nothing (its synchronised timers recompile the b
 
 from __future__ import annotations
 
+import dataclasses
 import types
 
 import pytest
@@ -25,8 +26,9 @@ from benchsuite.models.transformer import build_model
 from benchsuite.parallel import Parallelized, apply_compile, parallelize
 from benchsuite.parallel.zero import make_adamw
 from benchsuite import worker
+from helpers import grouped_mm_runs_here
 
-pytestmark = pytest.mark.heavy  # dynamo traces nine models: about 20 s, so `make test` only
+pytestmark = pytest.mark.heavy  # dynamo traces eleven models: about 25 s, so `make test` only
 
 CPU = torch.device("cpu")
 MEASURED = 2
@@ -61,25 +63,50 @@ def backend(monkeypatch):
     torch._dynamo.reset()
 
 
-@pytest.mark.parametrize("recompute", ["none", "full"])
-@pytest.mark.parametrize("router", [None, "switch", "gshard", "expert_choice"])
-def test_every_block_kind_compiles_without_break_or_recompile(router, recompute, backend):
-    run = make_run(router, recompute)
+def compile_and_train(run: RunConfig, backend, precision: str = "fp32", expert_impl: str | None = None):
+    """parallelize (checkpoint, then one compiled region per block), the unmeasured steps, then the
+    measured ones; (frames compiled by the unmeasured steps, the last step's result). expert_impl:
+    the expert path every MoE layer runs instead of the one parallelize picked for the CPU."""
+    from benchsuite.models.moe import set_expert_impl
+
     ctx = DistContext(0, 0, 1, 0, CPU, None, ParallelDims(1))
     par = parallelize(build_model(run.model, run.moe, seed=0), dims=ctx.dims, train=run.train, moe=run.moe,
                       device=ctx.device)
     assert par.applied.implementation()["compile"] == "torch.compile per block"
+    if expert_impl:
+        set_expert_impl(par.model, expert_impl)  # before the first forward: the blocks trace it
     warm = worker.unmeasured_steps(run)
     for step in range(warm):
-        worker.train_step(par, batch(step, run), "fp32", CPU)
+        worker.train_step(par, batch(step, run), precision, CPU)
     compiled = backend.frame_count
     for step in range(warm, warm + MEASURED):
-        result = worker.train_step(par, batch(step, run), "fp32", CPU)
+        result = worker.train_step(par, batch(step, run), precision, CPU)
     breaks = dict(torch._dynamo.utils.counters["graph_break"])
     assert breaks == {}, f"graph breaks: {breaks}"
-    assert compiled == (2 if router else 1), f"{compiled} frames compiled for {2 if router else 1} block kinds"
     assert backend.frame_count == compiled, "a measured step recompiled"
+    return compiled, result
+
+
+@pytest.mark.parametrize("recompute", ["none", "full"])
+@pytest.mark.parametrize("router", [None, "switch", "gshard", "expert_choice"])
+def test_every_block_kind_compiles_without_break_or_recompile(router, recompute, backend):
+    compiled, result = compile_and_train(make_run(router, recompute), backend)
+    assert compiled == (2 if router else 1), f"{compiled} frames compiled for {2 if router else 1} block kinds"
     assert len(result.routing) == (1 if router else 0)  # the MoE block's routing stats came out of the graph
+
+
+@pytest.mark.skipif(not grouped_mm_runs_here(), reason="torch._grouped_mm has no kernel on this device")
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_dropless_block_on_grouped_mm_compiles_without_break_or_recompile(recompute, backend):
+    """The H200's dropless path: sorted rows into torch._grouped_mm (bf16; its shape check needs bf16
+    even where the CPU kernel takes fp32), top-2 of 8 fine-grained experts plus a shared one. The
+    split sizes stay on the device, so the block is one graph (loop_mm's host read is a break by design)."""
+    run = make_run("token_choice", recompute)
+    run = dataclasses.replace(run, moe=MoEConfig(experts=8, router="token_choice", top_k=2, capacity_factor=0,
+                                                 every=2, shared_experts=1, expert_hidden=16, z_loss_coef=0.0))
+    compiled, result = compile_and_train(run, backend, "bf16", expert_impl="grouped_mm")
+    assert compiled == 2 and len(result.routing) == 1
+    assert result.routing[0].dropped_frac == 0
 
 
 def test_all_to_all_share_is_timed_over_a_step_that_compiles_nothing(backend, monkeypatch, tmp_path):

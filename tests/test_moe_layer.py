@@ -10,6 +10,7 @@ from benchsuite.models import moe as moe_mod
 from benchsuite.models.moe import (LOAD_STATS, MoELayer, RoutingStats, route, select_expert_impl,
                                    set_expert_impl, summarize_stats)
 from benchsuite.models.transformer import build_model
+from helpers import grouped_mm_runs_here
 
 ROUTERS = ["switch", "gshard", "expert_choice"]
 H, E, FFN, B, T = 16, 4, 32, 2, 16  # N = 32 tokens
@@ -48,14 +49,6 @@ def test_padded_path_matches_token_loop(router, activation):
     assert layer.expert_impl == "padded_bmm"
     assert y.shape == x.shape and aux.dtype == torch.float32 and aux.dim() == 0
     assert_close(y, loop_reference(layer, x), rtol=1e-5, atol=1e-6)
-
-
-def grouped_mm_runs_here():
-    try:
-        torch._grouped_mm(torch.ones(2, 8), torch.ones(1, 8, 8), offs=torch.tensor([2], dtype=torch.int32))
-        return True
-    except (AttributeError, RuntimeError, NotImplementedError):
-        return False
 
 
 @pytest.mark.skipif(not grouped_mm_runs_here(), reason="torch._grouped_mm has no kernel on this device")

@@ -92,3 +92,14 @@ def runs_rows(site: Path) -> list:
     text = (site / "assets" / "runs.js").read_text(encoding="utf-8")
     assert text.startswith("window.BENCHSUITE_RUNS = ") and text.endswith(";\n")
     return json.loads(text[len("window.BENCHSUITE_RUNS = "):-2])
+
+
+def grouped_mm_runs_here() -> bool:
+    """Whether torch._grouped_mm has a CPU kernel in this torch (the CPU tests of the grouped expert path)."""
+    import torch
+
+    try:
+        torch._grouped_mm(torch.ones(2, 8), torch.ones(1, 8, 8), offs=torch.tensor([2], dtype=torch.int32))
+        return True
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return False
