@@ -332,13 +332,23 @@ def table(records: list[dict], overhead: dict | None, tests: dict | None, info: 
     return "\n".join(lines)
 
 
-def main() -> int:
+def positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds > 0 (e.g. --budget-s 420)")
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tiny", action="store_true", help="CPU dry run: tiny models, no compile")
     p.add_argument("--out", default=os.environ.get("OUT") or "results/gpu_check")
-    p.add_argument("--budget-s", type=float, default=None,
+    p.add_argument("--budget-s", type=positive_seconds, default=None,
                    help="seconds for the whole check (default 420 on a GPU, 1200 with --tiny)")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     budget = Budget(args.budget_s or (1200.0 if args.tiny else 420.0))

@@ -110,6 +110,15 @@ def test_table_of_a_check_stopped_before_the_later_steps_says_what_did_not_run()
     assert text.splitlines()[-1] == "targets missed: none of those measured"
 
 
+@pytest.mark.parametrize("bad", ["0", "-5", "nan", "inf", "soon"])
+def test_a_budget_that_is_not_a_positive_number_of_seconds_is_refused_naming_the_option(bad, capsys):
+    gpu_check = load_gpu_check()
+    with pytest.raises(SystemExit) as e:
+        gpu_check.main(["--tiny", "--budget-s", bad])
+    assert e.value.code == 2
+    assert f"--budget-s: {bad!r} is not a number of seconds > 0 (e.g. --budget-s 420)" in capsys.readouterr().err
+
+
 @pytest.mark.procs
 def test_a_step_past_its_budget_is_stopped_with_its_processes(tmp_path):
     """run_logged SIGTERMs the step's whole process group at its time limit (pytest's spawned ranks
