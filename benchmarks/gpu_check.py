@@ -47,6 +47,7 @@ import torch.nn.functional as F
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchsuite.atomic import atomic_file  # noqa: E402
 from benchsuite.config import RunConfig, load_suite  # noqa: E402
 from benchsuite.data import make_source  # noqa: E402
 from benchsuite.dist import init_distributed, resolve_precision  # noqa: E402
@@ -130,6 +131,12 @@ def run_logged(cmd: list[str], log: Callable[[str], None], timeout_s: float) -> 
         code = None
     reader.join(timeout=5)
     return code
+
+
+def write(path: Path, text: str) -> None:
+    """Whole or not at all: the check may be killed at its limit while it writes."""
+    with atomic_file(path, "w", encoding="utf-8", durable=False) as f:
+        f.write(text)
 
 
 def versions() -> dict:
@@ -354,13 +361,13 @@ def main(argv: list[str] | None = None) -> int:
     budget = Budget(args.budget_s or (1200.0 if args.tiny else 420.0))
     log = Log(out / "gpu_check.log")
     info = versions()
-    (out / "versions.json").write_text(json.dumps(info, indent=1))
+    write(out / "versions.json", json.dumps(info, indent=1))
     records: list[dict] = []
     overhead = tests = None
 
     def write_table() -> str:
         report = table(records, overhead, tests, info)
-        (out / "gpu_check_table.txt").write_text(report + "\n")
+        write(out / "gpu_check_table.txt", report + "\n")
         return report
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -369,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         run_logged([sys.executable, "-m", "benchsuite.cli", "run", str(suite), "--out", str(Path(tmp) / "records"),
                     "--no-resume"], log, budget.left() - sum(RESERVE_S.values()))
         records = load_records(Path(tmp) / "records")
-        (out / "gpu_check_records.json").write_text(json.dumps(records, indent=1))
+        write(out / "gpu_check_records.json", json.dumps(records, indent=1))
         write_table()
         tests = cuda_tests(out, log, budget.left() - RESERVE_S["overhead"])
         write_table()
@@ -377,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
             log("harness overhead: measure() vs bare loop, interleaved")
             overhead = bare_loop_vs_harness(suite, rounds=1 if args.tiny else 2,
                                             steps=None if args.tiny else OVERHEAD_STEPS)
-            (out / "gpu_check_overhead.json").write_text(json.dumps(overhead, indent=1))
+            write(out / "gpu_check_overhead.json", json.dumps(overhead, indent=1))
     log("\n" + write_table())
     ok = bool(records) and all(r["status"] == "ok" for r in records) and tests["returncode"] == 0
     return 0 if ok else 1
