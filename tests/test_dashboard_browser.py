@@ -251,7 +251,7 @@ def test_runs_table_pages_through_every_run_and_sorts_across_pages(browser, tmp_
 EXPECTED_RUN = {
     "s000000000000002.html": {"fig-run-steps": [["step time", 20]],
                               "fig-run-loss": [["training loss", 20], ["validation loss", 4]],
-                              "fig-run-ranks": [["median step time", 2]], "fig-run-experts": [["tokens routed", 8]],
+                              "fig-run-ranks": [["median step time", 2]], "fig-run-experts": [["tokens routed, before capacity", 8]],
                               "fig-run-memory": [["measured", 4], ["analytic", 4]]},
     "z000000000000004.html": {"fig-run-steps": [["step time", 20]], "fig-run-loss": [["training loss", 20]],
                               "fig-run-memory": [["measured", 4], ["analytic", 4]]},
@@ -264,7 +264,7 @@ EXPECTED_RUN = {
                        "fig-run-ranks": [["median step time", 1]]},
     "q000000000000001.html": {"fig-run-steps": [["step time", 20]],  # switch-q: flagged, no energy meter
                               "fig-run-loss": [["training loss", 20], ["validation loss", 5]],
-                              "fig-run-ranks": [["median step time", 1]], "fig-run-experts": [["tokens routed", 8]],
+                              "fig-run-ranks": [["median step time", 1]], "fig-run-experts": [["tokens routed, before capacity", 8]],
                               "fig-run-memory": [["measured", 4], ["analytic", 4]]},
 }
 
