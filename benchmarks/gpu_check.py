@@ -114,8 +114,8 @@ def run_logged(cmd: list[str], log: Callable[[str], None], timeout_s: float) -> 
     log(f"$ {' '.join(cmd)}   (at most {timeout_s:.0f} s)")
     if timeout_s <= 0:
         return None
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, encoding="utf-8",
+                            errors="replace", start_new_session=True)  # a stray byte must not stop the reader
     reader = threading.Thread(target=lambda: [log(line.rstrip("\n")) for line in proc.stdout], daemon=True)
     reader.start()
     try:
