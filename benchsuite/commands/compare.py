@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchsuite.commands.common import JSON, UsageError, err, out, print_json
+from benchsuite.commands.common import JSON, UsageError, err, out, path_arg, print_json
 from benchsuite.terminal import printable
 
 
@@ -10,8 +10,8 @@ def add_parser(sub) -> None:
     cm = sub.add_parser("compare", parents=[JSON],
                         help="B against A (two commits, two clusters): ratios of tok/s, MFU, J/token "
                              "and gCO2e/Mtok with bootstrap 95 %% CIs, run by run")
-    cm.add_argument("a", help="results folder A (the baseline)")
-    cm.add_argument("b", help="results folder B (compared against A)")
+    cm.add_argument("a", type=path_arg, help="results folder A (the baseline)")
+    cm.add_argument("b", type=path_arg, help="results folder B (compared against A)")
     cm.add_argument("--threshold", type=float, default=0.05,
                     help="smallest change that counts, as a fraction (default 0.05: 5 %%)")
     cm.add_argument("--fail-on-regression", action="store_true",

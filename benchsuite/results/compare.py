@@ -26,6 +26,7 @@ from benchsuite.terminal import printable
 
 DEFAULT_THRESHOLD = 0.05
 DEFAULT_RESAMPLES = 2000
+BOOTSTRAP_BLOCK = 1 << 22  # step indices drawn at once (32 MiB): bounds compare's memory whatever a record holds
 # Resolved-config fields that say nothing about the workload: its description, the kill limit,
 # and the site's measurement settings and grid (two clusters in two countries run one workload).
 NOT_IDENTITY = (("description",), ("train", "timeout_s"), ("energy",), ("carbon",))
@@ -192,14 +193,26 @@ def bootstrap_values(samples: list[Sample], resamples: int, rng: np.random.Gener
     chosen = rng.integers(0, r, size=(resamples, r)) if r > 1 else np.zeros((resamples, 1), dtype=int)
     medians = np.empty((r, resamples, r))  # medians[j, b, k]: record j's resampled median for draw (b, k)
     for j, s in enumerate(samples):
-        idx = rng.integers(0, s.step_times.size, size=(resamples, r, s.step_times.size))
-        medians[j] = np.median(s.step_times[idx], axis=2)
+        medians[j] = resampled_medians(s.step_times, resamples, r, rng)
     b, k = np.indices(chosen.shape)
     out = {}
     for metric in METRICS:
         per_record = np.stack([s.value(metric, medians[j]) if _has(s, metric) else np.full((resamples, r), np.nan)
                                for j, s in enumerate(samples)])
         out[metric.name] = np.median(per_record[chosen, b, k], axis=1)
+    return out
+
+
+def resampled_medians(times: np.ndarray, resamples: int, r: int, rng: np.random.Generator) -> np.ndarray:
+    """(resamples, r) medians of times resampled with replacement: the draws of one
+    rng.integers(size=(resamples, r, n)) call, made in blocks of at most BOOTSTRAP_BLOCK indices, so a
+    record of a million steps needs megabytes, not the tens of GB of drawing them at once."""
+    n = times.size
+    out = np.empty((resamples, r))
+    rows = max(1, BOOTSTRAP_BLOCK // (r * n))
+    for start in range(0, resamples, rows):
+        stop = min(resamples, start + rows)
+        out[start:stop] = np.median(times[rng.integers(0, n, size=(stop - start, r, n))], axis=2)
     return out
 
 

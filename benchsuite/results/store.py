@@ -137,6 +137,14 @@ def _strict_float(s: str) -> float:
     return v
 
 
+def _strict_int(s: str) -> int:
+    """An integer literal; one longer than any float (309 digits) is out of range, named as such
+    (Python's own message would suggest sys.set_int_max_str_digits)."""
+    if len(s.lstrip("-")) > 309:
+        raise ValueError(f"number {s[:20]}… of {len(s)} digits is out of range")
+    return int(s)
+
+
 def _no_constant(name: str):
     raise ValueError(f"{name} is not a JSON number (records are strict JSON)")
 
@@ -148,10 +156,10 @@ def parse_record(data: bytes) -> object:
     except UnicodeDecodeError as e:
         raise RecordError(f"not UTF-8 text (byte {e.start}: {e.reason})") from None
     try:
-        doc = json.loads(text, parse_float=_strict_float, parse_constant=_no_constant)
+        doc = json.loads(text, parse_float=_strict_float, parse_int=_strict_int, parse_constant=_no_constant)
     except RecursionError:
         raise RecordError("nested too deeply to parse") from None
-    except ValueError as e:  # JSONDecodeError, the strictness above, an integer of thousands of digits
+    except ValueError as e:  # JSONDecodeError, the strictness above
         raise RecordError(f"not valid JSON ({e})") from None
     if _SURROGATE_ESCAPE.search(text):  # rare: only then is every string looked at
         check_surrogates(doc)
