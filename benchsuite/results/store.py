@@ -8,6 +8,7 @@ import math
 import os
 import re
 import stat
+import sys
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -138,9 +139,9 @@ def _strict_float(s: str) -> float:
 
 
 def _strict_int(s: str) -> int:
-    """An integer literal; one longer than any float (309 digits) is out of range, named as such
-    (Python's own message would suggest sys.set_int_max_str_digits)."""
-    if len(s.lstrip("-")) > 309:
+    """An integer literal; one past Python's conversion limit is out of range, named as such (Python's
+    own message would suggest sys.set_int_max_str_digits). Shorter ones beyond float range: the schema's."""
+    if 0 < sys.get_int_max_str_digits() < len(s.lstrip("-")):  # 0: no limit set
         raise ValueError(f"number {s[:20]}… of {len(s)} digits is out of range")
     return int(s)
 
@@ -238,17 +239,31 @@ def load_records(path: str | Path) -> list[dict]:
     path = Path(path)
     entries = record_files(path) if path.is_dir() else [(path, None)]
     records = []
+    seen: dict[str, list[tuple[dict, Path]]] = {}  # record id -> (record, file) read so far
     for p, problem in entries:
         try:
             if problem:
                 raise RecordError(problem)
-            rec = read_record(p)
+            rec = with_flags(read_record(p))  # records written before the sanity guard are flagged on load
+            same_id = seen.setdefault(record_id(rec["run_key"], repeat_of(rec)), [])
+            check_not_a_copy(rec, same_id)
         except RecordError as e:
             warnings.warn(f"skipping {p}: {e}", stacklevel=2)
             continue
+        same_id.append((rec, p))
         rec["_path"] = str(p)
-        records.append(with_flags(rec))  # records written before the sanity guard are flagged on load
+        records.append(rec)
     return records
+
+
+def check_not_a_copy(rec: dict, same_id: list[tuple[dict, Path]]) -> None:
+    """A record identical to one already read (a copy or a link to it, e.g. a backup in a subfolder) is
+    one measurement: read twice it would count as two repeats in every median. Two measurements of
+    one run differ (their start time, their steps) even when they share a run key and repeat index."""
+    for other, where in same_id:
+        if {k: v for k, v in other.items() if k != "_path"} == rec:
+            raise RecordError(f"the same record as {where} (run key {rec['run_key']}, repeat {repeat_of(rec)}), "
+                              f"one measurement, read once; remove one of the two files")
 
 
 def ok_record_ids(path: str | Path) -> set[str]:
