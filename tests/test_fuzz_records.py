@@ -485,3 +485,21 @@ def test_blocked_bootstrap_draws_are_the_one_call_draws(monkeypatch):
     blocked = compare.resampled_medians(times, 50, 3, np.random.default_rng([5, 0]))
     whole = np.median(times[np.random.default_rng([5, 0]).integers(0, 37, size=(50, 3, 37))], axis=2)
     assert np.array_equal(blocked, whole)
+
+
+def test_a_folder_that_cannot_be_listed_is_named_not_passed_over(folder, monkeypatch):
+    """os.walk skipped an unreadable subfolder (chmod 000, another user's) in silence: its records were
+    missing from every report with no word. (Simulated: the tests may run as root, whom chmod does not stop.)"""
+    closed = folder / "closed"
+    closed.mkdir()
+    (closed / "x.json").write_text(_record_text(run_key="hidden"))
+    scandir = os.scandir
+
+    def denied(path="."):
+        if Path(path) == closed:
+            raise PermissionError(13, "Permission denied", str(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", denied)
+    _only_good_loads(folder, "closed", f"skipping {closed}: a folder that cannot be read (Permission denied); "
+                                       "its records are not included")

@@ -93,10 +93,11 @@ def _entry_problem(path: Path, root: Path) -> str | None:
 
 def record_files(path: Path) -> list[tuple[Path, str | None]]:
     """(file, None) for every *.json under the folder (recursively, hidden names left out, symlinked
-    folders not followed), or (entry, why not) for one that is not a regular file in the folder."""
+    folders not followed), or (entry, why not) for one that is not a regular file in the folder and for
+    a folder that cannot be listed (permission denied)."""
     root = Path(os.path.realpath(path))
-    found = []
-    for folder, dirs, files in os.walk(path, followlinks=False):
+    found, unreadable = [], []  # os.walk would pass over a folder it cannot list without a word
+    for folder, dirs, files in os.walk(path, onerror=unreadable.append, followlinks=False):
         for name in [d for d in dirs if d.endswith(".json") and not d.startswith(".")]:
             dirs.remove(name)  # a folder named like a record: said, not searched
             found.append(Path(folder) / name)
@@ -107,6 +108,8 @@ def record_files(path: Path) -> list[tuple[Path, str | None]]:
             entries.append((p, _entry_problem(p, root)))
         except OSError as e:  # removed meanwhile, permission denied
             entries.append((p, f"cannot be read ({e.strerror or e})"))
+    entries += [(Path(e.filename), f"a folder that cannot be read ({e.strerror or e}); its records are not "
+                                   "included") for e in unreadable]
     return entries
 
 
