@@ -149,6 +149,23 @@ def test_json_output_is_strict_json_whatever_overflowed(capsys):
     assert json.loads(capsys.readouterr().out) == {"a": None, "b": [None, 1.5], "c": {"d": None}}
 
 
+def test_compare_of_folders_that_share_no_run_exits_2_even_under_fail_on_regression(tmp_path, capsys):
+    """Once exit 0: a CI gate comparing against the wrong folder passed with nothing compared."""
+    rec = json.loads((REPO / "tests" / "fixtures" / "results" / "make_dvs-dense-w1.json").read_text())
+    folders = []
+    for name, steps in (("a", rec["config"]["train"]["steps"]), ("b", rec["config"]["train"]["steps"] + 1)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "r.json").write_text(json.dumps({**rec, "config": {
+            **rec["config"], "train": {**rec["config"]["train"], "steps": steps}}}))
+        folders.append(str(tmp_path / name))
+    for extra in ([], ["--fail-on-regression"], ["--json"]):
+        assert exit_code(["compare", *folders, *extra]) == 2
+        captured = capsys.readouterr()
+        assert (f"no run of {folders[0]} matches a run of {folders[1]} (same resolved config): nothing to compare"
+                in captured.err)
+    assert json.loads(captured.out)["runs"] == []  # --json still prints its one document
+
+
 # ----------------------------------------------------------------------------- paths and endpoints
 
 SUITE = "workloads/smoke.toml"
