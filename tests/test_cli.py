@@ -86,6 +86,19 @@ def test_every_bad_numeric_option_exits_2_naming_the_option(verb, option, bad, c
     assert f"argument {option}: expected " in err and repr(bad) in err, err  # what is wrong and what it needs
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["memory", "--json", "--dp", "0"], "argument --dp: expected an integer >= 1, got '0'"),
+    (["report", FIXTURES, "--json", "--columns"], "argument --columns: expected one argument"),
+    (["carbon", "estimate", "--json", "--chips", "1"], "the following arguments are required: --hours, --watts"),
+])
+def test_a_refused_argument_under_json_is_still_one_document(argv, message, capsys):
+    """Once stdout stayed empty when argparse refused an argument: a jq pipeline got no document."""
+    assert exit_code(argv) == 2
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == {"error": "usage", "message": message}
+    assert message in captured.err
+
+
 def test_numeric_messages_say_what_is_needed(capsys):
     for argv, want in ((["memory", "--dp", "0"], "argument --dp: expected an integer >= 1, got '0'"),
                        ([*BASE["carbon estimate"], "--pue", "0.9"], "argument --pue: expected a finite number >= 1"),
