@@ -179,6 +179,12 @@ def test_compare_of_folders_that_share_no_run_exits_2_even_under_fail_on_regress
     assert json.loads(captured.out)["runs"] == []  # --json still prints its one document
 
 
+def test_compare_given_a_record_file_says_it_is_not_a_folder(capsys):
+    record = str(REPO / "tests" / "fixtures" / "results" / "make_dvs-dense-w1.json")
+    assert exit_code(["compare", record, FIXTURES]) == 2
+    assert f"{record}: not a folder: compare takes two results folders" in capsys.readouterr().err  # not "no such"
+
+
 # ----------------------------------------------------------------------------- paths and endpoints
 
 SUITE = "workloads/smoke.toml"

@@ -174,7 +174,8 @@ def load_side(folder: str | Path) -> dict[str, list[dict]]:
     """identity key → that folder's ok records with step times (several: repeats)."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise CompareError(f"{folder}: no such results folder")
+        what = "not a folder: compare takes two results folders" if folder.exists() else "no such results folder"
+        raise CompareError(f"{folder}: {what}")
     groups: dict[str, list[dict]] = {}
     for rec in load_records(folder):
         if rec["status"] == "ok" and step_sample(rec) is not None:
