@@ -453,18 +453,24 @@ def test_figures_that_overflow_in_a_reader_are_never_a_traceback(folder, tmp_pat
     assert rc == 0 and sorted(r["timestamp"] == "" for r in rows) == [False, True]  # year 10000: an empty cell
 
 
-def test_compare_of_a_long_record_stays_in_bounded_memory(tmp_path):
+@pytest.mark.parametrize("path", ["blocked draws", "order statistics"])
+def test_compare_of_a_long_record_stays_in_bounded_memory(tmp_path, monkeypatch, path):
     """The bootstrap drew resamples × steps indices at once: 2000 × 650k steps (a 56 MB record) took 30 GB and
-    was killed. Drawn in blocks, the same draws take megabytes."""
+    was killed. Drawn in blocks, the same draws take megabytes; past EXACT_DRAW_STEPS, the order statistics."""
     import tracemalloc
 
+    from benchsuite.results import compare
     from benchsuite.results.compare import compare_folders
+
+    if path == "blocked draws":
+        monkeypatch.setattr(compare, "EXACT_DRAW_STEPS", 10**9)
 
     doc = json.loads((FIXTURES / GOOD).read_text())
     doc["steps"] = [dict(doc["steps"][0], step=i, time_s=0.01 + 1e-6 * (i % 97)) for i in range(20_000)]
     for side in ("a", "b"):
         (tmp_path / side).mkdir()
         (tmp_path / side / "long.json").write_text(json.dumps(doc))
+    load_records(tmp_path / "a")  # the upgrade's first imports (torch) are not the bootstrap's memory
     tracemalloc.start()
     try:
         c = compare_folders(tmp_path / "a", tmp_path / "b", resamples=500)
@@ -503,3 +509,18 @@ def test_a_folder_that_cannot_be_listed_is_named_not_passed_over(folder, monkeyp
     monkeypatch.setattr(os, "scandir", denied)
     _only_good_loads(folder, "closed", f"skipping {closed}: a folder that cannot be read (Permission denied); "
                                        "its records are not included")
+
+
+@pytest.mark.parametrize("n", [2000, 2001])
+def test_order_statistic_medians_have_the_distribution_of_resampled_medians(n):
+    import numpy as np
+
+    from benchsuite.results.compare import order_statistic_medians
+
+    times = np.sort(np.random.default_rng(0).lognormal(size=n))
+    brute = np.median(times[np.random.default_rng(1).integers(0, n, size=(10_000, n))], axis=1)
+    direct = order_statistic_medians(times, (10_000,), np.random.default_rng(2))
+    grid = np.union1d(brute, direct)  # two-sample Kolmogorov-Smirnov distance of the two samples of medians
+    distance = np.abs(np.searchsorted(np.sort(brute), grid, "right") - np.searchsorted(np.sort(direct), grid, "right"))
+    assert distance.max() / 10_000 < 0.03  # the 0.1 % critical value for 10k + 10k draws is 0.028
+    assert n % 2 == 0 or set(np.unique(direct)) <= set(times)  # an odd resample's median is one of the data
