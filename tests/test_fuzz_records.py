@@ -524,3 +524,20 @@ def test_order_statistic_medians_have_the_distribution_of_resampled_medians(n):
     distance = np.abs(np.searchsorted(np.sort(brute), grid, "right") - np.searchsorted(np.sort(direct), grid, "right"))
     assert distance.max() / 10_000 < 0.03  # the 0.1 % critical value for 10k + 10k draws is 0.028
     assert n % 2 == 0 or set(np.unique(direct)) <= set(times)  # an odd resample's median is one of the data
+
+
+def test_a_record_of_millions_of_tiny_items_is_refused_before_readers_walk_them(folder):
+    """10M empty step objects fit in 30 MB (under the byte limit): list took 57 s and 2.5 GB on them, report
+    76 s, compare more than 2 minutes. A list longer than any record holds is refused at once."""
+    (folder / "many.json").write_text(_record_text(steps="S").replace('"S"', "[" + ",".join(["{}"] * 2_000_000) + "]"))
+    t0 = time.monotonic()
+    _only_good_loads(folder, "many.json", "steps: a list of 2,000,000 items, more than a record holds (1,000,000)")
+    assert time.monotonic() - t0 < SECONDS_PER_VERB
+
+
+def test_a_record_of_too_many_objects_in_all_is_refused(folder, monkeypatch):
+    from benchsuite.results import store
+
+    monkeypatch.setattr(store, "MAX_CONTAINERS", 1000)  # the steps of GOOD and a few sections fit
+    (folder / "wide.json").write_text(_record_text(extra=[[{}] * 400] * 3))  # lists each short enough, 1200 in all
+    _only_good_loads(folder, "wide.json", "more than 1,000 objects and lists, more than a record holds")

@@ -62,6 +62,9 @@ def write_record(out_dir: str | Path, rec: dict) -> Path:
 
 MAX_RECORD_BYTES = 64 * 2**20  # a record is kilobytes to a few MiB (200k steps ~ 20 MiB); larger is not one
 MAX_DEPTH = 32                 # a record nests about 6 deep; far deeper is damage (and recursion for readers)
+MAX_LIST_ITEMS = 1_000_000     # its longest list is `steps` (under 1M real steps fit in MAX_RECORD_BYTES); a list
+                               # of 10M empty objects fits in 30 MB and would keep every reader busy for minutes
+MAX_CONTAINERS = 2 * MAX_LIST_ITEMS  # objects and lists in all: the steps' and everything else's
 FLATTENED = ("metrics", "energy", "carbon")  # sections flatten() turns into dotted column names
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # how a lone surrogate gets into UTF-8 JSON text
 
@@ -175,16 +178,24 @@ def _name(path: str, key) -> str:
 
 
 def check_nesting(doc: object) -> None:
-    """What the schema's types do not see, over the whole document: nesting depth (readers recurse),
-    and dots in the key names of the sections flatten() turns into dotted column names. Names are
-    built only for the error (a record may hold a million containers)."""
+    """What the schema's types do not see, over the whole document: nesting depth (readers recurse), list
+    lengths and the number of objects and lists (readers walk them one by one), and dots in the key names
+    of the sections flatten() turns into dotted column names. Names are built only for the error (a record
+    may hold a million containers)."""
     # (container, depth, in a flattened section, (parent entry, key)); a bare scalar has nothing nested
     stack = [(doc, 0, False, None)] if isinstance(doc, (dict, list)) else []
+    seen = 0
     while stack:
         entry = stack.pop()
+        seen += 1
+        if seen > MAX_CONTAINERS:
+            raise RecordError(f"more than {MAX_CONTAINERS:,} objects and lists, more than a record holds")
         v, depth, flat, _ = entry
         if depth > MAX_DEPTH:
             raise RecordError(f"{_where(entry)}: nested deeper than {MAX_DEPTH} levels")
+        if isinstance(v, list) and len(v) > MAX_LIST_ITEMS:
+            raise RecordError(f"{_where(entry) or 'the document'}: a list of {len(v):,} items, more than a record "
+                              f"holds ({MAX_LIST_ITEMS:,})")
         items = v.items() if isinstance(v, dict) else enumerate(v)
         for k, x in items:
             if flat and isinstance(k, str) and "." in k:
