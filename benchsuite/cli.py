@@ -31,9 +31,14 @@ def package_version() -> str:
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, with its messages (which quote what was typed) shown through `printable`."""
+    """argparse, with its messages (which quote what was typed) shown through `printable`; on a
+    command line with --json, a refused argument is also the one JSON document on stdout."""
+
+    json_requested = False  # set by main from the command line, before parsing
 
     def error(self, message: str):
+        if Parser.json_requested:
+            print_json({"error": "usage", "message": message})
         super().error(printable(message))
 
 
@@ -60,6 +65,7 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
+    Parser.json_requested = "--json" in (sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate_like_ctrl_c)
     try:

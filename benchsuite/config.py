@@ -362,6 +362,16 @@ def _check_train(train: TrainConfig, refused: set[str], where: str, problems: li
                          f"step so that compilation never lands in a measured step"))
 
 
+def _check_energy(energy: EnergyConfig, train: TrainConfig, refused: set[str], where: str, problems: list) -> None:
+    """The idle baseline is measured inside the run's time limit: one as long as the limit never ends."""
+    if (_known(refused, "energy.idle_baseline_s", "train.timeout_s")
+            and energy.idle_baseline_s >= train.timeout_s):
+        problems.append((f"{where}.energy.idle_baseline_s",
+                         f"the idle baseline ({energy.idle_baseline_s:g} s) is measured within train.timeout_s "
+                         f"({train.timeout_s:g} s): the run would be killed while measuring idle power; lower "
+                         f"idle_baseline_s or raise train.timeout_s"))
+
+
 def _path_problem(data: str) -> str | None:
     """What makes train.data impossible as a path on any file system (checked before the file system is asked)."""
     if "\x00" in data:
@@ -384,7 +394,7 @@ def _check_data(train: TrainConfig, model: ModelConfig, refused: set[str], where
     when needed: it brings torch). Relative paths resolve against the working directory, as in the worker."""
     if train.data == "synthetic" or not _known(refused, "train.data"):
         return
-    from benchsuite.data import BYTE_VOCAB, check_data_spec
+    from benchsuite.data import BYTE_VOCAB, check_data_spec, make_source
 
     problem = _path_problem(train.data)
     if problem is None:
@@ -397,6 +407,11 @@ def _check_data(train: TrainConfig, model: ModelConfig, refused: set[str], where
     elif train.data == "builtin" and _known(refused, "model.vocab") and model.vocab < BYTE_VOCAB:
         problems.append((f"{where}.model.vocab", f"train.data = \"builtin\" is byte-level: it needs model.vocab "
                                                  f">= {BYTE_VOCAB}, got {model.vocab}"))
+    elif _known(refused, "model.vocab", "model.seq_len"):
+        try:  # what the worker checks when it opens the data: ids below model.vocab, enough tokens for seq_len
+            make_source(train.data, model.vocab, model.seq_len, train.seed)
+        except (OSError, ValueError) as e:
+            problems.append((f"{where}.train.data", str(e).removeprefix("train.data: ")))
 
 
 def _check_moe(moe: MoEConfig | None, refused: set[str], where: str, problems: list) -> None:
@@ -698,6 +713,7 @@ def parse_suite(doc: dict, path: str | Path = "<string>") -> Suite:
         refused |= {f"sweep.{k}" for k in own_refused | (suite_sweep_refused - own_sweep.keys())}
         _check_model(built["model"], refused, where, problems)
         _check_train(built["train"], refused, where, problems)
+        _check_energy(built["energy"], built["train"], refused, where, problems)
         _check_data(built["train"], built["model"], refused, where, problems)
         _check_layout(kind, built, refused, where, problems)
         _check_moe(built.get("moe"), refused, where, problems)

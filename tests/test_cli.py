@@ -55,7 +55,7 @@ BAD = {  # what each kind of option refuses
     "count": [*NOT_FINITE, "-1", "0", "1.5", "1e3"],
     "index": [*NOT_FINITE, "-1", "0.5"],
     "positive": [*NOT_FINITE, "-1", "0", "-0", "-1e-9"],
-    "params": [*NOT_FINITE, "-1", "0", "0.5"],
+    "params": [*NOT_FINITE, "-1", "0", "0.5", "1e308"],  # 1e308 parameters: 16 bytes each overflowed to inf
     "pue": [*NOT_FINITE, "-1", "0", "0.99"],
     "non-negative": [*NOT_FINITE, "-1", "-1e-9"],
 }
@@ -84,6 +84,19 @@ def test_every_bad_numeric_option_exits_2_naming_the_option(verb, option, bad, c
     assert exit_code([*BASE[verb], f"{option}={bad}"]) == 2
     err = capsys.readouterr().err
     assert f"argument {option}: expected " in err and repr(bad) in err, err  # what is wrong and what it needs
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["memory", "--json", "--dp", "0"], "argument --dp: expected an integer >= 1, got '0'"),
+    (["report", FIXTURES, "--json", "--columns"], "argument --columns: expected one argument"),
+    (["carbon", "estimate", "--json", "--chips", "1"], "the following arguments are required: --hours, --watts"),
+])
+def test_a_refused_argument_under_json_is_still_one_document(argv, message, capsys):
+    """Once stdout stayed empty when argparse refused an argument: a jq pipeline got no document."""
+    assert exit_code(argv) == 2
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == {"error": "usage", "message": message}
+    assert message in captured.err
 
 
 def test_numeric_messages_say_what_is_needed(capsys):
@@ -130,6 +143,104 @@ def test_slurm_gpus_per_node_must_hold_the_suites_ranks_per_node(capsys, monkeyp
     assert "--gpus-per-node 4 or more" in capsys.readouterr().err
     assert exit_code(["slurm", "workloads/scaling.toml", "--nodes", "1", "--gpus-per-node", "4"]) == 0
     assert "#SBATCH --gpus-per-node=4" in capsys.readouterr().out
+
+
+def test_carbon_estimate_whose_product_overflows_exits_2_naming_the_options(capsys):
+    """Each input finite, their product not: once a traceback under --json, inf kWh in the text."""
+    argv = ["carbon", "estimate", "--chips", "1e308", "--hours", "1e308", "--watts", "1", "--intensity", "1"]
+    for json_flag in ([], ["--json"]):
+        assert exit_code([*argv, *json_flag]) == 2
+        captured = capsys.readouterr()
+        assert "--chips × --hours × --watts × --pue × the intensity is beyond float range" in captured.err
+    assert json.loads(captured.out)["error"] == "usage"
+
+
+def test_json_output_is_strict_json_whatever_overflowed(capsys):
+    from benchsuite.commands.common import print_json
+
+    print_json({"a": float("inf"), "b": [float("nan"), 1.5], "c": {"d": -float("inf")}})
+    assert json.loads(capsys.readouterr().out) == {"a": None, "b": [None, 1.5], "c": {"d": None}}
+
+
+def test_compare_of_folders_that_share_no_run_exits_2_even_under_fail_on_regression(tmp_path, capsys):
+    """Once exit 0: a CI gate comparing against the wrong folder passed with nothing compared."""
+    rec = json.loads((REPO / "tests" / "fixtures" / "results" / "make_dvs-dense-w1.json").read_text())
+    folders = []
+    for name, steps in (("a", rec["config"]["train"]["steps"]), ("b", rec["config"]["train"]["steps"] + 1)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "r.json").write_text(json.dumps({**rec, "config": {
+            **rec["config"], "train": {**rec["config"]["train"], "steps": steps}}}))
+        folders.append(str(tmp_path / name))
+    for extra in ([], ["--fail-on-regression"], ["--json"]):
+        assert exit_code(["compare", *folders, *extra]) == 2
+        captured = capsys.readouterr()
+        assert (f"no run of {folders[0]} matches a run of {folders[1]} (same resolved config): nothing to compare"
+                in captured.err)
+    assert json.loads(captured.out)["runs"] == []  # --json still prints its one document
+
+
+def test_compare_given_a_record_file_says_it_is_not_a_folder(capsys):
+    record = str(REPO / "tests" / "fixtures" / "results" / "make_dvs-dense-w1.json")
+    assert exit_code(["compare", record, FIXTURES]) == 2
+    assert f"{record}: not a folder: compare takes two results folders" in capsys.readouterr().err  # not "no such"
+
+
+# ----------------------------------------------------------------------------- paths and endpoints
+
+SUITE = "workloads/smoke.toml"
+PATH_ARGUMENTS = {  # every path argument of every verb, given as '' (the rest of the line valid)
+    "run SUITE": (["run", ""], "suite"), "run --out": (["run", SUITE, "--out", "", "--nnodes", "3", "--rdzv-endpoint", "h:1"], "--out"),
+    "list DIR": (["list", ""], "dir"), "report DIR": (["report", ""], "dir"),
+    "dashboard DIR": (["dashboard", "", "-o", "site"], "dir"), "dashboard -o": (["dashboard", FIXTURES, "-o", ""], "-o/--out"),
+    "compare A": (["compare", "", FIXTURES], "a"), "compare B": (["compare", FIXTURES, ""], "b"),
+    "slurm SUITE": (["slurm", "", "--nodes", "1", "--gpus-per-node", "2"], "suite"),
+    "slurm --out": ([*BASE["slurm"], "--out", ""], "--out"), "slurm -o": ([*BASE["slurm"], "-o", ""], "-o/--output"),
+    "slurm --job-output": ([*BASE["slurm"], "--job-output", ""], "--job-output"),
+    "carbon project RECORDS": (["carbon", "project", "", "--tokens", "1"], "records"),
+    "export DIR": (["export", ""], "dir"), "export -o": (["export", FIXTURES, "-o", ""], "-o/--output"),
+    "tokenize FILES": (["tokenize", "", "-o", "x.bin"], "files"), "tokenize -o": (["tokenize", SUITE, "-o", ""], "-o/--output"),
+    "flops SUITE": (["flops", ""], "suite"), "memory SUITE": (["memory", ""], "suite"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PATH_ARGUMENTS))
+def test_an_empty_path_is_refused_by_every_verb_not_taken_as_the_current_folder(case, tmp_path, monkeypatch,
+                                                                                  capsys):
+    """'' was Path('') = '.': `run --out ''` wrote records where the command was typed, `dashboard -o ''` a site."""
+    argv, name = PATH_ARGUMENTS[case]
+    monkeypatch.chdir(REPO)
+    before = sorted(p.name for p in REPO.iterdir())
+    assert exit_code(argv) == 2
+    assert f"argument {name}: expected a path, got ''" in capsys.readouterr().err
+    assert sorted(p.name for p in REPO.iterdir()) == before
+
+
+@pytest.mark.parametrize("value, problem", [
+    ("node1:abc", "the port must be an integer 1-65535, got 'abc'"),
+    ("node1:99999", "the port must be an integer 1-65535, got '99999'"),
+    ("node1:0", "the port must be an integer 1-65535, got '0'"),
+    ("node1:", "the port must be an integer 1-65535, got ''"),
+    (":29500", "the host must be a host name or an IP address"),
+    ("a b:29500", "the host must be a host name or an IP address"),
+    ("node1:29500;reboot", "the port must be an integer 1-65535"),
+])
+def test_a_bad_rdzv_endpoint_exits_2_before_any_run_fails_in_torchrun(value, problem, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(REPO)
+    out = tmp_path / "out"
+    assert exit_code(["run", SUITE, "--nnodes", "2", "--rdzv-endpoint", value, "--out", str(out)]) == 2
+    assert f"argument --rdzv-endpoint: expected HOST:PORT (e.g. node001:29500), got {value!r}: {problem}" in (
+        capsys.readouterr().err)
+    assert not out.exists()
+
+
+def test_good_rdzv_endpoints_are_what_torchrun_parses():
+    from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
+
+    from benchsuite.commands.common import endpoint
+
+    for value in ("node1:29500", "node1", "10.0.0.1:1", "[::1]:29500", "[fe80::1]", "my-host.example.org:65535"):
+        assert endpoint(value) == value
+        parse_rendezvous_endpoint(value, default_port=29400)  # torchrun takes it too
 
 
 # ----------------------------------------------------------------------------- output paths

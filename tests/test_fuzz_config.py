@@ -413,6 +413,9 @@ INVALID = {
     "duplicate sweep": ("[[workload]]\nname = 'w'\n[sweep]\nworld_size = [1, 2, 1]\n", "sweep.world_size"),
     "too many runs": ("[[workload]]\nname = 'w'\n[sweep]\nworld_size = " + str(list(range(1, 3000))) +
                       "\nnodes = [1, 2]\n", "sweep"),
+    # the idle baseline is measured within the run's time limit: it would be killed while measuring idle power
+    "idle past the time limit": ("[[workload]]\nname = 'w'\ntrain = { timeout_s = 60 }\n[energy]\n"
+                                 "idle_baseline_s = 1e300\n", "energy.idle_baseline_s"),
 }
 
 
@@ -425,6 +428,28 @@ def test_run_refuses_an_invalid_suite_before_creating_anything(tmp_path, capsys,
     err = capsys.readouterr().err
     assert key in err and str(bad) in err
     assert not out.exists()
+
+
+DATA_DEFECTS = {  # a token file that exists and is well formed, but that the worker cannot train model on
+    "ids beyond model.vocab": (list(range(1000)), "needs model.vocab >= 1000"),
+    "too few tokens for seq_len": ([1, 2, 3], "has 3 tokens, too few for model.seq_len = 16"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DATA_DEFECTS))
+def test_a_token_file_that_does_not_fit_the_model_is_refused_before_launch(tmp_path, capsys, case):
+    from benchsuite.data import write_bin
+
+    ids, reason = DATA_DEFECTS[case]
+    data, bad, out = tmp_path / "tokens.bin", tmp_path / "bad.toml", tmp_path / "out"
+    write_bin(data, ids)
+    bad.write_text(f"[[workload]]\nname = 'w'\nmodel = {{ vocab = 512, seq_len = 16 }}\n"
+                   f"train = {{ data = '{data}' }}\n")
+    with pytest.raises(ConfigError) as e:  # the old loader checked only the file's size: the run failed in the worker
+        load_suite(bad)
+    assert [(key, reason in why) for key, why in e.value.problems] == [("workload[0] (w).train.data", True)]
+    assert cli.main(["run", str(bad), "--out", str(out)]) == 2 and not out.exists()
+    assert reason in capsys.readouterr().err
 
 
 @pytest.mark.procs

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from benchsuite.commands.common import (COUNT, JSON, NON_NEGATIVE, POSITIVE, PUE, UsageError, err, load_results, out,
-                                        print_json)
+                                        overflowed, path_arg, print_json)
 from benchsuite.terminal import printable
 
 
@@ -19,7 +19,7 @@ def add_parser(sub) -> None:
     ce.set_defaults(fn=estimate)
     cp = csub.add_parser("project", parents=[JSON],
                          help="hours, kWh and t CO2e of a full training run from measured rates")
-    cp.add_argument("records", help="a record file or a results folder")
+    cp.add_argument("records", type=path_arg, help="a record file or a results folder")
     cp.add_argument("--tokens", type=POSITIVE, required=True, help="tokens of the full training run")
     cp.add_argument("--devices", type=COUNT, help="devices of the full run (default: the record's world size)")
     cp.add_argument("--pue", type=PUE, help="data-centre PUE, >= 1 (default: the record's)")
@@ -52,6 +52,9 @@ def estimate(args) -> int:
         res = carbon.estimate(args.chips, args.hours, args.watts, args.pue, args.intensity, args.country, args.region)
     except ValueError as e:
         raise UsageError(str(e)) from None
+    if overflowed(res):
+        raise UsageError(f"--chips × --hours × --watts × --pue × the intensity is beyond float range "
+                         f"({', '.join(overflowed(res))}); give smaller values")
     if args.json:
         print_json(res)
         return 0
@@ -82,6 +85,9 @@ def project(args) -> int:
             proj = carbon.project_from_record(rec, args.tokens, args.devices, args.pue, intensity)
         except ValueError as e:
             proj = {"error": str(e)}
+        if overflowed(proj):
+            proj = {"error": f"--tokens × the record's rates is beyond float range ({', '.join(overflowed(proj))}); "
+                             f"give a smaller --tokens"}
         rows.append({"run_key": rec["run_key"], "suite": rec["suite"], "workload": rec["workload"],
                      "world_size": rec["config"]["world_size"],
                      "short_window": bool((rec.get("energy") or {}).get("short_window")), **proj})

@@ -7,6 +7,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -32,11 +33,14 @@ class UsageError(Exception):
     """Bad command-line input: printed as one line, exit code 2."""
 
 
-def number(kind: type = float, *, above: float | None = None, at_least: float | None = None):
+def number(kind: type = float, *, above: float | None = None, at_least: float | None = None,
+           at_most: float | None = None):
     """An argparse `type=` for a numeric option: a finite `kind` (int or float), > `above` or >=
-    `at_least`. Anything else is refused by argparse with the option's name, exit code 2."""
+    `at_least`, and <= `at_most` where set. Anything else is refused by argparse with the option's
+    name, exit code 2."""
     what = "an integer" if kind is int else "a finite number"
     bound = f" > {above:g}" if above is not None else f" >= {at_least:g}" if at_least is not None else ""
+    bound += f" and <= {at_most:g}" if at_most is not None else ""
 
     def parse(text: str):
         try:
@@ -44,24 +48,60 @@ def number(kind: type = float, *, above: float | None = None, at_least: float | 
         except ValueError:
             value = None
         if value is None or not math.isfinite(value) or (above is not None and not value > above) or (
-                at_least is not None and not value >= at_least):
+                at_least is not None and not value >= at_least) or (at_most is not None and not value <= at_most):
             raise argparse.ArgumentTypeError(f"expected {what}{bound}, got {text!r}")
         return value
 
     return parse
 
 
+def path_arg(text: str) -> str:
+    """An argparse `type=` for every path argument: an empty one ('' would silently mean the current
+    folder: records, a site or a script written where the command was typed) is refused, exit code 2."""
+    if not text:
+        raise argparse.ArgumentTypeError("expected a path, got '' (an empty path would mean the current folder)")
+    return text
+
+
+_PORT, _HOST = re.compile(r"[0-9]{1,5}"), re.compile(r"[\w.:-]+")
+
+
+def endpoint(text: str) -> str:
+    """An argparse `type=` for --rdzv-endpoint: HOST or HOST:PORT as torchrun parses it ([an IPv6
+    address] in brackets), the port 1-65535. Checked here: a bad one would fail every run in torchrun."""
+    t = text.strip()
+    host, sep, port = ("", "", "") if t.startswith("[") and t.endswith("]") else t.rpartition(":")
+    if not sep:
+        host = t
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not _HOST.fullmatch(host):
+        problem = "the host must be a host name or an IP address"
+    elif sep and not (_PORT.fullmatch(port) and 1 <= int(port) <= 65535):
+        problem = f"the port must be an integer 1-65535, got {port!r}"
+    else:
+        return text
+    raise argparse.ArgumentTypeError(f"expected HOST:PORT (e.g. node001:29500), got {text!r}: {problem}")
+
+
 COUNT = number(int, at_least=1)  # nodes, GPUs per node, devices, data-parallel degree
 INDEX = number(int, at_least=0)  # --node-rank
 POSITIVE = number(above=0)  # amounts that scale a result: chips, hours, watts, tokens, TFLOP/s
-PARAMS = number(at_least=1)  # a parameter count, e.g. 7.5e9
+PARAMS = number(at_least=1, at_most=1e18)  # a parameter count, e.g. 7.5e9; 1e18: no overflow in bytes of it
 NON_NEGATIVE = number(at_least=0)  # grid intensity (0 g/kWh: a carbon-free supply)
 PUE = number(at_least=1)  # facility energy / IT energy, >= 1 by definition
 
 
 def print_json(doc) -> None:
-    """The verb's one JSON document on stdout."""
-    sys.stdout.write(json.dumps(doc, indent=2, allow_nan=False, default=str) + "\n")
+    """The verb's one JSON document on stdout: strict JSON, a figure that overflowed float range null."""
+    from benchsuite.results.sanity import finite_or_none
+
+    sys.stdout.write(json.dumps(finite_or_none(doc, str), indent=2, allow_nan=False) + "\n")
+
+
+def overflowed(doc: dict) -> list[str]:
+    """The keys of doc whose figure is not a finite number: inputs that are each finite but whose
+    product leaves float range (1e308 chips x 1e308 hours)."""
+    return [k for k, v in doc.items() if isinstance(v, float) and not math.isfinite(v)]
 
 
 def print_lines(lines: list[str]) -> None:

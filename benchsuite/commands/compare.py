@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchsuite.commands.common import JSON, UsageError, err, out, print_json
+from benchsuite.commands.common import JSON, UsageError, err, out, path_arg, print_json
 from benchsuite.terminal import printable
 
 
@@ -10,8 +10,8 @@ def add_parser(sub) -> None:
     cm = sub.add_parser("compare", parents=[JSON],
                         help="B against A (two commits, two clusters): ratios of tok/s, MFU, J/token "
                              "and gCO2e/Mtok with bootstrap 95 %% CIs, run by run")
-    cm.add_argument("a", help="results folder A (the baseline)")
-    cm.add_argument("b", help="results folder B (compared against A)")
+    cm.add_argument("a", type=path_arg, help="results folder A (the baseline)")
+    cm.add_argument("b", type=path_arg, help="results folder B (compared against A)")
     cm.add_argument("--threshold", type=float, default=0.05,
                     help="smallest change that counts, as a fraction (default 0.05: 5 %%)")
     cm.add_argument("--fail-on-regression", action="store_true",
@@ -20,7 +20,8 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    """B against A, run by run; exit 1 on a significant regression only with --fail-on-regression."""
+    """B against A, run by run; exit 1 on a significant regression only with --fail-on-regression, 2 when
+    no run of one folder matches a run of the other."""
     from benchsuite.results.compare import CompareError, compare_folders, comparison_doc, comparison_table
 
     if not 0 <= args.threshold < 1:
@@ -38,8 +39,10 @@ def run(args) -> int:
             for r in runs:
                 out.print(printable(f"only in {side} ({folder}): {r.run} on {r.hardware} "
                                     f"(config {r.identity})"), markup=False)
-        if not c.runs:
-            err.print(f"no run of {c.a} matches a run of {c.b} (same resolved config)", markup=False)
         for r in c.regressions:
             err.print(printable(f"regression: {r.run}"), markup=False)
+    if not c.runs:  # nothing compared is no verdict: a CI gate on the wrong folder must not pass
+        err.print(printable(f"no run of {c.a} matches a run of {c.b} (same resolved config): nothing to compare; "
+                            f"compare two folders of the same suite and settings"), markup=False)
+        return 2
     return 1 if args.fail_on_regression and c.regressions else 0

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from benchsuite.commands.common import JSON, OUTPUT, UsageError, err, make_folder, out, print_json, results_path
+from benchsuite.commands.common import (JSON, OUTPUT, UsageError, err, make_folder, out, path_arg, print_json,
+                                        results_path)
 from benchsuite.terminal import printable
 
 
 def add_parser(sub) -> None:
     db = sub.add_parser("dashboard", parents=[JSON],
                         help="build the static, offline Plotly site from a results folder")
-    db.add_argument("dir", nargs="?", default="results", help="results folder (default: results)")
-    db.add_argument("-o", "--out", default="site",
+    db.add_argument("dir", type=path_arg, nargs="?", default="results", help="results folder (default: results)")
+    db.add_argument("-o", "--out", type=path_arg, default="site",
                     help=OUTPUT + "the site folder (default: site); opens as OUT/index.html")
     db.set_defaults(fn=run)
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchsuite.commands.common import OUTPUT, UsageError, err, load_results
+from benchsuite.commands.common import OUTPUT, UsageError, err, load_results, path_arg
 
 
 def add_parser(sub) -> None:
     ex = sub.add_parser("export", help="export records, e.g. as codecarbon's emissions.csv")
-    ex.add_argument("dir", nargs="?", default="results", help="results folder (default: results)")
+    ex.add_argument("dir", type=path_arg, nargs="?", default="results", help="results folder (default: results)")
     ex.add_argument("--format", choices=["codecarbon"], default="codecarbon",
                     help="codecarbon: its emissions.csv columns and units (the only format)")
-    ex.add_argument("-o", "--output", help=OUTPUT + "the CSV file (default: DIR/emissions.csv); an existing "
+    ex.add_argument("-o", "--output", type=path_arg, help=OUTPUT + "the CSV file (default: DIR/emissions.csv); an existing "
                     "codecarbon file gets the rows appended, as codecarbon does")
     ex.set_defaults(fn=run)
 

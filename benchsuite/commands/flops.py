@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from benchsuite.commands.common import JSON, print_json, print_lines
+from benchsuite.commands.common import JSON, path_arg, print_json, print_lines
 from benchsuite.config import load_suite
 
 
 def add_parser(sub) -> None:
     f = sub.add_parser("flops", parents=[JSON], help="parameters and FLOPs per token of every run of a suite")
-    f.add_argument("suite", help="suite TOML file, e.g. workloads/smoke.toml")
+    f.add_argument("suite", type=path_arg, help="suite TOML file, e.g. workloads/smoke.toml")
     f.set_defaults(fn=run)
 
 

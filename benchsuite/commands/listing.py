@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchsuite.commands.common import JSON, err, load_results, out, print_json
+from benchsuite.commands.common import JSON, err, load_results, out, path_arg, print_json
 from benchsuite.terminal import printable
 
 COLUMNS = ["run_key", "suite", "workload", "world_size", "nodes", "scaling", "status", "flagged", "started_at",
@@ -11,7 +11,7 @@ COLUMNS = ["run_key", "suite", "workload", "world_size", "nodes", "scaling", "st
 
 def add_parser(sub) -> None:
     ls = sub.add_parser("list", parents=[JSON], help="list the records in a results folder")
-    ls.add_argument("dir", nargs="?", default="results", help="results folder (default: results)")
+    ls.add_argument("dir", type=path_arg, nargs="?", default="results", help="results folder (default: results)")
     ls.set_defaults(fn=run)
 
 

@@ -4,13 +4,13 @@ record; --precision overrides."""
 
 from __future__ import annotations
 
-from benchsuite.commands.common import COUNT, JSON, PARAMS, UsageError, print_json, print_lines
+from benchsuite.commands.common import COUNT, JSON, PARAMS, UsageError, path_arg, print_json, print_lines
 from benchsuite.config import load_suite
 
 
 def add_parser(sub) -> None:
     mm = sub.add_parser("memory", parents=[JSON], help="per-device model-state bytes of DDP and ZeRO stages 1/2/3")
-    mm.add_argument("suite", nargs="?", default=None, help="suite TOML: use its models' parameter counts")
+    mm.add_argument("suite", type=path_arg, nargs="?", default=None, help="suite TOML: use its models' parameter counts")
     mm.add_argument("--params", type=PARAMS, default=None, help="parameter count Ψ (e.g. 7.5e9)")
     mm.add_argument("--dp", type=COUNT, default=None,
                     help="data-parallel degree N (default with a suite: each run's own)")

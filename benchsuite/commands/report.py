@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from benchsuite.commands.common import JSON, UsageError, err, load_results, out, print_json
+from benchsuite.commands.common import JSON, UsageError, err, load_results, out, path_arg, print_json
 from benchsuite.terminal import printable
 
 
 def add_parser(sub) -> None:
     rp = sub.add_parser("report", parents=[JSON], help="table of results: throughput, MFU, step time, scaling")
-    rp.add_argument("dir", nargs="?", default="results", help="results folder (default: results)")
+    rp.add_argument("dir", type=path_arg, nargs="?", default="results", help="results folder (default: results)")
     rp.add_argument("--columns", metavar="A,B,...",
                     help="the columns to show, by name (e.g. workload,world,tok_s,mfu,hfu); default: the most "
                          "important that fit the console width, the others named under each table")

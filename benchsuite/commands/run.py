@@ -7,15 +7,16 @@ import json
 import signal
 from pathlib import Path
 
-from benchsuite.commands.common import COUNT, INDEX, JSON, POSITIVE, UsageError, err, make_folder, print_json
+from benchsuite.commands.common import (COUNT, INDEX, JSON, POSITIVE, UsageError, endpoint, err, make_folder, path_arg,
+                                        print_json)
 from benchsuite.config import MAX_RUNS, RANKS_PER_CORE, check_ranks_per_node, load_suite, usable_cores
 from benchsuite.terminal import printable
 
 
 def add_parser(sub) -> None:
     r = sub.add_parser("run", parents=[JSON], help="run a suite (one torchrun per run) and write one record per run")
-    r.add_argument("suite", help="suite TOML file, e.g. workloads/smoke.toml")
-    r.add_argument("--out", default="results", help="results folder (default: results)")
+    r.add_argument("suite", type=path_arg, help="suite TOML file, e.g. workloads/smoke.toml")
+    r.add_argument("--out", type=path_arg, default="results", help="results folder (default: results)")
     r.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
                    help="skip runs already recorded ok (default: on)")
     r.add_argument("--repeat", type=COUNT, default=1, metavar="N",
@@ -25,7 +26,7 @@ def add_parser(sub) -> None:
                    help="peak FLOP/s of one device (TFLOP/s) for MFU where the device is not in the table")
     r.add_argument("--nnodes", type=COUNT, default=1, help="nodes in this job (multi-node: one launcher per node)")
     r.add_argument("--node-rank", type=INDEX, default=0, help="this node's rank; node 0 writes the records")
-    r.add_argument("--rdzv-endpoint", default=None, help="HOST:PORT of the c10d rendezvous (multi-node)")
+    r.add_argument("--rdzv-endpoint", type=endpoint, default=None, help="HOST:PORT of the c10d rendezvous (multi-node)")
     r.add_argument("--rdzv-id", default="benchsuite", help="job id shared by every node's launcher")
     r.add_argument("--max-ranks-per-node", type=int, default=None, metavar="N",
                    help=f"most ranks one node may start (default: {RANKS_PER_CORE} × the usable CPU cores)")

@@ -5,21 +5,21 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from benchsuite.commands.common import COUNT, OUTPUT, UsageError, err, output_file
+from benchsuite.commands.common import COUNT, OUTPUT, UsageError, err, output_file, path_arg
 from benchsuite.config import load_suite
 from benchsuite.terminal import printable
 
 
 def add_parser(sub) -> None:
     sl = sub.add_parser("slurm", help="write an sbatch script that runs the suite on a Slurm allocation")
-    sl.add_argument("suite", help="suite TOML file the job runs, e.g. workloads/smoke.toml")
+    sl.add_argument("suite", type=path_arg, help="suite TOML file the job runs, e.g. workloads/smoke.toml")
     sl.add_argument("--cpus-per-task", type=COUNT, default=None,
                     help="CPUs of the node's one task, which runs all G ranks (default: 8 × --gpus-per-node; "
                          "Slurm's own default of 1 CPU per task would be shared by every rank)")
     sl.add_argument("--exclusive", action="store_true",
                     help="the nodes to this job alone: CPU and DRAM energy (RAPL) is measured per host, so "
                          "another job on the node would be counted in the run's joules")
-    sl.add_argument("--job-output", metavar="PATTERN",
+    sl.add_argument("--job-output", type=path_arg, metavar="PATTERN",
                     help="the job's stdout/stderr (#SBATCH --output; %%j is the job id); default "
                          "OUT/logs/slurm-%%j.out, its folder created now (Slurm does not create it)")
     sl.add_argument("--nodes", type=COUNT, required=True, help="nodes of the allocation (#SBATCH --nodes)")
@@ -28,10 +28,10 @@ def add_parser(sub) -> None:
     sl.add_argument("--partition", help="Slurm partition (#SBATCH --partition); default: the cluster's")
     sl.add_argument("--time", help="wall-clock limit, e.g. 02:00:00")
     sl.add_argument("--account", help="account charged for the job (#SBATCH --account)")
-    sl.add_argument("--out", default="results", help="results folder, shared by all nodes")
+    sl.add_argument("--out", type=path_arg, default="results", help="results folder, shared by all nodes")
     sl.add_argument("--repeat", type=COUNT, default=1, metavar="N",
                     help="passed to `benchsuite run --repeat N`: measure each run N times (default 1)")
-    sl.add_argument("-o", "--output", default="-", help=OUTPUT + "the sbatch script file (default: stdout)")
+    sl.add_argument("-o", "--output", type=path_arg, default="-", help=OUTPUT + "the sbatch script file (default: stdout)")
     sl.set_defaults(fn=run)
 
 

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from benchsuite.commands.common import JSON, OUTPUT, UsageError, out, output_file, print_json
+from benchsuite.commands.common import JSON, OUTPUT, UsageError, out, output_file, path_arg, print_json
 from benchsuite.terminal import printable
 
 
 def add_parser(sub) -> None:
     tk = sub.add_parser("tokenize", parents=[JSON], help="text files → a .bin of byte-level tokens for train.data")
-    tk.add_argument("files", nargs="+", help="UTF-8 text files; each is one document, followed by EOS")
-    tk.add_argument("-o", "--output", required=True, help=OUTPUT + "the token file to write, e.g. data/train.bin")
+    tk.add_argument("files", type=path_arg, nargs="+", help="UTF-8 text files; each is one document, followed by EOS")
+    tk.add_argument("-o", "--output", type=path_arg, required=True, help=OUTPUT + "the token file to write, e.g. data/train.bin")
     tk.set_defaults(fn=run)
 
 

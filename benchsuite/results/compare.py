@@ -26,6 +26,8 @@ from benchsuite.terminal import printable
 
 DEFAULT_THRESHOLD = 0.05
 DEFAULT_RESAMPLES = 2000
+BOOTSTRAP_BLOCK = 1 << 20  # step indices drawn at once (8 MiB): bounds compare's memory whatever a record holds
+EXACT_DRAW_STEPS = 10_000  # up to this many steps each resample draws its n indices (about a second in all)
 # Resolved-config fields that say nothing about the workload: its description, the kill limit,
 # and the site's measurement settings and grid (two clusters in two countries run one workload).
 NOT_IDENTITY = (("description",), ("train", "timeout_s"), ("energy",), ("carbon",))
@@ -173,7 +175,8 @@ def load_side(folder: str | Path) -> dict[str, list[dict]]:
     """identity key → that folder's ok records with step times (several: repeats)."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise CompareError(f"{folder}: no such results folder")
+        what = "not a folder: compare takes two results folders" if folder.exists() else "no such results folder"
+        raise CompareError(f"{folder}: {what}")
     groups: dict[str, list[dict]] = {}
     for rec in load_records(folder):
         if rec["status"] == "ok" and step_sample(rec) is not None:
@@ -192,8 +195,7 @@ def bootstrap_values(samples: list[Sample], resamples: int, rng: np.random.Gener
     chosen = rng.integers(0, r, size=(resamples, r)) if r > 1 else np.zeros((resamples, 1), dtype=int)
     medians = np.empty((r, resamples, r))  # medians[j, b, k]: record j's resampled median for draw (b, k)
     for j, s in enumerate(samples):
-        idx = rng.integers(0, s.step_times.size, size=(resamples, r, s.step_times.size))
-        medians[j] = np.median(s.step_times[idx], axis=2)
+        medians[j] = resampled_medians(s.step_times, resamples, r, rng)
     b, k = np.indices(chosen.shape)
     out = {}
     for metric in METRICS:
@@ -201,6 +203,37 @@ def bootstrap_values(samples: list[Sample], resamples: int, rng: np.random.Gener
                                for j, s in enumerate(samples)])
         out[metric.name] = np.median(per_record[chosen, b, k], axis=1)
     return out
+
+
+def resampled_medians(times: np.ndarray, resamples: int, r: int, rng: np.random.Generator) -> np.ndarray:
+    """(resamples, r) medians of times resampled with replacement: the draws of one
+    rng.integers(size=(resamples, r, n)) call, made in blocks of at most BOOTSTRAP_BLOCK indices, so a
+    record of a million steps needs megabytes, not the tens of GB of drawing them at once. Past
+    EXACT_DRAW_STEPS steps the medians are drawn directly (order_statistic_medians): seconds, not minutes."""
+    n = times.size
+    if n > EXACT_DRAW_STEPS:
+        return order_statistic_medians(np.sort(times), (resamples, r), rng)
+    out = np.empty((resamples, r))
+    rows = max(1, BOOTSTRAP_BLOCK // (r * n))
+    for start in range(0, resamples, rows):
+        stop = min(resamples, start + rows)
+        out[start:stop] = np.median(times[rng.integers(0, n, size=(stop - start, r, n))], axis=2)
+    return out
+
+
+def order_statistic_medians(sorted_times: np.ndarray, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """Medians of resamples with replacement, each drawn in O(1) with the same distribution as drawing
+    n indices: the k-th smallest of n uniform indices is floor(n·U_(k)), U_(k) ~ Beta(k, n−k+1) the k-th
+    smallest of n uniforms, and sorted values map it to the k-th smallest value. For even n the next one
+    is U_(k) + (1 − U_(k))·Beta(1, n−k) (the least of the n − k uniforms above U_(k))."""
+    n = sorted_times.size
+    k = (n + 1) // 2  # the (lower) middle, counted from 1
+    u = rng.beta(k, n - k + 1, size=shape)
+    lower = sorted_times[np.minimum((u * n).astype(np.int64), n - 1)]
+    if n % 2:
+        return lower
+    v = u + (1 - u) * rng.beta(1, n - k, size=shape)
+    return (lower + sorted_times[np.minimum((v * n).astype(np.int64), n - 1)]) / 2
 
 
 def _has(s: Sample, metric: Metric) -> bool:

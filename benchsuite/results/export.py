@@ -33,12 +33,12 @@ def _codecarbon_timestamp(started_at: Any, duration_s: Any) -> str | None:
     this host, "%Y-%m-%dT%H:%M:%S", no offset (datetime.now().strftime in emissions_tracker.py)."""
     try:
         start = dt.datetime.fromisoformat(started_at)
-    except (TypeError, ValueError):
+        if start.tzinfo is None:   # records stamp UTC (results/schema.py utc_now)
+            start = start.replace(tzinfo=dt.timezone.utc)
+        end = start + dt.timedelta(seconds=duration_s if isinstance(duration_s, (int, float)) else 0)
+        return end.astimezone().strftime(CODECARBON_TIME_FORMAT)
+    except (TypeError, ValueError, OverflowError):  # not a time, or one past year 9999 (an empty cell)
         return None
-    if start.tzinfo is None:   # records stamp UTC (results/schema.py utc_now)
-        start = start.replace(tzinfo=dt.timezone.utc)
-    end = start + dt.timedelta(seconds=duration_s if isinstance(duration_s, (int, float)) else 0)
-    return end.astimezone().strftime(CODECARBON_TIME_FORMAT)
 
 
 def to_codecarbon_rows(records: list[dict]) -> list[dict]:

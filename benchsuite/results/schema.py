@@ -59,7 +59,10 @@ def json_type(v: Any) -> str:
 
 
 def _fail(where: str, expected: str, v: Any) -> None:
-    raise RecordError(f"{where}: expected {expected}, got {json_type(v)}")
+    """The type, and a number's value too: "expected an integer >= 0, got int -1" says what is wrong."""
+    shown = repr(v) if type(v) in (int, float) and _is_finite_number(v) else ""
+    shown = f" {shown[:20]}… ({len(shown)} digits)" if len(shown) > 24 else f" {shown}" if shown else ""
+    raise RecordError(f"{where}: expected {expected}, got {json_type(v)}{shown}")
 
 
 def _is_finite_number(v: Any) -> bool:
@@ -278,7 +281,7 @@ def check_version(rec: Any) -> int:
         raise RecordError(f"not a JSON object (got {json_type(rec)})")
     version = rec.get("schema_version")
     if type(version) is not int or version < 1:
-        raise RecordError(f"schema_version: expected a positive integer, got {json_type(version)}")
+        _fail("schema_version", "a positive integer", version)
     if version > SCHEMA_VERSION:
         raise RecordError(f"schema_version {version} is newer than this benchsuite reads ({SCHEMA_VERSION}); "
                           "upgrade benchsuite")

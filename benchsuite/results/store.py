@@ -8,6 +8,7 @@ import math
 import os
 import re
 import stat
+import sys
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -61,6 +62,9 @@ def write_record(out_dir: str | Path, rec: dict) -> Path:
 
 MAX_RECORD_BYTES = 64 * 2**20  # a record is kilobytes to a few MiB (200k steps ~ 20 MiB); larger is not one
 MAX_DEPTH = 32                 # a record nests about 6 deep; far deeper is damage (and recursion for readers)
+MAX_LIST_ITEMS = 1_000_000     # its longest list is `steps` (under 1M real steps fit in MAX_RECORD_BYTES); a list
+                               # of 10M empty objects fits in 30 MB and would keep every reader busy for minutes
+MAX_CONTAINERS = 2 * MAX_LIST_ITEMS  # objects and lists in all: the steps' and everything else's
 FLATTENED = ("metrics", "energy", "carbon")  # sections flatten() turns into dotted column names
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # how a lone surrogate gets into UTF-8 JSON text
 
@@ -92,10 +96,11 @@ def _entry_problem(path: Path, root: Path) -> str | None:
 
 def record_files(path: Path) -> list[tuple[Path, str | None]]:
     """(file, None) for every *.json under the folder (recursively, hidden names left out, symlinked
-    folders not followed), or (entry, why not) for one that is not a regular file in the folder."""
+    folders not followed), or (entry, why not) for one that is not a regular file in the folder and for
+    a folder that cannot be listed (permission denied)."""
     root = Path(os.path.realpath(path))
-    found = []
-    for folder, dirs, files in os.walk(path, followlinks=False):
+    found, unreadable = [], []  # os.walk would pass over a folder it cannot list without a word
+    for folder, dirs, files in os.walk(path, onerror=unreadable.append, followlinks=False):
         for name in [d for d in dirs if d.endswith(".json") and not d.startswith(".")]:
             dirs.remove(name)  # a folder named like a record: said, not searched
             found.append(Path(folder) / name)
@@ -106,6 +111,8 @@ def record_files(path: Path) -> list[tuple[Path, str | None]]:
             entries.append((p, _entry_problem(p, root)))
         except OSError as e:  # removed meanwhile, permission denied
             entries.append((p, f"cannot be read ({e.strerror or e})"))
+    entries += [(Path(e.filename), f"a folder that cannot be read ({e.strerror or e}); its records are not "
+                                   "included") for e in unreadable]
     return entries
 
 
@@ -137,6 +144,14 @@ def _strict_float(s: str) -> float:
     return v
 
 
+def _strict_int(s: str) -> int:
+    """An integer literal; one past Python's conversion limit is out of range, named as such (Python's
+    own message would suggest sys.set_int_max_str_digits). Shorter ones beyond float range: the schema's."""
+    if 0 < sys.get_int_max_str_digits() < len(s.lstrip("-")):  # 0: no limit set
+        raise ValueError(f"number {s[:20]}… of {len(s)} digits is out of range")
+    return int(s)
+
+
 def _no_constant(name: str):
     raise ValueError(f"{name} is not a JSON number (records are strict JSON)")
 
@@ -148,10 +163,10 @@ def parse_record(data: bytes) -> object:
     except UnicodeDecodeError as e:
         raise RecordError(f"not UTF-8 text (byte {e.start}: {e.reason})") from None
     try:
-        doc = json.loads(text, parse_float=_strict_float, parse_constant=_no_constant)
+        doc = json.loads(text, parse_float=_strict_float, parse_int=_strict_int, parse_constant=_no_constant)
     except RecursionError:
         raise RecordError("nested too deeply to parse") from None
-    except ValueError as e:  # JSONDecodeError, the strictness above, an integer of thousands of digits
+    except ValueError as e:  # JSONDecodeError, the strictness above
         raise RecordError(f"not valid JSON ({e})") from None
     if _SURROGATE_ESCAPE.search(text):  # rare: only then is every string looked at
         check_surrogates(doc)
@@ -163,16 +178,24 @@ def _name(path: str, key) -> str:
 
 
 def check_nesting(doc: object) -> None:
-    """What the schema's types do not see, over the whole document: nesting depth (readers recurse),
-    and dots in the key names of the sections flatten() turns into dotted column names. Names are
-    built only for the error (a record may hold a million containers)."""
+    """What the schema's types do not see, over the whole document: nesting depth (readers recurse), list
+    lengths and the number of objects and lists (readers walk them one by one), and dots in the key names
+    of the sections flatten() turns into dotted column names. Names are built only for the error (a record
+    may hold a million containers)."""
     # (container, depth, in a flattened section, (parent entry, key)); a bare scalar has nothing nested
     stack = [(doc, 0, False, None)] if isinstance(doc, (dict, list)) else []
+    seen = 0
     while stack:
         entry = stack.pop()
+        seen += 1
+        if seen > MAX_CONTAINERS:
+            raise RecordError(f"more than {MAX_CONTAINERS:,} objects and lists, more than a record holds")
         v, depth, flat, _ = entry
         if depth > MAX_DEPTH:
             raise RecordError(f"{_where(entry)}: nested deeper than {MAX_DEPTH} levels")
+        if isinstance(v, list) and len(v) > MAX_LIST_ITEMS:
+            raise RecordError(f"{_where(entry) or 'the document'}: a list of {len(v):,} items, more than a record "
+                              f"holds ({MAX_LIST_ITEMS:,})")
         items = v.items() if isinstance(v, dict) else enumerate(v)
         for k, x in items:
             if flat and isinstance(k, str) and "." in k:
@@ -230,17 +253,31 @@ def load_records(path: str | Path) -> list[dict]:
     path = Path(path)
     entries = record_files(path) if path.is_dir() else [(path, None)]
     records = []
+    seen: dict[str, list[tuple[dict, Path]]] = {}  # record id -> (record, file) read so far
     for p, problem in entries:
         try:
             if problem:
                 raise RecordError(problem)
-            rec = read_record(p)
+            rec = with_flags(read_record(p))  # records written before the sanity guard are flagged on load
+            same_id = seen.setdefault(record_id(rec["run_key"], repeat_of(rec)), [])
+            check_not_a_copy(rec, same_id)
         except RecordError as e:
             warnings.warn(f"skipping {p}: {e}", stacklevel=2)
             continue
+        same_id.append((rec, p))
         rec["_path"] = str(p)
-        records.append(with_flags(rec))  # records written before the sanity guard are flagged on load
+        records.append(rec)
     return records
+
+
+def check_not_a_copy(rec: dict, same_id: list[tuple[dict, Path]]) -> None:
+    """A record identical to one already read (a copy or a link to it, e.g. a backup in a subfolder) is
+    one measurement: read twice it would count as two repeats in every median. Two measurements of
+    one run differ (their start time, their steps) even when they share a run key and repeat index."""
+    for other, where in same_id:
+        if {k: v for k, v in other.items() if k != "_path"} == rec:
+            raise RecordError(f"the same record as {where} (run key {rec['run_key']}, repeat {repeat_of(rec)}), "
+                              f"one measurement, read once; remove one of the two files")
 
 
 def ok_record_ids(path: str | Path) -> set[str]:
