@@ -20,10 +20,12 @@ CPUS_PER_GPU = 8  # the default --cpus-per-task is this × GPUs per node (DGX-cl
 RDZV_PORT_BASE, RDZV_PORT_SPAN = 20000, 10000  # port = base + job id % span, below the ephemeral range
 
 
-def _directive(name: str, value: str | int) -> str:
+def _directive(name: str, value: str | int, option: str | None = None) -> str:
+    """#SBATCH --name=value; option: the command-line option the value came from (default --name)."""
     value = str(value)
     if not _SBATCH_SAFE.match(value):
-        raise ValueError(f"--{name} {value!r}: only letters, digits and _.:+,=@/%- are allowed in #SBATCH values")
+        raise ValueError(f"{option or '--' + name} {value!r}: only letters, digits and _.:+,=@/%- are allowed in "
+                         "#SBATCH values")
     return f"#SBATCH --{name}={value}"
 
 
@@ -39,9 +41,10 @@ def sbatch_script(suite_path: str | Path, suite_name: str, out_dir: str | Path, 
              _directive("cpus-per-task", cpus_per_task or CPUS_PER_GPU * gpus_per_node)]
     if exclusive:  # node CPU/DRAM energy (RAPL) is per host: another job on the node would be counted
         lines.append("#SBATCH --exclusive")
-    for name, value in (("output", job_output), ("partition", partition), ("time", time), ("account", account)):
+    for name, value, option in (("output", job_output, "--job-output"), ("partition", partition, None),
+                                ("time", time, None), ("account", account, None)):
         if value:
-            lines.append(_directive(name, value))
+            lines.append(_directive(name, value, option))
     lines += [
         "set -euo pipefail",
         '# From where sbatch was called, as Slurm would by default: relative train.data paths resolve.',

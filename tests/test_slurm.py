@@ -111,6 +111,16 @@ def test_cpus_per_task_must_be_a_positive_whole_number(capsys, value):
     assert e.value.code == 2 and "--cpus-per-task" in capsys.readouterr().err
 
 
+def test_an_unsafe_job_output_is_refused_naming_that_option(capsys):
+    """Not the sbatch directive's name (--output), which is the option of the script file here."""
+    from benchsuite.cli import main
+
+    assert main(["slurm", "workloads/smoke.toml", "--nodes", "1", "--gpus-per-node", "2",
+                 "--job-output", "my logs/slurm-%j.out"]) == 2
+    err = capsys.readouterr().err
+    assert "--job-output 'my logs/slurm-%j.out': only letters, digits" in err and "--output '" not in err
+
+
 def test_an_out_folder_sbatch_cannot_take_asks_for_job_output(tmp_path, capsys):
     from benchsuite.cli import main
 
