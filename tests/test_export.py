@@ -131,6 +131,18 @@ def test_export_again_does_not_write_a_run_twice(tmp_path):
     assert len(pd.read_csv(results / "emissions.csv")) == 1
 
 
+def test_export_of_one_record_file_writes_beside_it(tmp_path, capsys):
+    """DIR may be one record file (as every reader takes): the default CSV is its folder's emissions.csv,
+    not a path under the file."""
+    from benchsuite.cli import main
+
+    results = write_records(tmp_path / "results", [record("abc"), record("def")])
+    one = next(results.glob("*.json"))
+    assert main(["export", str(one)]) == 0
+    assert f"wrote {results / 'emissions.csv'}: 1 rows" in capsys.readouterr().err
+    assert len(pd.read_csv(results / "emissions.csv")) == 1
+
+
 @pytest.mark.procs
 def test_export_refuses_a_file_with_another_header(tmp_path):
     results = write_records(tmp_path / "results", [record()])

@@ -12,8 +12,9 @@ def add_parser(sub) -> None:
     ex.add_argument("dir", type=path_arg, nargs="?", default="results", help="results folder (default: results)")
     ex.add_argument("--format", choices=["codecarbon"], default="codecarbon",
                     help="codecarbon: its emissions.csv columns and units (the only format)")
-    ex.add_argument("-o", "--output", type=path_arg, help=OUTPUT + "the CSV file (default: DIR/emissions.csv); an existing "
-                    "codecarbon file gets the rows appended, as codecarbon does")
+    ex.add_argument("-o", "--output", type=path_arg, help=OUTPUT + "the CSV file (default: DIR/emissions.csv, or beside the "
+                    "record when DIR is one record file); an existing codecarbon file gets the rows appended, as "
+                    "codecarbon does")
     ex.set_defaults(fn=run)
 
 
@@ -21,8 +22,9 @@ def run(args) -> int:
     from benchsuite.results.export import ExportError, write_codecarbon_csv
 
     records = load_results(args.dir)
+    folder = Path(args.dir) if not Path(args.dir).is_file() else Path(args.dir).parent
     try:
-        res = write_codecarbon_csv(records, Path(args.output or Path(args.dir) / "emissions.csv"))
+        res = write_codecarbon_csv(records, Path(args.output or folder / "emissions.csv"))
     except ExportError as e:
         raise UsageError(str(e)) from None
     if res.appended:
