@@ -456,29 +456,33 @@ def test_figures_that_overflow_in_a_reader_are_never_a_traceback(folder, tmp_pat
 @pytest.mark.parametrize("path", ["blocked draws", "order statistics"])
 def test_compare_of_a_long_record_stays_in_bounded_memory(tmp_path, monkeypatch, path):
     """The bootstrap drew resamples × steps indices at once: 2000 × 650k steps (a 56 MB record) took 30 GB and
-    was killed. Drawn in blocks, the same draws take megabytes; past EXACT_DRAW_STEPS, the order statistics."""
+    was killed. Drawn in blocks, the same draws take megabytes; past EXACT_DRAW_STEPS, the order statistics.
+    The sizes are scaled down together (a 64k-index block, 4,000 steps, past the order statistics' 1,000), so
+    the one-call draw would be 2 × 400 × 4,000 × 8 B = 25.6 MB; compare end to end on such a record."""
     import tracemalloc
 
+    import numpy as np
+
     from benchsuite.results import compare
-    from benchsuite.results.compare import compare_folders
+    from benchsuite.results.compare import compare_folders, resampled_medians
 
-    if path == "blocked draws":
-        monkeypatch.setattr(compare, "EXACT_DRAW_STEPS", 10**9)
-
-    doc = json.loads((FIXTURES / GOOD).read_text())
-    doc["steps"] = [dict(doc["steps"][0], step=i, time_s=0.01 + 1e-6 * (i % 97)) for i in range(20_000)]
-    for side in ("a", "b"):
-        (tmp_path / side).mkdir()
-        (tmp_path / side / "long.json").write_text(json.dumps(doc))
-    load_records(tmp_path / "a")  # the upgrade's first imports (torch) are not the bootstrap's memory
+    monkeypatch.setattr(compare, "BOOTSTRAP_BLOCK", 1 << 16)
+    monkeypatch.setattr(compare, "EXACT_DRAW_STEPS", 10**9 if path == "blocked draws" else 1_000)
+    times = 0.01 + 1e-6 * (np.arange(4_000) % 97)
     tracemalloc.start()
     try:
-        c = compare_folders(tmp_path / "a", tmp_path / "b", resamples=500)
+        medians = resampled_medians(times, 400, 2, np.random.default_rng(0))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert c.runs[0].metrics[0].ratio == 1.0
-    assert peak < 100 * 2**20, f"{peak / 2**20:.0f} MiB"  # the one-call draw: 2 × 500 × 20k × 8 B = 160 MB
+    assert medians.shape == (400, 2) and peak < 4 * 2**20, f"{peak / 2**20:.1f} MiB"
+
+    doc = json.loads((FIXTURES / GOOD).read_text())
+    doc["steps"] = [dict(doc["steps"][0], step=i, time_s=float(t)) for i, t in enumerate(times)]
+    for side in ("a", "b"):
+        (tmp_path / side).mkdir()
+        (tmp_path / side / "long.json").write_text(json.dumps(doc))
+    assert compare_folders(tmp_path / "a", tmp_path / "b", resamples=400).runs[0].metrics[0].ratio == 1.0
 
 
 def test_blocked_bootstrap_draws_are_the_one_call_draws(monkeypatch):
