@@ -230,6 +230,13 @@ def _max_token(tokens: np.ndarray) -> int:
     return max(int(tokens[i:i + step].max()) for i in range(0, len(tokens), step))
 
 
+@functools.lru_cache(maxsize=64)
+def _file_max_token(path: str, size: int, mtime_ns: int) -> int:
+    """_max_token of a token file, scanned once per version of the file (size and mtime in the key): a
+    suite's validation checks every run's data before launch, and a sweep's runs share one file."""
+    return _max_token(np.memmap(path, dtype=bin_dtype(Path(path)), mode="r"))
+
+
 # ---------------------------------------------------------------- sources
 
 def _check_batch_args(step: int, dp_rank: int, dp_size: int, micro_batch: int) -> None:
@@ -354,7 +361,8 @@ def make_source(data: str, vocab: int, seq_len: int, seed: int, base_dir=None) -
     else:
         path = _resolve(data, base_dir).resolve()
         tokens = np.memmap(path, dtype=bin_dtype(path), mode="r")
-        vocab_size = _max_token(tokens) + 1
+        stat = path.stat()
+        vocab_size = _file_max_token(str(path), stat.st_size, stat.st_mtime_ns) + 1
         why = f"its largest token id is {vocab_size - 1}"
         kind, corpus = "bin", str(path)
     if vocab < vocab_size:

@@ -196,3 +196,24 @@ def test_tokenize_refuses_non_text_naming_the_file_and_leaves_no_output(tmp_path
     assert res.returncode == 2 and str(src) in res.stderr and words in res.stderr, res.stderr
     assert "Traceback" not in res.stderr
     assert sorted(tmp_path.iterdir()) == sorted([good, src] if bad is not None else [good])  # no .bin, no temp
+
+
+def test_a_sweeps_runs_sharing_a_token_file_scan_it_once_until_it_changes(tmp_path, monkeypatch):
+    """Validation opens every run's data before launch (ids below model.vocab): a sweep's runs share the
+    file, and a multi-GB file is scanned for its largest id once, again only after it changed."""
+    from benchsuite.config import ConfigError, parse_suite
+
+    tokens = tmp_path / "t.bin"
+    write_bin(tokens, list(range(300)) * 4)
+    scans = []
+    scan = data._max_token
+    monkeypatch.setattr(data, "_max_token", lambda t: scans.append(len(t)) or scan(t))
+    data._file_max_token.cache_clear()
+    doc = {"defaults": {"model": {"layers": 1, "hidden": 32, "heads": 2, "vocab": 512, "seq_len": 16},
+                        "train": {"data": str(tokens)}},
+           "workload": [{"name": "w"}], "sweep": {"world_size": [1, 2, 4]}}
+    assert len(parse_suite(doc).runs) == 3 and scans == [1200]
+    write_bin(tokens, list(range(400)) * 4)  # another file at that path: scanned again, its ids checked
+    with pytest.raises(ConfigError, match="largest token id is 399"):
+        parse_suite({**doc, "defaults": {**doc["defaults"], "model": {**doc["defaults"]["model"], "vocab": 390}}})
+    assert scans == [1200, 1600]
