@@ -343,6 +343,36 @@ def warm_up(bench: Bench) -> WarmUp:
     return WarmUp(counter.get_total_flops(), probe.result(), comm_counter.result(), ceiling)
 
 
+STAGED_BYTES = 128 * 2**20  # measured batches staged at once (twice that on the device while the next is staged)
+
+
+class StagedBatches:
+    """The measured steps' batches, put on the device before the steps that use them, at most
+    STAGED_BYTES at a time: no host-to-device copy (from pageable memory) inside a timed step, and a
+    long run does not hold every step's tokens on the device, crowding the model and counting in its
+    peak memory. The first chunk is staged at construction; a run whose batches fit is staged whole."""
+
+    def __init__(self, bench: Bench, first: int, steps: int):
+        self.bench, self.first, self.steps = bench, first, steps
+        one = bench.batches(first)
+        size = sum(t.numel() * t.element_size() for micro in one for t in micro)
+        self.per_chunk = max(1, min(steps, STAGED_BYTES // max(1, size)))
+        self.lo, self.held = 0, [one] + [bench.batches(first + i) for i in range(1, self.per_chunk)]
+
+    def chunks(self, start: int, stop: int):
+        """Lists of consecutive measured steps' batches covering [start, stop), each staged (outside any
+        timed step: the caller times a chunk at a time) once the previous chunk has run."""
+        i = start
+        while i < stop:
+            if not self.lo <= i < self.lo + len(self.held):
+                self.held = []  # the finished chunk's tensors go before the next chunk is staged
+                n = min(self.per_chunk, self.steps - i)
+                self.lo, self.held = i, [self.bench.batches(self.first + j) for j in range(i, i + n)]
+            end = min(stop, self.lo + len(self.held))
+            yield self.held[i - self.lo:end - self.lo]
+            i = end
+
+
 def measured_loop(bench: Bench, warm: WarmUp, peak: float | None) -> RankResult:
     """The measured steps, in energy windows "train-k" between validation points (one window when
     train.eval_every = 0); each evaluation has its own window "eval-k" outside the step timer. The
@@ -352,9 +382,7 @@ def measured_loop(bench: Bench, warm: WarmUp, peak: float | None) -> RankResult:
     first = unmeasured_steps(run)
     if ctx.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(ctx.device)
-    # Every measured step's batches are on the device before the first one: no host-to-device copy
-    # (from pageable memory) inside a timed step.
-    measured = [bench.batches(first + i) for i in range(run.train.steps)]
+    measured = StagedBatches(bench, first, run.train.steps)
     inject_fault(ctx.rank)
     evaluating = run.train.eval_every > 0
     points = qual.eval_points(run.train.steps, run.train.eval_every) if evaluating else [0, run.train.steps]
@@ -374,9 +402,10 @@ def measured_loop(bench: Bench, warm: WarmUp, peak: float | None) -> RankResult:
         evaluate(0)
     for start, stop in zip(points, points[1:]):
         monitor.begin(f"train-{start}")  # window edges synchronise the device
-        results = timed_steps(timer, bench.step, measured[start:stop], log)
-        losses.extend(r.loss for r in results)
-        routing_by_step.extend(r.routing for r in results)
+        for chunk in measured.chunks(start, stop):
+            results = timed_steps(timer, bench.step, chunk, log)
+            losses.extend(r.loss for r in results)
+            routing_by_step.extend(r.routing for r in results)
         train_windows.append(monitor.end(f"train-{start}").to_dict())
         if evaluating:
             evaluate(stop)

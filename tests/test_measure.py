@@ -3,6 +3,7 @@ left out of the timed steps (a tiny real run in this process, world of one)."""
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import benchsuite.data
@@ -68,6 +69,40 @@ def test_measured_batches_are_made_before_the_timed_steps(monkeypatch):
     mine, _ = worker.measure(run, bdist.init_distributed(run), None)
     assert len(mine.step_times_s) == run.train.steps
     assert [step for step, in_timed in made] == list(range(worker.unmeasured_steps(run) + run.train.steps))
+    assert not any(in_timed for _, in_timed in made)
+
+
+def test_a_long_runs_batches_are_staged_in_chunks_each_before_its_steps(monkeypatch):
+    """Past STAGED_BYTES the measured batches go to the device a chunk at a time, never inside a timed
+    step, each the batch of its step number, and every measured step is timed once."""
+    made, timing = [], []
+    make_source = benchsuite.data.make_source
+
+    def spying_source(*args, **kwargs):
+        source = make_source(*args, **kwargs)
+        batch = source.batch
+        source.batch = lambda step, *a, **kw: made.append((step, bool(timing))) or batch(step, *a, **kw)
+        return source
+
+    timed_steps = worker.timed_steps
+
+    def spying_timed_steps(timer, step, batches, log=None):
+        timing.append(len(batches))
+        try:
+            return timed_steps(timer, step, batches, log)
+        finally:
+            timing.pop()
+
+    chunks = []
+    monkeypatch.setattr(benchsuite.data, "make_source", spying_source)
+    monkeypatch.setattr(worker, "timed_steps", lambda *a, **kw: chunks.append(len(a[2])) or spying_timed_steps(*a, **kw))
+    run = tiny_run(monkeypatch)
+    run = dataclasses.replace(run, train=dataclasses.replace(run.train, steps=5))
+    step_bytes = 2 * run.micro_batch_per_rank * run.model.seq_len * 8  # inputs and targets, int64
+    monkeypatch.setattr(worker, "STAGED_BYTES", 2 * step_bytes)
+    mine, _ = worker.measure(run, bdist.init_distributed(run), None)
+    assert chunks == [2, 2, 1] and len(mine.step_times_s) == 5
+    assert [step for step, _ in made] == list(range(worker.unmeasured_steps(run) + 5))
     assert not any(in_timed for _, in_timed in made)
 
 
