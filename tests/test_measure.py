@@ -42,11 +42,11 @@ def test_idle_baseline_is_measured_before_the_model_is_built(monkeypatch):
                                                   "gradients": "fp32", "residual": "fp32"}
 
 
-def test_measured_batches_are_made_before_the_timed_steps(monkeypatch):
-    """No batch is read or copied to the device inside a timed step: each timed step gets a batch
-    that was ready before the first of them, and it is the batch of its step number."""
-    made, timing = [], []
-    make_source = benchsuite.data.make_source
+def spy_on_batches(monkeypatch) -> tuple[list, list]:
+    """(made, timed): every batch the source makes as (step, inside a timed_steps call), and the number of
+    batches of each timed_steps call."""
+    made, timed, timing = [], [], []
+    make_source, timed_steps = benchsuite.data.make_source, worker.timed_steps
 
     def spying_source(*args, **kwargs):
         source = make_source(*args, **kwargs)
@@ -54,20 +54,26 @@ def test_measured_batches_are_made_before_the_timed_steps(monkeypatch):
         source.batch = lambda step, *a, **kw: made.append((step, bool(timing))) or batch(step, *a, **kw)
         return source
 
-    timed_steps = worker.timed_steps
-
     def spying_timed_steps(timer, step, batches, log=None):
-        timing.append(len(batches))
+        timed.append(len(batches))
+        timing.append(True)
         try:
             return timed_steps(timer, step, batches, log)
         finally:
-            timing.clear()
+            timing.pop()
 
     monkeypatch.setattr(benchsuite.data, "make_source", spying_source)
     monkeypatch.setattr(worker, "timed_steps", spying_timed_steps)
+    return made, timed
+
+
+def test_measured_batches_are_made_before_the_timed_steps(monkeypatch):
+    """No batch is read or copied to the device inside a timed step: each timed step gets a batch
+    that was ready before the first of them, and it is the batch of its step number."""
+    made, timed = spy_on_batches(monkeypatch)
     run = tiny_run(monkeypatch)
     mine, _ = worker.measure(run, bdist.init_distributed(run), None)
-    assert len(mine.step_times_s) == run.train.steps
+    assert len(mine.step_times_s) == run.train.steps and timed == [run.train.steps]
     assert [step for step, in_timed in made] == list(range(worker.unmeasured_steps(run) + run.train.steps))
     assert not any(in_timed for _, in_timed in made)
 
@@ -75,33 +81,13 @@ def test_measured_batches_are_made_before_the_timed_steps(monkeypatch):
 def test_a_long_runs_batches_are_staged_in_chunks_each_before_its_steps(monkeypatch):
     """Past STAGED_BYTES the measured batches go to the device a chunk at a time, never inside a timed
     step, each the batch of its step number, and every measured step is timed once."""
-    made, timing = [], []
-    make_source = benchsuite.data.make_source
-
-    def spying_source(*args, **kwargs):
-        source = make_source(*args, **kwargs)
-        batch = source.batch
-        source.batch = lambda step, *a, **kw: made.append((step, bool(timing))) or batch(step, *a, **kw)
-        return source
-
-    timed_steps = worker.timed_steps
-
-    def spying_timed_steps(timer, step, batches, log=None):
-        timing.append(len(batches))
-        try:
-            return timed_steps(timer, step, batches, log)
-        finally:
-            timing.pop()
-
-    chunks = []
-    monkeypatch.setattr(benchsuite.data, "make_source", spying_source)
-    monkeypatch.setattr(worker, "timed_steps", lambda *a, **kw: chunks.append(len(a[2])) or spying_timed_steps(*a, **kw))
+    made, timed = spy_on_batches(monkeypatch)
     run = tiny_run(monkeypatch)
     run = dataclasses.replace(run, train=dataclasses.replace(run.train, steps=5))
     step_bytes = 2 * run.micro_batch_per_rank * run.model.seq_len * 8  # inputs and targets, int64
     monkeypatch.setattr(worker, "STAGED_BYTES", 2 * step_bytes)
     mine, _ = worker.measure(run, bdist.init_distributed(run), None)
-    assert chunks == [2, 2, 1] and len(mine.step_times_s) == 5
+    assert timed == [2, 2, 1] and len(mine.step_times_s) == 5
     assert [step for step, _ in made] == list(range(worker.unmeasured_steps(run) + 5))
     assert not any(in_timed for _, in_timed in made)
 
