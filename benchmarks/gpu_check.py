@@ -80,7 +80,7 @@ TARGETS = {"dense-compiled": Target(0.58), "expert-choice-compiled": Target(0.52
            "dropless-top2-compiled": Target(0.50)}
 MAX_OVERHEAD = 1.01  # harness step time / bare loop step time
 NVML_AGREEMENT, NVML_MIN_WINDOW_S = 0.02, 9.0  # counter vs integrated samples, on windows at least this long
-RESERVE_S = {"cuda tests": 120.0, "overhead": 60.0}  # kept back from the workloads for the later steps
+RESERVE_S = {"cuda tests": 90.0, "overhead": 45.0}  # kept back from the workloads for the later steps
 OVERHEAD_STEPS = 30  # measured steps per round of the overhead comparison (GPU)
 
 TINY = {"model": {"layers": 2, "hidden": 64, "heads": 4, "ffn_hidden": 256, "vocab": 512, "seq_len": 32},
@@ -354,11 +354,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tiny", action="store_true", help="CPU dry run: tiny models, no compile")
     p.add_argument("--out", default=os.environ.get("OUT") or "results/gpu_check")
     p.add_argument("--budget-s", type=positive_seconds, default=None,
-                   help="seconds for the whole check (default 420 on a GPU, 1200 with --tiny)")
+                   help="seconds for the whole check (default 430 on a GPU, 1200 with --tiny)")
     args = p.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    budget = Budget(args.budget_s or (1200.0 if args.tiny else 420.0))
+    budget = Budget(args.budget_s or (1200.0 if args.tiny else 430.0))
     log = Log(out / "gpu_check.log")
     info = versions()
     write(out / "versions.json", json.dumps(info, indent=1))
