@@ -375,12 +375,17 @@ class Experts(nn.Module):
         order = torch.sort((~flat_valid).to(torch.uint8), stable=True).indices  # filled slots first, in order
         keep = flat_valid.index_select(0, order).unsqueeze(1)  # [E*M, 1]
         offs = valid.sum(1).cumsum(0).to(torch.int32)  # [E] end row of each expert's group
-        packed = torch.where(keep, xs.reshape(-1, h).index_select(0, order), 0).to(dtype)  # [E*M, H]
-        up = torch._grouped_mm(packed, self.w_up.to(dtype), offs=offs)
-        gate = torch._grouped_mm(packed, self.w_gate.to(dtype), offs=offs) if self.w_gate is not None else None
-        out = torch._grouped_mm(ffn_activation(up, gate), self.w_down.to(dtype), offs=offs)
-        out = torch.where(keep, out, 0)
+        packed = torch.where(keep, xs.reshape(-1, h).index_select(0, order), 0)  # [E*M, H]
+        out = torch.where(keep, self._grouped_ffn(packed, offs, dtype), 0)
         return out.new_zeros(e * m, h).index_copy(0, order, out).view(e, m, h)
+
+    def _grouped_ffn(self, rows: torch.Tensor, offs: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """rows [R, H] grouped by expert (group e ends at row offs[e]) through their experts' FFN, one
+        torch._grouped_mm per projection in `dtype`; the slot and the sorted layout both come here."""
+        rows = rows.to(dtype)
+        up = torch._grouped_mm(rows, self.w_up.to(dtype), offs=offs)
+        gate = torch._grouped_mm(rows, self.w_gate.to(dtype), offs=offs) if self.w_gate is not None else None
+        return torch._grouped_mm(ffn_activation(up, gate), self.w_down.to(dtype), offs=offs)
 
     def forward_sorted(self, x: torch.Tensor, counts: torch.Tensor, impl: str,
                        sizes: list[int] | None = None) -> torch.Tensor:
@@ -393,12 +398,8 @@ class Experts(nn.Module):
         the caller already has them: `sizes`, counts as a list (the expert-parallel exchange does).
         """
         if impl == "grouped_mm":
-            dtype = compute_dtype(x, self.w_up)
             offs = counts.cumsum(0).to(torch.int32)  # [E] end row of each expert's group
-            rows = x.to(dtype)
-            up = torch._grouped_mm(rows, self.w_up.to(dtype), offs=offs)
-            gate = torch._grouped_mm(rows, self.w_gate.to(dtype), offs=offs) if self.w_gate is not None else None
-            return torch._grouped_mm(ffn_activation(up, gate), self.w_down.to(dtype), offs=offs)
+            return self._grouped_ffn(x, offs, compute_dtype(x, self.w_up))
         if impl != "loop_mm":
             raise ValueError(f"forward_sorted runs one of {SORTED_IMPLS}, got {impl!r}")
         return self._loop(x, counts, sizes)
