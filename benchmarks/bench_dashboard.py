@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchsuite.results.schema import check_record
+from benchsuite.record import validate
 from dashboard import build_site
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "results"
@@ -64,7 +64,7 @@ def synthetic_records(n: int = 1000, steps: int = 50) -> list[dict]:
         if i % 20 == 19:  # a failed run now and then, as a suite has
             rec.update(status="failed", metrics=None, energy=None, carbon=None, steps=[],
                        error={"type": "OutOfMemoryError", "message": "CUDA out of memory", "rank": world - 1})
-        assert check_record(rec) is None
+        validate(rec)
         records.append(rec)
     return records
 

@@ -29,8 +29,8 @@ from benchsuite import prctl
 from benchsuite.config import ConfigError, RunConfig, Suite
 from benchsuite.environment import THREADS_SOURCE_VAR, hardware_identity, software_versions
 from benchsuite.progress import ProgressLine
-from benchsuite.results.schema import failed_record, utc_now
-from benchsuite.results.store import ok_record_ids, record_filename, record_id, repeat_of, write_record
+from benchsuite.record import failed_record, record_filename, record_id, repeat_of, utc_now, write_record
+from benchsuite.results.store import ok_record_ids
 from benchsuite.runlock import Holder, claim
 
 

@@ -13,7 +13,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from benchsuite.results.store import slug
+from benchsuite.record.names import slug
 
 _SBATCH_SAFE = re.compile(r"^[A-Za-z0-9_.:+,=@/%-]+$")
 CPUS_PER_GPU = 8  # the default --cpus-per-task is this × GPUs per node (DGX-class nodes have 14-16)

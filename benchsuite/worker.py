@@ -41,8 +41,8 @@ from benchsuite.parallel import Parallelized, parallelize
 from benchsuite.parallel.pipeline import PipelinePlan
 from benchsuite.progress import StepFigures, line_due, warm_up_line
 from benchsuite.results.record import RankQuality, RankResult, RunFacts, build_record
-from benchsuite.results.schema import utc_now
-from benchsuite.results.store import write_record
+from benchsuite.record import utc_now
+from benchsuite.record import write_record
 
 
 def autocast(precision: str, device: torch.device):

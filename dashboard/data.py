@@ -15,9 +15,10 @@ from pathlib import Path
 import pandas as pd
 
 from benchsuite.results.report import combine_repeats
-from benchsuite.results.sanity import with_flags
-from benchsuite.results.store import dataframe_of, load_records, slug
-from benchsuite.results.values import dig
+from benchsuite.record.sanity import with_flags
+from benchsuite.record.names import slug
+from benchsuite.results.store import dataframe_of, load_records
+from benchsuite.record.values import dig
 from dashboard.render import num, present
 from dashboard.style import Families, family
 

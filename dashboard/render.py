@@ -16,8 +16,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchsuite.results.sanity import finite_or_none
-from benchsuite.results.values import format_step_ms, num, present
+from benchsuite.record.sanity import finite_or_none
+from benchsuite.record.values import format_step_ms, num, present
 
 NOT_MEASURED = "not measured"
 

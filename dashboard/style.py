@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from benchsuite.results.values import num, present
+from benchsuite.record.values import num, present
 
 
 @dataclass(frozen=True)

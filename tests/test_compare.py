@@ -180,7 +180,7 @@ def test_a_threshold_outside_0_to_1_is_refused(tmp_path, capsys, threshold):
 
 
 def test_the_repeats_of_a_run_written_to_one_folder_are_compared_as_its_repeats(tmp_path):
-    from benchsuite.results.store import write_record
+    from benchsuite.record import write_record
 
     a, b = tmp_path / "a", _folder(tmp_path, "b", _record(DENSE, TIMES_A))
     a.mkdir()

@@ -24,8 +24,8 @@ import pytest
 
 from benchsuite import cli
 from benchsuite.config import load_suite
-from benchsuite.results.schema import SCHEMA_VERSION
-from benchsuite.results.store import write_record
+from benchsuite.record import SCHEMA_VERSION
+from benchsuite.record import write_record
 from helpers import REPO, processes_matching, run_cli
 from helpers.escaping import assert_site_escapes, assert_terminal_safe
 from helpers.launcher import CLI, rank_started, run_keys, strict_load, wait_for, workdirs
@@ -198,7 +198,7 @@ def test_a_symlink_planted_in_the_logs_folder_is_never_written_through(tmp_path,
     suite = tiny_suite(name="links", world_sizes=(1,))
     out, outside = tmp_path / "out", tmp_path / "precious.txt"
     outside.write_text("a user's file\n")
-    from benchsuite.results.store import record_filename
+    from benchsuite.record import record_filename
 
     (run,) = load_suite(suite).runs
     (key,) = run_keys(suite)
@@ -273,7 +273,7 @@ def test_two_suites_write_one_folder_at_once_one_segfaulting(tmp_path, reap):
 
 DISK_FULL = """
 import json, resource, signal, sys
-from benchsuite.results.store import write_record
+from benchsuite.record import write_record
 out, rec = sys.argv[1], json.load(open(sys.argv[2]))
 write_record(out, rec)                       # the previous, complete record
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # so a write past the limit fails with EFBIG instead

@@ -27,8 +27,9 @@ from hypothesis import strategies as st
 
 from benchsuite import cli
 from benchsuite.results.migrate import update_to_2, update_to_3
-from benchsuite.results.schema import SCHEMA_VERSION, RecordError, check_record
-from benchsuite.results.store import MAX_RECORD_BYTES, load_records, ok_record_ids, read_record
+from benchsuite.record import SCHEMA_VERSION, RecordError
+from benchsuite.record.io import MAX_RECORD_BYTES
+from benchsuite.results.store import load_records, ok_record_ids, read_record
 from helpers import REPO, run_cli
 
 FIXTURES = REPO / "tests" / "fixtures" / "results"

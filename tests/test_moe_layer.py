@@ -404,7 +404,7 @@ def test_merge_sums_loads_over_ranks_and_defines_imbalance_per_step():
 
 def test_upgrade_v2_moe_adds_config_defaults_and_the_figures_a_v2_record_determines():
     from benchsuite.models.moe import upgrade_v2_moe
-    from benchsuite.results.schema import validate
+    from benchsuite.record import validate
 
     def v2(router, dropped):
         return {"schema_version": 2, "run_key": "k", "suite": "s", "workload": "w", "status": "ok", "error": None,

@@ -186,7 +186,8 @@ def test_tiny_run_evaluates_at_the_right_steps_and_keeps_eval_out_of_time_and_en
 
     # the record's flat columns and the report's "to target" cell
     from benchsuite.results.report import report_rows, report_table
-    from benchsuite.results.store import records_dataframe, write_record
+    from benchsuite.record import write_record
+    from benchsuite.results.store import records_dataframe
 
     write_record(tmp_path, rec)
     df = records_dataframe(tmp_path)

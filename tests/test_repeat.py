@@ -15,9 +15,9 @@ from benchsuite.config import load_suite
 from benchsuite.launch import Planned, plan
 from benchsuite.results.migrate import upgrade_v2_repeat
 from benchsuite.results.report import combine_repeats, report_rows, report_table
-from benchsuite.results.schema import RecordError, validate
-from benchsuite.results.store import (dataframe_of, load_records, ok_record_ids, record_filename, record_id,
-                                      write_record)
+from benchsuite.record import RecordError, validate
+from benchsuite.record import record_filename, record_id, write_record
+from benchsuite.results.store import dataframe_of, load_records, ok_record_ids
 from benchsuite.results.verdicts import verdicts
 from test_scaling import rec
 from test_verdicts import record as quality_record

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from benchsuite import cli
-from benchsuite.results.sanity import finite_or_none, sanity_flags
-from benchsuite.results.store import load_records, records_dataframe, write_record
+from benchsuite.record.sanity import finite_or_none, sanity_flags
+from benchsuite.record import write_record
+from benchsuite.results.store import load_records, records_dataframe
 from helpers import run_cli, runs_rows
 from helpers.records import make_record
 

@@ -18,8 +18,9 @@ from benchsuite.config import ConfigError, parse_suite
 from benchsuite.launch import Threads, host_cores, thread_plan, worker_env
 from benchsuite.metrics import ceiling as ce
 from benchsuite.metrics.scaling import upgrade_v1_env
-from benchsuite.results.schema import SCHEMA_VERSION
-from benchsuite.results.store import load_records, records_dataframe, write_record
+from benchsuite.record import SCHEMA_VERSION
+from benchsuite.record import write_record
+from benchsuite.results.store import load_records, records_dataframe
 from helpers import REPO
 
 # ----------------------------------------------------------------------------- thread rule

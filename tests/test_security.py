@@ -16,7 +16,7 @@ import pytest
 from benchsuite import cli
 from benchsuite.commands import run as run_verb
 from benchsuite.config import ConfigError, load_suite
-from benchsuite.results.store import write_record
+from benchsuite.record import write_record
 from helpers import REPO, run_cli, write_suite
 from helpers.escaping import assert_site_escapes, assert_terminal_safe
 from helpers.records import make_record

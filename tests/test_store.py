@@ -9,8 +9,9 @@ import warnings
 
 import pytest
 
-from benchsuite.results.schema import SCHEMA_VERSION
-from benchsuite.results.store import load_records, records_dataframe, write_record
+from benchsuite.record import SCHEMA_VERSION
+from benchsuite.record import write_record
+from benchsuite.results.store import load_records, records_dataframe
 from helpers.records import make_record
 
 
@@ -19,7 +20,7 @@ from helpers.records import make_record
 
 WRITER = """
 import json, sys
-from benchsuite.results.store import write_record
+from benchsuite.record import write_record
 rec = json.load(open(sys.argv[2]))
 while True:
     write_record(sys.argv[1], rec)

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from benchsuite.metrics.timing import summarize
-from benchsuite.results.values import format_step_ms
+from benchsuite.record.values import format_step_ms
 
 
 def test_summary_matches_numpy_and_ci_brackets_the_median():

@@ -93,7 +93,7 @@ PUE = number(at_least=1)  # facility energy / IT energy, >= 1 by definition
 
 def print_json(doc) -> None:
     """The verb's one JSON document on stdout: strict JSON, a figure that overflowed float range null."""
-    from benchsuite.results.sanity import finite_or_none
+    from benchsuite.record.sanity import finite_or_none
 
     sys.stdout.write(json.dumps(finite_or_none(doc, str), indent=2, allow_nan=False) + "\n")
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from benchsuite.results.values import ratio
+from benchsuite.record.values import ratio
 
 J_PER_KWH = 3.6e6
 

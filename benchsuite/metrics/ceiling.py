@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from benchsuite.results.sanity import MFU_VS_CEILING_MAX
+from benchsuite.record.sanity import MFU_VS_CEILING_MAX
 
 # (warm-up s, window s, windows) per device type: on GPU past the power-limit transient, then
 # 2 s timed; on CPU (no transient; a 512^3 matmul takes ~5 ms) 50 ms windows, best of three:
@@ -136,18 +136,3 @@ def vs_ceiling(achieved_flops_per_s: float, ceiling_flops_per_s: float | None) -
                       f"{ceiling_flops_per_s / 1e12:.3g} TFLOP/s measured (the device was busy while the "
                       "ceiling was timed); the run's step time and FLOPs are not in question")
     return ratio, None
-
-
-def upgrade_v1_ceiling(rec: dict) -> dict:
-    """A version-1 record's ceiling figures as version 2 states them: how the ceiling was measured
-    (a 10-matmul burst then), and mfu_vs_ceiling null with the reason where the run outpaced it."""
-    m = rec.get("metrics")
-    if rec.get("status") != "ok" or not isinstance(m, dict):
-        return rec
-    m.setdefault("matmul_ceiling_source", "10 back-to-back matmuls after 3 unmeasured (before version 2)")
-    ratio, ceiling = m.get("mfu_vs_ceiling"), m.get("matmul_ceiling_tflops")
-    if isinstance(ratio, (int, float)) and isinstance(ceiling, (int, float)) and ceiling > 0:
-        m["mfu_vs_ceiling"], m["mfu_vs_ceiling_reason"] = vs_ceiling(ratio * ceiling * 1e12, ceiling * 1e12)
-    else:
-        m.setdefault("mfu_vs_ceiling_reason", None if ratio is not None else "no matmul ceiling measured")
-    return rec

@@ -243,14 +243,3 @@ def variable_all_to_all_section(per_rank: list[dict]) -> dict:
         "mean": sum(flat) / len(flat), "min": min(flat), "max": max(flat),
         "per_rank_mean": [sum(steps) / len(steps) for steps in lists], "steps": len(lists[0]),
         "source": ALL_TO_ALL_BY_STEP_SOURCE}, "all_to_all_bytes_by_step_reason": None}
-
-
-def upgrade_v2_comm(rec: dict) -> dict:
-    """A copy of a version-2 record whose metrics.comm gains all_to_all_bytes_by_step: null, with the
-    reason that version 2 did not measure it (its expert parallelism had fixed splits only)."""
-    comm = (rec.get("metrics") or {}).get("comm")
-    if not isinstance(comm, dict) or "all_to_all_bytes_by_step" in comm:
-        return rec
-    comm = {**comm, "all_to_all_bytes_by_step": None,
-            "all_to_all_bytes_by_step_reason": "not measured before schema version 3 (fixed splits only)"}
-    return {**rec, "metrics": {**rec["metrics"], "comm": comm}}

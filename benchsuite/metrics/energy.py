@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchsuite.results.values import ratio
+from benchsuite.record.values import ratio
 
 
 def gpu_j_per_token(energy_section: dict, tokens: float | None) -> tuple[float | None, str | None]:
@@ -43,18 +43,3 @@ def derived_metrics(energy_section: dict, tokens: float | None, model_flops: flo
         "energy_source": energy_section.get("source", "unavailable"),
         "energy_includes": energy_section.get("total_includes", []),
     }
-
-
-def upgrade_v1_energy_metrics(rec: dict) -> dict:
-    """A copy of a version-1 record whose metrics.energy gains gpu_j_per_token (+ reason, source) from its own
-    energy.gpu_j over the measured tokens (tokens_per_step x measured steps, as the worker counts)."""
-    derived = (rec.get("metrics") or {}).get("energy")
-    if not isinstance(derived, dict) or "gpu_j_per_token" in derived:
-        return rec
-    energy = rec.get("energy") or {}
-    per_step = rec["metrics"].get("tokens_per_step")
-    tokens = per_step * len(rec.get("steps") or []) if per_step else None
-    value, reason = gpu_j_per_token(energy, tokens)
-    derived = {**derived, "gpu_j_per_token": value, "gpu_j_per_token_reason": reason,
-               "gpu_energy_source": (energy.get("sources") or {}).get("gpu", "unavailable")}
-    return {**rec, "metrics": {**rec["metrics"], "energy": derived}}

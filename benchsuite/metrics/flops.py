@@ -28,13 +28,12 @@ FlopCounterMode over a real step counts the same work (tests/test_flops.py check
 
 from __future__ import annotations
 
-import copy
 import warnings
 from dataclasses import dataclass
 
 import torch
 
-from benchsuite.config import ModelConfig, MoEConfig, RunConfig
+from benchsuite.config import ModelConfig, MoEConfig
 
 
 @dataclass(frozen=True)
@@ -295,80 +294,3 @@ def mfu(flops_per_s_per_device: float | None, peak: float | None) -> float | Non
     if not flops_per_s_per_device or not peak:
         return None
     return flops_per_s_per_device / peak
-
-
-def _v1_model_per_token(run: RunConfig) -> float:
-    """What schema 1 stored as model_per_token: expert choice at cf experts per token, and with
-    full recompute a blanket 8x / 16x on the blocks."""
-    from benchsuite.models.moe import active_experts_per_token
-
-    cfg, tokens = run.model, run.micro_batch_per_rank * run.model.seq_len
-    pc = param_counts(cfg, run.moe, tokens)
-    active = pc.active_matmul
-    if run.moe is not None and run.moe.router == "expert_choice":
-        active += pc.moe_layers * pc.expert * (run.moe.capacity_factor - active_experts_per_token(run.moe, tokens))
-    mult, attn = (8, 16) if run.train.recompute == "full" else (6, 12)
-    return mult * active + 6 * pc.lm_head + attn * cfg.layers * cfg.seq_len * cfg.hidden
-
-
-def upgrade_v1_flops(rec: dict) -> dict:
-    """A schema-1 record's FLOP figures in schema 2's meaning; returns an upgraded copy.
-
-    Schema 1 counted the recomputed forward in model FLOPs (and so in MFU, TFLOP/s, J/PFLOP,
-    mfu_vs_ceiling and the quality figures), gave expert choice cf experts per token, matched
-    the peak table by substring, and had executed_per_token (padded slots, recompute as a blanket
-    8x / 16x) where schema 2 has hardware_per_token and hfu. The stored measurements are kept and
-    corrected by exact ratios from the stored config (new model or hardware FLOPs / schema 1's
-    model FLOPs), and the peak is looked up again by exact device name. When the config no longer
-    parses, model figures stay only where schema 1 had them right (no recompute, not expert
-    choice), hardware figures are null, and metrics.flops.upgraded_from says so.
-    """
-    metrics = rec.get("metrics") or {}
-    if not isinstance(metrics.get("flops"), dict):
-        return rec  # a failed run: no figures
-    rec = copy.deepcopy(rec)
-    m, cfg = rec["metrics"], rec.get("config") or {}
-    old, moe = m["flops"], m.get("moe") or {}
-    try:
-        run = RunConfig.from_dict(cfg)
-    except (TypeError, ValueError, KeyError, AttributeError) as e:
-        run, why = None, f"{type(e).__name__}: {e}"
-    if run is not None:
-        f = flops_per_token(run.model, run.moe, micro_batch=run.micro_batch_per_rank, recompute=run.train.recompute,
-                            slot_share=computed_slot_share(moe.get("expert_impl"), moe.get("padding_frac")))
-        v1 = _v1_model_per_token(run)
-        to_model, to_hardware = f.model / v1, f.hardware / v1
-        basis, note = hardware_basis(run.moe, recompute=run.train.recompute, expert_impl=moe.get("expert_impl")), "schema 1, corrected from the stored config"
-    else:
-        exact = ((cfg.get("train") or {}).get("recompute") != "full"
-                 and (cfg.get("moe") or {}).get("router") != "expert_choice")
-        to_model, to_hardware = (1.0 if exact else None), None
-        basis = "not known: the stored config no longer parses"
-        note = (f"schema 1, config no longer parses ({why}): model FLOPs "
-                + ("kept (no recompute, no expert choice)" if exact else "unknown (schema 1 counted recompute)"))
-
-    def times(v, k):
-        return None if v is None or k is None else v * k
-
-    stored = old.get("model_per_token")
-    m["flops"] = dict(record_flops(times(stored, to_model), times(stored, to_hardware), basis,
-                                   old.get("counted_per_token"), old.get("counted_source")), upgraded_from=note)
-    devices = (rec.get("env") or {}).get("devices") or [{}]
-    if m.get("peak_source") == "given" and m.get("peak_tflops"):
-        peak, source = m["peak_tflops"] * 1e12, "given (--peak-tflops)"
-    else:
-        peak, source = lookup_peak(str(devices[0].get("name")), m.get("precision"))
-    achieved = times(m.get("tflops_per_device"), 1e12)  # stored model FLOP/s per device
-    m.update(rate_figures(times(achieved, to_model), times(achieved, to_hardware), peak),
-             peak_tflops=None if peak is None else peak / 1e12, peak_source=source)
-    if "mfu_vs_ceiling" in m:
-        m["mfu_vs_ceiling"] = times(m["mfu_vs_ceiling"], to_model)
-    if isinstance(m.get("energy"), dict) and "j_per_pflop" in m["energy"]:
-        m["energy"]["j_per_pflop"] = times(m["energy"]["j_per_pflop"], None if not to_model else 1 / to_model)
-    quality = m.get("quality")
-    if isinstance(quality, dict):
-        for part in [quality, *(quality.get("curve") or [])]:
-            if "model_flops" in part:
-                part["model_flops"] = times(part["model_flops"], to_model)
-    return rec
-

@@ -19,8 +19,8 @@ import statistics
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from benchsuite.results.sanity import flag_summary, scaling_flag
-from benchsuite.results.values import dig, num, present
+from benchsuite.record.sanity import flag_summary, scaling_flag
+from benchsuite.record.values import dig, num, present
 
 if TYPE_CHECKING:  # the DataFrame functions get pandas from their caller; a rank never loads it
     import pandas as pd
@@ -49,9 +49,9 @@ def _same(a, b) -> bool:
 
 
 def find_baseline(ok: pd.DataFrame, row) -> tuple[pd.DataFrame, str | None]:
-    """The qualifying 1-device runs for row (ok: the successful rows), or none and why."""
-    base = ok[(ok["sweep_id"] == row["sweep_id"]) & (ok["world_size"] == 1)]
-    base = base[base[_figure(row)].map(lambda v: num(v) is not None and num(v) > 0)]
+    """The qualifying 1-device runs for row (ok: the successful 1-device rows of row's sweep), or none
+    and why."""
+    base = ok[ok[_figure(row)].map(lambda v: num(v) is not None and num(v) > 0)]
     if base.empty:
         return base, "no successful 1-device run in this sweep"
     for column, what in IDENTITY:
@@ -61,6 +61,16 @@ def find_baseline(ok: pd.DataFrame, row) -> tuple[pd.DataFrame, str | None]:
         if base.empty:
             return base, f"no 1-device run of this sweep with {what}"
     return base, None
+
+
+def _baseline_key(row) -> tuple:
+    """What decides row's baseline: rows alike in it share one (found once, so a folder of N records
+    takes time linear in N)."""
+    return (_key(row["sweep_id"]), _figure(row), *(_key(row.get(c)) for c, _ in IDENTITY))
+
+
+def _key(v):
+    return v if present(v) else None
 
 
 def baseline_note(run_keys: list[str]) -> str:
@@ -77,8 +87,9 @@ def _figure(row) -> str:
     return "step_time_median_s" if row["scaling"] == "strong" else "tokens_per_s"
 
 
-def efficiency(row, base: pd.DataFrame) -> float:
-    n, mine, theirs = row["world_size"], num(row[_figure(row)]), statistics.median(base[_figure(row)])
+def efficiency(row, theirs: float) -> float:
+    """row's scaling efficiency against its baseline's figure (the median over the baseline runs)."""
+    n, mine = row["world_size"], num(row[_figure(row)])
     return theirs / (n * mine) if row["scaling"] == "strong" else mine / (n * theirs)
 
 
@@ -102,42 +113,34 @@ def add_scaling_efficiency(df: pd.DataFrame) -> pd.DataFrame:
     df["flags"] = df["flags"].astype(object)
     if df.empty or "sweep_id" not in df:
         return df
-    ok = df[df["status"] == "ok"]
+    ones = df[(df["status"] == "ok") & (df["world_size"] == 1)]
+    by_sweep: dict = {}  # sweep id -> its rows in `ones`
+    for idx, sweep in ones["sweep_id"].items():
+        by_sweep.setdefault(_key(sweep), []).append(idx)
+    baselines: dict[tuple, tuple] = {}  # reason, median figure, baseline run keys, their note
     for idx, row in df.iterrows():
         if row["status"] != "ok":
             df.at[idx, "scaling_efficiency_reason"] = "the run failed"
             continue
-        base, reason = find_baseline(ok, row)
+        key = _baseline_key(row)
+        if key not in baselines:
+            base, why = find_baseline(ones.loc[by_sweep.get(_key(row["sweep_id"]), [])], row)
+            keys = sorted(base["run_key"])
+            baselines[key] = (why, None, [], None) if why else (
+                why, statistics.median(base[_figure(row)]), sorted(set(keys)), baseline_note(keys))
+        reason, theirs, keys, note = baselines[key]
         mine = num(row[_figure(row)])
         if mine is None or mine <= 0:
             reason = f"this run has no {_figure(row)}"
         if reason:
             df.at[idx, "scaling_efficiency_reason"] = reason
             continue
-        eff, keys = float(efficiency(row, base)), sorted(base["run_key"])
+        eff = float(efficiency(row, theirs))
         df.at[idx, "scaling_efficiency"] = eff
-        df.at[idx, "scaling_baseline_run_keys"] = sorted(set(keys))
-        df.at[idx, "scaling_baseline"] = baseline_note(keys)
-        flag = scaling_flag(eff, row["scaling"], int(row["world_size"]), baseline_note(keys))
+        df.at[idx, "scaling_baseline_run_keys"] = keys
+        df.at[idx, "scaling_baseline"] = note
+        flag = scaling_flag(eff, row["scaling"], int(row["world_size"]), note)
         if flag:
             _add_flag(df, idx, flag)
     df["scaling_efficiency"] = df["scaling_efficiency"].astype(float)
     return df
-
-
-def upgrade_v1_env(rec: dict) -> dict:
-    """A version-1 record's env as version 2 states it: threads_per_rank and threads_source. Version 1
-    recorded each rank's torch threads in env.devices[].cpu_threads (when it did), under the old
-    launcher rule (cores ÷ that run's own ranks); that count is kept, or null with the reason."""
-    env = rec.get("env")
-    if not isinstance(env, dict) or "threads_per_rank" in env:
-        return rec
-    counts = {d.get("cpu_threads") for d in env.get("devices") or [] if isinstance(d, dict)}
-    (count,) = counts if len(counts) == 1 else (None,)
-    if isinstance(count, int) and not isinstance(count, bool):
-        env["threads_per_rank"] = count
-        env["threads_source"] = "env.devices[].cpu_threads (version 1: cores ÷ this run's own ranks)"
-    else:
-        env["threads_per_rank"] = None
-        env["threads_source"] = "not recorded (version 1 record)"
-    return rec

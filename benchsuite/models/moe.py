@@ -25,9 +25,8 @@ torch.topk does not promise an order for equal values, hence the sort.
 
 from __future__ import annotations
 
-import copy
 import statistics
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
 import torch
@@ -530,32 +529,3 @@ def load_figures(tokens_per_expert: list[list[float]] | None,
             "imbalance_max": max(by_step) if by_step else None}
 
 
-NEW_CONFIG_KEYS = ("top_k", "min_capacity", "shared_experts", "score")  # MoEConfig keys schema 2 did not have
-
-
-def upgrade_v2_moe(rec: dict) -> dict:
-    """A schema-2 record's MoE parts in schema 3's shape; returns an upgraded copy.
-
-    config.moe gains the new keys at their defaults (what every schema-2 run ran: softmax, no
-    shared experts, no min_capacity, the router's own k), so its identity matches a new run's.
-    metrics.moe gains the per-expert figures: tokens_per_expert is the stored expert_load where that
-    is what the experts computed (expert choice, or no token dropped), else null; the imbalance over
-    steps was not recorded (null). upgraded_from says so.
-    """
-    cfg_moe = (rec.get("config") or {}).get("moe")
-    stats = (rec.get("metrics") or {}).get("moe")
-    if not isinstance(cfg_moe, dict) and not isinstance(stats, dict):
-        return rec
-    rec = copy.deepcopy(rec)
-    cfg_moe, stats = (rec.get("config") or {}).get("moe"), (rec.get("metrics") or {}).get("moe")
-    if isinstance(cfg_moe, dict):
-        defaults = {f.name: f.default for f in fields(MoEConfig) if f.name in NEW_CONFIG_KEYS}
-        cfg_moe.update({k: v for k, v in defaults.items() if k not in cfg_moe})
-    if isinstance(stats, dict):
-        load = stats.get("expert_load")
-        exact = (cfg_moe or {}).get("router") == "expert_choice" or stats.get("dropped_frac") == 0
-        stats.update(load_figures(load if exact and isinstance(load, list) else None, None))
-        stats["upgraded_from"] = ("schema 2: tokens_per_expert " + ("from expert_load (no token dropped)" if exact
-                                  else "unknown (expert_load counts dropped tokens)")
-                                  + "; imbalance over steps not recorded")
-    return rec

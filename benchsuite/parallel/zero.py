@@ -37,7 +37,7 @@ dp rank, gradients all-reduced and averaged over dp) that understands 2-D DTenso
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -69,19 +69,6 @@ def precision_policy(precision: str) -> PrecisionPolicy:
     """What apply_data_parallel and the worker's autocast give a run of compute `precision`, any stage."""
     return PrecisionPolicy(params="fp32", forward_params="fp32", compute=precision, gradients="fp32",
                            residual="fp32")
-
-
-def upgrade_v1_precision_policy(record: dict) -> dict:
-    """metrics.precision_policy for a version-1 record, from what that version ran: bf16 ZeRO-2/3 on a
-    GPU gathered bf16 parameters (its implementation name says MixedPrecisionPolicy), whose bf16
-    embedding output kept the residual stream in bf16; every other run is today's policy."""
-    metrics = record.get("metrics")
-    if not metrics or "precision_policy" in metrics or "precision" not in metrics:
-        return record
-    policy = asdict(precision_policy(metrics["precision"]))
-    if "MixedPrecisionPolicy" in str((metrics.get("implementation") or {}).get("data", "")):
-        policy.update(forward_params="bf16", residual="bf16")
-    return {**record, "metrics": {**metrics, "precision_policy": policy}}
 
 
 def adamw_kwargs(train: TrainConfig) -> dict:

@@ -21,7 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from benchsuite.results.store import load_records
-from benchsuite.results.values import dig, num
+from benchsuite.record.values import dig, num
 from benchsuite.terminal import printable
 
 DEFAULT_THRESHOLD = 0.05

@@ -16,7 +16,7 @@ from typing import Any
 
 from benchsuite.atomic import atomic_file
 from benchsuite.energy.carbon import J_PER_KWH, country_name
-from benchsuite.results.values import ratio
+from benchsuite.record.values import ratio
 
 CODECARBON_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S"   # emissions_tracker.py, EmissionsData(timestamp=...)
 CSV_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")   # OWASP CSV injection: cells a spreadsheet evaluates

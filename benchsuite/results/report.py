@@ -17,8 +17,8 @@ from rich.cells import cell_len
 from rich.markup import escape
 from rich.table import Table
 
-from benchsuite.results.sanity import sanity_flags, scaling_flag
-from benchsuite.results.values import format_step_ms, num, present
+from benchsuite.record.sanity import sanity_flags, scaling_flag
+from benchsuite.record.values import format_step_ms, num, present
 from benchsuite.terminal import printable  # every string of a record reaches the terminal through it
 
 REPEATS = "repeats (tok/s min–max)"

@@ -1,80 +1,31 @@
-"""Run records on disk: atomic writes, loading that checks every file (results/schema.py) before a
-reader sees it, one flat DataFrame."""
+"""Results folders: one scan of a folder for every verb, each file read through the record layer
+(parse, migrate, decode: record/codec.py, results/migrate.py), and one flat DataFrame.
+
+The scan is iterative and bounded in depth, and costs time linear in the number of files; every file
+that is not a readable record is skipped with one warning naming it and the field or reason.
+"""
 
 from __future__ import annotations
 
-import json
-import math
 import os
-import re
 import stat
-import sys
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from benchsuite.atomic import atomic_file
 from benchsuite.metrics.scaling import add_scaling_efficiency, scaling_identity
-from benchsuite.results.sanity import flag_summary, with_flags
+from benchsuite.record.codec import RecordError, decode, parse, to_dict
+from benchsuite.record.io import file_kind, read_bytes
+from benchsuite.record.names import record_id, repeat_of
+from benchsuite.record.sanity import flag_summary, with_flags
+from benchsuite.record.values import dig
 from benchsuite.results.migrate import migrate
-from benchsuite.results.schema import SCHEMA_VERSION, RecordError, validate
-from benchsuite.results.values import dig
 
 if TYPE_CHECKING:  # pandas loads on first use: a rank writes its record without it
     import pandas as pd
 
-
-def slug(text: str, limit: int = 40) -> str:
-    """A file-name-safe form of a user-given name (the name itself stays in the record)."""
-    s = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.")
-    return (s or "x")[:limit]
-
-
-def record_id(run_key: str, repeat: int) -> str:
-    """What tells a record from the other repeats of its run (file, lock and resume names): the run
-    key, with -rN for repeat N >= 1. Repeat 0 is the bare run key, as records were named before repeats."""
-    return run_key if repeat == 0 else f"{run_key}-r{repeat}"
-
-
-def repeat_of(rec: dict) -> int:
-    """The record's repeat index; 0 for a record written before repeats (it has no `repeat` field)."""
-    return rec.get("repeat") or 0
-
-
-def record_filename(rec: dict) -> str:
-    cfg = rec["config"]
-    return (f"{slug(rec['suite'])}__{slug(rec['workload'])}__w{cfg['world_size']}n{cfg['nodes']}"
-            f"-{cfg['scaling']}__{record_id(rec['run_key'], repeat_of(rec))}.json")
-
-
-def write_record(out_dir: str | Path, rec: dict) -> Path:
-    """Written atomically: a reader sees the old record or the whole new one, never a partial
-    record, even if this process is killed mid-write."""
-    final = Path(out_dir) / record_filename(rec)
-    data = json.dumps(rec, indent=1, sort_keys=True, allow_nan=False)
-    try:
-        with atomic_file(final, "w", encoding="utf-8") as f:
-            f.write(data)
-    except OSError as e:  # disk full, quota, file too large: name the record, keep the errno
-        raise OSError(e.errno, f"cannot write record {final}: {e.strerror or e}") from e
-    return final
-
-
-MAX_RECORD_BYTES = 64 * 2**20  # a record is kilobytes to a few MiB (200k steps ~ 20 MiB); larger is not one
-MAX_DEPTH = 32                 # a record nests about 6 deep; far deeper is damage (and recursion for readers)
-MAX_LIST_ITEMS = 1_000_000     # its longest list is `steps` (under 1M real steps fit in MAX_RECORD_BYTES); a list
-                               # of 10M empty objects fits in 30 MB and would keep every reader busy for minutes
-MAX_CONTAINERS = 2 * MAX_LIST_ITEMS  # objects and lists in all: the steps' and everything else's
+MAX_FOLDER_DEPTH = 32  # results/<suite>/<commit>/... is a few levels; deeper is a loop or damage, said, not walked
 FLATTENED = ("metrics", "energy", "carbon")  # sections flatten() turns into dotted column names
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # how a lone surrogate gets into UTF-8 JSON text
-
-
-def _file_kind(mode: int) -> str:
-    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
-        if test(mode):
-            return kind
-    return "not a regular file"
 
 
 def _entry_problem(path: Path, root: Path) -> str | None:
@@ -90,160 +41,56 @@ def _entry_problem(path: Path, root: Path) -> str | None:
         except OSError as e:
             return f"a broken symlink ({e.strerror or e})"
     if not stat.S_ISREG(st.st_mode):
-        return f"{_file_kind(st.st_mode)}, not a record file"
+        return f"{file_kind(st.st_mode)}, not a record file"
     return None
 
 
 def record_files(path: Path) -> list[tuple[Path, str | None]]:
-    """(file, None) for every *.json under the folder (recursively, hidden names left out, symlinked
-    folders not followed), or (entry, why not) for one that is not a regular file in the folder and for
-    a folder that cannot be listed (permission denied)."""
+    """(file, None) for every *.json under the folder (hidden names left out, symlinked folders not
+    followed), or (entry, why not) for one that is not a regular file, for a folder that cannot be
+    listed (permission denied) and for one nested deeper than MAX_FOLDER_DEPTH. Iterative: a deep tree
+    costs no recursion."""
     root = Path(os.path.realpath(path))
-    found, unreadable = [], []  # os.walk would pass over a folder it cannot list without a word
-    for folder, dirs, files in os.walk(path, onerror=unreadable.append, followlinks=False):
-        for name in [d for d in dirs if d.endswith(".json") and not d.startswith(".")]:
-            dirs.remove(name)  # a folder named like a record: said, not searched
-            found.append(Path(folder) / name)
-        found += [Path(folder) / f for f in files if f.endswith(".json") and not f.startswith(".")]
-    entries = []
+    found: list[Path] = []
+    refused: list[tuple[Path, str]] = []
+    stack = [(Path(path), 0)]
+    while stack:
+        folder, depth = stack.pop()
+        try:
+            with os.scandir(folder) as it:
+                entries = list(it)
+        except OSError as e:
+            refused.append((folder, f"a folder that cannot be read ({e.strerror or e}); its records are not included"))
+            continue
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                is_dir = False
+            if is_dir and entry.name.endswith(".json"):
+                found.append(Path(entry.path))  # a folder named like a record: said, not searched
+            elif is_dir and depth >= MAX_FOLDER_DEPTH:
+                refused.append((Path(entry.path), f"a folder nested more than {MAX_FOLDER_DEPTH} levels deep; "
+                                                  "its records are not included (move them up)"))
+            elif is_dir:
+                stack.append((Path(entry.path), depth + 1))
+            elif entry.name.endswith(".json"):
+                found.append(Path(entry.path))
+    result = []
     for p in sorted(found):
         try:
-            entries.append((p, _entry_problem(p, root)))
+            result.append((p, _entry_problem(p, root)))
         except OSError as e:  # removed meanwhile, permission denied
-            entries.append((p, f"cannot be read ({e.strerror or e})"))
-    entries += [(Path(e.filename), f"a folder that cannot be read ({e.strerror or e}); its records are not "
-                                   "included") for e in unreadable]
-    return entries
-
-
-def _read_bytes(path: Path) -> bytes:
-    """At most MAX_RECORD_BYTES of a regular file. Opened non-blocking and without following a final
-    symlink (the real path is opened), then checked again on the open descriptor: a FIFO swapped in
-    meanwhile is refused, never waited on."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        fd = os.open(os.path.realpath(path), flags)
-    except OSError as e:
-        raise RecordError(f"cannot be read ({e.strerror or e})") from None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise RecordError(f"{_file_kind(st.st_mode)}, not a record file")
-        if st.st_size > MAX_RECORD_BYTES:
-            raise RecordError(f"{st.st_size:,} bytes, larger than a record can be ({MAX_RECORD_BYTES // 2**20} MiB)")
-        data = f.read(MAX_RECORD_BYTES + 1)
-    if len(data) > MAX_RECORD_BYTES:
-        raise RecordError(f"larger than a record can be ({MAX_RECORD_BYTES // 2**20} MiB)")
-    return data
-
-
-def _strict_float(s: str) -> float:
-    v = float(s)
-    if not math.isfinite(v):
-        raise ValueError(f"number {s[:40]} is out of range")
-    return v
-
-
-def _strict_int(s: str) -> int:
-    """An integer literal; one past Python's conversion limit is out of range, named as such (Python's
-    own message would suggest sys.set_int_max_str_digits). Shorter ones beyond float range: the schema's."""
-    if 0 < sys.get_int_max_str_digits() < len(s.lstrip("-")):  # 0: no limit set
-        raise ValueError(f"number {s[:20]}… of {len(s)} digits is out of range")
-    return int(s)
-
-
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not a JSON number (records are strict JSON)")
-
-
-def parse_record(data: bytes) -> object:
-    """Strict JSON in UTF-8: no NaN/Infinity, no number out of float range, no lone surrogate."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise RecordError(f"not UTF-8 text (byte {e.start}: {e.reason})") from None
-    try:
-        doc = json.loads(text, parse_float=_strict_float, parse_int=_strict_int, parse_constant=_no_constant)
-    except RecursionError:
-        raise RecordError("nested too deeply to parse") from None
-    except ValueError as e:  # JSONDecodeError, the strictness above
-        raise RecordError(f"not valid JSON ({e})") from None
-    if _SURROGATE_ESCAPE.search(text):  # rare: only then is every string looked at
-        check_surrogates(doc)
-    return doc
-
-
-def _name(path: str, key) -> str:
-    return f"{path}.{key}" if path else str(key)
-
-
-def check_nesting(doc: object) -> None:
-    """What the schema's types do not see, over the whole document: nesting depth (readers recurse), list
-    lengths and the number of objects and lists (readers walk them one by one), and dots in the key names
-    of the sections flatten() turns into dotted column names. Names are built only for the error (a record
-    may hold a million containers)."""
-    # (container, depth, in a flattened section, (parent entry, key)); a bare scalar has nothing nested
-    stack = [(doc, 0, False, None)] if isinstance(doc, (dict, list)) else []
-    seen = 0
-    while stack:
-        entry = stack.pop()
-        seen += 1
-        if seen > MAX_CONTAINERS:
-            raise RecordError(f"more than {MAX_CONTAINERS:,} objects and lists, more than a record holds")
-        v, depth, flat, _ = entry
-        if depth > MAX_DEPTH:
-            raise RecordError(f"{_where(entry)}: nested deeper than {MAX_DEPTH} levels")
-        if isinstance(v, list) and len(v) > MAX_LIST_ITEMS:
-            raise RecordError(f"{_where(entry) or 'the document'}: a list of {len(v):,} items, more than a record "
-                              f"holds ({MAX_LIST_ITEMS:,})")
-        items = v.items() if isinstance(v, dict) else enumerate(v)
-        for k, x in items:
-            if flat and isinstance(k, str) and "." in k:
-                raise RecordError(f"{_where((x, 0, flat, (entry, k)))}: a '.' in a key is reserved for nested names")
-            if isinstance(x, (dict, list)):
-                stack.append((x, depth + 1, flat or (depth == 0 and k in FLATTENED), (entry, k)))
-
-
-def _where(entry) -> str:
-    """The dotted name of a check_nesting entry: metrics.memory.per_rank[0]."""
-    parts = []
-    while entry[3] is not None:
-        entry, key = entry[3]
-        parts.append(f"[{key}]" if isinstance(key, int) else f".{key}")
-    return "".join(reversed(parts)).lstrip(".")
-
-
-def check_surrogates(doc: object) -> None:
-    """A lone surrogate (a \\ud800 escape) in any string or key: no file, page or terminal can encode it."""
-    stack = [(doc, "")]
-    while stack:
-        v, where = stack.pop()
-        if isinstance(v, str):
-            _check_text(v, where)
-        elif isinstance(v, dict):
-            for k, x in v.items():
-                _check_text(k, where or "record keys")
-                stack.append((x, _name(where, k)))
-        elif isinstance(v, list):
-            stack += [(x, f"{where}[{i}]") for i, x in enumerate(v)]
-
-
-def _check_text(s: str, where: str) -> None:
-    try:
-        s.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise RecordError(f"{where}: a lone surrogate (\\u{ord(s[e.start]):04x}) is not text") from None
+            result.append((p, f"cannot be read ({e.strerror or e})"))
+    return result + sorted(refused)
 
 
 def read_record(path: Path) -> dict:
-    """One record file, checked and upgraded to the current schema version; RecordError says why not."""
-    doc = parse_record(_read_bytes(path))
-    check_nesting(doc)
-    validate(doc)
-    if doc["schema_version"] < SCHEMA_VERSION:
-        doc = migrate(doc)
-        validate(doc)
-    return doc
+    """One record file, upgraded to the current schema version and checked by the types, as plain JSON
+    values with every declared field present; RecordError says why not."""
+    return to_dict(decode(migrate(parse(read_bytes(path)))))
 
 
 def load_records(path: str | Path) -> list[dict]:

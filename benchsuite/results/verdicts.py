@@ -34,7 +34,7 @@ import numpy as np
 from benchsuite.config import seed_free_identity
 from benchsuite.results.compare import (DEFAULT_RESAMPLES, METRICS, Verdict, bootstrap_values, compare_run,
                                         point_value, step_sample)
-from benchsuite.results.values import dig, num
+from benchsuite.record.values import dig, num
 
 METHOD = ("median over seeds; 95 % interval: Student's t on log values over seeds (ratios: Welch), "
           "as n is small; tok/s and J/token: bootstrap over seeds and step times")

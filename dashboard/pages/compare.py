@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from statistics import median
 
-from benchsuite.results.values import dig
+from benchsuite.record.values import dig
 from dashboard.data import SiteData, latest_ok_per_size, per_family, tokens_per_expert
 from dashboard.page import Page
 from dashboard.render import (Figure, Section, esc, f_num, f_pct, f_sig, layout, log_axis, missing, num, ptext,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from benchsuite.energy.carbon import J_PER_KWH
-from benchsuite.results.values import dig
+from benchsuite.record.values import dig
 from dashboard.data import SiteData, latest_ok_per_size, per_family
 from dashboard.page import Page
 from dashboard.render import (DASH, Figure, Section, esc, f_num, f_sig, layout, missing, num, present, ptext,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from benchsuite.results.values import dig
+from benchsuite.record.values import dig
 from dashboard.data import load_table
 from dashboard.render import (Figure, Section, esc, f_bytes, f_ms, f_num, f_pct, f_sig, kv_table, layout,
                               missing, num, present, ptext, series, short, table)

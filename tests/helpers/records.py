@@ -1,6 +1,6 @@
 """A minimal valid record, for tests of the readers (store, report, dashboard, sanity flags)."""
 
-from benchsuite.results.schema import SCHEMA_VERSION
+from benchsuite.record import SCHEMA_VERSION
 
 
 def make_record(run_key="k1", workload="w", status="ok", world_size=1, tokens_per_s=100.0, step=1.0,

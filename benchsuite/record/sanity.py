@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from benchsuite.results.values import dig
+from benchsuite.record.values import dig
 
 MFU_MAX = 1.0                 # model FLOP/s above the device's datasheet peak
 MFU_VS_CEILING_MAX = 1.05     # above the matmul ceiling measured on the same device, past timing noise

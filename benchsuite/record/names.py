@@ -1,0 +1,28 @@
+"""What a record is called: its id among the repeats of its run, and its file name."""
+
+from __future__ import annotations
+
+import re
+
+
+def slug(text: str, limit: int = 40) -> str:
+    """A file-name-safe form of a user-given name (the name itself stays in the record)."""
+    s = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.")
+    return (s or "x")[:limit]
+
+
+def record_id(run_key: str, repeat: int) -> str:
+    """What tells a record from the other repeats of its run (file, lock and resume names): the run
+    key, with -rN for repeat N >= 1. Repeat 0 is the bare run key, as records were named before repeats."""
+    return run_key if repeat == 0 else f"{run_key}-r{repeat}"
+
+
+def repeat_of(rec: dict) -> int:
+    """The record's repeat index; 0 for a record written before repeats (it has no `repeat` field)."""
+    return rec.get("repeat") or 0
+
+
+def record_filename(rec: dict) -> str:
+    cfg = rec["config"]
+    return (f"{slug(rec['suite'])}__{slug(rec['workload'])}__w{cfg['world_size']}n{cfg['nodes']}"
+            f"-{cfg['scaling']}__{record_id(rec['run_key'], repeat_of(rec))}.json")

@@ -1,0 +1,553 @@
+"""The run record, defined once: every section and field a record holds, as typed, closed structs.
+
+The worker's record passes through these types before it is written (a key they do not declare
+fails the write, so a test catches it), the loader decodes every file into them after migrating
+it (results/migrate.py), the shipped JSON Schema (`benchsuite schema`) is generated from them, and
+the column list of `load()` derives from them. msgspec, not pydantic: one small compiled package
+whose decoding of a 10,000-record folder costs milliseconds, with closed structs
+(forbid_unknown_fields) and JSON Schema generation built in.
+
+Conventions: a figure a run could not measure is null (never 0), with its reason in the field
+beside it (`*_reason`) or in the section's `reasons`; numbers are finite (NaN and infinities are
+refused: a record is strict JSON); units are in field names (`_j`, `_w`, `_s`, `_bytes`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import sys
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import Meta
+
+SCHEMA_VERSION = 4
+
+_MAX = sys.float_info.max
+Num = Annotated[float, Meta(ge=-_MAX, le=_MAX, description="a finite number")]
+Int = Annotated[int, Meta(ge=-(2**63), le=2**63 - 1)]
+Count = Annotated[int, Meta(ge=1, lt=2**31, description="a positive integer")]
+Index = Annotated[int, Meta(ge=0, lt=2**31, description="an integer >= 0")]
+Pue = Annotated[float, Meta(ge=1, le=_MAX, description="power usage effectiveness, >= 1")]
+Time = Annotated[dt.datetime, Meta(tz=True, description="RFC 3339 date and time with an offset (UTC)")]
+Text = Annotated[str, Meta(max_length=1_000_000)]
+Name = Annotated[str, Meta(pattern=r"^[^.]+$", max_length=200, description="a key: no dots (flattened names use them)")]
+
+
+class Status(enum.StrEnum):
+    OK = "ok"
+    FAILED = "failed"
+
+
+class Source(enum.StrEnum):
+    """How an energy figure was obtained, strongest first (energy/common.SOURCES)."""
+    MEASURED = "measured"
+    SAMPLED = "sampled"
+    ESTIMATED = "estimated"
+    UNAVAILABLE = "unavailable"
+
+
+class Section(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A closed part of the record: a key not declared here is an error, on write and on load."""
+
+
+# ----------------------------------------------------------------------------- config (resolved)
+
+class ModelConfig(Section):
+    layers: Int | None = None
+    hidden: Int | None = None
+    heads: Int | None = None
+    ffn_hidden: Int | None = None
+    vocab: Int | None = None
+    seq_len: Int | None = None
+    activation: Text | None = None
+
+
+class MoEConfig(Section):
+    router: Text | None = None
+    experts: Int | None = None
+    every: Int | None = None
+    capacity_factor: Num | None = None
+    expert_hidden: Int | None = None
+    aux_loss_coef: Num | None = None
+    z_loss_coef: Num | None = None
+    top_k: Int | None = None
+    min_capacity: Int | None = None
+    shared_experts: Int | None = None
+    score: Text | None = None
+    second_expert_policy: Text | None = None
+
+
+class ParallelConfig(Section):
+    tensor: Int | None = None
+    zero: Int | None = None
+    expert: Int | None = None
+    pipeline: Int | None = None
+    microbatches: Int | None = None
+    schedule: Text | None = None
+    virtual_stages: Int | None = None
+
+
+class TrainConfig(Section):
+    micro_batch: Int | None = None
+    steps: Int | None = None
+    warmup_steps: Int | None = None
+    grad_accum: Int | None = None
+    lr: Num | None = None
+    seed: Int | None = None
+    eval_every: Int | None = None
+    target_loss: Num | None = None
+    timeout_s: Num | None = None
+    precision: Text | None = None
+    recompute: Text | None = None
+    data: Text | None = None
+    compile: bool | None = None
+
+
+class EnergyConfig(Section):
+    idle_baseline_s: Num | None = None
+    min_window_s: Num | None = None
+
+
+class CarbonConfig(Section):
+    pue: Pue = 1.0
+    intensity_g_per_kwh: Num | None = None
+    country: Text | None = None
+    region: Text | None = None
+
+
+class Config(Section):
+    """The run's resolved config (config.RunConfig.to_dict); its hash with the hardware is the run key."""
+    world_size: Count
+    nodes: Count
+    scaling: Literal["weak", "strong"]
+    suite: Text | None = None
+    workload: Text | None = None
+    kind: Literal["dense", "moe"] | None = None
+    description: Text | None = None
+    sweep_id: Text | None = None
+    model: ModelConfig | None = None
+    moe: MoEConfig | None = None
+    parallel: ParallelConfig | None = None
+    train: TrainConfig | None = None
+    energy: EnergyConfig | None = None
+    carbon: CarbonConfig | None = None
+
+
+# ----------------------------------------------------------------------------- env
+
+class Device(Section):
+    """One rank's device: a GPU by name and UUID, or the CPU it ran on."""
+    rank: Int | None = None
+    node_rank: Int | None = None
+    host: Text | None = None
+    type: Text | None = None
+    name: Text | None = None
+    uuid: Text | None = None
+    index: Int | None = None
+    cpu_threads: Int | None = None
+
+
+class Hardware(Section):
+    """What makes two runs comparable (environment.hardware_identity), in a failed run's env."""
+    gpus: list[Text] = []
+    cpu: Text | None = None
+    machine: Text | None = None
+
+
+class Env(Section):
+    hosts: list[Text] | None = None
+    nodes: Int | None = None
+    world_size: Int | None = None
+    backend: Text | None = None
+    devices: list[Device] | None = None
+    torch: Text | None = None
+    cuda: Text | None = None
+    nccl: Text | None = None
+    driver: Text | None = None
+    python: Text | None = None
+    git_commit: Text | None = None
+    os: Text | None = None
+    cpu_count: Int | None = None
+    cpu_model: Text | None = None
+    ram_total_gb: Num | None = None
+    gpu_count: Int | None = None
+    threads_per_rank: Int | None = None
+    threads_source: Text | None = None
+    hardware: Hardware | None = None
+
+
+# ----------------------------------------------------------------------------- metrics
+
+class StepTime(Section):
+    """Seconds per step over the measured steps (the slowest rank's), ci95 of the median."""
+    median: Num | None = None
+    p10: Num | None = None
+    p90: Num | None = None
+    n: Int | None = None
+    ci95: tuple[Num | None, Num | None] | None = None
+
+
+class Flops(Section):
+    """Per token. Model FLOPs exclude recompute (MFU), hardware FLOPs count it (HFU)."""
+    model_per_token: Num | None = None
+    hardware_per_token: Num | None = None
+    hardware_source: Text | None = None
+    counted_per_token: Num | None = None
+    counted_source: Text | None = None
+    upgraded_from: Text | None = None
+
+
+class Params(Section):
+    total: Num | None = None
+    active: Num | None = None
+    non_embedding: Num | None = None
+
+
+class PerRank(Section):
+    step_time_median_s: list[Num] | None = None
+    straggler_ratio: Num | None = None
+
+
+class PrecisionPolicy(Section):
+    params: Text | None = None
+    compute: Text | None = None
+    forward_params: Text | None = None
+    gradients: Text | None = None
+    residual: Text | None = None
+
+
+class MemoryParts(Section):
+    params: Num | None = None
+    grads: Num | None = None
+    optimizer: Num | None = None
+    total: Num | None = None
+
+
+class PaperMemory(Section):
+    K: Num | None = None
+    constants: Text | None = None
+    formula: Text | None = None
+    total: Num | None = None
+
+
+class ModelStateBytes(Section):
+    """Model-state bytes per device measured beside the ZeRO paper's formulas."""
+    measured: MemoryParts | None = None
+    analytic: MemoryParts | None = None
+    measured_per_rank_total: list[Num | None] | None = None
+    formula: Text | None = None
+    method: Text | None = None
+    note: Text | None = None
+    paper: PaperMemory | None = None
+    K: Num | None = None
+    N: Num | None = None
+    psi: Num | None = None
+    stage: Int | None = None
+    tensor: Int | None = None
+    ratio: Num | None = None
+
+
+class ActivationEstimate(Section):
+    none: Num | None = None
+    selective: Num | None = None
+    full: Num | None = None
+    configured: Text | None = None
+    formula: Text | None = None
+    source: Text | None = None
+
+
+class RankMemory(Section):
+    peak_allocated_bytes: Num | None = None
+    peak_reserved_bytes: Num | None = None
+    peak_rss_bytes: Num | None = None
+    source: Text | None = None
+
+
+class Memory(Section):
+    peak_allocated_bytes: Num | None = None
+    peak_reserved_bytes: Num | None = None
+    source: Text | None = None
+    per_rank: list[RankMemory] | None = None
+    model_state_bytes: ModelStateBytes | None = None
+    activation_estimate_bytes: ActivationEstimate | None = None
+
+
+class AllToAllBytes(Section):
+    mean: Num | None = None
+    min: Num | None = None
+    max: Num | None = None
+    per_rank_mean: list[Num] | None = None
+    steps: Int | None = None
+    source: Text | None = None
+
+
+class Comm(Section):
+    """Collective bytes per step, counted on the wire, beside the papers' formulas."""
+    total_bytes_per_step: Num | None = None
+    paper_bytes_per_step: Num | None = None
+    ratio: Num | None = None
+    paper_formula: Text | None = None
+    method: Text | None = None
+    note: Text | None = None
+    bytes_per_step_by_kind: dict[Name, Num | None] | None = None
+    payload_bytes_per_step_by_kind: dict[Name, Num | None] | None = None
+    calls_per_step_by_kind: dict[Name, Num | None] | None = None
+    per_rank_total_bytes: list[Num] | None = None
+    all_to_all_bytes_by_step: AllToAllBytes | None = None
+    all_to_all_bytes_by_step_reason: Text | None = None
+
+
+class MoEMetrics(Section):
+    dropped_frac: Num | None = None
+    padding_frac: Num | None = None
+    load_max_over_mean: Num | None = None
+    aux_loss: Num | None = None
+    z_loss: Num | None = None
+    all_to_all_share: Num | None = None
+    expert_impl: Text | None = None
+    source: Text | None = None
+    upgraded_from: Text | None = None
+    expert_load: list[list[Num]] | None = None  # [MoE layer][expert]
+    tokens_per_expert: list[list[Num]] | None = None  # [MoE layer][expert]
+    tokens_per_expert_max: Num | None = None
+    tokens_per_expert_mean: Num | None = None
+    imbalance_by_step: list[Num] | None = None
+    imbalance_mean: Num | None = None
+    imbalance_max: Num | None = None
+
+
+class Pipeline(Section):
+    stages: Int | None = None
+    virtual_stages: Int | None = None
+    microbatches: Int | None = None
+    schedule: Text | None = None
+    bubble_measured: Num | None = None
+    bubble_per_rank: list[Num | None] | None = None
+    bubble_formula: Num | None = None
+    bubble_source: Text | None = None
+    p2p_bytes_per_step: Num | None = None
+    p2p_bytes_formula: Num | None = None
+    p2p_source: Text | None = None
+    activation_bytes_per_stage: Num | None = None
+    activation_reason: Text | None = None
+
+
+class DataFacts(Section):
+    """The token source the run trained and evaluated on (data.describe)."""
+    kind: Text | None = None
+    corpus: Text | None = None
+    tokens: Int | None = None
+    train_tokens: Int | None = None
+    val_tokens: Int | None = None
+    sha256: Text | None = None
+    vocab_size: Int | None = None
+    seq_len: Int | None = None
+    seed: Int | None = None
+
+
+class CurvePoint(Section):
+    step: Num | None = None
+    tokens: Num | None = None
+    seconds: Num | None = None
+    val_loss: Num | None = None
+    energy_j: Num | None = None
+    model_flops: Num | None = None
+
+
+class Quality(Section):
+    """The validation curve and what it took to reach train.target_loss (metrics/quality.py)."""
+    target_loss: Num | None = None
+    reached: bool | None = None
+    reason: Text | None = None
+    step: Num | None = None
+    reached_step: Int | None = None
+    tokens: Num | None = None
+    seconds: Num | None = None
+    model_flops: Num | None = None
+    energy_j: Num | None = None
+    energy_reason: Text | None = None
+    energy_source: Source | None = None
+    co2e_g: Num | None = None
+    initial_val_loss: Num | None = None
+    final_val_loss: Num | None = None
+    best_val_loss: Num | None = None
+    best_step: Num | None = None
+    eval_every: Int | None = None
+    eval_count: Int | None = None
+    eval_rows: Int | None = None
+    eval_tokens: Num | None = None
+    eval_seconds: Num | None = None
+    eval_energy_j: Num | None = None
+    counting: Text | None = None
+    interpolation: Text | None = None
+    data: DataFacts | None = None
+    curve: list[CurvePoint] | None = None
+
+
+class PerWork(Section):
+    """Energy and carbon per unit of work over the measured steps (metrics/energy.py)."""
+    j_per_token: Num | None = None
+    j_per_pflop: Num | None = None
+    avg_w_per_device: Num | None = None
+    gco2e_per_mtok: Num | None = None
+    gpu_j_per_token: Num | None = None
+    gpu_j_per_token_reason: Text | None = None
+    gpu_energy_source: Source | None = None
+    energy_source: Source | None = None
+    energy_includes: list[Text] | None = None
+
+
+class Metrics(Section):
+    tokens_per_s: Num | None = None
+    tokens_per_step: Num | None = None
+    step_time_s: StepTime | None = None
+    flops: Flops | None = None
+    params: Params | None = None
+    mfu: Num | None = None
+    hfu: Num | None = None
+    tflops_per_device: Num | None = None
+    hardware_tflops_per_device: Num | None = None
+    peak_tflops: Num | None = None
+    peak_source: Text | None = None
+    matmul_ceiling_tflops: Num | None = None
+    matmul_ceiling_source: Text | None = None
+    mfu_vs_ceiling: Num | None = None
+    mfu_vs_ceiling_reason: Text | None = None
+    memory: Memory | None = None
+    comm: Comm | None = None
+    per_rank: PerRank | None = None
+    precision: Text | None = None
+    precision_policy: PrecisionPolicy | None = None
+    implementation: dict[Name, Text] | None = None  # applied wrapper by name, in order
+    speed_valid: bool | None = None
+    energy: PerWork | None = None
+    moe: MoEMetrics | None = None
+    pipeline: Pipeline | None = None
+    quality: Quality | None = None
+
+
+# ----------------------------------------------------------------------------- energy and carbon
+
+class MeterDetail(Section):
+    """What a meter adds to its figure: the estimate's inputs, RAPL zones, NVML's power API."""
+    watts: Num | None = None
+    load_percent: Num | None = None
+    cpu_max_w: Num | None = None
+    windows: Int | None = None
+    power_api: Text | None = None
+    rapl_zones: list[Text] | None = None
+
+
+class PartEnergy(Section):
+    """One node's CPU or DRAM over the energy window, read by one rank."""
+    energy_j: Num | None = None
+    avg_w: Num | None = None
+    idle_w: Num | None = None
+    above_idle_j: Num | None = None
+    sampled_energy_j: Num | None = None
+    source: Source | None = None
+    reason: Text | None = None
+    reading_rank: Int | None = None
+    detail: MeterDetail | None = None
+
+
+class DeviceEnergy(PartEnergy):
+    """One physical GPU (by UUID, counted once whichever ranks share it)."""
+    uuid: Text | None = None
+    name: Text | None = None
+    host: Text | None = None
+    type: Text | None = None
+    cuda_index: Int | None = None
+    ranks: list[Int] | None = None
+
+
+class NodeEnergy(Section):
+    host: Text | None = None
+    ranks: list[Int] | None = None
+    cpu: PartEnergy | None = None
+    dram: PartEnergy | None = None
+
+
+class SourcesByPart(Section):
+    gpu: Source | None = None
+    cpu: Source | None = None
+    dram: Source | None = None
+
+
+class Energy(Section):
+    """Joules over the measured steps' window; a part is null unless every device / node has a figure."""
+    gpu_j: Num | None = None
+    cpu_j: Num | None = None
+    dram_j: Num | None = None
+    total_j: Num | None = None
+    total_includes: list[Text] | None = None
+    source: Source | None = None
+    sources: SourcesByPart | None = None
+    window_s: Num | None = None
+    short_window: bool | None = None
+    idle_w: Num | None = None
+    above_idle_j: Num | None = None
+    idle_w_parts: dict[Name, Num | None] | None = None
+    per_device: list[DeviceEnergy] | None = None
+    per_node: list[NodeEnergy] | None = None
+    reasons: list[Text] | None = None
+
+
+class Carbon(Section):
+    """CO2e = kWh x PUE x grid intensity; the intensity's value and source are stated."""
+    kwh: Num | None = None
+    pue: Pue = 1.0
+    intensity_g_per_kwh: Num | None = None
+    co2e_g: Num | None = None
+    intensity_source: Text | None = None
+    intensity_note: Text | None = None
+    energy_source: Source | None = None
+
+
+# ----------------------------------------------------------------------------- the record
+
+class Step(Section):
+    """One measured step: its time (the slowest rank's), rank 0's loss, tokens, validation loss after it."""
+    step: Int
+    time_s: Num | None = None
+    loss: Num | None = None
+    val_loss: Num | None = None
+    tokens: Num | None = None
+
+
+class Flag(Section):
+    """A figure no real run can produce (results/sanity.py): published with the reason, never silently."""
+    field: Text
+    value: Num | Text | bool | None = None
+    reason: Text | None = None
+
+
+class Error(Section):
+    """What failed, where (rank) and why."""
+    type: Text | None = None
+    message: Text | None = None
+    rank: Int | None = None
+    traceback: Text | None = None
+    log: Text | None = None
+
+
+class Record(Section):
+    """One run's measurement: a JSON file per run, the project's product."""
+    schema_version: Literal[4]
+    run_key: Text
+    suite: Text
+    workload: Text
+    status: Status
+    error: Error | None
+    started_at: Time
+    duration_s: Num | None
+    config: Config
+    env: Env
+    metrics: Metrics | None
+    energy: Energy | None
+    carbon: Carbon | None
+    steps: list[Step]
+    repeat: Index = 0  # which measurement of its run (0 to N-1 of `run --repeat N`)
+    flags: list[Flag] = []
