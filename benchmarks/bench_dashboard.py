@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from benchsuite.record import validate
+from benchsuite.results.store import read_record
 from dashboard import build_site
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "results"
@@ -36,7 +37,7 @@ def _scale_list(xs, n):
 
 
 def synthetic_records(n: int = 1000, steps: int = 50) -> list[dict]:
-    templates = [json.loads((FIXTURES / t).read_text()) for t in TEMPLATES]
+    templates = [read_record(FIXTURES / t) for t in TEMPLATES]  # upgraded to the current version
     records = []
     for i in range(n):
         sweep, size = divmod(i, 4)

@@ -8,6 +8,7 @@ import pytest
 from benchsuite.config import CarbonConfig
 from benchsuite.energy import carbon
 from benchsuite.metrics import energy as em
+from benchsuite.results import migrate
 
 
 def cc_json(relpath):
@@ -184,12 +185,12 @@ def test_gpu_j_per_token_is_null_with_the_reason():
 def test_upgrade_v1_energy_metrics_adds_gpu_j_per_token_from_the_record():
     v1 = {"schema_version": 1, "metrics": {"tokens_per_step": 100, "energy": {"j_per_token": 0.5}},
           "energy": {**energy_section(gpu=800.0), "sources": {"gpu": "measured"}}, "steps": [{}] * 20}
-    up = em.upgrade_v1_energy_metrics(v1)
+    up = migrate.upgrade_v1_energy_metrics(v1)
     assert up["metrics"]["energy"]["gpu_j_per_token"] == pytest.approx(800.0 / 2000)
     assert up["metrics"]["energy"]["gpu_energy_source"] == "measured"
     assert "gpu_j_per_token" not in v1["metrics"]["energy"]          # pure: the input is unchanged
     failed = {"schema_version": 1, "metrics": None, "energy": None, "steps": []}
-    assert em.upgrade_v1_energy_metrics(failed) == failed
+    assert migrate.upgrade_v1_energy_metrics(failed) == failed
 
 
 def test_host_facts_are_what_codecarbon_reads():
@@ -232,7 +233,7 @@ def test_report_energy_table_shows_gpu_j_per_token(tmp_path):
     from helpers import REPO
 
     rec = json.loads((REPO / "tests/fixtures/results/make_dvs-dense-w1.json").read_text())
-    rec = em.upgrade_v1_energy_metrics(rec)
+    rec = migrate.upgrade_v1_energy_metrics(rec)
     expected = rec["energy"]["gpu_j"] / (rec["metrics"]["tokens_per_step"] * len(rec["steps"]))
     (tmp_path / "r.json").write_text(json.dumps(rec))
     console = Console(record=True, width=300)

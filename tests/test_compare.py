@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from benchsuite.results.store import read_record
 from benchsuite.cli import main
 from benchsuite.results.compare import (DEFAULT_RESAMPLES, Verdict, compare_folders, identity_key)
 
@@ -19,7 +20,7 @@ TIMES_A = [0.50, 0.52, 0.49, 0.51, 0.55, 0.48, 0.50, 0.53, 0.47, 0.52]
 def _record(name: str, times: list[float] | None = None, **changes) -> dict:
     """A fixture record with its step times set by hand; its MFU, J/token and gCO2e/Mtok stay those of
     the recorded median step time, so the compared figures follow the new step times."""
-    rec = json.loads((FIXTURES / name).read_text())
+    rec = read_record(FIXTURES / name)  # upgraded through the chain to the current version
     if times is not None:
         rec["steps"] = [dict(rec["steps"][0], step=i, time_s=t) for i, t in enumerate(times)]
     for dotted, value in changes.items():

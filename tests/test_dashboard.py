@@ -389,7 +389,7 @@ def test_run_page_loss_figure_has_validation_loss_and_target():
     assert names == ["training loss", "validation loss"]
     val = fig.data[1]
     assert val["x"] == [3, 7, 11, 15, 19]  # steps[k - 1].val_loss: the loss after k measured steps
-    assert val["y"] == pytest.approx([s["val_loss"] for s in rec["steps"] if "val_loss" in s], rel=1e-4)
+    assert val["y"] == pytest.approx([s["val_loss"] for s in rec["steps"] if s["val_loss"] is not None], rel=1e-4)
     assert fig.layout["shapes"][0]["y0"] == 5.0 and "target" in fig.layout["title"]["text"]
 
 
@@ -698,7 +698,7 @@ def test_compare_page_lists_the_tokens_of_every_expert_of_every_moe_series(tmp_p
     switch = [sum(col) for col in zip(*_record("make_dvs-switch-w1.json")["metrics"]["moe"]["expert_load"])]
     row = rows["switch"]
     assert row["Experts"] == "8" and row["Family"] == "MoE · Switch"
-    assert row["Tokens per expert (expert 0, 1, …)"] == ", ".join(f"{t:,}" for t in switch)
+    assert row["Tokens per expert (expert 0, 1, …)"] == ", ".join(f"{t:,.0f}" for t in switch)
     mean = sum(switch) / 8
     assert row["Busiest ÷ mean"] == f"{max(switch) / mean:.3g}" and row["Idlest ÷ mean"] == f"{min(switch) / mean:.3g}"
     assert row["Dropped"] == "2.2%" and row["Tokens counted"] == "routed, before capacity"  # an older record

@@ -22,14 +22,16 @@ from torch.testing import assert_close
 
 from benchsuite.config import ModelConfig, MoEConfig
 from benchsuite.dist import shutdown
-from benchsuite.metrics.comm import (ALL_TO_ALL_BY_STEP_SOURCE, CommCounter, comm_record, upgrade_v2_comm,
+from benchsuite.metrics.comm import (ALL_TO_ALL_BY_STEP_SOURCE, CommCounter, comm_record,
                                      variable_all_to_all_section)
 from benchsuite.models.moe import MoELayer, set_expert_impl
 from benchsuite.models.transformer import build_model
 from benchsuite.parallel.expert import (AllToAllMeter, Exchange, _AllToAll, all_to_all_bytes_by_step,
                                         all_to_all_seconds, apply_expert_parallel, end_all_to_all_step,
                                         ignore_expert_params_in_ddp, sync_expert_grads)
-from benchsuite.results.schema import METRICS
+from benchsuite.results.migrate import upgrade_v2_comm
+import msgspec
+from benchsuite.record.types import Metrics
 
 TOL = dict(rtol=1e-5, atol=1e-6)
 EXPERT_PARAMS = ("w_up", "w_gate", "w_down")
@@ -305,4 +307,4 @@ def test_upgrade_v2_comm_adds_a_null_with_its_reason():
     assert up["metrics"]["tokens_per_s"] == 1.0 and "all_to_all_bytes_by_step" not in v2["metrics"]["comm"]
     assert upgrade_v2_comm(up) == up
     assert upgrade_v2_comm({"schema_version": 2, "metrics": {"comm": None}})["metrics"] == {"comm": None}
-    METRICS(up["metrics"], "metrics")  # the upgraded part passes the schema
+    msgspec.convert(up["metrics"], Metrics, strict=True)  # the upgraded part fits the types

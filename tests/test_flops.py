@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from benchsuite.results import migrate
 from benchsuite.config import ModelConfig, parse_suite
 from benchsuite.data import BYTE_VOCAB
 from benchsuite.metrics import flops as fl
@@ -339,7 +340,7 @@ def _v1_record(run, device="NVIDIA L40", peak_source="datasheet:L4:bf16"):
 def test_upgrade_v1_recomputes_flops_peak_and_utilisation_from_the_config():
     run = _run("full", **SMALL)
     old = _v1_record(run)
-    new = fl.upgrade_v1_flops(old)
+    new = migrate.upgrade_v1_flops(old)
     f, m = per_token(run), new["metrics"]
     scale = f.model / old["metrics"]["flops"]["model_per_token"]
     assert old["metrics"]["flops"]["model_per_token"] > f.model  # schema 1 counted the recompute; untouched input
@@ -355,9 +356,9 @@ def test_upgrade_v1_recomputes_flops_peak_and_utilisation_from_the_config():
 
 def test_schema_1_model_flops_as_the_old_code_computed_them():
     """Figures printed by schema 1's flops_per_token for these two runs."""
-    assert fl._v1_model_per_token(_run("full", **SMALL)) == 950272.0
+    assert migrate._v1_model_per_token(_run("full", **SMALL)) == 950272.0
     ec = {"experts": 3, "router": "expert_choice", "capacity_factor": 1.0, "every": 1}
-    assert fl._v1_model_per_token(_run(moe=ec, layers=1, hidden=64, heads=4, seq_len=32, vocab=256)) == 418944.0
+    assert migrate._v1_model_per_token(_run(moe=ec, layers=1, hidden=64, heads=4, seq_len=32, vocab=256)) == 418944.0
 
 
 def test_upgrade_v1_corrects_stored_measurements_by_exact_ratios():
@@ -366,25 +367,25 @@ def test_upgrade_v1_corrects_stored_measurements_by_exact_ratios():
     synthetic = _v1_record(_run(**SMALL), device="NVIDIA H100 80GB HBM3")
     synthetic["metrics"]["flops"]["model_per_token"] = 1.6e9
     synthetic["metrics"]["tflops_per_device"] = 400.0
-    m = fl.upgrade_v1_flops(synthetic)["metrics"]
+    m = migrate.upgrade_v1_flops(synthetic)["metrics"]
     assert m["flops"]["model_per_token"] == 1.6e9 and m["tflops_per_device"] == 400.0
     assert m["mfu"] == pytest.approx(400 / 989.5) and m["mfu_vs_ceiling"] == 0.5
     plain = per_token(_run(**SMALL))
     assert m["hfu"] / m["mfu"] == pytest.approx(plain.hardware / plain.model)
     ec = _run(moe={"experts": 3, "router": "expert_choice", "capacity_factor": 1.0, "every": 1}, **SMALL)
-    m = fl.upgrade_v1_flops(_v1_record(ec))["metrics"]
+    m = migrate.upgrade_v1_flops(_v1_record(ec))["metrics"]
     assert m["flops"]["model_per_token"] == pytest.approx(per_token(ec).model)
     assert m["flops"]["model_per_token"] < _v1_record(ec)["metrics"]["flops"]["model_per_token"]
 
 
 def test_upgrade_v1_keeps_a_given_peak_and_marks_a_config_that_no_longer_parses():
     run = _run("none", **SMALL)
-    given = fl.upgrade_v1_flops(_v1_record(run, device="Some CPU", peak_source="given"))
+    given = migrate.upgrade_v1_flops(_v1_record(run, device="Some CPU", peak_source="given"))
     assert given["metrics"]["peak_tflops"] == 121.0 and given["metrics"]["mfu"] is not None
     for recompute, kept in (("none", True), ("full", False)):
         old = _v1_record(_run(recompute, **SMALL))
         old["config"]["train"]["retired_key"] = 1
-        m = fl.upgrade_v1_flops(old)["metrics"]
+        m = migrate.upgrade_v1_flops(old)["metrics"]
         assert "no longer parses" in m["flops"]["upgraded_from"] and m["flops"]["hardware_per_token"] is None
         assert m["hfu"] is None
         if kept:
@@ -392,7 +393,7 @@ def test_upgrade_v1_keeps_a_given_peak_and_marks_a_config_that_no_longer_parses(
         else:
             assert m["flops"]["model_per_token"] is None and m["mfu"] is None and m["energy"]["j_per_pflop"] is None
     failed = {"schema_version": 1, "status": "failed", "metrics": None}
-    assert fl.upgrade_v1_flops(failed) == failed
+    assert migrate.upgrade_v1_flops(failed) == failed
 
 
 def test_report_and_dashboard_show_hfu_beside_mfu(tmp_path):
@@ -404,7 +405,7 @@ def test_report_and_dashboard_show_hfu_beside_mfu(tmp_path):
     from dashboard import build_site
 
     fixture = json.loads((Path(__file__).parent / "fixtures" / "results" / "make_dvs-dense-w1.json").read_text())
-    rec = fl.upgrade_v1_flops(fixture)
+    rec = migrate.upgrade_v1_flops(fixture)
     rec["metrics"].update(mfu=0.4123, hfu=0.5234)
     row = report_rows(pd.DataFrame([flatten(rec)]))[0]
     assert row["mfu"] == 0.4123 and row["metrics.hfu"] == 0.5234

@@ -26,8 +26,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from benchsuite import cli
-from benchsuite.results.migrate import update_to_2, update_to_3
-from benchsuite.record import SCHEMA_VERSION, RecordError
+from benchsuite.results.migrate import update_to_2, update_to_3, update_to_4
+from benchsuite.record import SCHEMA_VERSION, RecordError, decode, to_dict
 from benchsuite.record.io import MAX_RECORD_BYTES
 from benchsuite.results.store import load_records, ok_record_ids, read_record
 from helpers import REPO, run_cli
@@ -322,15 +322,16 @@ def test_deep_nesting_is_refused_not_a_recursion_error(folder):
 
 
 @pytest.mark.parametrize("field, value, reason", [
-    ("metrics.tokens_per_s", "fast", "metrics.tokens_per_s: expected a finite number or null, got str"),
-    ("metrics.step_time_s.ci95", [0.1], "metrics.step_time_s.ci95: expected a list of 2 items, got 1"),
-    ("metrics.moe", [1], "metrics.moe: expected an object or null, got list"),
-    ("config.world_size", 0, "config.world_size: expected a positive integer, got int"),
-    ("energy.per_device", {"uuid": "x"}, "energy.per_device: expected a list or null, got object"),
-    ("steps", {"0": {}}, "steps: expected a list, got object"),
-    ("status", "maybe", "status: expected one of ok, failed, got 'maybe'"),
-    ("energy.total_j", 10**400, "energy.total_j: expected a finite number or null, got an int out of float range"),
-    ("carbon.pue", None, "carbon.pue: expected a finite number >= 1, got null"),  # carbon project multiplied by it
+    ("metrics.tokens_per_s", "fast", "metrics.tokens_per_s: expected `float | null`, got `str`"),
+    ("metrics.step_time_s.ci95", [0.1], "metrics.step_time_s.ci95: expected `array` of length 2, got 1"),
+    ("metrics.moe", [1], "metrics (flops, moe, quality, energy), config or env.devices: cannot be upgraded to "
+                         "schema version 2 (AttributeError"),  # a version-1 fixture: its upgrade reads metrics.moe
+    ("config.world_size", 0, "config.world_size: expected `int` >= 1, got int 0"),
+    ("energy.per_device", {"uuid": "x"}, "energy.per_device: expected `array | null`, got `object`"),
+    ("steps", {"0": {}}, "steps: expected `array`, got `object`"),
+    ("status", "maybe", "status: invalid enum value 'maybe'"),
+    ("energy.total_j", 10**400, "energy.total_j: number out of range, got int 10000000000000000000… (401 digits)"),
+    ("carbon.pue", None, "carbon.pue: expected `float`, got `null`"),  # carbon project multiplied by it
 ])
 def test_wrong_types_are_named_with_the_field(folder, field, value, reason):
     doc = json.loads((FIXTURES / "make_dvs-switch-w2.json").read_text())
@@ -365,32 +366,51 @@ def test_run_resume_scan_survives_every_bad_file(folder):
 # ----------------------------------------------------------------------------- versions
 
 
-def test_schema_1_fixtures_load_through_the_chain_as_version_3():
-    assert SCHEMA_VERSION == 3
+def test_schema_1_fixtures_load_through_the_chain_as_the_current_version():
+    assert SCHEMA_VERSION == 4
     raw = {p.name: json.loads(p.read_text()) for p in FIXTURES.glob("*.json")}
     assert {d["schema_version"] for d in raw.values()} == {1}
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         recs = load_records(FIXTURES)
-    assert len(recs) == len(raw) and {r["schema_version"] for r in recs} == {3}
+    assert len(recs) == len(raw) and {r["schema_version"] for r in recs} == {4}
     for r in recs:  # exactly what the chain's steps make of the stored record, nothing else touched
-        assert check_record(r) is None
         before = raw[Path(r["_path"]).name]
+        chained = update_to_4(update_to_3(update_to_2(copy.deepcopy(before))))
         assert {k: v for k, v in r.items() if k not in ("_path", "flags")} == \
-            {k: v for k, v in update_to_3(update_to_2(copy.deepcopy(before))).items() if k != "flags"}
+            {k: v for k, v in to_dict(decode(chained)).items() if k != "flags"}
         assert r["repeat"] == 0
 
 
-def test_update_steps_run_in_order_and_their_output_is_checked(folder, monkeypatch):
+def test_updates_run_in_order_before_the_types_check_their_output(folder, monkeypatch):
     from benchsuite.results import migrate
 
     seen = []
-    monkeypatch.setattr(migrate, "steps_to_2", lambda: [lambda r: seen.append("a") or r,
-                                                        lambda r: seen.append("b") or {**r, "duration_s": "broken"}])
+    monkeypatch.setitem(migrate.UPDATES, 2, lambda r: seen.append(2) or {**r, "schema_version": 2})
+    monkeypatch.setitem(migrate.UPDATES, 3, lambda r: seen.append(3) or {**r, "schema_version": 3})
+    monkeypatch.setitem(migrate.UPDATES, 4, lambda r: seen.append(4) or {**r, "schema_version": 4,
+                                                                          "duration_s": "broken"})
     (folder / "v1.json").write_text(_record_text(run_key="v1"))
-    with pytest.warns(UserWarning, match="v1.json: duration_s: expected a finite number or null, got str"):
+    with pytest.warns(UserWarning, match="v1.json: duration_s: expected `float | null`, got `str`"):
         recs = load_records(folder)
-    assert seen == ["a", "b", "a", "b"] and len(recs) == 0  # GOOD is version 1 too: upgraded, broken, skipped
+    assert seen == [2, 3, 4, 2, 3, 4] and len(recs) == 0  # GOOD is version 1 too: upgraded, broken, skipped
+
+
+@pytest.mark.parametrize("field, value, named", [
+    ("metrics", {"flops": {"model_per_token": "x"}, "tokens_per_s": 1.0}, "metrics (flops, moe, quality, energy)"),
+    ("env", {"devices": "abc"}, "env.devices: cannot be upgraded to schema version 2"),
+    ("started_at", "yesterday", "started_at: cannot be upgraded to schema version 4 (ValueError"),
+    ("config", {"world_size": 1, "nodes": 1, "scaling": "weak", "moe": 7}, "metrics (flops, moe"),
+])
+def test_a_damaged_field_of_an_old_record_is_named_not_a_traceback(folder, field, value, named):
+    """An upgrade step that meets a damaged field: the record is skipped with a warning naming the file,
+    the field and the version, for every reader verb (list, report, export, compare, dashboard, load())."""
+    (folder / "old.json").write_text(_record_text(**{field: value}))
+    _only_good_loads(folder, "old.json", named)
+    for verb in (["list"], ["report"], ["export", "--format", "codecarbon", "-o", str(folder.parent / "e.csv")],
+                 ["compare", str(folder)], ["dashboard", "-o", str(folder.parent / "site")]):
+        rc, warned, _ = run_reader([verb[0], str(folder), *verb[1:]])
+        assert rc == 0 and any("old.json" in w for w in warned), (verb, warned)
 
 
 # ----------------------------------------------------------------------------- copies, overflows, huge records
@@ -413,8 +433,8 @@ def test_a_copy_of_a_record_is_one_measurement_not_two_repeats(folder):
 @pytest.mark.parametrize("field, value, reason", [  # the value is named, not only its type
     ("schema_version", -1, "schema_version: expected a positive integer, got int -1"),
     ("schema_version", 3.0, "schema_version: expected a positive integer, got float 3.0"),
-    ("repeat", 2**40, "repeat: expected an integer >= 0, got int 1099511627776"),
-    ("config", {"world_size": 0, "nodes": 1, "scaling": "weak"}, "config.world_size: expected a positive integer, got int 0"),
+    ("repeat", 2**40, "repeat: expected `int` <= 2147483647, got int 1099511627776"),
+    ("config", {"world_size": 0, "nodes": 1, "scaling": "weak"}, "config.world_size: expected `int` >= 1, got int 0"),
 ])
 def test_a_refused_number_is_shown_with_its_value(folder, field, value, reason):
     (folder / "typed.json").write_text(_record_text(**{field: value}))
@@ -541,8 +561,8 @@ def test_a_record_of_millions_of_tiny_items_is_refused_before_readers_walk_them(
 
 
 def test_a_record_of_too_many_objects_in_all_is_refused(folder, monkeypatch):
-    from benchsuite.results import store
+    from benchsuite.record import codec
 
-    monkeypatch.setattr(store, "MAX_CONTAINERS", 1000)  # the steps of GOOD and a few sections fit
+    monkeypatch.setattr(codec, "MAX_CONTAINERS", 1000)  # the steps of GOOD and a few sections fit
     (folder / "wide.json").write_text(_record_text(extra=[[{}] * 400] * 3))  # lists each short enough, 1200 in all
     _only_good_loads(folder, "wide.json", "more than 1,000 objects and lists, more than a record holds")

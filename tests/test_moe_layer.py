@@ -403,12 +403,13 @@ def test_merge_sums_loads_over_ranks_and_defines_imbalance_per_step():
 
 
 def test_upgrade_v2_moe_adds_config_defaults_and_the_figures_a_v2_record_determines():
-    from benchsuite.models.moe import upgrade_v2_moe
+    from benchsuite.results.migrate import upgrade_v2_moe
     from benchsuite.record import validate
+    from benchsuite.results.migrate import migrate
 
     def v2(router, dropped):
         return {"schema_version": 2, "run_key": "k", "suite": "s", "workload": "w", "status": "ok", "error": None,
-                "started_at": "t", "duration_s": 1.0, "env": {}, "energy": None, "carbon": None, "steps": [],
+                "started_at": "2026-01-01T00:00:00+00:00", "duration_s": 1.0, "env": {}, "energy": None, "carbon": None, "steps": [],
                 "config": {"world_size": 1, "nodes": 1, "scaling": "weak",
                            "moe": {"router": router, "experts": 2, "capacity_factor": 1.0}},
                 "metrics": {"moe": {"dropped_frac": dropped, "expert_load": [[3.0, 1.0]], "expert_impl": "padded_bmm"}}}
@@ -425,6 +426,6 @@ def test_upgrade_v2_moe_adds_config_defaults_and_the_figures_a_v2_record_determi
     assert m["tokens_per_expert"] == [[3.0, 1.0]] and m["tokens_per_expert_max"] == 3.0
     assert m["tokens_per_expert_mean"] == 2.0
     assert upgrade_v2_moe(v2("expert_choice", 0.5))["metrics"]["moe"]["tokens_per_expert"] == [[3.0, 1.0]]
-    validate(new)
+    validate(migrate(v2("switch", 0.25)))  # the whole chain from version 2 gives a record the types accept
     dense = {"config": {"moe": None}, "metrics": {"tokens_per_s": 1.0}}
     assert upgrade_v2_moe(dense) is dense

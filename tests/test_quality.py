@@ -9,6 +9,7 @@ import torch
 from benchsuite.energy.windows import combine_windows
 from benchsuite.metrics import quality as q
 from benchsuite.metrics.timing import StepTimer
+from benchsuite.record import utc_now
 
 # A constructed curve: evaluations after 0, 10 and 20 measured steps of 100 tokens each.
 CURVE = [
@@ -145,7 +146,7 @@ def _run(monkeypatch, eval_every, eval_sleep_s=0.0):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "no peak FLOP/s known" for a CPU
         mine, facts = worker.measure(run, ctx, None)
-    rec = build_record(run, facts, [mine], run_key="k", started_at="now", duration_s=1.0)
+    rec = build_record(run, facts, [mine], run_key="k", started_at=utc_now(), duration_s=1.0)
     return mine, rec
 
 

@@ -108,8 +108,7 @@ def test_loader_flags_old_records_and_the_report_shows_them(tmp_path, capsys, mo
     write_record(tmp_path, sane())
     old = _set(sane(), ("metrics", "mfu"), 3.0)
     old["run_key"] = "old"
-    write_record(tmp_path, old)  # written before the guard: no "flags" field
-    assert "flags" not in json.loads(next(tmp_path.glob("*old.json")).read_text())
+    (tmp_path / "old.json").write_text(json.dumps({**old, "schema_version": 3}))  # before the guard: no "flags"
     recs = {r["run_key"]: r for r in load_records(tmp_path)}
     assert recs["sane"]["flags"] == [] and [f["field"] for f in recs["old"]["flags"]] == ["metrics.mfu"]
     df = records_dataframe(tmp_path).set_index("run_key")
@@ -129,12 +128,12 @@ def test_loader_flags_old_records_and_the_report_shows_them(tmp_path, capsys, mo
 def test_stored_flags_are_kept_and_malformed_ones_replaced(tmp_path):
     rec = _set(sane(), ("energy", "total_j"), -1.0)
     rec["flags"] = [{"field": "metrics.custom", "value": 1, "reason": "set by an older guard"}, "junk"]
-    write_record(tmp_path, rec)
+    (tmp_path / "r1.json").write_text(json.dumps({**rec, "schema_version": 3}))  # version 3 read any flags
     (loaded,) = load_records(tmp_path)
     assert [f["field"] for f in loaded["flags"]] == ["metrics.custom", "energy.total_j"]
     rec2 = copy.deepcopy(sane())
     rec2["run_key"], rec2["flags"] = "k2", "not a list"
-    write_record(tmp_path, rec2)
+    (tmp_path / "r2.json").write_text(json.dumps({**rec2, "schema_version": 3}))
     assert {r["run_key"]: r["flags"] for r in load_records(tmp_path)}["k2"] == []
 
 

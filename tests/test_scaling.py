@@ -13,11 +13,12 @@ import time
 
 import pytest
 
+from benchsuite.results import migrate
+from benchsuite.results.migrate import upgrade_v1_env
 from benchsuite import cli
 from benchsuite.config import ConfigError, parse_suite
 from benchsuite.launch import Threads, host_cores, thread_plan, worker_env
 from benchsuite.metrics import ceiling as ce
-from benchsuite.metrics.scaling import upgrade_v1_env
 from benchsuite.record import SCHEMA_VERSION
 from benchsuite.record import write_record
 from benchsuite.results.store import load_records, records_dataframe
@@ -304,8 +305,8 @@ def test_a_run_faster_than_its_ceiling_blames_the_ceiling_not_the_run():
     ratio, reason = ce.vs_ceiling(1.95e12, 1e12)
     assert ratio is None and "ceiling measurement is unreliable" in reason and "1.95 x" in reason
     old = {"status": "ok", "metrics": {"mfu_vs_ceiling": 1.95, "matmul_ceiling_tflops": 0.018}}
-    m = ce.upgrade_v1_ceiling(old)["metrics"]
+    m = migrate.upgrade_v1_ceiling(old)["metrics"]
     assert m["mfu_vs_ceiling"] is None and "unreliable" in m["mfu_vs_ceiling_reason"]
     assert "10 back-to-back matmuls" in m["matmul_ceiling_source"]
-    fine = ce.upgrade_v1_ceiling({"status": "ok", "metrics": {"mfu_vs_ceiling": 0.5, "matmul_ceiling_tflops": 1.0}})
+    fine = migrate.upgrade_v1_ceiling({"status": "ok", "metrics": {"mfu_vs_ceiling": 0.5, "matmul_ceiling_tflops": 1.0}})
     assert fine["metrics"]["mfu_vs_ceiling"] == pytest.approx(0.5) and fine["metrics"]["mfu_vs_ceiling_reason"] is None

@@ -125,7 +125,7 @@ def test_dashboard_escapes_suite_workload_description_router_and_error_text(tmp_
 def test_terminal_report_and_list_show_markup_and_escape_sequences_as_text(tmp_path, capsys):
     rec = make_record("esc1", workload="w [red]red[/red] \x1b]0;pwned\x07\x1b[2J\x9b31m")
     rec["suite"] = "[link=https://evil.example]click[/link]"
-    rec["energy"] = {"source": "estimated\x1b[8m", "total_j": 1.0}  # the report's energy table shows strings too
+    rec["energy"] = {"source": "estimated", "total_j": 1.0}  # (a source is one of four words: the types refuse others)
     rec["carbon"] = {"intensity_source": "grid\x1b]8;;https://evil.example\x07", "pue": 1.0}
     write_record(tmp_path, rec)
     failed = make_record("esc2", workload="f", status="failed")

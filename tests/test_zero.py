@@ -251,7 +251,7 @@ def test_fsdp_stages_compute_in_the_precision_of_ddp(tmp_path):
 
 
 def test_v1_records_get_the_precision_policy_they_ran_with():
-    from benchsuite.parallel.zero import upgrade_v1_precision_policy
+    from benchsuite.results.migrate import upgrade_v1_precision_policy
 
     def v1(data: str, precision: str = "bf16") -> dict:
         return {"schema_version": 1, "metrics": {"precision": precision, "implementation": {"data": data}}}

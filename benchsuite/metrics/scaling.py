@@ -125,7 +125,7 @@ def add_scaling_efficiency(df: pd.DataFrame) -> pd.DataFrame:
         key = _baseline_key(row)
         if key not in baselines:
             base, why = find_baseline(ones.loc[by_sweep.get(_key(row["sweep_id"]), [])], row)
-            keys = sorted(base["run_key"])
+            keys = [] if why else sorted(base["run_key"])
             baselines[key] = (why, None, [], None) if why else (
                 why, statistics.median(base[_figure(row)]), sorted(set(keys)), baseline_note(keys))
         reason, theirs, keys, note = baselines[key]

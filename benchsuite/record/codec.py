@@ -62,8 +62,7 @@ def check_version(doc: Any) -> int:
         raise RecordError(f"not a JSON object (got {json_type(doc)})")
     version = doc.get("schema_version")
     if type(version) is not int or not 1 <= version < 2**31:
-        raise RecordError(f"schema_version: expected a positive integer, got {json_type(version)} "
-                          f"{str(version)[:20] if type(version) in (int, float) else ''}".rstrip())
+        raise RecordError(f"schema_version: expected a positive integer, got {shown(version)}")
     if version > SCHEMA_VERSION:
         raise NewerRecordError(version)
     return version
@@ -163,13 +162,34 @@ def _check_text(s: str, where: str) -> None:
 
 # ----------------------------------------------------------------------------- decode / encode
 
-def _record_error(e: msgspec.ValidationError) -> RecordError:
-    """msgspec's "Expected `int`, got `str` - at `$.config.world_size`" as "config.world_size: expected ..."."""
+def _record_error(e: msgspec.ValidationError, doc: object) -> RecordError:
+    """msgspec's "Expected `int` >= 1 - at `$.config.world_size`" as "config.world_size: expected `int` >= 1,
+    got int 0": the field first, and the value where msgspec names only its type or nothing."""
     text = str(e)
     m = _AT.match(text)
     what, where = (m.group(1), m.group(2)) if m else (text, "")
     what = what[:1].lower() + what[1:]
+    if ", got" not in what and "'" not in what:  # (an enum's message quotes the value)
+        what += f", got {shown(_value_at(doc, where))}"
     return RecordError(f"{where or 'record'}: {what}")
+
+
+def shown(v: Any) -> str:
+    """A value's type, and a number's value too: "int -1", "float 3.0", "int 1000000… (401 digits)"."""
+    if type(v) not in (int, float) or (isinstance(v, float) and not math.isfinite(v)):
+        return json_type(v)
+    digits = repr(v)
+    return f"{json_type(v)} {digits[:20]}… ({len(digits)} digits)" if len(digits) > 24 else f"{json_type(v)} {digits}"
+
+
+def _value_at(doc: object, where: str) -> Any:
+    """The value at msgspec's path (config.world_size, steps[3].time_s) in the document."""
+    for key, index in re.findall(r"(?:^|\.)([^.\[]+)|\[(\d+)\]", where):
+        try:
+            doc = doc[int(index)] if index else doc[key]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return doc
 
 
 def decode(doc: object) -> Record:
@@ -178,7 +198,7 @@ def decode(doc: object) -> Record:
     try:
         return msgspec.convert(doc, Record, strict=True)
     except msgspec.ValidationError as e:
-        raise _record_error(e) from None
+        raise _record_error(e, doc) from None
 
 
 def to_dict(rec: Record) -> dict:

@@ -175,7 +175,7 @@ def update_to_2(rec: dict) -> dict:
     """Version 1 -> 2, in order: model FLOPs without recompute and hardware FLOPs / HFU (the ceiling
     ratio is rescaled first, then judged), the ceiling's method, threads per rank, GPU-only J/token,
     the typed precision policy."""
-    return _apply(rec, 2, [Upgrade(upgrade_v1_flops, "metrics.flops"),
+    return _apply(rec, 2, [Upgrade(upgrade_v1_flops, "metrics (flops, moe, quality, energy), config or env.devices"),
                            Upgrade(upgrade_v1_ceiling, "metrics.mfu_vs_ceiling"),
                            Upgrade(upgrade_v1_env, "env.devices"),
                            Upgrade(upgrade_v1_energy_metrics, "metrics.energy"),
