@@ -12,7 +12,8 @@ import tempfile
 from pathlib import Path
 
 
-def _umask() -> int:
+def umask() -> int:
+    """The process's umask (reading it means setting it: set back at once)."""
     mask = os.umask(0)
     os.umask(mask)
     return mask
@@ -37,7 +38,7 @@ def atomic_file(path: str | Path, mode: str = "wb", encoding: str | None = None,
             if durable:
                 f.flush()
                 os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
+        os.chmod(tmp, 0o666 & ~umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -117,8 +117,8 @@ def test_export_appends_onto_codecarbons_file_and_the_concatenation_reads_as_one
     # and codecarbon's own writer takes our file as its own: it appends, no backup of "a changed format"
     from codecarbon.output_methods.file import FileOutput
     FileOutput("emissions.csv", str(tmp_path)).out(data, None)
-    assert len(pd.read_csv(theirs)) == 4 and sorted(p.name for p in tmp_path.iterdir()) == ["emissions.csv",
-                                                                                           "results"]
+    assert len(pd.read_csv(theirs)) == 4  # (beside the file: export's hidden lock, .emissions.csv.lock)
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == ["emissions.csv", "results"]
 
 
 @pytest.mark.procs
@@ -176,3 +176,83 @@ def test_cells_a_spreadsheet_would_evaluate_are_neutralised_numbers_are_not(tmp_
     assert [r["experiment_id"] for r in rows[:-1]] == ["'" + w for w in hostile]
     assert rows[-1]["cpu_energy"] == repr(-50.0 * 1.1 / 3.6e6) and rows[-1]["cpu_energy"].startswith("-")
     assert pd.read_csv(path)["cpu_energy"].iloc[-1] == pytest.approx(-50.0 * 1.1 / 3.6e6)
+
+
+def _export_after(barrier, folder, target):
+    from benchsuite.cli import main
+
+    barrier.wait()
+    raise SystemExit(main(["export", str(folder), "-o", str(target)]))
+
+
+@pytest.mark.procs
+def test_concurrent_exports_onto_one_shared_file_lose_no_row_and_keep_its_mode_and_link(tmp_path):
+    """Four exports at once onto a team's CSV reached through a symlink, group-writable: every row of every
+    export is there once, the file is appended in place (same inode, mode) and the link is still a link."""
+    import multiprocessing
+    import os
+    import stat
+
+    (tmp_path / "team").mkdir()
+    theirs, _ = codecarbon_file(tmp_path / "team")
+    theirs.chmod(0o664)
+    inode = theirs.stat().st_ino
+    link = tmp_path / "emissions.csv"
+    link.symlink_to(theirs)
+    folders = [write_records(tmp_path / f"results{i}", [record(f"p{i}r{j}") for j in range(25)]) for i in range(4)]
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(4)
+    procs = [ctx.Process(target=_export_after, args=(barrier, folder, link)) for folder in folders]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0] * 4
+    assert link.is_symlink() and os.readlink(link) == str(theirs)
+    assert theirs.stat().st_ino == inode and stat.S_IMODE(theirs.stat().st_mode) == 0o664
+    df = pd.read_csv(theirs)
+    assert len(df) == 1 + 100 and df["run_id"].is_unique  # codecarbon's own row and every one of ours, once
+
+
+def test_export_again_from_another_time_zone_adds_nothing(tmp_path, monkeypatch):
+    """The key of a row is the record's run key, repeat and start in UTC: the local timestamp codecarbon's
+    column holds differs by time zone, the key does not."""
+    recs = [record("abc"), {**record("abc"), "repeat": 1}, record("abc", started_at="2025-01-02T00:00:00+00:00")]
+    target = tmp_path / "emissions.csv"
+    first = export.write_codecarbon_csv(recs, target)
+    assert first.rows_written == 3  # two repeats and a later measurement of one run: three rows
+    for tz in ("Asia/Kolkata", "America/Los_Angeles"):
+        monkeypatch.setenv("TZ", tz)
+        time.tzset()
+        again = export.write_codecarbon_csv(recs, target)
+        assert (again.rows_written, again.rows_already_there, again.appended) == (0, 3, True)
+    monkeypatch.undo()
+    time.tzset()
+    assert len(pd.read_csv(target)) == 3
+
+
+def test_run_id_is_a_uuid_of_run_key_repeat_and_utc_start():
+    import uuid
+
+    a = export.run_id(record("abc", started_at="2025-01-01T01:00:00+01:00"))
+    assert a == export.run_id(record("abc", started_at="2025-01-01T00:00:00+00:00"))  # the same instant
+    assert uuid.UUID(a).version == 5
+    assert a != export.run_id({**record("abc"), "repeat": 1})
+    assert a != export.run_id(record("abd", started_at="2025-01-01T00:00:00+00:00"))
+
+
+def test_a_failed_append_leaves_the_file_as_it_was(tmp_path, monkeypatch):
+    import os
+
+    target = tmp_path / "emissions.csv"
+    export.write_codecarbon_csv([record("abc")], target)
+    before = target.read_bytes()
+
+    def full(fd, data):
+        os.close(os.dup(fd))
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(export.os, "write", full)
+    with pytest.raises(export.ExportError, match="No space left on device"):
+        export.write_codecarbon_csv([record("def")], target)
+    assert target.read_bytes() == before

@@ -25,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+import benchsuite
 from benchsuite import cli
 from benchsuite.results.migrate import update_to_2, update_to_3, update_to_4
 from benchsuite.record import SCHEMA_VERSION, RecordError, decode, to_dict
@@ -33,8 +34,11 @@ from benchsuite.results.store import load_records, ok_record_ids, read_record
 from helpers import REPO, run_cli
 
 FIXTURES = REPO / "tests" / "fixtures" / "results"
-SOURCES = ["make_dvs-switch-w2.json", "make_hostile.json", "make_dense-q.json", "make_dvs-switch-w8-failed.json",
-           "smoke__dense-tiny__w2n1-weak__6a7938ff8f2a1420.json", "make_zero-zero3-w2.json"]
+VERSIONS = REPO / "tests" / "fixtures" / "versions"  # real records of versions 3 and 4 (and 2, from a 3), tiny runs
+SOURCES = [FIXTURES / name for name in ("make_dvs-switch-w2.json", "make_hostile.json", "make_dense-q.json",
+                                        "make_dvs-switch-w8-failed.json", "make_zero-zero3-w2.json",
+                                        "smoke__dense-tiny__w2n1-weak__6a7938ff8f2a1420.json")] \
+    + sorted(VERSIONS.glob("*.json"))  # a record of every schema version
 GOOD = "smoke__dense-tiny__w1n1-weak__ee7bbe62e331231c.json"  # an intact record beside the damaged one
 FUZZ = settings(max_examples=60, deadline=None, derandomize=True, database=None,
                 phases=[Phase.explicit, Phase.generate],  # no shrinking: a failure prints its whole input
@@ -48,7 +52,8 @@ def _verbs(folder: Path, n: int) -> list[list[str]]:
             ["dashboard", str(folder), "-o", str(folder.parent / f"site{n}")],
             ["export", str(folder), "-o", str(folder.parent / f"emissions{n}.csv")],
             ["carbon", "project", str(folder), "--tokens", "1e12"],
-            ["carbon", "project", str(folder), "--tokens", "1e12", "--json"]]
+            ["carbon", "project", str(folder), "--tokens", "1e12", "--json"],
+            ["compare", str(folder), str(folder), "--json"]]
 
 
 def run_reader(argv: list[str]) -> tuple[int, list[str], str]:
@@ -90,6 +95,16 @@ def check_every_reader(folder: Path, bad: list[Path], n: int) -> list[str]:
             naming = [m for m in messages if path.name in m]
             assert len(naming) == 1, (argv, path.name, messages)
             assert naming[0].startswith(f"skipping {path}: ")
+    for reader in (benchsuite.load, benchsuite.load_steps, ok_record_ids):  # the API and run's resume scan
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                reader(folder)
+            except Exception as e:
+                pytest.fail(f"{reader.__name__}: {type(e).__name__}: {e}\n--- input ---\n{shown}")
+        if reader is not ok_record_ids:  # (run's scan is quiet: it never names files it did not write)
+            for path in (p for p, ok in zip(bad, accepted) if not ok):
+                assert sum(path.name in str(w.message) for w in caught) == 1, (reader.__name__, path.name)
     shutil.rmtree(folder.parent / f"site{n}", ignore_errors=True)  # 5 MiB each
     return ["accepted" if ok else "skipped" for ok in accepted]
 
@@ -145,7 +160,7 @@ def _fresh_folder(ws) -> tuple[Path, int]:
 def draw_damaged(data) -> str:
     """The text of a real record with one to three fields replaced, deleted or given a sibling."""
     source = data.draw(st.sampled_from(SOURCES), label="record")
-    doc = json.loads((FIXTURES / source).read_text())
+    doc = json.loads(source.read_text())
     for _ in range(data.draw(st.integers(1, 3), label="mutations")):
         path = data.draw(st.sampled_from(list(_paths(doc))), label="path")
         parent, last = _parent(doc, path), path[-1]

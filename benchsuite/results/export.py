@@ -1,5 +1,10 @@
 """`benchsuite export --format codecarbon`: run records as codecarbon's emissions.csv, in its columns,
 units and conventions, so codecarbon's own users can concatenate the file with theirs.
+
+Onto an existing file the rows are appended in place under a lock (a team's shared CSV keeps its
+mode, owner and symlink, and concurrent exports lose no row), each run once: a row's run_id is a
+UUID of the record's run key, repeat and start time in UTC, so exporting again, from another time
+zone, adds nothing.
 """
 
 from __future__ import annotations
@@ -9,17 +14,30 @@ import dataclasses
 import datetime as dt
 import io
 import os
+import uuid
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchsuite.atomic import atomic_file
+from filelock import FileLock, Timeout
+
+from benchsuite.atomic import atomic_file, umask
 from benchsuite.energy.carbon import J_PER_KWH, country_name
+from benchsuite.record.names import record_id, repeat_of
 from benchsuite.record.values import ratio
 
 CODECARBON_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S"   # emissions_tracker.py, EmissionsData(timestamp=...)
 CSV_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")   # OWASP CSV injection: cells a spreadsheet evaluates
+RUN_ID_NAMESPACE = uuid.UUID("5d9c1f3e-6a0b-5c55-9b1e-2b7f0c0e9a11")  # benchsuite's run_id UUIDs (uuid5)
+LOCK_TIMEOUT_S = 120.0  # another export holding the file's lock longer than this is named, not waited on
+
+
+def run_id(rec: dict) -> str:
+    """The stable key of a measurement (what codecarbon calls run_id): a UUID of its run key, repeat and
+    start time in UTC. The same record exported twice, or from another time zone, has the same one."""
+    started = dt.datetime.fromisoformat(rec["started_at"]).astimezone(dt.timezone.utc).isoformat()
+    return str(uuid.uuid5(RUN_ID_NAMESPACE, f"{record_id(rec['run_key'], repeat_of(rec))}@{started}"))
 
 
 def codecarbon_columns() -> list[str]:
@@ -65,7 +83,7 @@ def to_codecarbon_rows(records: list[dict]) -> list[dict]:
         row = {
             "timestamp": _codecarbon_timestamp(rec.get("started_at"), rec.get("duration_s")),
             "project_name": rec.get("suite"),
-            "run_id": rec.get("run_key"),
+            "run_id": run_id(rec),
             "experiment_id": rec.get("workload"),
             "duration": window,
             "emissions": co2e_kg,
@@ -105,7 +123,7 @@ class CsvExport:
     path: Path
     rows_written: int
     appended: bool          # onto an existing codecarbon file, as codecarbon's FileOutput appends
-    rows_already_there: int  # same run_id and timestamp already in that file: not written twice
+    rows_already_there: int  # the same run_id already in that file: not written twice
 
 
 def spreadsheet_safe(value: Any) -> Any:
@@ -129,9 +147,9 @@ def _check_target(path: Path) -> None:
 
 @dataclass(frozen=True)
 class _ExistingCsv:
-    text: str
     header: list[str]
-    keys: set[tuple[str | None, str | None]]   # (run_id, timestamp) of its rows
+    run_ids: set[str]
+    ends_with_newline: bool
 
 
 def _existing_csv(path: Path, columns: list[str]) -> _ExistingCsv | None:
@@ -148,12 +166,12 @@ def _existing_csv(path: Path, columns: list[str]) -> _ExistingCsv | None:
             raise ExportError(f"{path}: its header is not the emissions.csv header of codecarbon "
                               f"{_codecarbon_version()} (missing: {_some(set(columns) - set(header))}; "
                               f"extra: {_some(set(header) - set(columns))}); export to another file with -o")
-        keys = {(r.get("run_id"), r.get("timestamp")) for r in reader}
+        run_ids = {r.get("run_id") for r in reader}
     except OSError as e:
         raise ExportError(f"{path}: cannot read ({e.strerror or e}); export to another file with -o") from None
     except (UnicodeDecodeError, csv.Error) as e:
         raise ExportError(f"{path}: not a readable CSV file ({e}); export to another file with -o") from None
-    return _ExistingCsv(text, header, keys)
+    return _ExistingCsv(header, run_ids, text.endswith("\n"))
 
 
 def _some(names: set[str], shown: int = 5) -> str:
@@ -176,23 +194,50 @@ def _codecarbon_version() -> str:
 
 
 def write_codecarbon_csv(records: list[dict], path: str | Path) -> CsvExport:
-    """emissions.csv in codecarbon's columns: a new file (header even when there are no rows), or
-    the rows appended to an existing codecarbon file in its column order, as codecarbon does.
-    Written atomically: a reader sees the old file or the whole new one."""
+    """emissions.csv in codecarbon's columns: a new file (header even when there are no rows), or the rows
+    appended in place to an existing codecarbon file in its column order, as codecarbon does. Under a lock
+    beside the file (.NAME.lock): concurrent exports wait their turn, and each row is written once."""
     path = Path(path)
-    columns = codecarbon_columns()
     _check_target(path)
-    existing = _existing_csv(path, columns)
+    target = Path(os.path.realpath(path))  # a symlinked team file: its target gets the rows, the link stays
+    columns = codecarbon_columns()
     rows = [{c: spreadsheet_safe(v) for c, v in row.items()} for row in to_codecarbon_rows(records)]
-    new = [r for r in rows if not existing or (r["run_id"], r["timestamp"]) not in existing.keys]
-    header = existing.header if existing else columns
+    lock = FileLock(target.parent / f".{target.name}.lock", mode=0o666 & ~umask())
     try:
-        with atomic_file(path, "w", encoding="utf-8", newline="") as f:
-            if existing:
-                f.write(existing.text if existing.text.endswith("\n") else existing.text + os.linesep)
+        with lock.acquire(timeout=LOCK_TIMEOUT_S):
+            existing = _existing_csv(target, columns)
+            new = list({r["run_id"]: r for r in rows if not existing or r["run_id"] not in existing.run_ids}.values())
+            if existing or target.exists():
+                _append(target, existing, columns, new)
             else:
-                f.write(_csv_line(header))
-            f.writelines(_csv_line([r[c] for c in header]) for r in new)
+                with atomic_file(target, "w", encoding="utf-8", newline="") as f:
+                    f.write(_csv_line(columns))
+                    f.writelines(_csv_line([r[c] for c in columns]) for r in new)
+    except Timeout:
+        raise ExportError(f"{path}: another export has held {lock.lock_file} for {LOCK_TIMEOUT_S:g} s; "
+                          "wait for it, or remove that file if no export is running") from None
     except OSError as e:
         raise ExportError(f"{path}: cannot write ({e.strerror or e})") from None
     return CsvExport(path, len(new), existing is not None, len(rows) - len(new))
+
+
+def _append(target: Path, existing: _ExistingCsv | None, columns: list[str], rows: list[dict]) -> None:
+    """The rows appended to the file itself (its inode, mode and owner unchanged), in its column order; an
+    empty file gets the header first. A failed write is undone: the file is cut back to its old length."""
+    header = existing.header if existing else columns
+    text = "" if existing is None or existing.ends_with_newline else os.linesep
+    text += ("" if existing else _csv_line(header)) + "".join(_csv_line([r[c] for c in header]) for r in rows)
+    data = text.encode("utf-8")
+    fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        except OSError:
+            os.ftruncate(fd, size)
+            raise
+    finally:
+        os.close(fd)
