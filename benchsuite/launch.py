@@ -29,7 +29,9 @@ from benchsuite import prctl
 from benchsuite.config import ConfigError, RunConfig, Suite
 from benchsuite.environment import THREADS_SOURCE_VAR, hardware_identity, software_versions
 from benchsuite.progress import ProgressLine
-from benchsuite.record import failed_record, record_filename, record_id, repeat_of, utc_now, write_record
+from benchsuite.record import (NewerRecordError, failed_record, record_filename, record_id, repeat_of, utc_now,
+                               write_record)
+from benchsuite.record.io import newer_version_at
 from benchsuite.results.store import ok_record_ids
 from benchsuite.runlock import Holder, claim
 
@@ -488,6 +490,11 @@ def run_suite(suite: Suite, out_dir: str | Path, resume: bool = True, peak_tflop
     prctl.become_subreaper()  # ranks whose torchrun died are re-parented here and reaped
     remove_stale_workdirs()
     hardware = hardware_identity()
+    for p in planned:  # a newer benchsuite's record is never measured over (NewerRecordError names it)
+        path = record_path(out_dir, p.run, p.run.run_key(hardware), p.repeat)
+        version = newer_version_at(path)
+        if version is not None:
+            raise NewerRecordError(version, path)
     done = ok_record_ids(out_dir) if resume else set()
     outcomes = []
     for i, (run, rep) in enumerate((p.run, p.repeat) for p in planned):

@@ -45,6 +45,7 @@ def run(args) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from benchsuite.launch import Rendezvous, RunStatus, plan, run_suite
+    from benchsuite.record import NewerRecordError
 
     if args.nnodes > 1 and not args.rdzv_endpoint:
         raise UsageError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (the first node's address)")
@@ -81,6 +82,8 @@ def run(args) -> int:
         with progress:
             outcomes = run_suite(suite, args.out, resume=args.resume, peak_tflops=args.peak_tflops, rdzv=rdzv,
                                  on_event=on_event, repeat=args.repeat)
+    except NewerRecordError as e:  # a newer benchsuite's record where this suite would write one
+        raise UsageError(str(e)) from None
     except OSError as e:  # disk full, folder removed mid-suite, ...: say so, no traceback
         err.print(f"benchsuite: cannot write to the results folder {printable(args.out)}: {printable(e)}\n"
                   "records completed before this are kept; free space and rerun the same command to resume",

@@ -35,10 +35,15 @@ class RecordError(ValueError):
 class NewerRecordError(RecordError):
     """A record of a schema version this benchsuite does not know: never read as if it did, never replaced."""
 
-    def __init__(self, version: int):
-        self.version = version
-        super().__init__(f"schema_version {version} is newer than this benchsuite reads ({SCHEMA_VERSION}); "
-                         "upgrade benchsuite")
+    def __init__(self, version: int, path: object = None):
+        self.version, self.path = version, path
+        if path is None:
+            super().__init__(f"schema_version {version} is newer than this benchsuite reads ({SCHEMA_VERSION}); "
+                             "upgrade benchsuite")
+        else:
+            super().__init__(f"{path}: a record of schema_version {version}, written by a newer benchsuite (this one "
+                             f"reads and writes {SCHEMA_VERSION}); it is never overwritten or resumed over: upgrade "
+                             "benchsuite, or give another --out")
 
 
 def utc_now() -> str:

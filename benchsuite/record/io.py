@@ -63,7 +63,7 @@ def write_record(out_dir: str | Path, rec: dict) -> Path:
     data = encode(rec)
     newer = newer_version_at(final) if final.is_file() else None
     if newer is not None:
-        raise NewerRecordError(newer)
+        raise NewerRecordError(newer, final)
     try:
         with atomic_file(final, "wb") as f:
             f.write(data)

@@ -40,6 +40,17 @@ class Status(enum.StrEnum):
     FAILED = "failed"
 
 
+class Kind(enum.StrEnum):
+    DENSE = "dense"
+    MOE = "moe"
+
+
+class Scaling(enum.StrEnum):
+    """Weak keeps micro_batch sequences per data-parallel rank; strong splits micro_batch over them."""
+    WEAK = "weak"
+    STRONG = "strong"
+
+
 class Source(enum.StrEnum):
     """How an energy figure was obtained, strongest first (energy/common.SOURCES)."""
     MEASURED = "measured"
@@ -121,10 +132,10 @@ class Config(Section):
     """The run's resolved config (config.RunConfig.to_dict); its hash with the hardware is the run key."""
     world_size: Count
     nodes: Count
-    scaling: Literal["weak", "strong"]
+    scaling: Scaling
     suite: Text | None = None
     workload: Text | None = None
-    kind: Literal["dense", "moe"] | None = None
+    kind: Kind | None = None
     description: Text | None = None
     sweep_id: Text | None = None
     model: ModelConfig | None = None

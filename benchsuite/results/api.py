@@ -16,82 +16,92 @@ from pathlib import Path
 
 import pandas as pd
 
+from benchsuite.record.columns import field_column
 from benchsuite.results.store import load_records, records_dataframe
 
 
 @dataclass(frozen=True)
 class Column:
+    """A column of load(): a record field (its dtype from the record's types, record/columns.py) or, with
+    `dtype` given, a figure the DataFrame computes (scaling efficiency, flags, the file)."""
     name: str
-    dtype: str  # a pandas dtype name; "category" columns take the values in `categories`
-    source: str  # the records_dataframe column it comes from
+    source: str  # the records_dataframe column it comes from: a record field's dotted path, or a computed one
+    dtype: str | None = None
     categories: tuple[str, ...] = ()
+
+    def typed(self) -> tuple[str, tuple[str, ...]]:
+        if self.dtype is not None:
+            return self.dtype, self.categories
+        f = field_column(self.source)
+        return f.dtype, f.categories
 
 
 COLUMNS = (
-    Column("run_key", "string", "run_key"),
-    Column("repeat", "Int64", "repeat"),
-    Column("suite", "string", "suite"),
-    Column("workload", "string", "workload"),
-    Column("status", "category", "status", ("ok", "failed")),
-    Column("kind", "category", "kind", ("dense", "moe")),
-    Column("router", "string", "router"),
-    Column("world_size", "Int64", "world_size"),
-    Column("nodes", "Int64", "nodes"),
-    Column("scaling", "category", "scaling", ("weak", "strong")),
-    Column("tensor", "Int64", "tensor"),
-    Column("zero", "Int64", "zero"),
-    Column("expert", "Int64", "expert"),
-    Column("started_at", "datetime64[ns, UTC]", "started_at"),
-    Column("duration_s", "float64", "duration_s"),
-    Column("tokens_per_s", "float64", "tokens_per_s"),
-    Column("mfu", "float64", "mfu"),
-    Column("step_time_median_s", "float64", "step_time_median_s"),
-    Column("step_time_ci95_lo_s", "float64", "step_time_ci95_lo_s"),
-    Column("step_time_ci95_hi_s", "float64", "step_time_ci95_hi_s"),
-    Column("scaling_efficiency", "float64", "scaling_efficiency"),
-    Column("tflops_per_device", "float64", "metrics.tflops_per_device"),
-    Column("model_flops_per_token", "float64", "metrics.flops.model_per_token"),
-    Column("params_active", "float64", "metrics.params.active"),
-    Column("peak_memory_bytes", "float64", "metrics.memory.peak_allocated_bytes"),
-    Column("energy_j", "float64", "energy.total_j"),
-    Column("gpu_energy_j", "float64", "energy.gpu_j"),
-    Column("energy_source", "category", "energy.source", ("measured", "sampled", "estimated", "unavailable")),
-    Column("j_per_token", "float64", "metrics.energy.j_per_token"),
-    Column("gpu_j_per_token", "float64", "metrics.energy.gpu_j_per_token"),
-    Column("gco2e_per_mtok", "float64", "metrics.energy.gco2e_per_mtok"),
-    Column("co2e_g", "float64", "carbon.co2e_g"),
-    Column("intensity_g_per_kwh", "float64", "carbon.intensity_g_per_kwh"),
-    Column("flagged", "bool", "flagged"),
-    Column("error_type", "string", "error_type"),
-    Column("path", "string", "path"),
+    Column("run_key", "run_key"),
+    Column("repeat", "repeat"),
+    Column("suite", "suite"),
+    Column("workload", "workload"),
+    Column("status", "status"),
+    Column("kind", "config.kind"),
+    Column("router", "config.moe.router"),
+    Column("world_size", "config.world_size"),
+    Column("nodes", "config.nodes"),
+    Column("scaling", "config.scaling"),
+    Column("tensor", "config.parallel.tensor"),
+    Column("zero", "config.parallel.zero"),
+    Column("expert", "config.parallel.expert"),
+    Column("started_at", "started_at"),
+    Column("duration_s", "duration_s"),
+    Column("tokens_per_s", "metrics.tokens_per_s"),
+    Column("mfu", "metrics.mfu"),
+    Column("step_time_median_s", "metrics.step_time_s.median"),
+    Column("step_time_ci95_lo_s", "step_time_ci95_lo_s", "float64"),
+    Column("step_time_ci95_hi_s", "step_time_ci95_hi_s", "float64"),
+    Column("scaling_efficiency", "scaling_efficiency", "float64"),
+    Column("tflops_per_device", "metrics.tflops_per_device"),
+    Column("model_flops_per_token", "metrics.flops.model_per_token"),
+    Column("params_active", "metrics.params.active"),
+    Column("peak_memory_bytes", "metrics.memory.peak_allocated_bytes"),
+    Column("energy_j", "energy.total_j"),
+    Column("gpu_energy_j", "energy.gpu_j"),
+    Column("energy_source", "energy.source"),
+    Column("j_per_token", "metrics.energy.j_per_token"),
+    Column("gpu_j_per_token", "metrics.energy.gpu_j_per_token"),
+    Column("gco2e_per_mtok", "metrics.energy.gco2e_per_mtok"),
+    Column("co2e_g", "carbon.co2e_g"),
+    Column("intensity_g_per_kwh", "carbon.intensity_g_per_kwh"),
+    Column("flagged", "flagged", "bool"),
+    Column("error_type", "error.type"),
+    Column("path", "path", "string"),
 )
 
-STEP_COLUMNS = (
-    Column("run_key", "string", "run_key"),
-    Column("suite", "string", "suite"),
-    Column("workload", "string", "workload"),
-    Column("path", "string", "path"),  # tells repeats of one run apart, and joins with load()
-    Column("step", "Int64", "step"),
-    Column("time_s", "float64", "time_s"),
-    Column("loss", "float64", "loss"),
-    Column("tokens", "Int64", "tokens"),
-    Column("val_loss", "float64", "val_loss"),
+STEP_COLUMNS = (  # a step's fields (record Step) beside the identity of its record
+    Column("run_key", "run_key"),
+    Column("suite", "suite"),
+    Column("workload", "workload"),
+    Column("path", "path", "string"),  # tells repeats of one run apart, and joins with load()
+    Column("step", "step", "Int64"),
+    Column("time_s", "time_s", "float64"),
+    Column("loss", "loss", "float64"),
+    Column("tokens", "tokens", "Int64"),
+    Column("val_loss", "val_loss", "float64"),
 )
 
 
 def _typed(values: pd.Series, col: Column) -> pd.Series:
-    """values as col.dtype; None, NaN and missing all become the dtype's missing value, never 0."""
-    if col.dtype == "float64":
+    """values as the column's dtype; None, NaN and missing all become the dtype's missing value, never 0."""
+    dtype, categories = col.typed()
+    if dtype == "float64":
         return pd.to_numeric(values, errors="coerce").astype("float64")
-    if col.dtype == "Int64":
+    if dtype == "Int64":
         return pd.to_numeric(values, errors="coerce").astype("Int64")
-    if col.dtype == "category":
-        return pd.Series(pd.Categorical(values, categories=col.categories), index=values.index)
-    if col.dtype.startswith("datetime64"):
-        return pd.to_datetime(values, utc=True, format="ISO8601").astype(col.dtype)
-    if col.dtype == "bool":
+    if dtype == "category":
+        return pd.Series(pd.Categorical(values, categories=categories), index=values.index)
+    if dtype.startswith("datetime64"):
+        return pd.to_datetime(values, utc=True, format="ISO8601").astype(dtype)
+    if dtype == "bool":
         return values.fillna(False).astype(bool)
-    return values.astype(col.dtype)
+    return values.astype(dtype)
 
 
 def _frame(raw: pd.DataFrame, columns: tuple[Column, ...]) -> pd.DataFrame:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from benchsuite.metrics.scaling import add_scaling_efficiency, scaling_identity
 from benchsuite.record.codec import RecordError, decode, parse, to_dict
+from benchsuite.record.columns import field_columns
 from benchsuite.record.io import file_kind, read_bytes
 from benchsuite.record.names import record_id, repeat_of
 from benchsuite.record.sanity import flag_summary, with_flags
@@ -25,7 +26,6 @@ if TYPE_CHECKING:  # pandas loads on first use: a rank writes its record without
     import pandas as pd
 
 MAX_FOLDER_DEPTH = 32  # results/<suite>/<commit>/... is a few levels; deeper is a loop or damage, said, not walked
-FLATTENED = ("metrics", "energy", "carbon")  # sections flatten() turns into dotted column names
 
 
 def _entry_problem(path: Path, root: Path) -> str | None:
@@ -137,18 +137,10 @@ def ok_record_ids(path: str | Path) -> set[str]:
         return {record_id(r["run_key"], repeat_of(r)) for r in load_records(path) if r["status"] == "ok"}
 
 
-def _dotted(d: dict, prefix: str = ""):
-    """(dotted key, value) for every leaf of nested dicts."""
-    for k, v in d.items():
-        if isinstance(v, dict) and v:
-            yield from _dotted(v, f"{prefix}{k}.")
-        else:
-            yield f"{prefix}{k}", v
-
-
 def flatten(rec: dict) -> dict:
-    """One DataFrame row: identity and the headline figures under short names, and every
-    scalar of metrics/energy/carbon under dotted names (metrics.flops.model_per_token, ...)."""
+    """One DataFrame row: identity and the headline figures under short names, and every scalar field of
+    the record's types under its dotted name (metrics.flops.model_per_token, config.parallel.zero, ...):
+    the same columns whatever the record holds (record/columns.py)."""
     cfg, m, err = rec["config"], rec.get("metrics") or {}, rec.get("error") or {}
     row = {
         "run_key": rec["run_key"], "suite": rec["suite"], "workload": rec["workload"], "status": rec["status"],
@@ -174,11 +166,15 @@ def flatten(rec: dict) -> dict:
         for key in ("target_loss", "reached", "step", "tokens", "seconds", "model_flops", "energy_j", "co2e_g",
                     "reason", "best_val_loss", "final_val_loss", "eval_seconds", "eval_energy_j"):
             row[f"quality.{key}"] = quality.get(key)
-    for section in ("metrics", "energy", "carbon"):
-        for k, v in _dotted(rec.get(section) or {}):
-            if v is None or isinstance(v, (int, float, str, bool)):
-                row[f"{section}.{k}"] = v
+    for path, keys in _FIELD_KEYS:  # every scalar field the record's types declare, by its dotted path
+        v = rec
+        for k in keys:
+            v = v.get(k) if isinstance(v, dict) else None
+        row[path] = v
     return row
+
+
+_FIELD_KEYS = [(path, path.split(".")) for path in field_columns()]
 
 
 # Figures the DataFrame does arithmetic on (scaling efficiency, report cells): float columns, NaN

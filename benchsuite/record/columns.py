@@ -1,0 +1,82 @@
+"""The record's scalar fields as DataFrame columns, derived from the types: every field the types
+declare that holds one value (not a list or a map), by its dotted path, with the pandas dtype its
+type gives. The results DataFrame (results/store.flatten) has a column for each; `load()` takes its
+columns' dtypes from here (results/api.py), so a figure added to the types is a column everywhere.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import msgspec.inspect as mi
+
+from benchsuite.record.types import Record
+
+
+@dataclass(frozen=True)
+class FieldColumn:
+    path: str  # dotted: metrics.step_time_s.median
+    dtype: str  # a pandas dtype name
+    categories: tuple[str, ...] = ()  # for "category": the values the types allow
+
+
+def _scalar(t: mi.Type) -> mi.Type | None:
+    """The one scalar type a field holds (unwrapping Optional and constraints), or None for a container."""
+    if isinstance(t, mi.UnionType):
+        kinds = [x for x in t.types if not isinstance(x, mi.NoneType)]
+        return _scalar(kinds[0]) if len(kinds) == 1 else None
+    if isinstance(t, mi.Metadata):
+        return _scalar(t.type)
+    return t if isinstance(t, (mi.FloatType, mi.IntType, mi.StrType, mi.BoolType, mi.EnumType, mi.LiteralType,
+                               mi.DateTimeType)) else None
+
+
+def _struct(t: mi.Type) -> mi.StructType | None:
+    if isinstance(t, mi.UnionType):
+        structs = [x for x in t.types if isinstance(x, mi.StructType)]
+        return structs[0] if len(structs) == 1 else None
+    return t if isinstance(t, mi.StructType) else None
+
+
+def _dtype(t: mi.Type) -> tuple[str, tuple[str, ...]]:
+    if isinstance(t, mi.FloatType):
+        return "float64", ()
+    if isinstance(t, mi.IntType):
+        return "Int64", ()
+    if isinstance(t, mi.BoolType):
+        return "boolean", ()
+    if isinstance(t, mi.DateTimeType):
+        return "datetime64[ns, UTC]", ()
+    if isinstance(t, mi.EnumType):
+        return "category", tuple(str(m.value) for m in t.cls)
+    if isinstance(t, mi.LiteralType) and all(isinstance(v, str) for v in t.values):
+        return "category", tuple(t.values)
+    if isinstance(t, mi.LiteralType):
+        return "Int64", ()
+    return "string", ()
+
+
+@functools.cache
+def field_columns() -> dict[str, FieldColumn]:
+    """Every scalar field of the record by dotted path, in the types' order."""
+    out: dict[str, FieldColumn] = {}
+    stack: list[tuple[str, mi.StructType]] = [("", mi.type_info(Record))]
+    while stack:
+        prefix, struct = stack.pop(0)
+        for f in struct.fields:
+            path = f"{prefix}{f.name}"
+            scalar, inner = _scalar(f.type), _struct(f.type)
+            if scalar is not None:
+                out[path] = FieldColumn(path, *_dtype(scalar))
+            elif inner is not None:
+                stack.append((f"{path}.", inner))
+    return out
+
+
+def field_column(path: str) -> FieldColumn:
+    """The column of one scalar field; KeyError naming the path for one the types do not declare."""
+    try:
+        return field_columns()[path]
+    except KeyError:
+        raise KeyError(f"{path}: not a scalar field of the record types (record/types.py)") from None
