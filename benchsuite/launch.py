@@ -487,14 +487,14 @@ def run_suite(suite: Suite, out_dir: str | Path, resume: bool = True, peak_tflop
     threads = thread_plan(suite.runs)  # a bad OMP_NUM_THREADS is refused before anything starts
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    prctl.become_subreaper()  # ranks whose torchrun died are re-parented here and reaped
-    remove_stale_workdirs()
     hardware = hardware_identity()
     for p in planned:  # a newer benchsuite's record is never measured over (NewerRecordError names it)
         path = record_path(out_dir, p.run, p.run.run_key(hardware), p.repeat)
         version = newer_version_at(path)
         if version is not None:
             raise NewerRecordError(version, path)
+    prctl.become_subreaper()  # ranks whose torchrun died are re-parented here and reaped
+    remove_stale_workdirs()
     done = ok_record_ids(out_dir) if resume else set()
     outcomes = []
     for i, (run, rep) in enumerate((p.run, p.repeat) for p in planned):

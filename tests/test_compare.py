@@ -74,11 +74,13 @@ def test_repeats_resample_records_then_steps(tmp_path):
     tps = {m.metric: m for m in c.runs[0].metrics}["tokens_per_s"]
 
     rng = np.random.default_rng([3, 0])
-    chosen = rng.integers(0, 2, (500, 2))
-    meds = np.stack([np.median(np.array(t)[rng.integers(0, 10, (500, 2, 10))], axis=2) for t in (TIMES_A, slow)])
-    b_idx, k_idx = np.indices(chosen.shape)
+    chosen = rng.integers(0, 2, (500, 2)).ravel()  # 500 draws of 2 records, then each drawn record's steps:
+    meds = np.empty(chosen.size)                  # the draws of record 0 first, in order, then record 1's
+    for j, t in enumerate((TIMES_A, slow)):
+        drawn = np.flatnonzero(chosen == j)
+        meds[drawn] = np.median(np.array(t)[rng.integers(0, 10, (drawn.size, 10))], axis=1)
     tokens = _tokens_per_step(_record(DENSE))
-    side_a = np.median(tokens / meds[chosen, b_idx, k_idx], axis=1)
+    side_a = np.median((tokens / meds).reshape(500, 2), axis=1)
     tb = np.array(TIMES_A)
     side_b = tokens / np.median(tb[np.random.default_rng([3, 1]).integers(0, 10, (500, 10))], axis=1)
     assert tps.a == pytest.approx(np.median([tokens / np.median(TIMES_A), tokens / np.median(slow)]))

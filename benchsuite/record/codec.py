@@ -181,6 +181,8 @@ def _record_error(e: msgspec.ValidationError, doc: object) -> RecordError:
 
 def shown(v: Any) -> str:
     """A value's type, and a number's value too: "int -1", "float 3.0", "int 1000000… (401 digits)"."""
+    if isinstance(v, list):
+        return f"a list of {len(v)}"
     if type(v) not in (int, float) or (isinstance(v, float) and not math.isfinite(v)):
         return json_type(v)
     digits = repr(v)

@@ -197,7 +197,7 @@ class StepTime(Section):
     p10: Num | None = None
     p90: Num | None = None
     n: Int | None = None
-    ci95: tuple[Num | None, Num | None] | None = None
+    ci95: Annotated[list[Num | None], Meta(min_length=2, max_length=2)] | None = None  # [low, high]
 
 
 class Flops(Section):

@@ -9,6 +9,7 @@ float is it.
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 
@@ -18,10 +19,11 @@ def present(v: Any) -> bool:
         return v is not None
     if isinstance(v, (int, float)):
         return math.isfinite(v)
+    pandas = sys.modules.get("pandas")  # a value of pandas' own (NA, NaT) comes only with pandas loaded
+    if pandas is None:
+        return True
     try:
-        import pandas as pd
-
-        return not pd.isna(v)
+        return not pandas.isna(v)
     except (TypeError, ValueError):
         return True
 

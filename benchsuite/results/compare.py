@@ -190,34 +190,39 @@ def bootstrap_values(samples: list[Sample], resamples: int, rng: np.random.Gener
     """metric name → `resamples` bootstrap values of the side's figure (the median over repeats).
 
     With one record: its steps resampled with replacement. With R repeats: R records drawn with
-    replacement, then each drawn record's steps resampled, independently per draw."""
+    replacement, then each drawn record's steps resampled, independently per draw. Only the drawn
+    records' medians are drawn (resamples × R of them, grouped by record): time linear in R."""
     r = len(samples)
     chosen = rng.integers(0, r, size=(resamples, r)) if r > 1 else np.zeros((resamples, 1), dtype=int)
-    medians = np.empty((r, resamples, r))  # medians[j, b, k]: record j's resampled median for draw (b, k)
+    flat = chosen.ravel()
+    order = np.argsort(flat, kind="stable")
+    slots = np.split(order, np.cumsum(np.bincount(flat, minlength=r))[:-1])  # slots[j]: the draws of record j
+    medians = np.empty(flat.size)  # medians[i]: a resampled median of record flat[i]
     for j, s in enumerate(samples):
-        medians[j] = resampled_medians(s.step_times, resamples, r, rng)
-    b, k = np.indices(chosen.shape)
+        medians[slots[j]] = resampled_medians(s.step_times, slots[j].size, rng)
     out = {}
     for metric in METRICS:
-        per_record = np.stack([s.value(metric, medians[j]) if _has(s, metric) else np.full((resamples, r), np.nan)
-                               for j, s in enumerate(samples)])
-        out[metric.name] = np.median(per_record[chosen, b, k], axis=1)
+        values = np.full(flat.size, np.nan)
+        for j, s in enumerate(samples):
+            if _has(s, metric):
+                values[slots[j]] = s.value(metric, medians[slots[j]])
+        out[metric.name] = np.median(values.reshape(chosen.shape), axis=1)
     return out
 
 
-def resampled_medians(times: np.ndarray, resamples: int, r: int, rng: np.random.Generator) -> np.ndarray:
-    """(resamples, r) medians of times resampled with replacement: the draws of one
-    rng.integers(size=(resamples, r, n)) call, made in blocks of at most BOOTSTRAP_BLOCK indices, so a
-    record of a million steps needs megabytes, not the tens of GB of drawing them at once. Past
-    EXACT_DRAW_STEPS steps the medians are drawn directly (order_statistic_medians): seconds, not minutes."""
+def resampled_medians(times: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
+    """`count` medians of times resampled with replacement: the draws of one
+    rng.integers(size=(count, n)) call, made in blocks of at most BOOTSTRAP_BLOCK indices, so a record of a
+    million steps needs megabytes, not the tens of GB of drawing them at once. Past EXACT_DRAW_STEPS steps
+    the medians are drawn directly (order_statistic_medians): seconds, not minutes."""
     n = times.size
     if n > EXACT_DRAW_STEPS:
-        return order_statistic_medians(np.sort(times), (resamples, r), rng)
-    out = np.empty((resamples, r))
-    rows = max(1, BOOTSTRAP_BLOCK // (r * n))
-    for start in range(0, resamples, rows):
-        stop = min(resamples, start + rows)
-        out[start:stop] = np.median(times[rng.integers(0, n, size=(stop - start, r, n))], axis=2)
+        return order_statistic_medians(np.sort(times), (count,), rng)
+    out = np.empty(count)
+    rows = max(1, BOOTSTRAP_BLOCK // n)
+    for start in range(0, count, rows):
+        stop = min(count, start + rows)
+        out[start:stop] = np.median(times[rng.integers(0, n, size=(stop - start, n))], axis=1)
     return out
 
 

@@ -1,0 +1,154 @@
+"""The record layer: one typed definition (record/types.py) from which the shipped JSON Schema, the
+DataFrame's columns and the encoder derive; closed to unknown keys; a newer benchsuite's record never
+replaced; every upgrade step in results/migrate.py; the layer imports nothing above it."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import copy
+import io
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from benchsuite import cli
+from benchsuite.record import SCHEMA_VERSION, NewerRecordError, RecordError, encode, record_filename, write_record
+from benchsuite.record.columns import field_columns
+from benchsuite.record.schema import SHIPPED, schema_text
+from benchsuite.results.api import COLUMNS
+from benchsuite.results.store import flatten, load_records
+from helpers import REPO
+
+VERSIONS = REPO / "tests" / "fixtures" / "versions"
+FIXTURES = REPO / "tests" / "fixtures" / "results"
+PACKAGE = REPO / "benchsuite"
+
+
+def _validator() -> jsonschema.Draft202012Validator:
+    schema = json.loads(SHIPPED.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def _loaded(folder: Path) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "_path"} for r in load_records(folder)]
+
+
+def test_the_shipped_json_schema_is_the_one_the_types_generate():
+    assert SHIPPED.read_text() == schema_text(), \
+        "record/types.py changed: run python -m benchsuite.record.schema > benchsuite/record/record.schema.json"
+
+
+def test_schema_verb_prints_the_shipped_schema():
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.main(["schema"]) == 0
+    assert json.loads(out.getvalue()) == json.loads(SHIPPED.read_text())
+
+
+def test_records_of_every_version_validate_against_the_schema_once_loaded():
+    """Version 4 files as written; versions 1 to 3 after the upgrade chain; each one a real record."""
+    v = _validator()
+    raw = [json.loads(p.read_text()) for p in VERSIONS.glob("*.json")]
+    assert {r["schema_version"] for r in raw} == {2, 3, 4}
+    for r in raw:
+        if r["schema_version"] == SCHEMA_VERSION:
+            assert not list(v.iter_errors(r)), r["workload"]
+    loaded = _loaded(VERSIONS) + _loaded(FIXTURES)  # the fixtures are version 1
+    assert len(loaded) == len(raw) + len(list(FIXTURES.glob("*.json")))
+    for r in loaded:
+        errors = list(v.iter_errors(r))
+        assert not errors, (r["workload"], errors[0].message, list(errors[0].absolute_path))
+
+
+@pytest.mark.parametrize("where", [(), ("metrics",), ("metrics", "moe"), ("energy", "per_node", 0, "cpu"),
+                                   ("config", "train"), ("steps", 0)])
+def test_a_key_the_types_do_not_declare_is_refused_by_the_schema_and_the_writer(tmp_path, where):
+    rec = json.loads((VERSIONS / "v4-dropless.json").read_text())
+    node = rec
+    for k in where:
+        node = node[k]
+    node["surprise"] = 1.0
+    assert list(_validator().iter_errors(rec))
+    with pytest.raises(RecordError, match="unknown field `surprise`"):
+        write_record(tmp_path, rec)
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_value_of_the_wrong_type_is_refused_by_the_writer_naming_it():
+    rec = json.loads((VERSIONS / "v4-pipe.json").read_text())
+    rec["metrics"]["pipeline"]["stages"] = "two"
+    with pytest.raises(RecordError, match=r"metrics.pipeline.stages: expected `int \| null`, got `str`"):
+        encode(rec)
+
+
+def test_a_newer_benchsuites_record_is_never_replaced(tmp_path):
+    rec = json.loads((VERSIONS / "v4-zero3.json").read_text())
+    newer = {**copy.deepcopy(rec), "schema_version": SCHEMA_VERSION + 1, "figure_we_do_not_know": 1}
+    path = tmp_path / record_filename(rec)
+    path.write_text(json.dumps(newer))
+    with pytest.raises(NewerRecordError) as e:
+        write_record(tmp_path, rec)
+    assert f"schema_version {SCHEMA_VERSION + 1}" in str(e.value) and f"writes {SCHEMA_VERSION}" in str(e.value)
+    assert json.loads(path.read_text()) == newer
+    with pytest.warns(UserWarning, match=f"schema_version {SCHEMA_VERSION + 1} is newer than this benchsuite reads"):
+        assert load_records(tmp_path) == []
+
+
+def test_run_exits_2_before_measuring_over_a_newer_record(tmp_path, tiny_suite, capsys):
+    from benchsuite.config import load_suite
+    from benchsuite.environment import hardware_identity
+    from benchsuite.launch import record_path
+
+    suite = tiny_suite()
+    (run,) = load_suite(suite).runs
+    out = tmp_path / "out"
+    out.mkdir()
+    path = record_path(out, run, run.run_key(hardware_identity()))
+    path.write_text(json.dumps({"schema_version": SCHEMA_VERSION + 3, "status": "ok"}))
+    assert cli.main(["run", str(suite), "--out", str(out)]) == 2
+    said = capsys.readouterr().err
+    assert str(path.name) in said and f"schema_version {SCHEMA_VERSION + 3}" in said and f"writes {SCHEMA_VERSION}" in said
+    assert json.loads(path.read_text())["schema_version"] == SCHEMA_VERSION + 3
+    assert not (out / "logs").exists()  # nothing launched
+
+
+def test_every_scalar_field_of_the_types_is_a_column():
+    rec = json.loads((VERSIONS / "v4-dropless.json").read_text())
+    row = flatten(rec)
+    fields = field_columns()
+    assert set(fields) <= set(row)
+    assert row["config.moe.shared_experts"] == 1 and row["metrics.moe.dropped_frac"] == 0.0
+    assert fields["energy.source"].categories == ("measured", "sampled", "estimated", "unavailable")
+    assert fields["config.scaling"].categories == ("weak", "strong")
+    for c in COLUMNS:  # load()'s columns: a field of the types, or a figure the DataFrame computes
+        assert c.dtype is not None or c.source in fields, c.name
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_the_record_layer_imports_nothing_above_it_and_nothing_below_imports_results():
+    for path in (PACKAGE / "record").glob("*.py"):
+        ours = {n for n in _imports(path) if n.split(".")[0] in ("benchsuite", "torch", "pandas", "numpy")}
+        assert ours <= {"benchsuite.atomic"} | {n for n in ours if n.startswith("benchsuite.record")}, path.name
+    for package in ("metrics", "energy", "parallel", "models"):
+        for path in (PACKAGE / package).glob("*.py"):
+            assert not any(n.startswith("benchsuite.results") for n in _imports(path)), path
+
+
+def test_every_upgrade_step_lives_in_the_migration_module():
+    steps = [(path, node.name) for path in PACKAGE.rglob("*.py") for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.FunctionDef) and node.name.startswith(("upgrade_v", "update_to_"))]
+    assert steps and {p.relative_to(PACKAGE).as_posix() for p, _ in steps} == {"results/migrate.py"}
