@@ -525,7 +525,7 @@ class Step(Section):
     time_s: Num | None = None
     loss: Num | None = None
     val_loss: Num | None = None
-    tokens: Num | None = None
+    tokens: Int | None = None
 
 
 class Flag(Section):

@@ -98,7 +98,10 @@ def _typed(values: pd.Series, col: Column) -> pd.Series:
     if dtype == "category":
         return pd.Series(pd.Categorical(values, categories=categories), index=values.index)
     if dtype.startswith("datetime64"):
-        return pd.to_datetime(values, utc=True, format="ISO8601").astype(dtype)
+        # a time the column cannot hold (before 1677 or after 2262: nanoseconds in int64) is NaT, not an error
+        t = pd.to_datetime(values, utc=True, format="ISO8601", errors="coerce")
+        held = (t >= pd.Timestamp.min.tz_localize("UTC")) & (t <= pd.Timestamp.max.tz_localize("UTC"))
+        return t.where(held).astype(dtype)
     if dtype == "bool":
         return values.fillna(False).astype(bool)
     return values.astype(dtype)
