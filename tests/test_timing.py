@@ -29,7 +29,19 @@ def test_ci_is_numpys_percentile_bootstrap_of_the_median():
 def test_summary_of_no_steps_is_refused_and_of_one_step_is_that_step():
     with pytest.raises(ValueError, match="no step times"):
         summarize([])
-    assert summarize([0.25]) == {"median": 0.25, "p10": 0.25, "p90": 0.25, "ci95": [0.25, 0.25], "n": 1}
+    assert summarize([0.25]) == {"median": 0.25, "p10": 0.25, "p90": 0.25, "ci95": [0.25, 0.25], "n": 1,
+                                 "cv": None}  # one step: no spread to state
+
+
+def test_cv_is_the_sample_standard_deviation_over_the_mean_and_old_records_get_it_from_their_steps():
+    from benchsuite.results.migrate import upgrade_v3_step_time_cv
+
+    xs = [1.0, 2.0, 3.0, 6.0]  # mean 3, sample variance (4 + 1 + 0 + 9) / 3
+    assert summarize(xs)["cv"] == pytest.approx((14 / 3) ** 0.5 / 3)
+    v3 = {"metrics": {"step_time_s": {"median": 2.5}}, "steps": [{"step": i, "time_s": x} for i, x in enumerate(xs)]}
+    assert upgrade_v3_step_time_cv(v3)["metrics"]["step_time_s"]["cv"] == summarize(xs)["cv"]
+    failed = {"metrics": None, "steps": []}
+    assert upgrade_v3_step_time_cv(failed) == {"metrics": None, "steps": []}
 
 
 @pytest.mark.parametrize("args, text", [((0.42, 0.4074, 0.4368), "420.0 (407.4–436.8)"), ((0.42,), "420.0"),

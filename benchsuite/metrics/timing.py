@@ -62,9 +62,17 @@ def bootstrap_ci_median(xs: list[float], resamples: int = 2000, seed: int = 0) -
 
 
 def summarize(xs: list[float]) -> dict:
-    """The record's step_time_s: median, p10, p90 (numpy's linear percentiles), ci95 [lo, hi], n."""
+    """The record's step_time_s: median, p10, p90 (numpy's linear percentiles), ci95 [lo, hi], n, cv."""
     if not xs:
         raise ValueError("no step times to summarize")
     p10, p90 = np.percentile(xs, [10, 90])
     return {"median": float(np.median(xs)), "p10": float(p10), "p90": float(p90),
-            "ci95": list(bootstrap_ci_median(xs)), "n": len(xs)}
+            "ci95": list(bootstrap_ci_median(xs)), "n": len(xs), "cv": coefficient_of_variation(xs)}
+
+
+def coefficient_of_variation(xs: list[float]) -> float | None:
+    """Sample standard deviation over mean of the step times: how steady the measured steps were (None
+    for fewer than two steps or a mean of 0)."""
+    if len(xs) < 2 or not np.mean(xs):
+        return None
+    return float(np.std(xs, ddof=1) / np.mean(xs))

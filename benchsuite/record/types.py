@@ -197,6 +197,7 @@ class StepTime(Section):
     p10: Num | None = None
     p90: Num | None = None
     n: Int | None = None
+    cv: Num | None = None  # sample standard deviation / mean: how steady the steps were
     ci95: Annotated[list[Num | None], Meta(min_length=2, max_length=2)] | None = None  # [low, high]
 
 

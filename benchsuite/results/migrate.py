@@ -287,11 +287,23 @@ def upgrade_v3_flags(rec: dict) -> dict:
     return rec
 
 
+def upgrade_v3_step_time_cv(rec: dict) -> dict:
+    """metrics.step_time_s.cv, new in version 4, from the record's own steps[].time_s (the measured step
+    times step_time_s summarises): the same figure the worker computes."""
+    from benchsuite.metrics.timing import coefficient_of_variation
+
+    summary, steps = (rec.get("metrics") or {}).get("step_time_s"), rec.get("steps")
+    if isinstance(summary, dict) and "cv" not in summary and isinstance(steps, list):  # (else the types say why)
+        times = [s["time_s"] for s in steps if isinstance(s, dict) and type(s.get("time_s")) in (int, float)]
+        summary["cv"] = coefficient_of_variation(times)
+    return rec
+
+
 def update_to_4(rec: dict) -> dict:
     """Version 3 -> 4: the typed, closed record (no legacy copies, started_at with its offset, well-formed
-    flags)."""
+    flags), and the step times' coefficient of variation."""
     return _apply(rec, 4, [Upgrade(upgrade_v3_legacy_keys, "metrics"), Upgrade(upgrade_v3_started_at, "started_at"),
-                           Upgrade(upgrade_v3_flags, "flags")])
+                           Upgrade(upgrade_v3_flags, "flags"), Upgrade(upgrade_v3_step_time_cv, "steps")])
 
 
 # ----------------------------------------------------------------------------- the chain
