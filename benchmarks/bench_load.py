@@ -1,5 +1,5 @@
 """Time of `benchsuite.load()` and `benchsuite report` over 150, 1,200 and 10,000 records, in two shapes:
-distinct runs (four-point sweeps, bench_dashboard's synthetic records) and repeats of one run (one run key,
+distinct runs (four-point sweeps, bench_dashboard's synthetic records, five to a suite) and repeats of one run (one run key,
 repeat 0 … N−1, as `run --repeat N` writes them, the shape that grew quadratically before).
 
     python benchmarks/bench_load.py                       # 150, 1,200, 10,000; both shapes
@@ -33,6 +33,17 @@ from benchsuite import cli  # noqa: E402
 TARGET_PER_10X = 11.0
 
 
+def suites_of_runs(n: int) -> list[dict]:
+    """n records of distinct runs: bench_dashboard's four-point sweeps, five sweeps to a suite (a suite holds
+    a handful of workloads whatever the folder's size: the report's dense-vs-sparse pairs are per suite)."""
+    records = synthetic_records(n, steps=50)
+    for i, rec in enumerate(records):
+        suite = f"bench-{i // 20}"
+        rec["suite"] = rec["config"]["suite"] = suite
+        rec["config"]["sweep_id"] = f"{suite}/{rec['workload']}/{rec['config']['scaling']}"
+    return records
+
+
 def repeats_of_one_run(n: int) -> list[dict]:
     """n repeats of one run: one run key, repeat 0 … n−1, each with its own start and step times."""
     (template,) = synthetic_records(1, steps=50)
@@ -62,7 +73,7 @@ def timed(fn) -> float:
 
 def measure(shape: str, n: int, work: Path) -> dict:
     folder = work / f"{shape}{n}"
-    write(repeats_of_one_run(n) if shape == "repeats" else synthetic_records(n, steps=50), folder)
+    write(repeats_of_one_run(n) if shape == "repeats" else suites_of_runs(n), folder)
     rows = len(benchsuite.load(folder))
     assert rows == n, (rows, n)
     os.environ.setdefault("COLUMNS", "200")
