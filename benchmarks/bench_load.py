@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import benchsuite  # noqa: E402
-from bench_dashboard import synthetic_records, write_results  # noqa: E402
+from bench_dashboard import synthetic_records  # noqa: E402
 from benchsuite import cli  # noqa: E402
 
 TARGET_PER_10X = 11.0

@@ -13,16 +13,16 @@ import time
 
 import pytest
 
-from benchsuite.results import migrate
-from benchsuite.results.migrate import upgrade_v1_env
 from benchsuite import cli
 from benchsuite.config import ConfigError, parse_suite
 from benchsuite.launch import Threads, host_cores, thread_plan, worker_env
 from benchsuite.metrics import ceiling as ce
-from benchsuite.record import SCHEMA_VERSION
-from benchsuite.record import write_record
+from benchsuite.record import SCHEMA_VERSION, write_record
+from benchsuite.results import migrate
+from benchsuite.results.migrate import upgrade_v1_env
 from benchsuite.results.store import load_records, records_dataframe
 from helpers import REPO
+from helpers.records import typed
 
 # ----------------------------------------------------------------------------- thread rule
 
@@ -123,7 +123,7 @@ def rec(key, world, tokens_per_s=100.0, step=1.0, scaling="weak", hidden=64, cpu
     cfg = {"suite": "s", "workload": "w", "kind": "dense", "world_size": world, "nodes": 1, "scaling": scaling,
            "sweep_id": f"s/w/{scaling}", "description": f"run {key}",
            "model": {"layers": 2, "hidden": hidden, "heads": 4}, "train": {"micro_batch": 8}}
-    return {"schema_version": SCHEMA_VERSION, "run_key": key, "suite": "s", "workload": "w", "status": status,
+    return typed({"schema_version": SCHEMA_VERSION, "run_key": key, "suite": "s", "workload": "w", "status": status,
             "error": None if status == "ok" else {"type": "X", "message": "x", "rank": 0},
             "started_at": f"2026-01-01T00:00:{len(key):02d}+00:00", "duration_s": 1.0, "config": cfg,
             "env": {"devices": [{"type": "cpu", "name": cpu, "rank": r} for r in range(world)],
@@ -131,7 +131,7 @@ def rec(key, world, tokens_per_s=100.0, step=1.0, scaling="weak", hidden=64, cpu
             "metrics": {"tokens_per_s": tokens_per_s, "mfu": None,
                         "step_time_s": {"median": step, "p10": step, "p90": step, "ci95": [step, step]}}
             if status == "ok" else None,
-            "energy": None, "carbon": None, "steps": []}
+            "energy": None, "carbon": None, "steps": []})
 
 
 def frame(tmp_path, *records):

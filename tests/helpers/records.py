@@ -1,11 +1,17 @@
-"""A minimal valid record, for tests of the readers (store, report, dashboard, sanity flags)."""
+"""A minimal valid record, for tests of the readers (store, report, dashboard, sanity flags), built through
+the record's types as the worker's are."""
 
-from benchsuite.record import SCHEMA_VERSION
+from benchsuite.record import SCHEMA_VERSION, decode, to_dict
+
+
+def typed(doc: dict) -> dict:
+    """doc as the record's types state it: checked, every declared field present (null where not given)."""
+    return to_dict(decode(doc))
 
 
 def make_record(run_key="k1", workload="w", status="ok", world_size=1, tokens_per_s=100.0, step=1.0,
                 scaling="weak", steps=3):
-    return {
+    return typed({
         "schema_version": SCHEMA_VERSION, "run_key": run_key, "suite": "s", "workload": workload,
         "status": status, "error": None if status == "ok" else {"type": "X", "message": "boom", "rank": 1},
         "started_at": "2026-01-01T00:00:00+00:00", "duration_s": 1.0,
@@ -15,4 +21,4 @@ def make_record(run_key="k1", workload="w", status="ok", world_size=1, tokens_pe
                                "step_time_s": {"median": step, "p10": step, "p90": step, "ci95": [step, step]}}
         if status == "ok" else None,
         "energy": None, "carbon": None, "steps": [{"step": i, "time_s": step} for i in range(steps)],
-    }
+    })
