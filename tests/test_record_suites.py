@@ -1,12 +1,14 @@
 """Every kind of record the shipped suites write, written for real and checked against the shipped JSON
 Schema: the first run of each shape found in workloads/*.toml (dense, each router, dropless and shared
-experts, tensor, pipeline, expert parallel, each ZeRO stage kind, evaluation), at a tiny size, through
-`benchsuite run`. The worker builds its record through the types (a key they do not declare fails the
-run), so this is also the test that the worker writes nothing the types leave out."""
+experts, tensor, pipeline, expert parallel, ZeRO, evaluation), at a tiny size; one-rank shapes measured
+in this process, the others through `benchsuite run`. The writer passes every record through the types
+(a key they do not declare fails the write), so this is also the test that the worker writes nothing the
+types leave out."""
 
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import jsonschema
@@ -46,13 +48,19 @@ def _table(d: dict) -> str:
     return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in d.items()) + " }"
 
 
+def _world(run: RunConfig) -> int:
+    """The fewest ranks that keep the run's shape: its layout at one data-parallel rank, ZeRO over two."""
+    p = run.parallel
+    return max(p.tensor * p.pipeline, p.expert, 2 if p.zero else 1)
+
+
 def workload(i: int, run: RunConfig) -> str:
     """The run at a tiny size with the keys that make its shape."""
     p, m = run.parallel, run.moe
     parallel = {"tensor": p.tensor, "zero": p.zero, "expert": p.expert, "pipeline": p.pipeline}
     if p.pipeline > 1:
         parallel.update(schedule=p.schedule, virtual_stages=p.virtual_stages, microbatches=2)
-    world = max(p.tensor * p.pipeline, p.expert, 2 if p.zero else 1)
+    world = _world(run)
     train = {"micro_batch": 4, "steps": 3, "warmup_steps": 2, "timeout_s": 300,
              "data": "builtin" if run.train.data == "builtin" else "synthetic", "recompute": run.train.recompute}
     if run.train.eval_every:
@@ -79,20 +87,49 @@ def test_the_shapes_cover_every_family_and_layout():
     assert any(r.train.eval_every for r in shapes.values())
 
 
-@pytest.mark.procs
-def test_every_record_shape_of_the_shipped_suites_validates_against_the_shipped_schema(tmp_path):
-    shapes = shipped_shapes()
-    text = "\n\n".join(["[suite]", 'name = "shapes"', "[defaults]", TINY_MODEL]
-                       + [workload(i, run) for i, run in enumerate(shapes.values())])
-    suite = write_suite(tmp_path / "shapes.toml", text.replace("[suite]\n\n", "[suite]\n").replace(
-        "[defaults]\n\n", "[defaults]\n"))
-    res = run_cli("run", str(suite), "--out", str(tmp_path / "out"), "--json", timeout=900)
-    doc = json.loads(res.stdout)
-    assert [r["status"] for r in doc["runs"]] == ["ok"] * len(shapes), (res.stderr[-3000:], doc["runs"])
+def _validate(records: list[dict]) -> None:
     validator = jsonschema.Draft202012Validator(json.loads(SHIPPED.read_text()))
-    records = [json.loads(Path(r["record"]).read_text()) for r in doc["runs"]]
     for rec in records:
         errors = list(validator.iter_errors(rec))
         assert not errors, (rec["workload"], errors[0].message[:300], list(errors[0].absolute_path))
-    assert any(rec["metrics"]["quality"] for rec in records) and any(rec["metrics"]["pipeline"] for rec in records)
+
+
+def _suite(tmp_path: Path, runs: list[RunConfig]) -> Path:
+    text = "\n\n".join(['[suite]\nname = "shapes"', f"[defaults]\n{TINY_MODEL}"]
+                       + [workload(i, run) for i, run in enumerate(runs)])
+    return write_suite(tmp_path / "shapes.toml", text)
+
+
+def test_every_one_rank_record_shape_validates_against_the_shipped_schema(tmp_path, monkeypatch):
+    """The one-rank shapes measured in this process by the worker's own functions, written by its writer."""
+    from benchsuite import dist as bdist
+    from benchsuite import worker
+    from benchsuite.record import utc_now, write_record
+    from benchsuite.results.record import build_record
+
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("RANK", "0")
+    ones = [r for r in shipped_shapes().values() if _world(r) == 1]
+    assert len(ones) >= 6
+    records = []
+    for run in load_suite(_suite(tmp_path, ones)).runs:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "no peak FLOP/s known" for a CPU
+            mine, facts = worker.measure(run, bdist.init_distributed(run), None)
+        rec = build_record(run, facts, [mine], run_key=run.workload, started_at=utc_now(), duration_s=1.0)
+        records.append(json.loads(write_record(tmp_path / "out", rec).read_text()))
+    _validate(records)
+    assert any(r["metrics"]["quality"] for r in records) and any(r["config"]["moe"] for r in records)
+
+
+@pytest.mark.procs
+def test_every_multi_rank_record_shape_validates_against_the_shipped_schema(tmp_path):
+    """Tensor, pipeline, expert parallel and ZeRO across two ranks, through `benchsuite run` (torchrun)."""
+    many = [r for r in shipped_shapes().values() if _world(r) > 1]
+    res = run_cli("run", str(_suite(tmp_path, many)), "--out", str(tmp_path / "out"), "--json", timeout=600)
+    doc = json.loads(res.stdout)
+    assert [r["status"] for r in doc["runs"]] == ["ok"] * len(many), (res.stderr[-3000:], doc["runs"])
+    records = [json.loads(Path(r["record"]).read_text()) for r in doc["runs"]]
+    _validate(records)
+    assert any(rec["metrics"]["pipeline"] for rec in records)
     assert any(rec["metrics"]["moe"] and rec["config"]["parallel"]["expert"] > 1 for rec in records)
