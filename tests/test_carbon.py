@@ -241,3 +241,13 @@ def test_report_energy_table_shows_gpu_j_per_token(tmp_path):
         console.print(table)
     text = console.export_text()
     assert "GPU J/token" in text and f"{expected:.3g}" in text
+
+
+def test_project_from_a_record_whose_optional_fields_are_null():
+    """A record as the loader gives it has every declared field, null where not measured: a null source,
+    parts list or intensity source is 'not stated', never a crash."""
+    rec = record()
+    rec["energy"].update(total_includes=None, source=None)
+    rec["carbon"].update(intensity_source=None)
+    out = carbon.project_from_record(rec, tokens=1e9)
+    assert (out["energy_includes"], out["energy_source"], out["intensity_source"]) == ([], "unavailable", "record")

@@ -581,3 +581,25 @@ def test_a_record_of_too_many_objects_in_all_is_refused(folder, monkeypatch):
     monkeypatch.setattr(codec, "MAX_CONTAINERS", 1000)  # the steps of GOOD and a few sections fit
     (folder / "wide.json").write_text(_record_text(extra=[[{}] * 400] * 3))  # lists each short enough, 1200 in all
     _only_good_loads(folder, "wide.json", "more than 1,000 objects and lists, more than a record holds")
+
+
+def test_a_deep_folder_tree_is_scanned_without_recursion_and_named_past_its_depth(folder, monkeypatch):
+    """Folders 1,200 deep (past Python's recursion limit): the scan is iterative, a record up to 32 folders
+    down is read, and the first folder deeper is named once with what to do."""
+    import sys
+
+    from benchsuite.results.store import MAX_FOLDER_DEPTH
+
+    monkeypatch.chdir(folder)
+    for depth in range(1200):  # one folder at a time, relative: no path too long for one system call
+        os.mkdir("d")
+        os.chdir("d")
+        if depth == 10:
+            shutil.copy(FIXTURES / "make_dvs-switch-w2.json", "shallow.json")
+    Path("buried.json").write_text("{}")
+    assert 1200 > sys.getrecursionlimit()
+    with pytest.warns(UserWarning) as caught:
+        recs = load_records(folder)
+    assert sorted(Path(r["_path"]).name for r in recs) == sorted([GOOD, "shallow.json"])
+    (message,) = [str(w.message) for w in caught]
+    assert f"a folder nested more than {MAX_FOLDER_DEPTH} levels deep" in message and "/d" * 33 in message

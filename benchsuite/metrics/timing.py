@@ -7,6 +7,8 @@ import time
 import numpy as np
 import torch
 
+from benchsuite.record.values import coefficient_of_variation
+
 
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
@@ -68,11 +70,3 @@ def summarize(xs: list[float]) -> dict:
     p10, p90 = np.percentile(xs, [10, 90])
     return {"median": float(np.median(xs)), "p10": float(p10), "p90": float(p90),
             "ci95": list(bootstrap_ci_median(xs)), "n": len(xs), "cv": coefficient_of_variation(xs)}
-
-
-def coefficient_of_variation(xs: list[float]) -> float | None:
-    """Sample standard deviation over mean of the step times: how steady the measured steps were (None
-    for fewer than two steps or a mean of 0)."""
-    if len(xs) < 2 or not np.mean(xs):
-        return None
-    return float(np.std(xs, ddof=1) / np.mean(xs))

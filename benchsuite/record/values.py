@@ -9,6 +9,7 @@ float is it.
 from __future__ import annotations
 
 import math
+import statistics
 import sys
 from typing import Any
 
@@ -61,3 +62,15 @@ def format_step_ms(median: float | None, lo: float | None = None, hi: float | No
     if lo is None or hi is None:
         return f"{median * 1e3:.1f}"
     return f"{median * 1e3:.1f} ({lo * 1e3:.1f}–{hi * 1e3:.1f})"
+
+
+def coefficient_of_variation(xs: list[float]) -> float | None:
+    """Sample standard deviation over mean of the step times: how steady the measured steps were (None
+    for fewer than two, a mean of 0, or times whose squares leave float range)."""
+    if len(xs) < 2:
+        return None
+    try:
+        cv = statistics.stdev(xs) / statistics.fmean(xs)
+    except (ZeroDivisionError, OverflowError, ValueError):
+        return None
+    return cv if math.isfinite(cv) else None

@@ -77,7 +77,7 @@ def to_codecarbon_rows(records: list[dict]) -> list[dict]:
                       for k in ("cpu", "gpu", "dram", "total")}
         co2e_kg = None if carbon.get("co2e_g") is None else carbon["co2e_g"] / 1000.0
         gpus = {d.get("uuid"): d.get("name") for d in (energy.get("per_device") or env.get("devices") or [])
-                if d.get("uuid") and d.get("type", "cuda") == "cuda"}          # physical GPUs, each once
+                if d.get("uuid") and (d.get("type") or "cuda") == "cuda"}          # physical GPUs, each once
         cpu_models = sorted({d.get("name") for d in env.get("devices") or [] if d.get("type") == "cpu"} - {None})
         country = (ccfg.get("country") or "").strip().upper() or None
         row = {

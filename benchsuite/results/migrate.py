@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 
 from benchsuite.record.codec import RecordError, check_version
+from benchsuite.record.values import coefficient_of_variation
 from benchsuite.record.types import SCHEMA_VERSION
 
 
@@ -290,8 +291,6 @@ def upgrade_v3_flags(rec: dict) -> dict:
 def upgrade_v3_step_time_cv(rec: dict) -> dict:
     """metrics.step_time_s.cv, new in version 4, from the record's own steps[].time_s (the measured step
     times step_time_s summarises): the same figure the worker computes."""
-    from benchsuite.metrics.timing import coefficient_of_variation
-
     summary, steps = (rec.get("metrics") or {}).get("step_time_s"), rec.get("steps")
     if isinstance(summary, dict) and "cv" not in summary and isinstance(steps, list):  # (else the types say why)
         times = [s["time_s"] for s in steps if isinstance(s, dict) and type(s.get("time_s")) in (int, float)]
