@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import sys
 
+from benchsuite.commands.common import JSON
+
 
 def add_parser(sub) -> None:
-    s = sub.add_parser("schema", help="print the JSON Schema of a run record (to validate records with other tools)")
+    s = sub.add_parser("schema", parents=[JSON],
+                       help="print the JSON Schema of a run record (to validate records with other tools)")
     s.set_defaults(fn=run)
 
 
