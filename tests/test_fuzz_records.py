@@ -598,8 +598,16 @@ def test_a_deep_folder_tree_is_scanned_without_recursion_and_named_past_its_dept
             shutil.copy(FIXTURES / "make_dvs-switch-w2.json", "shallow.json")
     Path("buried.json").write_text("{}")
     assert 1200 > sys.getrecursionlimit()
-    with pytest.warns(UserWarning) as caught:
-        recs = load_records(folder)
+    try:
+        with pytest.warns(UserWarning) as caught:
+            recs = load_records(folder)
+    finally:  # removed the same way, bottom up: shutil.rmtree (and pytest's clean-up with it) would recurse
+        os.remove("buried.json")
+        for _ in range(1200):
+            os.chdir("..")
+            for name in os.listdir("d"):
+                os.remove(Path("d") / name) if name != "d" else None
+            os.rmdir("d")
     assert sorted(Path(r["_path"]).name for r in recs) == sorted([GOOD, "shallow.json"])
     (message,) = [str(w.message) for w in caught]
     assert f"a folder nested more than {MAX_FOLDER_DEPTH} levels deep" in message and "/d" * 33 in message
