@@ -51,7 +51,7 @@ bench: setup
 # The packages a run imports that the GPU machine's image lacks (its Python 3.12 has torch, pandas, rich,
 # psutil, nvidia-ml-py, requests), at the versions tested here, as wheels in .whl/ (ignored by git): the
 # device run carries .whl and installs them first (benchmarks/NOTES.md, "Running the GPU check").
-GPU_WHEELS := codecarbon pycountry rapidfuzz
+GPU_WHEELS := codecarbon pycountry rapidfuzz msgspec
 gpu-wheels: setup
 	rm -rf .whl
 	$(BIN)/python -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \

@@ -11,7 +11,6 @@ import io
 import json
 from pathlib import Path
 
-import jsonschema
 import pytest
 
 from benchsuite import cli
@@ -21,6 +20,8 @@ from benchsuite.record.schema import SHIPPED, schema_text
 from benchsuite.results.api import COLUMNS
 from benchsuite.results.store import flatten, load_records
 from helpers import REPO
+
+jsonschema = pytest.importorskip("jsonschema")  # test-only (pyproject's [test]); absent on the GPU image
 
 VERSIONS = REPO / "tests" / "fixtures" / "versions"
 FIXTURES = REPO / "tests" / "fixtures" / "results"

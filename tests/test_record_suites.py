@@ -11,12 +11,13 @@ import json
 import warnings
 from pathlib import Path
 
-import jsonschema
 import pytest
 
 from benchsuite.config import RunConfig, load_suite
 from benchsuite.record.schema import SHIPPED
 from helpers import REPO, run_cli, write_suite
+
+jsonschema = pytest.importorskip("jsonschema")  # test-only (pyproject's [test]); absent on the GPU image
 
 WORKLOADS = REPO / "workloads"
 TINY_MODEL = 'model = { layers = 4, hidden = 32, heads = 2, vocab = 300, seq_len = 16 }'
