@@ -1,4 +1,4 @@
-"""The sanity guard (results/sanity.py): physically impossible figures are flagged in the record,
+"""The sanity guard (record/sanity.py): physically impossible figures are flagged in the record,
 shown beside the status by `benchsuite report` (and --json), computed on load for older records,
 and a diverging run (NaN loss) is recorded flagged as strict JSON instead of failing the write."""
 

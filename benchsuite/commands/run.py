@@ -183,7 +183,7 @@ def _ok_line(o, name: str, escape) -> str:
     mfu = f"{m['mfu']:.1%}" if m.get("mfu") is not None else "n/a"
     tps = f"{m['tokens_per_s']:,.0f}" if m.get("tokens_per_s") is not None else "n/a"
     line = f"[green]✓[/green] {name}: {tps} tok/s, MFU {mfu}, {o.duration_s:.1f} s"
-    if rec.get("flags"):  # impossible figures (results/sanity.py) are never shown as a plain ok
+    if rec.get("flags"):  # impossible figures (record/sanity.py) are never shown as a plain ok
         from benchsuite.record.sanity import flag_summary
 
         line += f"\n  [yellow]⚠ flagged:[/yellow] {escape(flag_summary(rec['flags']))}"

@@ -8,7 +8,7 @@ config (world size and nodes aside: strong scaling's per-rank batch is derived f
 stored), the same hardware (the ranks' device names) and the same threads per rank. Several
 such runs (repeats) are aggregated by their median. Without one, efficiency is null and
 `scaling_efficiency_reason` says which condition no 1-device run met. Efficiency above
-results.sanity.SCALING_EFFICIENCY_MAX is flagged on the row.
+record.sanity.SCALING_EFFICIENCY_MAX is flagged on the row.
 """
 
 from __future__ import annotations

@@ -530,7 +530,7 @@ class Step(Section):
 
 
 class Flag(Section):
-    """A figure no real run can produce (results/sanity.py): published with the reason, never silently."""
+    """A figure no real run can produce (record/sanity.py): published with the reason, never silently."""
     field: Text
     value: Num | Text | bool | None = None
     reason: Text | None = None

@@ -51,7 +51,7 @@ def _codecarbon_timestamp(started_at: Any, duration_s: Any) -> str | None:
     this host, "%Y-%m-%dT%H:%M:%S", no offset (datetime.now().strftime in emissions_tracker.py)."""
     try:
         start = dt.datetime.fromisoformat(started_at)
-        if start.tzinfo is None:   # records stamp UTC (results/schema.py utc_now)
+        if start.tzinfo is None:   # records stamp UTC (record/codec.utc_now)
             start = start.replace(tzinfo=dt.timezone.utc)
         end = start + dt.timedelta(seconds=duration_s if isinstance(duration_s, (int, float)) else 0)
         return end.astimezone().strftime(CODECARBON_TIME_FORMAT)

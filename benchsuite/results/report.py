@@ -151,7 +151,7 @@ def _combined_flags(row, repeat_flags: list, figures: set[str]) -> tuple[list[di
 
 
 def _figure_flags(row) -> list[dict]:
-    """What the sanity guard flags in a row's figures: the record rules (results/sanity.sanity_flags) on
+    """What the sanity guard flags in a row's figures: the record rules (record/sanity.sanity_flags) on
     the row's metrics and energy put back in a record's shape, and the scaling efficiency rule."""
     world_size = int(row["world_size"])
     as_record = {"status": row["status"], "config": {"world_size": world_size},
@@ -306,7 +306,7 @@ def report_table(df: pd.DataFrame, fit: Fit = Fit()) -> Table:
         flagged = row["status"] == "ok" and bool(row.get("flagged"))
         if row["status"] == "failed":
             cells[-1] = f"failed: {row.get('error_type')}"
-        elif flagged:  # impossible figures (results/sanity.py): never shown as a plain ok
+        elif flagged:  # impossible figures (record/sanity.py): never shown as a plain ok
             cells[-1] = f"ok {FLAG_MARK} flagged"
         rows.append(cells)
         styles.append("red" if row["status"] == "failed" else ("yellow" if flagged else None))

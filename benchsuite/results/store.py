@@ -156,7 +156,7 @@ def flatten(rec: dict) -> dict:
         "step_time_ci95_lo_s": (dig(m, "step_time_s", "ci95") or [None, None])[0],
         "step_time_ci95_hi_s": (dig(m, "step_time_s", "ci95") or [None, None])[1],
         "path": rec.get("_path"),
-        # sanity guard (results/sanity.py): physically impossible figures, shown beside the status
+        # sanity guard (record/sanity.py): physically impossible figures, shown beside the status
         "flagged": bool(rec.get("flags")), "flags": list(rec.get("flags") or []),
         "flag_summary": flag_summary(rec.get("flags") or []) or None,
         **scaling_identity(rec),  # what a scaling baseline must share with this run (metrics/scaling.py)

@@ -26,7 +26,7 @@ def _cell(text: str, sort_value=None) -> list:
 def _note(row) -> str:
     """The status cell's second part: the sanity flags of an ok run, or a failed run's error."""
     if row["status"] == "ok":
-        flagged = row.get("flagged") is True or row.get("flagged") == 1  # results/sanity.py: impossible figures
+        flagged = row.get("flagged") is True or row.get("flagged") == 1  # record/sanity.py: impossible figures
         return str(row.get("flag_summary") or "flagged") if flagged else ""
     kind = row.get("error_type") if present(row.get("error_type")) else "error"
     msg = str(row.get("error_message")) if present(row.get("error_message")) else ""

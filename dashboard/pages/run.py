@@ -167,7 +167,7 @@ def _identity(row, rec) -> str:
 
 
 def _flags(row, rec) -> str:
-    """The sanity guard's flags (results/sanity.py): figures no real run can produce, in a warning box.
+    """The sanity guard's flags (record/sanity.py): figures no real run can produce, in a warning box.
     The row's: the record's plus those computed across records (superlinear scaling efficiency)."""
     flags = row.get("flags") if isinstance(row.get("flags"), list) else rec.get("flags")
     flags = [f for f in flags or [] if isinstance(f, dict)]

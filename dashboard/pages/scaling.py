@@ -73,7 +73,7 @@ def efficiency_figure(curves) -> Figure | None:
 
 
 def _efficiency_flag(flags) -> str | None:
-    """The sanity guard's reason when it flagged this efficiency (results/sanity.py), else None."""
+    """The sanity guard's reason when it flagged this efficiency (record/sanity.py), else None."""
     return next((f.get("reason") for f in flags or [] if isinstance(f, dict) and f.get("field") == "scaling_efficiency"),
                 None)
 
