@@ -1,6 +1,7 @@
 """Time of `benchsuite.load()` and `benchsuite report` over 150, 1,200 and 10,000 records, in two shapes:
-distinct runs (four-point sweeps, bench_dashboard's synthetic records, five to a suite) and repeats of one run (one run key,
-repeat 0 … N−1, as `run --repeat N` writes them, the shape that grew quadratically before).
+distinct runs (four-point sweeps, bench_dashboard's synthetic records, five to a suite) and repeats of
+one run (one run key, repeat 0 … N−1, as `run --repeat N` writes them, the shape that grew
+quadratically before).
 
     python benchmarks/bench_load.py                       # 150, 1,200, 10,000; both shapes
     python benchmarks/bench_load.py --records 150 1500    # quicker

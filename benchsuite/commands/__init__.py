@@ -5,4 +5,5 @@ code; carbon's two sub-verbs: `estimate` and `project`). What the verbs share is
 from benchsuite.commands import (carbon, compare, dashboard, export, flops, listing, memory, report, run, schema,
                                  slurm, tokenize)
 
-VERBS = (run, listing, report, dashboard, compare, slurm, carbon, export, tokenize, flops, memory, schema)  # --help's order
+# --help's order
+VERBS = (run, listing, report, dashboard, compare, slurm, carbon, export, tokenize, flops, memory, schema)

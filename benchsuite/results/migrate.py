@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 
 from benchsuite.record.codec import RecordError, check_version
-from benchsuite.record.values import coefficient_of_variation
 from benchsuite.record.types import SCHEMA_VERSION
+from benchsuite.record.values import coefficient_of_variation
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,8 @@ def upgrade_v1_flops(rec: dict) -> dict:
                             slot_share=computed_slot_share(moe.get("expert_impl"), moe.get("padding_frac")))
         v1 = _v1_model_per_token(run)
         to_model, to_hardware = f.model / v1, f.hardware / v1
-        basis, note = hardware_basis(run.moe, recompute=run.train.recompute, expert_impl=moe.get("expert_impl")), "schema 1, corrected from the stored config"
+        basis = hardware_basis(run.moe, recompute=run.train.recompute, expert_impl=moe.get("expert_impl"))
+        note = "schema 1, corrected from the stored config"
     else:
         exact = ((cfg.get("train") or {}).get("recompute") != "full"
                  and (cfg.get("moe") or {}).get("router") != "expert_choice")
@@ -271,7 +272,8 @@ def upgrade_v3_started_at(rec: dict) -> dict:
     value = rec.get("started_at")
     if isinstance(value, str):
         t = dt.datetime.fromisoformat(value)  # ValueError: not a time, named as started_at
-        rec["started_at"] = (t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)).astimezone(dt.timezone.utc).isoformat()
+        t = t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+        rec["started_at"] = t.astimezone(dt.timezone.utc).isoformat()
     return rec
 
 
