@@ -430,3 +430,29 @@ def test_power_model_lookup_does_not_import_pandas():
             "codecarbon_power_model(); print('pandas' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_gpu_nodes_energy_section_is_one_the_record_types_accept(powercap):
+    """What a GPU node writes (NVML counter with sampled power beside it, RAPL package and DRAM), as the worker
+    assembles it (windows combined, devices attributed), fits the record's types: no key the types leave out,
+    which on CPU-only machines (CI) no run would write."""
+    import msgspec
+
+    from benchsuite.energy.windows import combine_windows
+    from benchsuite.record.types import Energy
+
+    gpus = FakeGpus()
+    mon = NodeEnergyMonitor([meter_on(gpus, "h0", sample_power=True)], FirstAvailable([rapl.RaplSensor(powercap)]),
+                            min_window_s=0.0)
+    windows = []
+    for k in range(2):
+        mon.begin(f"train-{k}")
+        time.sleep(0.02)
+        windows.append(mon.end(f"train-{k}").to_dict())
+    mon.close()
+    section = attribute_energy([combine_windows(windows, "measure", 0.0)])
+    dev, node = section["per_device"][0], section["per_node"][0]
+    assert dev["source"] == "measured" and dev["sampled_energy_j"] > 0 and dev["detail"] == {"windows": 2}
+    assert node["cpu"]["source"] == node["dram"]["source"] == "measured"
+    typed = msgspec.convert(section, Energy, strict=True)
+    assert typed.per_device[0].cuda_index == 0 and typed.sources.gpu == "measured"
