@@ -7,6 +7,8 @@ that is not a readable record is skipped with one warning naming it and the fiel
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import stat
 import warnings
@@ -93,11 +95,29 @@ def read_record(path: Path) -> dict:
     return to_dict(decode(migrate(parse(read_bytes(path)))))
 
 
+@contextlib.contextmanager
+def cyclic_gc_paused():
+    """Reading a folder makes thousands of small dicts and lists per record, none in a reference cycle:
+    the cyclic collector would rescan the whole growing heap again and again (time superlinear in the
+    number of records). Paused for the read, as it was before after it."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def load_records(path: str | Path) -> list[dict]:
     """Every readable record under path (a folder, searched recursively, or one file).
     Anything else — not a regular file, a symlink out of the folder, too large, not UTF-8 JSON,
     a field of the wrong type, a newer schema — is skipped with one warning naming it and why."""
-    path = Path(path)
+    with cyclic_gc_paused():
+        return _load_records(Path(path))
+
+
+def _load_records(path: Path) -> list[dict]:
     entries = record_files(path) if path.is_dir() else [(path, None)]
     records = []
     seen: dict[str, list[tuple[dict, Path]]] = {}  # record id -> (record, file) read so far
@@ -109,7 +129,7 @@ def load_records(path: str | Path) -> list[dict]:
             same_id = seen.setdefault(record_id(rec["run_key"], repeat_of(rec)), [])
             check_not_a_copy(rec, same_id)
         except RecordError as e:
-            warnings.warn(f"skipping {p}: {e}", stacklevel=2)
+            warnings.warn(f"skipping {p}: {e}", stacklevel=3)  # (the caller of load_records)
             continue
         same_id.append((rec, p))
         rec["_path"] = str(p)
@@ -202,4 +222,5 @@ def records_dataframe(path: str | Path) -> pd.DataFrame:
 def dataframe_of(records: list[dict]) -> pd.DataFrame:
     """Records already loaded (load_records) as one DataFrame, with scaling efficiency per sweep.
     Rows are sorted (rows_dataframe); column `rec` is each row's index in `records`."""
-    return rows_dataframe([{**flatten(r), "rec": i} for i, r in enumerate(records)])
+    with cyclic_gc_paused():
+        return rows_dataframe([{**flatten(r), "rec": i} for i, r in enumerate(records)])
