@@ -9,7 +9,7 @@ rewritten after every step, so a run cut short still returns what it finished (s
 what a device run returns: gpu_check.log, versions.json, gpu_check_records.json,
 gpu_check_table.txt, cuda_tests.xml, gpu_check_overhead.json):
 1. versions.json: GPU, driver, torch, CUDA.
-2. The CHECK workloads of workloads/h200.toml (the ANCHORS.md configuration) through `benchsuite
+2. The CHECK workloads of workloads/h200.toml (the plain-PyTorch reference configuration) through `benchsuite
    run`: one torchrun per run, the real harness, each run's result line in the log as it ends;
    their records in gpu_check_records.json.
 3. `pytest -m cuda`: the tests that need a GPU (grouped_mm, and TP, EP and ZeRO-3 with two ranks
@@ -60,8 +60,8 @@ from benchsuite.worker import autocast, measure, timed_steps, unmeasured_steps  
 # The workloads of workloads/h200.toml this check runs, most wanted first.
 CHECK = ("dense-compiled", "dropless-top2-compiled", "gshard-compiled", "switch-compiled", "expert-choice-compiled",
          "dense-eager", "zero3-bf16")
-# ANCHORS.md, one H200, plain PyTorch: (tok/s, MFU, mJ/token) per workload.
-ANCHORS = {
+# The reference: the same workloads trained by a bare PyTorch loop on one H200: (tok/s, MFU, mJ/token).
+REFERENCE = {
     "dense-eager": (104_900, 0.491, None),
     "dense-compiled": (118_300, 0.554, 5.81),
     "gshard-compiled": (77_200, 0.456, 8.96),
@@ -298,7 +298,7 @@ def table(records: list[dict], overhead: dict | None, tests: dict | None, info: 
     rows = [Row.of(r) for r in sorted(records, key=lambda r: (CHECK.index(r["workload"]) if r["workload"] in CHECK
                                                               else len(CHECK), r["config"].get("world_size", 1)))]
     for row in rows:
-        a_tps, a_mfu, a_mj = ANCHORS.get(row.workload, (None, None, None))
+        a_tps, a_mfu, a_mj = REFERENCE.get(row.workload, (None, None, None))
         target = TARGETS.get(row.workload, Target())
         lines.append(
             f"{row.workload:<26}{row.status:<8}{fmt(row.tokens_per_s, ',.0f'):>10}{fmt(a_tps, ',.0f'):>10}"
@@ -315,9 +315,9 @@ def table(records: list[dict], overhead: dict | None, tests: dict | None, info: 
     if missing:
         lines.append(f"not run (time budget or the suite stopped first): {', '.join(missing)}")
     ceil = next((r["metrics"]["matmul_ceiling_tflops"] for r in records if r.get("metrics")), None)
-    lines.append(f"matmul ceiling (measured): {fmt(ceil, '.3g')} TFLOP/s   (ANCHORS: 660-666 on an H200)")
+    lines.append(f"matmul ceiling (measured): {fmt(ceil, '.3g')} TFLOP/s   (reference: 660-666 on an H200)")
     lines.append("MFU: model FLOPs without recompute / peak (989.4 TFLOP/s bf16 on an H200); mJ/tok: GPU + CPU + "
-                 "DRAM (CPU/DRAM may be estimated); GPU mJ/tok: NVML GPU counter alone (ANCHORS' figure); dropped: "
+                 "DRAM (CPU/DRAM may be estimated); GPU mJ/tok: NVML GPU counter alone (the reference's figure); dropped: "
                  "share of token-expert assignments over capacity")
     misses = [f"{row.workload}: {m}" for row in rows for m in row.misses()]
     if overhead:

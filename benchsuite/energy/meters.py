@@ -23,8 +23,8 @@ from benchsuite.energy.common import (CpuSensor, DeviceEnergy, EmptyCpuSensor, E
 from benchsuite.energy import estimate, nvml, rapl
 from benchsuite.metrics.timing import synchronize
 
-# NVML's total-energy counter updates about every 100 ms (ANCHORS: it advanced 10x/s on
-# an H200), so a window needs to be long against that to be accurate to ~1 %.
+# NVML's total-energy counter updates about every 100 ms (it advanced 10x/s on
+# an H200, measured), so a window needs to be long against that to be accurate to ~1 %.
 DEFAULT_MIN_WINDOW_S = 1.0
 
 

@@ -15,7 +15,7 @@ from benchsuite.energy.common import EmptyGpuMeter, EnergyError, Figure
 
 # Power sampling period when integrating. 20 ms is 5 samples per counter update
 # (~100 ms); on an H200 20 ms samples matched the counter within 0.1-1.5 % over
-# 10 s windows (ANCHORS.md).
+# 10 s windows (measured beside the plain-PyTorch reference run).
 SAMPLE_INTERVAL_S = 0.02
 
 # c_nvmlValue_t member per nvmlValueType_t (nvml.h: NVML_VALUE_TYPE_*).

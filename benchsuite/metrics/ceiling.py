@@ -1,6 +1,6 @@
 """The matmul ceiling: the FLOP/s one large square matmul sustains on a rank's device, the
 reachable figure `mfu_vs_ceiling` divides by (an H200 sits at its power limit well below its
-datasheet peak, see ANCHORS.md).
+datasheet peak: 660-770 TFLOP/s of bf16 matmul against 989 on the datasheet, benchmarks/NOTES.md).
 
 A short burst overstates it (the first milliseconds run at boost clocks before the card hits its
 power limit) and one pass on a loaded CPU understates it (another process took the cores for

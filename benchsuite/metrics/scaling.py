@@ -1,4 +1,4 @@
-"""Scaling efficiency across records (DESIGN.md "Metrics").
+"""Scaling efficiency across records.
 
 weak   = throughput(N) / (N × throughput(1))
 strong = time(1) / (N × time(N))
