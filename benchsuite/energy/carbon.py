@@ -261,7 +261,8 @@ def project_from_record(record: dict, tokens: float, devices: int | None = None,
           Intensity(float(intensity), "explicit") if intensity is not None else
           Intensity(carbon["intensity_g_per_kwh"], carbon.get("intensity_source") or "record")
           if carbon.get("intensity_g_per_kwh") is not None else world_average("record has no intensity"))
-    out = project(tokens, devices or world, jpt, tps / world, pue if pue is not None else carbon.get("pue") or 1.0, it)
+    pue = pue if pue is not None else carbon.get("pue") or 1.0
+    out = project(tokens, devices or world, jpt, tps / world, pue, it)
     out.update(run_key=record.get("run_key"), energy_source=energy.get("source") or "unavailable",
                energy_includes=energy.get("total_includes") or [])
     return out

@@ -63,6 +63,16 @@ def find_baseline(ok: pd.DataFrame, row) -> tuple[pd.DataFrame, str | None]:
     return base, None
 
 
+def _baseline(ones: pd.DataFrame, row) -> tuple[str | None, float | None, list[str], str | None]:
+    """Row's baseline among the 1-device rows of its sweep: (why there is none, its median figure, its
+    run keys, how it is named)."""
+    base, why = find_baseline(ones, row)
+    if why:
+        return why, None, [], None
+    keys = sorted(base["run_key"])
+    return None, statistics.median(base[_figure(row)]), sorted(set(keys)), baseline_note(keys)
+
+
 def _baseline_key(row) -> tuple:
     """What decides row's baseline: rows alike in it share one (found once, so a folder of N records
     takes time linear in N)."""
@@ -117,17 +127,14 @@ def add_scaling_efficiency(df: pd.DataFrame) -> pd.DataFrame:
     by_sweep: dict = {}  # sweep id -> its rows in `ones`
     for idx, sweep in ones["sweep_id"].items():
         by_sweep.setdefault(_key(sweep), []).append(idx)
-    baselines: dict[tuple, tuple] = {}  # reason, median figure, baseline run keys, their note
+    baselines: dict[tuple, tuple] = {}  # _baseline_key -> _baseline
     for idx, row in df.iterrows():
         if row["status"] != "ok":
             df.at[idx, "scaling_efficiency_reason"] = "the run failed"
             continue
         key = _baseline_key(row)
         if key not in baselines:
-            base, why = find_baseline(ones.loc[by_sweep.get(_key(row["sweep_id"]), [])], row)
-            keys = [] if why else sorted(base["run_key"])
-            baselines[key] = (why, None, [], None) if why else (
-                why, statistics.median(base[_figure(row)]), sorted(set(keys)), baseline_note(keys))
+            baselines[key] = _baseline(ones.loc[by_sweep.get(_key(row["sweep_id"]), [])], row)
         reason, theirs, keys, note = baselines[key]
         mine = num(row[_figure(row)])
         if mine is None or mine <= 0:

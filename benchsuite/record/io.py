@@ -61,7 +61,7 @@ def write_record(out_dir: str | Path, rec: dict) -> Path:
     same name is never replaced (NewerRecordError)."""
     final = Path(out_dir) / record_filename(rec)
     data = encode(rec)
-    newer = newer_version_at(final) if final.is_file() else None
+    newer = newer_version_at(final)
     if newer is not None:
         raise NewerRecordError(newer, final)
     try:

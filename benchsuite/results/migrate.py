@@ -29,6 +29,7 @@ class Upgrade:
 
 # ----------------------------------------------------------------------------- version 1 -> 2
 
+
 def _v1_model_per_token(run) -> float:
     """What schema 1 stored as model_per_token: expert choice at cf experts per token, and with
     full recompute a blanket 8x / 16x on the blocks."""
@@ -42,6 +43,7 @@ def _v1_model_per_token(run) -> float:
         active += pc.moe_layers * pc.expert * (run.moe.capacity_factor - active_experts_per_token(run.moe, tokens))
     mult, attn = (8, 16) if run.train.recompute == "full" else (6, 12)
     return mult * active + 6 * pc.lm_head + attn * cfg.layers * cfg.seq_len * cfg.hidden
+
 
 def upgrade_v1_flops(rec: dict) -> dict:
     """A schema-1 record's FLOP figures in schema 2's meaning; returns an upgraded copy.
@@ -109,6 +111,7 @@ def upgrade_v1_flops(rec: dict) -> dict:
                 part["model_flops"] = times(part["model_flops"], to_model)
     return rec
 
+
 def upgrade_v1_ceiling(rec: dict) -> dict:
     """A version-1 record's ceiling figures as version 2 states them: how the ceiling was measured
     (a 10-matmul burst then), and mfu_vs_ceiling null with the reason where the run outpaced it."""
@@ -124,6 +127,7 @@ def upgrade_v1_ceiling(rec: dict) -> dict:
     else:
         m.setdefault("mfu_vs_ceiling_reason", None if ratio is not None else "no matmul ceiling measured")
     return rec
+
 
 def upgrade_v1_env(rec: dict) -> dict:
     """A version-1 record's env as version 2 states it: threads_per_rank and threads_source. Version 1
@@ -142,6 +146,7 @@ def upgrade_v1_env(rec: dict) -> dict:
         env["threads_source"] = "not recorded (version 1 record)"
     return rec
 
+
 def upgrade_v1_energy_metrics(rec: dict) -> dict:
     """A copy of a version-1 record whose metrics.energy gains gpu_j_per_token (+ reason, source) from its own
     energy.gpu_j over the measured tokens (tokens_per_step x measured steps, as the worker counts)."""
@@ -157,6 +162,7 @@ def upgrade_v1_energy_metrics(rec: dict) -> dict:
     derived = {**derived, "gpu_j_per_token": value, "gpu_j_per_token_reason": reason,
                "gpu_energy_source": (energy.get("sources") or {}).get("gpu", "unavailable")}
     return {**rec, "metrics": {**rec["metrics"], "energy": derived}}
+
 
 def upgrade_v1_precision_policy(record: dict) -> dict:
     """metrics.precision_policy for a version-1 record, from what that version ran: bf16 ZeRO-2/3 on a
@@ -185,6 +191,7 @@ def update_to_2(rec: dict) -> dict:
 
 
 # ----------------------------------------------------------------------------- version 2 -> 3
+
 
 NEW_MOE_CONFIG_KEYS = ("top_k", "min_capacity", "shared_experts", "score")  # MoEConfig keys schema 2 did not have
 
@@ -247,6 +254,7 @@ def update_to_3(rec: dict) -> dict:
 
 # ----------------------------------------------------------------------------- version 3 -> 4
 
+
 LEGACY_METRICS = ("j_per_token", "j_per_pflop", "avg_w_per_device", "gco2e_per_mtok")  # version 1's copies
 
 
@@ -308,6 +316,7 @@ def update_to_4(rec: dict) -> dict:
 
 
 # ----------------------------------------------------------------------------- the chain
+
 
 def _apply(rec: dict, version: int, upgrades: list[Upgrade]) -> dict:
     for u in upgrades:

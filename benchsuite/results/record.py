@@ -25,8 +25,8 @@ from benchsuite.metrics import quality as qual
 from benchsuite.metrics.ceiling import vs_ceiling
 from benchsuite.metrics.energy import derived_metrics
 from benchsuite.metrics.timing import summarize
-from benchsuite.record.sanity import finite_or_none, sanity_flags
 from benchsuite.record import SCHEMA_VERSION
+from benchsuite.record.sanity import finite_or_none, sanity_flags
 
 if TYPE_CHECKING:
     from benchsuite.parallel import Applied
