@@ -1,11 +1,11 @@
 """benchsuite: what training a transformer really costs.
 
-`benchsuite.load(DIR)` and `benchsuite.load_steps(DIR)` read a results folder into pandas
-DataFrames (benchsuite/results/api.py); they are imported on first use, so `import benchsuite`
+`benchsuite.load(DIR)` (one row per record), `benchsuite.load_runs(DIR)` (one row per run) and
+`benchsuite.load_steps(DIR)` (one row per measured step) read a results folder into pandas DataFrames (benchsuite/results/api.py); they are imported on first use, so `import benchsuite`
 stays light.
 """
 
-__all__ = ["load", "load_steps"]
+__all__ = ["load", "load_runs", "load_steps"]
 
 
 def __getattr__(name: str):

@@ -1,10 +1,11 @@
-"""What every page reads: the raw records and one DataFrame row per record.
+"""What every page reads: the results model (results/model.py) of a folder, with what the pages share.
 
-The DataFrame is the one `benchsuite report` sees (results.store.dataframe_of: flatten() of each
-record plus scaling efficiency), with a few columns the pages share: stable labels, the
-energy-per-work figures under short names, the final validation loss, and the path of each
-run's detail page. Lists (steps, per-device energy, expert load) stay in the raw records;
-row `rec` indexes `SiteData.records`.
+`df` has one row per record and `runs` one row per run (a run identity: all its seeds and repeats),
+both from the model `benchsuite report` reads: the same medians, intervals over seeds, efficiencies
+and flags. The pages add the model family of each row (its colour and marker), the final validation
+loss of each record, each record's page, and `run_label`: a record's name ("dense · w2 · seed 1 ·
+repeat 0") in `df`, a run's ("dense · w2") in `runs`. Lists (steps, per-device energy, expert load)
+stay in the raw records; row `rec` indexes `SiteData.records`.
 """
 
 from __future__ import annotations
@@ -14,33 +15,44 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchsuite.results.report import combine_repeats
+from benchsuite.record.names import record_id, slug
 from benchsuite.record.sanity import with_flags
-from benchsuite.record.names import slug
-from benchsuite.results.store import dataframe_of, load_records
 from benchsuite.record.values import dig
-from dashboard.render import num, present
+from benchsuite.results.model import Results, results_at, results_of
+from dashboard.render import num
 from dashboard.style import Families, family
 
 # More series than a legend can tell apart: summary figures then draw one trace per model family.
 MAX_SERIES = 12
 
-# Energy per unit of work (metrics.energy, metrics/energy.py), under these short names on every page.
-DERIVED = ("j_per_token", "gco2e_per_mtok", "avg_w_per_device", "j_per_pflop")
-
 
 @dataclass
 class SiteData:
-    records: list[dict]
-    df: pd.DataFrame
-    source: str = ""
+    results: Results
+    df: pd.DataFrame  # one row per record
+    runs: pd.DataFrame  # one row per run
+
+    @property
+    def records(self) -> list[dict]:
+        return self.results.records
+
+    @property
+    def source(self) -> str:
+        return self.results.source
 
     def record(self, row) -> dict:
+        """The record of a `df` row; of a `runs` row, the run's latest record."""
         return self.records[int(row["rec"])]
 
     @property
     def ok(self) -> pd.DataFrame:
         return self.df[self.df["status"] == "ok"] if not self.df.empty else self.df
+
+    @property
+    def ok_runs(self) -> pd.DataFrame:
+        """The ok runs, by series and world size: one bar or point each, its figures the run's medians."""
+        runs = self.runs[self.runs["status"] == "ok"] if not self.runs.empty else self.runs
+        return runs.sort_values(["series", "world_size", "nodes"], kind="stable") if not runs.empty else runs
 
 
 def page_slug(run_key: str) -> str:
@@ -52,24 +64,6 @@ def _final_val_loss(rec: dict):
     vals = [s.get("val_loss") for s in rec.get("steps") or [] if isinstance(s, dict)]
     vals = [v for v in vals if num(v) is not None]
     return vals[-1] if vals else None
-
-
-def _series_labels(df: pd.DataFrame) -> dict[str, str]:
-    """One short, unique name per sweep: the workload; with the suite and scaling only where needed."""
-    keys = df[["sweep", "suite", "workload", "scaling"]].drop_duplicates("sweep")
-    labels = {}
-    for _, k in keys.iterrows():
-        labels[k["sweep"]] = str(k["workload"])
-    for attempt in ("suite", "scaling", "sweep"):
-        counts = pd.Series(list(labels.values())).value_counts()
-        if counts.max() <= 1:
-            break
-        for _, k in keys.iterrows():
-            if counts[labels[k["sweep"]]] > 1:
-                labels[k["sweep"]] = {"suite": f"{k['suite']}/{k['workload']}",
-                                      "scaling": f"{labels[k['sweep']]} · {k['scaling']}",
-                                      "sweep": str(k["sweep"])}[attempt]
-    return labels
 
 
 def expert_load(rec: dict, key: str = "expert_load") -> list[list[float]] | None:
@@ -107,58 +101,45 @@ def tokens_per_expert(rec: dict) -> tuple[list[float], str] | None:
     return [sum(col) for col in zip(*table[0])], table[1]
 
 
-def dataframe(records: list[dict]) -> pd.DataFrame:
-    """The store's DataFrame of `records` with the labels and shared columns the pages read."""
-    df = dataframe_of(records)
+def _families(frame: pd.DataFrame, records: list[dict], families: Families | None = None) -> Families:
+    moe = [dig(records[int(i)], "config", "moe") for i in frame["rec"]]
+    frame["family"] = [family(k, r, dig(m, "capacity_factor"), dig(m, "shared_experts"))
+                       for k, r, m in zip(frame["kind"], frame["router"], moe)]
+    families = families or Families(frame["family"])
+    frame["kind_label"] = [families[f].name for f in frame["family"]]
+    return families
+
+
+def site_data(results: Results) -> SiteData:
+    """The model's frames with the columns the pages share."""
+    df, runs = results.df.copy(), results.runs.copy()
     if df.empty:
-        return df
-    df["val_loss_final"] = [_final_val_loss(records[i]) for i in df["rec"]]
-    for name in DERIVED:
-        df[name] = df.get(f"metrics.energy.{name}")
-    moe = [dig(records[i], "config", "moe") for i in df["rec"]]
-    df["family"] = [family(k, r, dig(m, "capacity_factor"), dig(m, "shared_experts"))
-                    for k, r, m in zip(df["kind"], df["router"], moe)]
-    df["sweep"] = [s if present(s) else f"{a}/{b}/{c}" for s, a, b, c in
-                   zip(df["sweep_id"], df["suite"], df["workload"], df["scaling"])]
-    families = Families(df["family"])
-    df["kind_label"] = [families[f].name for f in df["family"]]
-    labels = _series_labels(df)
-    df["series"] = df["sweep"].map(labels)
-    run_labels, seen = [], {}
-    for s, w, n in zip(df["series"], df["world_size"], df["nodes"]):
-        base = f"{s} · w{w}" + (f" · {n} nodes" if num(n) and num(n) > 1 else "")
-        seen[base] = seen.get(base, 0) + 1
-        run_labels.append(base if seen[base] == 1 else f"{base} #{seen[base]}")
-    df["run_label"] = run_labels
+        return SiteData(results, df, runs)
+    df["val_loss_final"] = [_final_val_loss(results.records[i]) for i in df["rec"]]
+    df["run_label"] = df["record_name"]
+    runs["run_label"] = runs["label"]
+    families = _families(df, results.records)
+    _families(runs, results.records, families)
     pages, used = [], set()
-    for key in df["run_key"]:
-        slug = base = page_slug(key)
+    for key, repeat in zip(df["run_key"], df["repeat"]):
+        name = base = page_slug(record_id(key, int(repeat)))
         n = 1
-        while slug in used:
+        while name in used:
             n += 1
-            slug = f"{base}-{n}"
-        used.add(slug)
-        pages.append(f"runs/{slug}.html")
+            name = f"{base}-{n}"
+        used.add(name)
+        pages.append(f"runs/{name}.html")
     df["page"] = pages
-    return df
+    runs["page"] = runs["rec"].map(dict(zip(df["rec"], df["page"])))  # a run links its latest record's page
+    return SiteData(results, df, runs)
 
 
 def load(results: str | Path | list[dict]) -> SiteData:
     """From a results folder (or a list of records already loaded)."""
     if isinstance(results, (str, Path)):
-        records, source = load_records(results), str(results)
-    else:  # flagged as load_records flags them (a copy: the caller's dicts stay as they were)
-        records, source = [with_flags(dict(r)) for r in results], ""
-    return SiteData(records=records, df=dataframe(records), source=source)
-
-
-def latest_ok_per_size(df: pd.DataFrame) -> pd.DataFrame:
-    """One ok run per (sweep, world size): the latest, where a sweep was run again; a run's repeats
-    as one row of their medians (results.report.combine_repeats)."""
-    ok = combine_repeats(df[df["status"] == "ok"])
-    return ok.sort_values("started_at").drop_duplicates(["sweep", "world_size"], keep="last") \
-        .sort_values(["series", "world_size"])
-
+        return site_data(results_at(results))
+    # flagged as load_records flags them (a copy: the caller's dicts stay as they were)
+    return site_data(results_of([with_flags(dict(r)) for r in results]))
 
 
 def per_family(df: pd.DataFrame) -> bool:

@@ -12,18 +12,20 @@ import pandas as pd
 import pytest
 
 import benchsuite
-from benchsuite.results.api import COLUMNS, STEP_COLUMNS
+from benchsuite.record.columns import field_columns
+from benchsuite.results.api import COLUMNS, RUN_COLUMNS, STEP_COLUMNS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
 README = Path(__file__).parents[1] / "README.md"
 SMOKE_W2 = "smoke__dense-tiny__w2n1-weak__6a7938ff8f2a1420.json"  # an ok run with no energy or carbon
 
-EXPECTED = ["run_key", "repeat", "suite", "workload", "status", "kind", "router", "world_size", "nodes", "scaling", "tensor",
+EXPECTED = ["run_key", "identity", "name", "seed", "repeat", "suite", "workload", "status", "kind", "router", "world_size", "nodes", "scaling", "tensor",
             "zero", "expert", "started_at", "duration_s", "tokens_per_s", "mfu", "step_time_median_s",
-            "step_time_ci95_lo_s", "step_time_ci95_hi_s", "scaling_efficiency", "tflops_per_device",
+            "step_time_ci95_lo_s", "step_time_ci95_hi_s", "scaling_efficiency", "scaling_baseline", "tflops_per_device",
             "model_flops_per_token", "params_active", "peak_memory_bytes", "energy_j", "gpu_energy_j",
             "energy_source", "j_per_token", "gpu_j_per_token", "gco2e_per_mtok", "co2e_g", "intensity_g_per_kwh",
-            "flagged", "error_type", "path"]
+            "flagged", "error_type", "path",
+            *(p for p in field_columns() if p.startswith(("config.", "env.")))]
 
 
 def test_load_has_the_documented_columns_in_order_with_their_dtypes():
@@ -68,7 +70,7 @@ def test_load_steps_one_row_per_measured_step():
     steps = benchsuite.load_steps(FIXTURES)
     records = [json.loads(p.read_text()) for p in FIXTURES.glob("*.json")]
     assert list(steps.columns) == [c.name for c in STEP_COLUMNS] == [
-        "run_key", "suite", "workload", "path", "step", "time_s", "loss", "tokens", "val_loss"]
+        "run_key", "name", "suite", "workload", "path", "step", "time_s", "loss", "tokens", "val_loss"]
     assert len(steps) == sum(len(r.get("steps") or []) for r in records)
     rec = json.loads((FIXTURES / "make_dense-q.json").read_text())
     mine = steps[steps["path"] == str(FIXTURES / "make_dense-q.json")]
@@ -100,4 +102,6 @@ def test_a_rank_does_not_load_pandas():
 def test_readme_documents_every_column():
     section = README.read_text().split("## Results API", 1)[1].split("\n## ", 1)[0]
     documented = re.findall(r"^\| `([a-z0-9_]+)` \| `([^`]+)` \|", section, flags=re.M)
-    assert documented == [(c.name, c.typed()[0]) for c in COLUMNS]
+    record_columns = [(c.name, c.typed()[0]) for c in COLUMNS if not c.name.startswith(("config.", "env."))]
+    assert documented == record_columns + [(c.name, c.typed()[0]) for c in RUN_COLUMNS]
+    assert "`config.*` and `env.*`" in section  # the rest of load()'s columns, named by their dotted path

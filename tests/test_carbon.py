@@ -229,7 +229,7 @@ def test_report_energy_table_shows_gpu_j_per_token(tmp_path):
     from rich.console import Console
 
     from benchsuite.results.report import section_tables
-    from benchsuite.results.store import records_dataframe
+    from benchsuite.results.model import results_at
     from helpers import REPO
 
     rec = json.loads((REPO / "tests/fixtures/results/make_dvs-dense-w1.json").read_text())
@@ -237,7 +237,7 @@ def test_report_energy_table_shows_gpu_j_per_token(tmp_path):
     expected = rec["energy"]["gpu_j"] / (rec["metrics"]["tokens_per_step"] * len(rec["steps"]))
     (tmp_path / "r.json").write_text(json.dumps(rec))
     console = Console(record=True, width=300)
-    for table in section_tables(records_dataframe(tmp_path)):
+    for table in section_tables(results_at(tmp_path)):
         console.print(table)
     text = console.export_text()
     assert "GPU J/token" in text and f"{expected:.3g}" in text

@@ -271,7 +271,7 @@ def test_top_level_help_lists_every_verb(capsys):
     shown = capsys.readouterr().out
     assert all(f"    {verb} " in shown for verb in ("run", "list", "report", "dashboard", "compare", "slurm",
                                                    "carbon", "export", "tokenize", "flops", "memory")), shown
-    assert "bootstrap 95 % CIs" in " ".join(shown.split())
+    assert "95 % intervals over the repeats" in " ".join(shown.split())
 
 
 def _subparsers(parser, name="benchsuite"):

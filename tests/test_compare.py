@@ -1,25 +1,32 @@
-"""benchsuite compare: ratios and bootstrap CIs on hand-built records, verdicts, exit codes."""
+"""benchsuite compare: the pooled-t interval over repeats (checked against scipy and by simulation),
+verdicts, matching by identity (--ignore, seeds), nested folders, failed and missing runs as
+regressions, estimated energy, exit codes."""
 
 import json
+import math
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy import stats
 
-from benchsuite.results.store import read_record
 from benchsuite.cli import main
-from benchsuite.results.compare import (DEFAULT_RESAMPLES, Verdict, compare_folders, identity_key)
+from benchsuite.record import encode, write_record
+from benchsuite.record.values import dig
+from benchsuite.results.compare import (DEFAULT_THRESHOLD, ESTIMATED, METRICS, Verdict, compare_folders, compare_run,
+                                        identity_key, verdict)
+from benchsuite.results.store import read_record
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
-DENSE = "make_dvs-dense-w1.json"
+DENSE = "make_dvs-dense-w1.json"  # measured energy (NVML, RAPL)
 SWITCH = "make_dvs-switch-w1.json"
 TIMES_A = [0.50, 0.52, 0.49, 0.51, 0.55, 0.48, 0.50, 0.53, 0.47, 0.52]
+SPREAD = [1.0, 1.02, 0.985, 1.01]  # run-to-run multipliers of a steady machine (±2 %)
 
 
 def _record(name: str, times: list[float] | None = None, **changes) -> dict:
-    """A fixture record with its step times set by hand; its MFU, J/token and gCO2e/Mtok stay those of
-    the recorded median step time, so the compared figures follow the new step times."""
+    """A fixture record with its step times set by hand and dotted fields (a__b) changed."""
     rec = read_record(FIXTURES / name)  # upgraded through the chain to the current version
     if times is not None:
         rec["steps"] = [dict(rec["steps"][0], step=i, time_s=t) for i, t in enumerate(times)]
@@ -32,109 +39,297 @@ def _record(name: str, times: list[float] | None = None, **changes) -> dict:
     return rec
 
 
-def _folder(tmp_path: Path, name: str, *records: dict) -> Path:
-    folder = tmp_path / name
-    folder.mkdir()
+def _scaled(name: str, speed: float, **changes) -> dict:
+    """A fixture record of a run `speed` times as fast: tok/s and MFU × speed, J/token and gCO2e/Mtok ÷ speed."""
+    rec = _record(name, **changes)
+    m = rec["metrics"]
+    m["tokens_per_s"] *= speed
+    m["mfu"] = m["mfu"] * speed if m["mfu"] is not None else None
+    if m["energy"] and m["energy"]["j_per_token"] is not None:
+        m["energy"]["j_per_token"] /= speed
+        m["energy"]["gco2e_per_mtok"] /= speed
+    rec["steps"] = [dict(s, time_s=s["time_s"] / speed) for s in rec["steps"]]
+    return rec
+
+
+def _repeats(name: str, speed: float = 1.0, spread=SPREAD[:2], **changes) -> list[dict]:
+    """The repeats of one run (repeat 0, 1, ...), each with its run-to-run multiplier."""
+    return [{**_scaled(name, speed * s, **changes), "repeat": i} for i, s in enumerate(spread)]
+
+
+def _folder(path: Path, *records: dict) -> Path:
+    """A results folder of records, each checked by the record's types (encode) on the way."""
+    path.mkdir(parents=True)
     for i, rec in enumerate(records):
-        (folder / f"r{i}.json").write_text(json.dumps(rec))
-    return folder
+        (path / f"r{i}.json").write_bytes(encode(rec))
+    return path
 
 
-def _tokens_per_step(rec: dict) -> int:
-    return rec["metrics"]["tokens_per_step"] if "tokens_per_step" in rec["metrics"] else rec["steps"][0]["tokens"]
+def _failed(name: str, **changes) -> dict:
+    rec = _record(name, **changes)
+    return {**rec, "status": "failed", "metrics": None, "steps": [], "energy": None, "carbon": None,
+            "error": {"type": "OutOfMemoryError", "message": "CUDA out of memory\nTried to allocate 2 GiB",
+                      "rank": 0, "traceback": None, "log": None}}
 
 
-def test_ratio_and_ci_equal_an_independent_numpy_bootstrap(tmp_path):
-    times_b = [t * 0.8 + 0.01 * (i % 3) for i, t in enumerate(TIMES_A)]
-    a = _folder(tmp_path, "a", _record(DENSE, TIMES_A))
-    b = _folder(tmp_path, "b", _record(DENSE, times_b))
-    c = compare_folders(a, b, seed=7)
-    tps = {m.metric: m for m in c.runs[0].metrics}["tokens_per_s"]
-
-    # By hand: tokens/s = tokens per step / median step time; steps of A and B resampled apart.
-    ta, tb, n = np.array(TIMES_A), np.array(times_b), DEFAULT_RESAMPLES
-    med_a = np.median(ta[np.random.default_rng([7, 0]).integers(0, ta.size, (n, ta.size))], axis=1)
-    med_b = np.median(tb[np.random.default_rng([7, 1]).integers(0, tb.size, (n, tb.size))], axis=1)
-    tokens = _tokens_per_step(_record(DENSE))
-    assert tps.a == pytest.approx(tokens / np.median(ta))
-    assert tps.ratio == pytest.approx(np.median(ta) / np.median(tb))
-    assert tps.ci95 == pytest.approx(tuple(np.percentile(med_a / med_b, [2.5, 97.5])))
-    # MFU ∝ 1/median, J/token ∝ median: the same resamples give the reciprocal interval.
-    jpt = {m.metric: m for m in c.runs[0].metrics}["j_per_token"]
-    assert jpt.ratio == pytest.approx(np.median(tb) / np.median(ta))
-    assert jpt.ci95 == pytest.approx(tuple(np.percentile(med_b / med_a, [2.5, 97.5])))
+def _metric(run, name: str):
+    return next(m for m in run.metrics if m.metric == name)
 
 
-def test_repeats_resample_records_then_steps(tmp_path):
-    slow = [t * 1.2 for t in TIMES_A]
-    a = _folder(tmp_path, "a", _record(DENSE, TIMES_A), _record(DENSE, slow))
-    b = _folder(tmp_path, "b", _record(DENSE, TIMES_A))
-    c = compare_folders(a, b, seed=3, resamples=500)
-    assert (c.runs[0].repeats_a, c.runs[0].repeats_b) == (2, 1)
-    tps = {m.metric: m for m in c.runs[0].metrics}["tokens_per_s"]
-
-    rng = np.random.default_rng([3, 0])
-    chosen = rng.integers(0, 2, (500, 2)).ravel()  # 500 draws of 2 records, then each drawn record's steps:
-    meds = np.empty(chosen.size)                  # the draws of record 0 first, in order, then record 1's
-    for j, t in enumerate((TIMES_A, slow)):
-        drawn = np.flatnonzero(chosen == j)
-        meds[drawn] = np.median(np.array(t)[rng.integers(0, 10, (drawn.size, 10))], axis=1)
-    tokens = _tokens_per_step(_record(DENSE))
-    side_a = np.median((tokens / meds).reshape(500, 2), axis=1)
-    tb = np.array(TIMES_A)
-    side_b = tokens / np.median(tb[np.random.default_rng([3, 1]).integers(0, 10, (500, 10))], axis=1)
-    assert tps.a == pytest.approx(np.median([tokens / np.median(TIMES_A), tokens / np.median(slow)]))
-    assert tps.ci95 == pytest.approx(tuple(np.percentile(side_b / side_a, [2.5, 97.5])))
+def _cli(capsys, *argv: str) -> tuple[int, str, str]:
+    rc = main(["compare", *argv])
+    captured = capsys.readouterr()
+    return rc, captured.out, captured.err
 
 
-def test_twice_as_fast_is_better_identical_is_no_change(tmp_path):
-    a = _folder(tmp_path, "a", _record(DENSE, TIMES_A))
-    fast = _folder(tmp_path, "fast", _record(DENSE, [t / 2 for t in TIMES_A]))
-    same = _folder(tmp_path, "same", _record(DENSE, TIMES_A))
-    verdicts = {m.metric: m.verdict for m in compare_folders(a, fast).runs[0].metrics}
+# ----------------------------------------------------------------------------- the interval
+
+
+def test_interval_is_scipys_pooled_t_on_the_log_figures():
+    recs_a = _repeats(DENSE, 1.0, [1.0, 1.07, 0.96])
+    recs_b = _repeats(DENSE, 1.25, [1.0, 0.93])
+    run = compare_run(recs_a, recs_b, DEFAULT_THRESHOLD)
+    assert (run.repeats_a, run.repeats_b) == (3, 2)
+    for metric in METRICS:
+        a = np.array([dig(r, *metric.record_path) for r in recs_a])
+        b = np.array([dig(r, *metric.record_path) for r in recs_b])
+        ci = stats.ttest_ind(np.log(b), np.log(a), equal_var=True).confidence_interval(0.95)
+        m = _metric(run, metric.name)
+        assert m.ci95 == (math.exp(ci.low), math.exp(ci.high)), metric.name  # to the last digit
+        assert (m.a, m.b, m.ratio) == (np.median(a), np.median(b), np.median(b) / np.median(a))
+    assert _metric(run, "tokens_per_s").verdict is Verdict.BETTER  # 25 % faster with ±7 % spread
+    assert _metric(run, "j_per_token").verdict is Verdict.BETTER  # lower is better
+
+
+def test_one_repeat_a_side_gives_no_interval_and_says_how_to_get_one():
+    run = compare_run(_repeats(DENSE, 1.0, [1.0]), _repeats(DENSE, 2.0, [1.0]))
+    tps = _metric(run, "tokens_per_s")
+    assert (tps.verdict, tps.ci95, tps.reason) == (Verdict.UNAVAILABLE, None,
+                                                   "one repeat a side: no interval (run --repeat 2 or more)")
+    assert tps.ratio == pytest.approx(2.0)  # the ratio is still shown
+    tps = _metric(compare_run(_repeats(DENSE, 1.0, [1.0, 1.02]), _repeats(DENSE, 2.0, [1.0])), "tokens_per_s")
+    assert tps.ci95 is not None and tps.verdict is Verdict.BETTER  # pooled: one side may have one repeat
+
+
+# Simulation: a run measured with 5 % run-to-run spread (a log-normal multiplier per repeat) and 2 % step
+# spread (20 steps a repeat; tok/s = tokens per step / median step time), compared with itself (nothing
+# changed) or with a run 1.3× as fast. 500 pairs per repeat count and case (3,000 in all, ~5 s: one scipy
+# t test a pair). The old bootstrap over records and steps covered 1.3 in 70 % of folders at 2 repeats and
+# called 21 % of unchanged runs better or worse.
+SIM_PAIRS = 500
+SIM_TRUE_RATIO = 1.3
+
+
+def _simulated_side(rng: np.random.Generator, base: dict, repeats: int, speed: float) -> list[dict]:
+    run = rng.lognormal(0.0, 0.05, repeats)
+    steps = base["steps"][1]["time_s"] / (speed * run[:, None]) * rng.lognormal(0.0, 0.02, (repeats, 20))
+    tps = base["metrics"]["tokens_per_step"] / np.median(steps, axis=1)
+    # Only tok/s: MFU and energy absent (n/a, no test): one t test per compared pair.
+    return [{**base, "repeat": i, "metrics": {**base["metrics"], "tokens_per_s": float(t), "mfu": None,
+                                              "energy": None}} for i, t in enumerate(tps)]
+
+
+def test_simulated_coverage_and_false_calls_at_2_3_and_5_repeats():
+    rng = np.random.default_rng(20240601)
+    base = _record(DENSE)
+    tps_metric = METRICS[0]
+    measured = {}
+    for repeats in (2, 3, 5):
+        covered = false_strict = false_default = 0
+        for _ in range(SIM_PAIRS):
+            faster = compare_run(_simulated_side(rng, base, repeats, 1.0),
+                                 _simulated_side(rng, base, repeats, SIM_TRUE_RATIO), 0.0, "sim")
+            lo, hi = faster.metrics[0].ci95
+            covered += lo <= SIM_TRUE_RATIO <= hi
+            same = compare_run(_simulated_side(rng, base, repeats, 1.0), _simulated_side(rng, base, repeats, 1.0),
+                               0.0, "sim").metrics[0]
+            false_strict += same.verdict in (Verdict.BETTER, Verdict.WORSE)  # threshold 0: the interval alone
+            false_default += verdict(tps_metric, same.ratio, same.ci95, DEFAULT_THRESHOLD) is not Verdict.SAME
+        measured[repeats] = (covered / SIM_PAIRS, false_strict / SIM_PAIRS, false_default / SIM_PAIRS)
+    print("repeats: (coverage of 1.3, false calls at threshold 0, at 5 %)", measured)
+    for repeats, (coverage, _, false_default) in measured.items():
+        assert 0.93 <= coverage <= 0.97, (repeats, measured)
+        assert false_default <= 0.06, (repeats, measured)
+    assert sum(f for _, f, _ in measured.values()) / 3 <= 0.06, measured  # 1,500 unchanged pairs, threshold 0
+
+
+# ----------------------------------------------------------------------------- verdicts
+
+
+def test_twice_as_fast_is_better_identical_is_no_change():
+    a = _repeats(DENSE)
+    verdicts = {m.metric: m.verdict for m in compare_run(a, _repeats(DENSE, 2.0)).metrics}
     assert verdicts == {"tokens_per_s": Verdict.BETTER, "mfu": Verdict.BETTER, "j_per_token": Verdict.BETTER,
                         "gco2e_per_mtok": Verdict.BETTER}
-    run = compare_folders(a, same).runs[0]
+    verdicts = {m.metric: m.verdict for m in compare_run(a, _repeats(DENSE, 0.5)).metrics}
+    assert set(verdicts.values()) == {Verdict.WORSE}
+    run = compare_run(a, _repeats(DENSE))
     assert {m.verdict for m in run.metrics} == {Verdict.SAME}
     assert [m.ratio for m in run.metrics] == pytest.approx([1.0] * 4)
 
 
-def test_a_small_significant_change_below_the_threshold_is_no_change(tmp_path):
-    steady = [0.5 + 0.001 * (i % 5) for i in range(20)]  # ±0.4 %: a 3 % change stands out
-    a = _folder(tmp_path, "a", _record(DENSE, steady))
-    b = _folder(tmp_path, "b", _record(DENSE, [t * 0.97 for t in steady]))  # 3 % faster, every step
-    tps = {m.metric: m for m in compare_folders(a, b).runs[0].metrics}["tokens_per_s"]
-    assert tps.ci95[0] > 1  # the CI excludes 1 ...
+def test_a_small_significant_change_below_the_threshold_is_no_change():
+    steady = [1.0, 1.001, 0.999]  # ±0.1 %: a 3 % change stands out
+    a, b = _repeats(DENSE, 1.0, steady), _repeats(DENSE, 1.03, steady)
+    tps = _metric(compare_run(a, b), "tokens_per_s")
+    assert tps.ci95[0] > 1  # the interval excludes 1 ...
     assert tps.verdict is Verdict.SAME  # ... but 3 % is under the 5 % threshold
-    tps = {m.metric: m for m in compare_folders(a, b, threshold=0.02).runs[0].metrics}["tokens_per_s"]
-    assert tps.verdict is Verdict.BETTER
+    assert _metric(compare_run(a, b, threshold=0.02), "tokens_per_s").verdict is Verdict.BETTER
+
+
+def test_estimated_energy_is_shown_labelled_and_not_judged(tmp_path, capsys):
+    est = {"energy__source": "estimated", "metrics__energy__energy_source": "estimated"}
+    a = _repeats(DENSE, 1.0, **est)
+    run = compare_run(a, _repeats(DENSE, 2.0))  # B measured, A estimated: the ratio mixes an estimate
+    for name in ("j_per_token", "gco2e_per_mtok"):
+        m = _metric(run, name)
+        assert (m.verdict, m.reason, m.estimated) == (Verdict.UNAVAILABLE, ESTIMATED, True)
+        assert m.ratio == pytest.approx(0.5) and m.ci95 is not None  # shown, not judged
+    assert _metric(run, "tokens_per_s").verdict is Verdict.BETTER and not _metric(run, "tokens_per_s").estimated
+    folder_a = _folder(tmp_path / "a", *a)
+    folder_b = _folder(tmp_path / "b", *_repeats(DENSE, 0.5, **est))  # twice as slow: J/token twice as high
+    rc, out, _ = _cli(capsys, str(folder_a), str(folder_b), "--fail-on-regression")
+    assert rc == 1  # tok/s and MFU are worse ...
+    assert "J/token (estimated)" in out and "gCO2e/Mtok (estimated)" in out and "MFU (estimated)" not in out
+    rc, out, _ = _cli(capsys, str(folder_a), str(folder_b), "--json")
+    jpt = {m["metric"]: m for m in json.loads(out)["runs"][0]["metrics"]}["j_per_token"]
+    assert (jpt["estimated"], jpt["verdict"], jpt["reason"]) == (True, "n/a", ESTIMATED)  # ... J/token is not judged
+
+
+def test_missing_figure_is_unavailable_not_a_ratio():
+    # A recorded no MFU and no TFLOP/s, and no step times: the other figures still compare
+    no_mfu = {"metrics__mfu": None, "metrics__tflops_per_device": None, "steps": []}
+    run = compare_run(_repeats(DENSE, 1.0, **no_mfu), _repeats(DENSE))
+    mfu = _metric(run, "mfu")
+    assert (mfu.verdict, mfu.ratio, mfu.reason) == (Verdict.UNAVAILABLE, None, "MFU not recorded in A")
+    assert _metric(run, "tokens_per_s").verdict is Verdict.SAME
+    partial = [_repeats(DENSE)[0], _repeats(DENSE, 1.0, **no_mfu)[1]]
+    mfu = _metric(compare_run(_repeats(DENSE), partial), "mfu")
+    assert (mfu.verdict, mfu.reason) == (Verdict.UNAVAILABLE, "MFU not recorded in 1 of 2 records of B")
+
+
+# ----------------------------------------------------------------------------- folders and the gate
 
 
 def test_regression_exits_1_only_with_fail_on_regression(tmp_path, capsys):
-    a = _folder(tmp_path, "a", _record(DENSE, TIMES_A))
-    b = _folder(tmp_path, "b", _record(DENSE, [t * 1.5 for t in TIMES_A]))
-    assert main(["compare", str(a), str(b)]) == 0
-    assert "worse" in capsys.readouterr().out
-    assert main(["compare", str(a), str(b), "--fail-on-regression"]) == 1
-    assert main(["compare", str(b), str(a), "--fail-on-regression"]) == 0  # A slower than B: better, no regression
+    a = _folder(tmp_path / "a", *_repeats(DENSE))
+    b = _folder(tmp_path / "b", *_repeats(DENSE, 1 / 1.5))
+    rc, out, err = _cli(capsys, str(a), str(b))
+    assert rc == 0 and "worse" in out
+    assert "regression: dense-vs-sparse/dense w1 n1 weak · seed 0: tok/s worse (B/A 0.667)" in err
+    assert _cli(capsys, str(a), str(b), "--fail-on-regression")[0] == 1
+    assert _cli(capsys, str(b), str(a), "--fail-on-regression")[0] == 0  # A slower than B: better, no regression
 
 
-def test_unmatched_runs_are_listed_and_hardware_shown(tmp_path, capsys):
-    a = _folder(tmp_path, "a", _record(DENSE, TIMES_A), _record(SWITCH, TIMES_A))
-    other_gpu = _record(DENSE, TIMES_A)
-    for dev in other_gpu["env"]["devices"]:
-        dev["name"] = "NVIDIA H200"
-    lr = _record(DENSE, TIMES_A, config__train__lr=1e-3)  # another config: another run
-    b = _folder(tmp_path, "b", other_gpu, lr)
-    assert main(["compare", str(a), str(b), "--json"]) == 0
-    doc = json.loads(capsys.readouterr().out)
-    assert [r["run"] for r in doc["runs"]] == ["dense-vs-sparse/dense w1 n1 weak"]
+def test_a_slowdown_in_a_folder_inside_a_is_not_diluted_by_it(tmp_path, capsys):
+    """results/ and results/pr123/: A's scan read B's records too (four repeats, two slow), and a 2×
+    slowdown passed the gate."""
+    results = _folder(tmp_path / "results", *_repeats(DENSE))
+    pr = _folder(results / "pr123", *[{**r, "started_at": "2026-12-01T00:00:00+00:00"} for r in _repeats(DENSE, 0.5)])
+    rc, _, err = _cli(capsys, str(results), str(pr), "--fail-on-regression")
+    assert rc == 1 and f"A ({results}): left out B's folder {pr} inside it" in err
+    rc, out, _ = _cli(capsys, str(results), str(pr), "--json")
+    doc = json.loads(out)
+    assert (doc["runs"][0]["repeats_a"], doc["runs"][0]["repeats_b"]) == (2, 2)
+    assert doc["left_out_a"] == [str(pr)] and doc["left_out_b"] == []
+    assert doc["runs"][0]["metrics"][0]["ratio"] == pytest.approx(0.5)
+    doc = json.loads(_cli(capsys, str(pr), str(results), "--json")[1])  # the other way round: B holds A
+    assert (doc["left_out_a"], doc["left_out_b"], doc["runs"][0]["repeats_b"]) == ([], [str(pr)], 2)
+    rc, _, err = _cli(capsys, str(results), str(results / "." / "pr123" / ".."))
+    assert rc == 2 and "the same folder" in err
+
+
+def test_a_run_failed_in_b_is_a_regression_named_with_its_error(tmp_path, capsys):
+    a = _folder(tmp_path / "a", *_repeats(DENSE), *_repeats(SWITCH))
+    b = _folder(tmp_path / "b", *_repeats(DENSE), _failed(SWITCH))
+    rc, _, err = _cli(capsys, str(a), str(b), "--fail-on-regression")
+    assert rc == 1
+    assert ("regression: dense-vs-sparse/switch w1 n1 weak · seed 0 failed in B: OutOfMemoryError: "
+            "CUDA out of memory") in err
+    assert _cli(capsys, str(a), str(b))[0] == 0  # named, but the gate is opt-in
+    doc = json.loads(_cli(capsys, str(a), str(b), "--json")[1])
+    assert [f["run"] for f in doc["failed_in_b"]] == ["dense-vs-sparse/switch w1 n1 weak · seed 0"]
+    assert doc["regressions"] == ["dense-vs-sparse/switch w1 n1 weak · seed 0"] and doc["only_a"] == []
+    assert [r["run"] for r in doc["runs"]] == ["dense-vs-sparse/dense w1 n1 weak · seed 0"]
+
+
+def test_a_run_missing_in_b_is_a_regression(tmp_path, capsys):
+    a = _folder(tmp_path / "a", *_repeats(DENSE), *_repeats(SWITCH))
+    b = _folder(tmp_path / "b", *_repeats(DENSE))
+    rc, out, err = _cli(capsys, str(a), str(b), "--fail-on-regression")
+    assert rc == 1 and "regression: dense-vs-sparse/switch w1 n1 weak · seed 0 missing in B" in err
+    assert f"only in A ({a}): dense-vs-sparse/switch w1 n1 weak · seed 0" in out
+    assert "no run of B is of dense-vs-sparse/switch" in out
+    assert _cli(capsys, str(b), str(a), "--fail-on-regression")[0] == 0  # a run only in B is no regression
+
+
+def test_a_run_failed_only_in_a_is_listed_only_in_b(tmp_path, capsys):
+    a = _folder(tmp_path / "a", *_repeats(DENSE), _failed(SWITCH))
+    b = _folder(tmp_path / "b", *_repeats(DENSE), *_repeats(SWITCH))
+    rc, out, _ = _cli(capsys, str(a), str(b), "--json", "--fail-on-regression")
+    doc = json.loads(out)
+    assert rc == 0 and doc["regressions"] == []
+    (only_b,) = doc["only_b"]
+    assert only_b["run"] == "dense-vs-sparse/switch w1 n1 weak · seed 0"
+    assert only_b["closest"] == "only failed records in A (OutOfMemoryError: CUDA out of memory)"
+
+
+def test_seeds_match_only_when_ignored_and_the_unmatched_line_names_the_key(tmp_path, capsys):
+    a = _folder(tmp_path / "a", *_repeats(DENSE))  # seed 0
+    b = _folder(tmp_path / "b", *_repeats(DENSE, 2.0, config__train__seed=1))
+    rc, out, _ = _cli(capsys, str(a), str(b))
+    assert rc == 2  # nothing compared
+    assert ("only in A ({}): dense-vs-sparse/dense w1 n1 weak · seed 0 on 1× NVIDIA H100 80GB HBM3 (config {}); "
+            "differs from B's dense-vs-sparse/dense w1 n1 weak · seed 1 only by train.seed (0 in A, 1 in B): "
+            "--ignore train.seed compares across it").format(a, identity_key(_record(DENSE)["config"])) in out
+    rc, out, _ = _cli(capsys, str(a), str(b), "--ignore", "train.seed", "--json")
+    doc = json.loads(out)
+    (run,) = doc["runs"]
+    assert rc == 0 and doc["ignored"] == ["train.seed"] and doc["only_a"] == doc["only_b"] == []
+    assert run["run"] == "dense-vs-sparse/dense w1 n1 weak · seeds 0 → 1"
+    assert (run["seeds_a"], run["seeds_b"]) == ([0], [1])
+    assert run["metrics"][0]["verdict"] == "better"
+
+
+def test_ignored_seeds_are_pooled_as_units(tmp_path, capsys):
+    seeds = [{**_scaled(DENSE, s, config__train__seed=i), "run_key": f"k{i}"} for i, s in enumerate([1.0, 1.03])]
+    a = _folder(tmp_path / "a", *seeds)
+    b = _folder(tmp_path / "b", *[{**r, "started_at": "2026-12-01T00:00:00+00:00"} for r in seeds])
+    doc = json.loads(_cli(capsys, str(a), str(b), "--ignore", "train.seed,description", "--json")[1])
+    (run,) = doc["runs"]
+    assert (run["run"], run["repeats_a"], run["repeats_b"]) == ("dense-vs-sparse/dense w1 n1 weak · seeds 0, 1", 2, 2)
+    doc = json.loads(_cli(capsys, str(a), str(b), "--json")[1])  # without: one run per seed, one record a side
+    assert [r["run"] for r in doc["runs"]] == ["dense-vs-sparse/dense w1 n1 weak · seed 0",
+                                               "dense-vs-sparse/dense w1 n1 weak · seed 1"]
+
+
+@pytest.mark.parametrize("keys", ["train.sed", "train.seed,bogus"])
+def test_an_unknown_ignore_key_exits_2_naming_it(tmp_path, capsys, keys):
+    a = _folder(tmp_path / "a", *_repeats(DENSE))
+    b = _folder(tmp_path / "b", *_repeats(DENSE))
+    rc, _, err = _cli(capsys, str(a), str(b), "--ignore", keys)
+    assert rc == 2 and "--ignore" in err and repr(keys.split(",")[-1]) in err
+    assert "train.seed'" not in err  # the valid one is not named as unknown
+
+
+def test_hardware_is_shown_not_matched_and_other_configs_are_told_apart(tmp_path, capsys):
+    a = _folder(tmp_path / "a", *_repeats(DENSE), *_repeats(SWITCH))
+    other_gpu = _repeats(DENSE)
+    for rec in other_gpu:
+        for dev in rec["env"]["devices"]:
+            dev["name"] = "NVIDIA H200"
+    lr = _repeats(DENSE, config__train__lr=1e-3)  # another config: another run
+    b = _folder(tmp_path / "b", *other_gpu, *[{**r, "run_key": "lr"} for r in lr])
+    rc, out, _ = _cli(capsys, str(a), str(b), "--json")
+    doc = json.loads(out)
+    assert rc == 0 and [r["run"] for r in doc["runs"]] == ["dense-vs-sparse/dense w1 n1 weak · seed 0"]
     assert (doc["runs"][0]["hardware_a"], doc["runs"][0]["hardware_b"]) == ("1× NVIDIA H100 80GB HBM3",
                                                                             "1× NVIDIA H200")
-    assert [u["run"] for u in doc["only_a"]] == ["dense-vs-sparse/switch w1 n1 weak"]
-    assert [u["run"] for u in doc["only_b"]] == ["dense-vs-sparse/dense w1 n1 weak"]  # the lr = 1e-3 run ...
-    assert doc["only_b"][0]["identity"] == identity_key(lr["config"]) != doc["runs"][0]["identity"]  # ... told apart
-    assert doc["runs"][0]["metrics"][0]["verdict"] == "no significant change"
+    assert [u["run"] for u in doc["only_a"]] == ["dense-vs-sparse/switch w1 n1 weak · seed 0"]
+    (lr_run,) = doc["only_b"]
+    assert lr_run["identity"] == identity_key(lr[0]["config"]) != doc["runs"][0]["identity"]  # told apart
+    assert "only by train.lr (0.0003 in A, 0.001 in B)" in lr_run["closest"]
+    assert doc["method"].startswith("95 % interval: Student's t on the repeats' log figures, pooled run-to-run spread")
 
 
 def test_identity_ignores_what_does_not_define_the_workload():
@@ -143,54 +338,45 @@ def test_identity_ignores_what_does_not_define_the_workload():
                     config__carbon__pue=1.5)
     assert identity_key(rec["config"]) == identity_key(moved["config"])
     assert identity_key(rec["config"]) != identity_key(_record(DENSE, config__train__micro_batch=4)["config"])
-
-
-def test_missing_figure_is_unavailable_not_a_ratio(tmp_path):
-    # A recorded no MFU and no TFLOP/s (schema 2: nothing to re-derive an MFU from on load)
-    a = _folder(tmp_path, "a", _record(DENSE, TIMES_A, schema_version=2, metrics__mfu=None,
-                                       metrics__tflops_per_device=None))
-    b = _folder(tmp_path, "b", _record(DENSE, TIMES_A))
-    mfu = {m.metric: m for m in compare_folders(a, b).runs[0].metrics}["mfu"]
-    assert (mfu.verdict, mfu.ratio, mfu.reason) == (Verdict.UNAVAILABLE, None, "MFU not recorded in A")
+    assert identity_key(rec["config"]) != identity_key(_record(DENSE, config__train__seed=1)["config"])
+    assert identity_key(rec["config"], [("train", "seed")]) == identity_key(
+        _record(DENSE, config__train__seed=1)["config"], [("train", "seed")])
 
 
 @pytest.mark.parametrize("which", ["missing", "empty", "file"])
 def test_bad_folder_exits_2_naming_it(tmp_path, capsys, which):
-    good = _folder(tmp_path, "good", _record(DENSE, TIMES_A))
+    good = _folder(tmp_path / "good", *_repeats(DENSE))
     bad = tmp_path / "bad"
     if which == "empty":
         bad.mkdir()
     elif which == "file":
         shutil.copy(FIXTURES / DENSE, bad)
-    assert main(["compare", str(good), str(bad)]) == 2
-    assert str(bad) in capsys.readouterr().err
+    rc, _, err = _cli(capsys, str(good), str(bad))
+    assert rc == 2 and str(bad) in err
 
 
 def test_record_strings_never_drive_the_terminal(tmp_path, capsys):
     hostile = "\x1b]0;pwned\x07[red]x[/red]"
-    a = _folder(tmp_path, "a", _record(DENSE, TIMES_A, workload=hostile), _record(SWITCH, TIMES_A, workload=hostile))
-    b = _folder(tmp_path, "b", _record(DENSE, TIMES_A, workload=hostile))
-    assert main(["compare", str(a), str(b)]) == 0
-    out = capsys.readouterr().out
-    assert "\x1b" not in out and "\\x1b]0;pwned\\x07[red]x[/red]" in out.replace("\n", "")
+    a = _folder(tmp_path / "a", *_repeats(DENSE, workload=hostile), *_repeats(SWITCH, workload=hostile))
+    b = _folder(tmp_path / "b", *_repeats(DENSE, workload=hostile), _failed(SWITCH, workload=hostile))
+    rc, out, err = _cli(capsys, str(a), str(b))
+    assert rc == 0
+    for stream in (out, err):
+        assert "\x1b" not in stream and "\\x1b]0;pwned\\x07[red]x[/red]" in stream.replace("\n", "")
 
 
 @pytest.mark.parametrize("threshold", ["-0.1", "1.5"])
 def test_a_threshold_outside_0_to_1_is_refused(tmp_path, capsys, threshold):
-    a = _folder(tmp_path, "a", _record(DENSE, TIMES_A))
-    assert main(["compare", str(a), str(a), "--threshold", threshold]) == 2
-    assert "--threshold" in capsys.readouterr().err
+    a = _folder(tmp_path / "a", *_repeats(DENSE))
+    rc, _, err = _cli(capsys, str(a), str(a), "--threshold", threshold)
+    assert rc == 2 and "--threshold" in err
 
 
 def test_the_repeats_of_a_run_written_to_one_folder_are_compared_as_its_repeats(tmp_path):
-    from benchsuite.record import write_record
-
-    a, b = tmp_path / "a", _folder(tmp_path, "b", _record(DENSE, TIMES_A))
+    a, b = tmp_path / "a", _folder(tmp_path / "b", *_repeats(DENSE))
     a.mkdir()
-    for i, scale in enumerate((1.0, 1.25, 2.0)):  # run --repeat 3: one run key, repeats 0, 1, 2
-        write_record(a, {**_record(DENSE, [t * scale for t in TIMES_A]), "repeat": i})
-    c = compare_folders(a, b, seed=1, resamples=200)
-    (run,) = c.runs
-    tps = {m.metric: m for m in run.metrics}["tokens_per_s"]
-    assert (run.repeats_a, run.repeats_b) == (3, 1)
-    assert tps.a == pytest.approx(_tokens_per_step(_record(DENSE)) / (1.25 * np.median(TIMES_A)))  # the median repeat
+    for i, speed in enumerate((1.0, 0.8, 0.5)):  # run --repeat 3: one run key, repeats 0, 1, 2
+        write_record(a, {**_scaled(DENSE, speed), "repeat": i})
+    (run,) = compare_folders(a, b).runs
+    assert (run.repeats_a, run.repeats_b) == (3, 2)
+    assert _metric(run, "tokens_per_s").a == pytest.approx(0.8 * _record(DENSE)["metrics"]["tokens_per_s"])

@@ -397,20 +397,19 @@ def test_upgrade_v1_keeps_a_given_peak_and_marks_a_config_that_no_longer_parses(
 
 
 def test_report_and_dashboard_show_hfu_beside_mfu(tmp_path):
-    import pandas as pd
     from rich.console import Console
 
+    from benchsuite.results.model import results_of
     from benchsuite.results.report import report_rows, report_table
-    from benchsuite.results.store import flatten
     from dashboard import build_site
 
     fixture = json.loads((Path(__file__).parent / "fixtures" / "results" / "make_dvs-dense-w1.json").read_text())
     rec = migrate.upgrade_v1_flops(fixture)
     rec["metrics"].update(mfu=0.4123, hfu=0.5234)
-    row = report_rows(pd.DataFrame([flatten(rec)]))[0]
+    row = report_rows(results_of([rec]))[0]
     assert row["mfu"] == 0.4123 and row["metrics.hfu"] == 0.5234
     console = Console(width=300, record=True)
-    console.print(report_table(pd.DataFrame([flatten(rec)])))
+    console.print(report_table(results_of([rec])))
     text = console.export_text()
     assert "HFU" in text and "41.2%" in text and "52.3%" in text
     res = build_site([rec], tmp_path, validate=True)

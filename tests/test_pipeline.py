@@ -254,7 +254,7 @@ def test_report_pipeline_table_shows_bubble_measured_and_formula(tmp_path):
     from rich.console import Console
 
     from benchsuite.results.report import section_tables
-    from benchsuite.results.store import records_dataframe
+    from benchsuite.results.model import results_at
     from helpers import REPO
 
     rec = json.loads((REPO / "tests/fixtures/results/make_dvs-dense-w4.json").read_text())
@@ -263,7 +263,7 @@ def test_report_pipeline_table_shows_bubble_measured_and_formula(tmp_path):
     rec["metrics"]["pipeline"] = section_of(run, [fig] * WORLD)
     (tmp_path / "r.json").write_text(json.dumps(rec))
     console = Console(record=True, width=300)
-    for table in section_tables(records_dataframe(tmp_path)):
+    for table in section_tables(results_at(tmp_path)):
         console.print(table)
     text = console.export_text()
     row = next(line for line in text.splitlines() if "interleaved" in line)

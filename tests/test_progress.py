@@ -120,7 +120,7 @@ def test_a_terminal_shows_the_line_in_the_progress_bar(monkeypatch, tiny_suite, 
     monkeypatch.setattr(launch, "run_suite", fake_run_suite)
     monkeypatch.setattr(cli.err, "_force_terminal", True)
     assert cli.main(["run", str(tiny_suite()), "--out", str(tmp_path / "out")]) == 0
-    assert descriptions[-1] == "dense · world 1 · weak · step 1/3 loss 4.0000"
+    assert descriptions[-1] == "dense · w1 · weak · seed 0 · repeat 0 · step 1/3 loss 4.0000"
     assert "weak: step" not in capsys.readouterr().err  # no plain line on a terminal
 
 

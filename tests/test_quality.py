@@ -188,15 +188,16 @@ def test_tiny_run_evaluates_at_the_right_steps_and_keeps_eval_out_of_time_and_en
     # the record's flat columns and the report's "to target" cell
     from benchsuite.results.report import report_rows, report_table
     from benchsuite.record import write_record
-    from benchsuite.results.store import records_dataframe
+    from benchsuite.results.model import results_at
 
     write_record(tmp_path, rec)
-    df = records_dataframe(tmp_path)
-    row = report_rows(df)[0]
+    results = results_at(tmp_path)
+    df = results.df
+    row = report_rows(results)[0]
     assert row["quality.target_loss"] == 4.85 and row["quality.reached"] is True
     assert row["quality.tokens"] == qual["tokens"]
     assert "quality.energy_j" in df and "metrics.quality.eval_seconds" in df
-    table = report_table(df)
+    table = report_table(results)
     cell = list(table.columns[[c.header for c in table.columns].index("to target")].cells)[0]
     assert cell.startswith(f"{qual['tokens']:.2g} tok, ")
 

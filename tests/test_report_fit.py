@@ -13,23 +13,24 @@ from rich.console import Console
 
 from benchsuite import cli
 from benchsuite.results.report import Fit, column_name, report_table, section_tables
-from benchsuite.results.store import load_records, records_dataframe
+from benchsuite.results.model import results_at
+from benchsuite.results.store import load_records
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
 NUMBERS = {  # header → (the field it needs, its value as the report must show it, independently formatted)
     "world": ("world_size", lambda r: f"{r['world_size']}"),
-    "tok/s": ("tokens_per_s", lambda r: f"{r['tokens_per_s']:,.0f}"),
+    "tok/s (95% interval)": ("tokens_per_s", lambda r: f"{r['tokens_per_s']:,.0f}"),  # one seed: no interval
     "MFU": ("mfu", lambda r: f"{r['mfu']:.1%}"),
-    "step ms (95% CI)": ("step_time_median_s", lambda r: f"{r['step_time_median_s'] * 1e3:.1f} "
-                         f"({r['step_time_ci95_lo_s'] * 1e3:.1f}–{r['step_time_ci95_hi_s'] * 1e3:.1f})"),
+    "seed": ("seed", lambda r: f"{r['seed']}"),
 }
-MAIN_ORDER = ("suite", "workload", "world", "nodes", "scaling", "tok/s", "MFU", "HFU", "step ms (95% CI)",
-              "efficiency", "baseline", "state MiB meas/model", "to target", "status")
+MAIN_ORDER = ("suite", "workload", "world", "nodes", "scaling", "seed", "tok/s (95% interval)", "MFU", "HFU",
+              "step ms (95% interval)", "efficiency", "baseline", "state MiB meas/model", "to target",
+              "repeats (tok/s min–max)", "status")
 
 
 @pytest.fixture(scope="module")
 def df():
-    return records_dataframe(FIXTURES)
+    return results_at(FIXTURES)
 
 
 def render(table, width: int = 80) -> str:
@@ -46,10 +47,10 @@ def test_report_at_80_columns_keeps_every_number_whole(df):
     assert all(len(line) <= 80 for line in lines)
     checked = 0
     for header, (field, shown) in NUMBERS.items():
-        for _, row in df[df[field].notna()].iterrows():
+        for _, row in df.runs[df.runs[field].notna()].iterrows():
             assert any(shown(row) in line for line in lines), f"{header}: {shown(row)!r} cut at 80 columns"
             checked += 1
-    assert checked > 30
+    assert checked > 25
     left_out = [h for h in MAIN_ORDER if h not in headers]
     assert left_out, "the fixture's full table is wider than 80 columns: something must be left out"
     caption = " ".join(table.caption.split())
@@ -61,22 +62,22 @@ def test_section_tables_fit_80_columns_and_name_what_they_leave_out(df):
     for table in section_tables(df, Fit(width=80)):
         text = render(table)
         assert all(len(line) <= 80 for line in text.splitlines()), table.title
-        assert table.columns[0].header == "workload"
+        assert table.columns[0].header == "run"
     energy = next(t for t in section_tables(df, Fit(width=80)) if t.title.startswith("Energy"))
     assert "j_pflop" in energy.caption or "intensity_source" in energy.caption
     wide = next(t for t in section_tables(df, Fit(width=400)) if t.title.startswith("Energy"))
     assert wide.caption is None and len(wide.columns) == 12
-    assert [len(t.columns) for t in section_tables(df)] == [12, 12]  # no width given: every column
-    assert len(report_table(df).columns) == 14 and report_table(df).caption.count("left out") == 0
+    assert [len(t.columns) for t in section_tables(df)] == [11, 12]  # no width given: every column
+    assert len(report_table(df).columns) == 16 and report_table(df).caption.count("left out") == 0
 
 
 def test_columns_pick_exactly_those_in_that_order(df):
-    table = report_table(df, Fit(width=80, columns=("workload", "hfu", "tok_s", "to_target")))
-    assert [c.header for c in table.columns] == ["workload", "HFU", "tok/s", "to target"]
+    table = report_table(df, Fit(width=80, columns=("workload", "seed", "hfu", "tok_s", "to_target")))
+    assert [c.header for c in table.columns] == ["workload", "seed", "HFU", "tok/s (95% interval)", "to target"]
     assert "left out" not in (table.caption or "")
-    energy = [t for t in section_tables(df, Fit(width=80, columns=("workload", "total_j")))
+    energy = [t for t in section_tables(df, Fit(width=80, columns=("run", "total_j")))
               if t.title.startswith("Energy")][0]
-    assert [c.header for c in energy.columns] == ["workload", "total J"]
+    assert [c.header for c in energy.columns] == ["run", "total J"]
 
 
 def test_report_columns_option_on_the_command_line(capsys):
@@ -94,16 +95,21 @@ def test_unknown_column_exits_2_naming_it_and_the_valid_ones(capsys):
 def test_report_json_has_the_energy_rows_typed(capsys):
     assert cli.main(["report", str(FIXTURES), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    by_key = {r["run_key"]: r for r in doc["energy"]}
-    expected = {r["run_key"]: r for r in load_records(FIXTURES) if (r.get("energy") or {}).get("source")}
-    assert set(by_key) == set(expected) and expected
-    for key, rec in expected.items():
-        row = by_key[key]
-        assert row["energy.total_j"] == rec["energy"].get("total_j")
-        assert row["energy.source"] == rec["energy"]["source"]
-        assert row["world_size"] == rec["config"]["world_size"] and isinstance(row["world_size"], int)
-        if rec["energy"].get("total_j") is not None:
-            assert isinstance(row["energy.total_j"], float)
+    by_run = {r["identity"]: r for r in doc["energy"]}
+    results = results_at(FIXTURES)
+    expected = {}  # identity -> its records with an energy source
+    for i, identity in zip(results.df["rec"], results.df["identity"]):
+        if (results.records[i].get("energy") or {}).get("source"):
+            expected.setdefault(identity, []).append(results.records[i])
+    assert set(by_run) == set(expected) and expected
+    for identity, recs in expected.items():  # a run of one record: its figures; of several: their median
+        row = by_run[identity]
+        totals = [r["energy"]["total_j"] for r in recs if r["energy"].get("total_j") is not None]
+        assert row["energy.total_j"] == (pytest.approx(sorted(totals)[len(totals) // 2]) if len(totals) % 2
+                                         else pytest.approx(sum(sorted(totals)[len(totals) // 2 - 1:][:2]) / 2)
+                                         if totals else None)
+        assert row["energy.source"] == recs[-1]["energy"]["source"]
+        assert row["world_size"] == recs[0]["config"]["world_size"] and isinstance(row["world_size"], int)
 
 
 def test_version(capsys):
@@ -146,9 +152,9 @@ def test_carbon_project_text_states_its_assumptions_and_sources(tmp_path, capsys
     assert cli.main([*args, "--devices", "64", "--intensity", "100"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     tps_dev = rec["metrics"]["tokens_per_s"] / rec["config"]["world_size"]
-    assert ("from the record's estimated energy of gpu, cpu, dram (an estimate, not a measured counter)"
-            in text)
-    assert "short window: the record's energy window was shorter than the meters resolve" in text
+    assert ("J/token, the run's median over its seeds and repeats, from estimated energy of gpu, cpu, dram (an "
+            "estimate, not a measured counter)" in text)
+    assert "short window: a record's energy window was shorter than the meters resolve" in text
     assert (f"throughput: {tps_dev:,.0f} tok/s per device as measured at world 2, held constant at 64 devices"
             in text)
     assert f"PUE {rec['carbon']['pue']:g} from the record; intensity 100 g/kWh from explicit" in text
@@ -157,6 +163,6 @@ def test_carbon_project_text_states_its_assumptions_and_sources(tmp_path, capsys
     path.write_text(json.dumps(rec))
     assert cli.main([*args, "--pue", "1.5"]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "from the record's measured energy of gpu, cpu, dram (a measured counter)" in text
+    assert "from measured energy of gpu, cpu, dram (a measured counter)" in text
     assert "no short-window flag" in text
     assert "PUE 1.5 from --pue" in text

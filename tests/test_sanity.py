@@ -14,7 +14,8 @@ import pytest
 from benchsuite import cli
 from benchsuite.record.sanity import finite_or_none, sanity_flags
 from benchsuite.record import write_record
-from benchsuite.results.store import load_records, records_dataframe
+from benchsuite.results.model import results_at
+from benchsuite.results.store import load_records
 from helpers import run_cli, runs_rows
 from helpers.records import make_record
 
@@ -107,20 +108,20 @@ def test_one_cleaner_for_records_and_dashboard_data():
 def test_loader_flags_old_records_and_the_report_shows_them(tmp_path, capsys, monkeypatch):
     write_record(tmp_path, sane())
     old = _set(sane(), ("metrics", "mfu"), 3.0)
-    old["run_key"] = "old"
+    old["run_key"] = old["workload"] = old["config"]["workload"] = "old"  # another run (same config: its repeat)
     (tmp_path / "old.json").write_text(json.dumps({**old, "schema_version": 3}))  # before the guard: no "flags"
     recs = {r["run_key"]: r for r in load_records(tmp_path)}
     assert recs["sane"]["flags"] == [] and [f["field"] for f in recs["old"]["flags"]] == ["metrics.mfu"]
-    df = records_dataframe(tmp_path).set_index("run_key")
+    df = results_at(tmp_path).df.set_index("run_key")
     assert bool(df.loc["old", "flagged"]) and not bool(df.loc["sane", "flagged"])
     assert "metrics.mfu" in df.loc["old", "flag_summary"]
 
     monkeypatch.setenv("COLUMNS", "300")
     assert cli.main(["report", str(tmp_path)]) == 0
     text = capsys.readouterr().out
-    assert "ok ⚠ flagged" in text and "MFU 3 exceeds 1" in text
+    assert "ok ⚠" in text and "MFU 3 exceeds 1" in " ".join(text.split())
     assert cli.main(["report", str(tmp_path), "--json"]) == 0
-    rows = {r["run_key"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
+    rows = {r["run_keys"][0]: r for r in json.loads(capsys.readouterr().out)["runs"]}
     assert rows["old"]["flagged"] is True and rows["old"]["flags"][0]["field"] == "metrics.mfu"
     assert rows["sane"]["flagged"] is False and rows["sane"]["flags"] == []
 

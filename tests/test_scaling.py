@@ -20,7 +20,9 @@ from benchsuite.metrics import ceiling as ce
 from benchsuite.record import SCHEMA_VERSION, write_record
 from benchsuite.results import migrate
 from benchsuite.results.migrate import upgrade_v1_env
-from benchsuite.results.store import load_records, records_dataframe
+from benchsuite.results.model import results_at
+from benchsuite.results.scaling import BASELINE
+from benchsuite.results.store import load_records
 from helpers import REPO
 from helpers.records import typed
 
@@ -119,10 +121,10 @@ CPU_A, CPU_B = "AMD EPYC 7B13", "Intel Xeon 8480"
 
 
 def rec(key, world, tokens_per_s=100.0, step=1.0, scaling="weak", hidden=64, cpu=CPU_A, threads=1,
-        status="ok"):
+        status="ok", seed=0):
     cfg = {"suite": "s", "workload": "w", "kind": "dense", "world_size": world, "nodes": 1, "scaling": scaling,
            "sweep_id": f"s/w/{scaling}", "description": f"run {key}",
-           "model": {"layers": 2, "hidden": hidden, "heads": 4}, "train": {"micro_batch": 8}}
+           "model": {"layers": 2, "hidden": hidden, "heads": 4}, "train": {"micro_batch": 8, "seed": seed}}
     return typed({"schema_version": SCHEMA_VERSION, "run_key": key, "suite": "s", "workload": "w", "status": status,
             "error": None if status == "ok" else {"type": "X", "message": "x", "rank": 0},
             "started_at": f"2026-01-01T00:00:{len(key):02d}+00:00", "duration_s": 1.0, "config": cfg,
@@ -135,9 +137,10 @@ def rec(key, world, tokens_per_s=100.0, step=1.0, scaling="weak", hidden=64, cpu
 
 
 def frame(tmp_path, *records):
+    """One row per record, each with its run's efficiency, baseline and run-level flags."""
     for r in records:
         write_record(tmp_path, r)
-    return records_dataframe(tmp_path).set_index("run_key")
+    return results_at(tmp_path).df.set_index("run_key")
 
 
 def test_a_baseline_from_other_hardware_or_another_config_is_ignored(tmp_path):
@@ -145,9 +148,12 @@ def test_a_baseline_from_other_hardware_or_another_config_is_ignored(tmp_path):
                rec("other-hidden", 1, tokens_per_s=50.0, hidden=128),
                rec("same", 1, tokens_per_s=100.0), rec("w2", 2, tokens_per_s=150.0))
     assert df.loc["w2", "scaling_efficiency"] == pytest.approx(150 / (2 * 100))
-    assert df.loc["w2", "scaling_baseline_run_keys"] == ["same"] and df.loc["w2", "scaling_baseline"] == "same"
-    # each 1-device run is its own baseline: the others differ in hardware or config
-    assert df.loc["other-cpu", "scaling_efficiency"] == 1.0 and df.loc["other-hidden", "scaling_efficiency"] == 1.0
+    assert df.loc["w2", "scaling_baseline_identities"] == [df.loc["same", "identity"]]
+    assert df.loc["w2", "scaling_baseline"] == df.loc["same", "label"]
+    # each 1-device run is its own baseline, shown as the baseline: the others differ in hardware or config
+    for key in ("other-cpu", "other-hidden", "same"):
+        assert df.loc[key, "scaling_efficiency"] == 1.0 and df.loc[key, "scaling_baseline"] == BASELINE
+    assert len({df.loc[k, "label"] for k in ("other-cpu", "other-hidden", "same")}) == 3  # told apart
 
 
 @pytest.mark.parametrize("base, reason", [
@@ -160,34 +166,39 @@ def test_no_qualifying_baseline_gives_null_efficiency_with_the_reason(tmp_path, 
     df = frame(tmp_path, rec("base", 1, **base), rec("w2", 2, tokens_per_s=150.0))
     assert df.loc["w2", "scaling_efficiency"] != df.loc["w2", "scaling_efficiency"]  # NaN: null
     assert df.loc["w2", "scaling_efficiency_reason"] == reason
-    assert df.loc["w2", "scaling_baseline_run_keys"] is None
+    assert df.loc["w2", "scaling_baseline_identities"] is None
 
 
-def test_repeated_baselines_are_aggregated_by_their_median_and_named(tmp_path):
+def test_a_baseline_run_is_its_median_and_each_of_its_repeats_shows_the_run_not_a_ratio_to_it(tmp_path):
+    """Records of one config on one machine are one run: its figure is their median, and every record of
+    the 1-device run shows the baseline (once each repeat was divided by the median: 90 %, 130 %)."""
     weak = [rec(f"b{i}", 1, tokens_per_s=t) for i, t in enumerate((90.0, 100.0, 130.0))]
     strong = [rec(f"s{i}", 1, step=t, scaling="strong") for i, t in enumerate((2.0, 1.0, 1.2, 5.0))]
     df = frame(tmp_path, *weak, *strong, rec("w2", 2, tokens_per_s=180.0),
                rec("st2", 2, step=0.8, scaling="strong"))
     assert df.loc["w2", "scaling_efficiency"] == pytest.approx(180 / (2 * 100))
     assert df.loc["st2", "scaling_efficiency"] == pytest.approx(1.6 / (2 * 0.8))  # median of 1.0, 1.2, 2.0, 5.0
-    assert df.loc["w2", "scaling_baseline_run_keys"] == ["b0", "b1", "b2"]
-    assert df.loc["w2", "scaling_baseline"] == "median of 3 runs: b0, b1, b2"
-    # a 1-device repeat above the median is noise between repeats, not superlinear scaling
-    assert df.loc["b2", "scaling_efficiency"] == pytest.approx(1.3) and not bool(df.loc["b2", "flagged"])
+    assert df.loc["w2", "scaling_baseline_identities"] == [df.loc["b0", "identity"]]
+    for key in ("b0", "b1", "b2"):
+        assert df.loc[key, "scaling_efficiency"] == 1.0 and df.loc[key, "scaling_baseline"] == BASELINE
+    # 90–130 tok/s between repeats (CV 19 %) is a noisy measurement, flagged on the run and its records
+    assert [f["field"] for f in df.loc["b2", "flags"]] == ["repeats"]
+    assert "noisy measurement" in df.loc["b2", "flags"][0]["reason"] and "90–130 tok/s" in df.loc["b2", "flags"][0]["reason"]
+    assert not bool(df.loc["w2", "flagged"])
 
 
-def test_the_repeats_of_a_baseline_share_its_run_key_and_are_named_once_with_their_count(tmp_path):
+def test_a_baseline_over_seeds_is_the_median_of_each_seeds_median(tmp_path):
     base = [{**rec("b", 1, tokens_per_s=t), "repeat": i} for i, t in enumerate((90.0, 130.0, 100.0))]
-    other = rec("c", 1, tokens_per_s=110.0)
     for r in [*base, rec("w2", 2, tokens_per_s=180.0)]:
         write_record(tmp_path, r)
-    (w2,) = records_dataframe(tmp_path).query("run_key == 'w2'").to_dict("records")
+    (w2,) = results_at(tmp_path).df.query("run_key == 'w2'").to_dict("records")
     assert w2["scaling_efficiency"] == pytest.approx(180 / (2 * 100))  # the median of the three repeats
-    assert w2["scaling_baseline_run_keys"] == ["b"] and w2["scaling_baseline"] == "median of 3 runs: b (3 repeats)"
-    write_record(tmp_path, other)
-    (w2,) = records_dataframe(tmp_path).query("run_key == 'w2'").to_dict("records")
-    assert w2["scaling_efficiency"] == pytest.approx(180 / (2 * 105))  # median of 90, 100, 110, 130
-    assert w2["scaling_baseline"] == "median of 4 runs: b (3 repeats), c"
+    write_record(tmp_path, rec("c", 1, tokens_per_s=130.0, seed=1))  # seed 1 of the same run
+    results = results_at(tmp_path)
+    (w2,) = results.df.query("run_key == 'w2'").to_dict("records")
+    assert w2["scaling_efficiency"] == pytest.approx(180 / (2 * 115))  # median of seed 0's 100, seed 1's 130
+    (base_run,) = results.runs.query("world_size == 1").to_dict("records")
+    assert base_run["seeds"] == [0, 1] and base_run["repeats"] == 4 and w2["scaling_baseline"] == base_run["label"]
 
 
 def test_superlinear_efficiency_is_flagged_in_the_report_and_its_json(tmp_path, capsys, monkeypatch):
@@ -200,23 +211,24 @@ def test_superlinear_efficiency_is_flagged_in_the_report_and_its_json(tmp_path, 
     monkeypatch.setenv("COLUMNS", "300")
     assert cli.main(["report", str(tmp_path)]) == 0
     text = capsys.readouterr().out
-    assert "180% ⚠" in text and "ok ⚠ flagged" in text and "weak scaling efficiency 180% at 2 devices" in text
+    assert "180% ⚠" in text and "ok ⚠" in text and "weak scaling efficiency 180% at 2 devices" in " ".join(text.split())
     assert cli.main(["report", str(tmp_path), "--json"]) == 0
-    rows = {r["run_key"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
+    rows = {r["run_keys"][0]: r for r in json.loads(capsys.readouterr().out)["runs"]}
     assert rows["w2"]["flagged"] is True and rows["w2"]["flags"][0]["field"] == "scaling_efficiency"
-    assert rows["w4"]["scaling_baseline_run_keys"] == ["b-repeat"] and rows["w4"]["scaling_efficiency"] == 1.0
+    assert rows["w4"]["scaling_baseline_identities"] == [df.loc["b-repeat", "identity"]]
+    assert rows["w4"]["scaling_efficiency"] == 1.0 and rows["b"]["scaling_baseline"] == BASELINE
 
 
 def test_the_report_names_the_baseline_or_why_there_is_none(tmp_path, capsys, monkeypatch):
-    frame(tmp_path, rec("base0000aaaa", 1), rec("w2", 2, tokens_per_s=150.0),
-          rec("x", 1, scaling="strong", cpu=CPU_B), rec("x2", 2, scaling="strong", step=0.6))
+    df = frame(tmp_path, rec("base0000aaaa", 1), rec("w2", 2, tokens_per_s=150.0),
+               rec("x", 1, scaling="strong", cpu=CPU_B), rec("x2", 2, scaling="strong", step=0.6))
     monkeypatch.setenv("COLUMNS", "300")
     assert cli.main(["report", str(tmp_path)]) == 0
     text = capsys.readouterr().out
-    assert "base0000" in text and "75%" in text
-    assert "efficiency — w w2: no 1-device run of this sweep with the same hardware" in text
+    assert df.loc["base0000aaaa", "label"] in text and "75%" in text and "baseline" in text
+    assert f"efficiency — {df.loc['x2', 'label']}: no 1-device run of this sweep with the same hardware" in text
     assert cli.main(["report", str(tmp_path), "--json"]) == 0
-    rows = {r["run_key"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
+    rows = {r["run_keys"][0]: r for r in json.loads(capsys.readouterr().out)["runs"]}
     assert rows["x2"]["scaling_efficiency"] is None
     assert rows["x2"]["scaling_efficiency_reason"] == "no 1-device run of this sweep with the same hardware"
 
@@ -230,10 +242,11 @@ def test_the_dashboard_names_baselines_flags_superlinear_points_and_shows_thread
     records = [rec("b", 1), w2, rec("s1", 1, scaling="strong", threads=4), rec("s2", 2, scaling="strong", step=0.6)]
     res = build_site(records, tmp_path / "site")
     index = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
-    assert "s/w · weak: baseline b." in index and "s/w · strong: baseline s1." in index
-    assert "s/w · strong · 2 devices: no efficiency (no 1-device run of this sweep with the same threads per rank)" \
-        in index
-    assert "⚠ s/w · weak · 2 devices: weak scaling efficiency 180%" in index
+    # one series per sweep on one machine: the strong runs differ in threads per rank, so they are two
+    assert "w · weak: baseline w · weak · w1." in index
+    assert "w · strong · 1 thread · 2 devices: no efficiency (no 1-device run of this sweep with the same " \
+           "threads per rank)" in index
+    assert "⚠ w · weak · 2 devices: weak scaling efficiency 180%" in index
     pages = {p.rsplit("/", 1)[-1]: (tmp_path / "site" / p).read_text(encoding="utf-8") for p in res.pages[1:]}
     page = pages["w2.html"]
     assert '<div class="flags" role="alert">' in page and "scaling_efficiency" in page

@@ -11,7 +11,8 @@ import pytest
 
 from benchsuite.record import SCHEMA_VERSION
 from benchsuite.record import write_record
-from benchsuite.results.store import load_records, records_dataframe
+from benchsuite.results.model import results_at
+from benchsuite.results.store import load_records
 from helpers.records import make_record
 
 
@@ -81,7 +82,7 @@ def test_dataframe_has_headline_columns_and_scaling_efficiency(tmp_path):
     write_record(tmp_path, make_record("a4", world_size=4, status="failed"))
     write_record(tmp_path, make_record("s1", workload="st", world_size=1, step=1.0, scaling="strong"))
     write_record(tmp_path, make_record("s4", workload="st", world_size=4, step=0.4, scaling="strong"))
-    df = records_dataframe(tmp_path).set_index("run_key")
+    df = results_at(tmp_path).df.set_index("run_key")
     assert df.loc["a2", "scaling_efficiency"] == pytest.approx(180 / (2 * 100))
     assert df.loc["s4", "scaling_efficiency"] == pytest.approx(1.0 / (4 * 0.4))
     assert df.loc["a1", "scaling_efficiency"] == pytest.approx(1.0)
@@ -89,24 +90,26 @@ def test_dataframe_has_headline_columns_and_scaling_efficiency(tmp_path):
     assert df.loc["a2", "metrics.step_time_s.median"] == pytest.approx(1.1)
 
 
-def test_the_dashboard_frame_is_the_store_frame_plus_labels():
-    """One DataFrame builder: every column the store builds, in its row order, is in the dashboard's
-    frame unchanged; `rec` points each row back at its record; J/token is read where the harness writes it."""
+def test_the_dashboard_frames_are_the_results_models_plus_labels():
+    """One results model: every column of its record and run frames, in their row order, is in the
+    dashboard's frames unchanged; `rec` points each row back at its record; J/token is read where the
+    harness writes it."""
     import pandas as pd
 
-    from benchsuite.results.store import dataframe_of
+    from benchsuite.results.model import results_of
+    from dashboard.data import load
     from helpers import REPO
-    from dashboard.data import dataframe
 
     records = load_records(REPO / "tests/fixtures/results")
-    store, site = dataframe_of(records), dataframe(records)
-    pd.testing.assert_frame_equal(site[list(store.columns)], store)
-    assert [records[i]["run_key"] for i in store["rec"]] == list(store["run_key"])
-    assert site["j_per_token"].equals(site["metrics.energy.j_per_token"])
+    model, site = results_of(records), load(REPO / "tests/fixtures/results")
+    pd.testing.assert_frame_equal(site.df[list(model.df.columns)], model.df)
+    pd.testing.assert_frame_equal(site.runs[list(model.runs.columns)], model.runs)
+    assert [records[i]["run_key"] for i in model.df["rec"]] == list(model.df["run_key"])
+    assert site.df["j_per_token"].equals(pd.to_numeric(site.df["metrics.energy.j_per_token"]).astype(float))
 
     only_elsewhere = make_record("d1")
     only_elsewhere["metrics"]["derived"] = {"j_per_token": 0.5}   # a shape the harness never wrote
-    assert pd.isna(dataframe([only_elsewhere]).loc[0, "j_per_token"])
+    assert pd.isna(load([only_elsewhere]).df.loc[0, "j_per_token"])
 
 
 def test_a_sweep_whose_figures_are_all_null_reads_as_not_measured(tmp_path, capsys):
@@ -118,7 +121,7 @@ def test_a_sweep_whose_figures_are_all_null_reads_as_not_measured(tmp_path, caps
         rec = make_record(key, world_size=world)
         rec["metrics"].update(tokens_per_s=None, step_time_s=None)
         write_record(tmp_path, rec)
-    df = records_dataframe(tmp_path)
+    df = results_at(tmp_path).df
     assert df["tokens_per_s"].isna().all() and df["scaling_efficiency"].isna().all()
     assert cli.main(["report", str(tmp_path), "--json"]) == 0
     assert [r["tokens_per_s"] for r in json.loads(capsys.readouterr().out)["runs"]] == [None, None]

@@ -2,10 +2,35 @@
 
 import math
 
+import numpy as np
 import pytest
+from scipy import stats
 
-from benchsuite.results.verdicts import (CLAIMS, Consistency, Ranking, judge, log_t_interval, ratio_interval,
-                                         verdicts, verdicts_doc)
+from benchsuite.results.model import results_of
+from benchsuite.results.stats import Interval, log_t_interval, welch_ratio
+from benchsuite.results.verdicts import CLAIMS, Consistency, Ranking, judge, verdicts_doc
+
+
+def verdicts(recs):
+    """The verdicts of the results model of these hand-built records (completed to the record's types)."""
+    return results_of([complete(r) for r in recs]).verdicts
+
+
+def complete(rec: dict) -> dict:
+    """A hand-built record over a minimal valid one (helpers.records.make_record): every declared field
+    present, the hand-built sections merged in."""
+    from helpers.records import make_record
+
+    full = make_record(run_key=rec["run_key"], workload=rec["workload"], status=rec["status"])
+    full.update({k: v for k, v in rec.items() if k not in ("config", "metrics", "env")})
+    for section in ("config", "metrics", "env"):
+        merged = dict(full.get(section) or {})
+        for key, value in (rec.get(section) or {}).items():
+            merged[key] = {**merged[key], **value} if isinstance(value, dict) and isinstance(merged.get(key), dict) \
+                else value
+        full[section] = merged
+    full["flags"] = []
+    return full
 
 
 def record(workload, seed, tokens, *, router=None, reached=True, step_s=0.1, suite="s", energy_j=None, flops=1e6):
@@ -32,7 +57,7 @@ def seeds(workload, tokens, **kw):
 def test_the_interval_over_seeds_is_the_t_interval_of_the_logs():
     interval = log_t_interval([100, 200, 400])
     # logs ln100, ln200, ln400: mean ln200, sd ln2; t(0.975, 2) = 4.303
-    half = 4.303 * math.log(2) / math.sqrt(3)
+    half = stats.t.ppf(0.975, 2) * math.log(2) / math.sqrt(3)  # 4.303
     assert interval.point == 200 and interval.n == 3
     assert interval.lo == pytest.approx(200 * math.exp(-half)) and interval.hi == pytest.approx(200 * math.exp(half))
     one = log_t_interval([150])
@@ -42,12 +67,12 @@ def test_the_interval_over_seeds_is_the_t_interval_of_the_logs():
 def test_a_workloads_to_target_interval_comes_from_its_seed_records():
     v = verdicts(seeds("dense", [100_000, 200_000, 400_000]))
     (w,) = v.workloads
-    half = 4.303 * math.log(2) / math.sqrt(3)
+    half = stats.t.ppf(0.975, 2) * math.log(2) / math.sqrt(3)  # 4.303
     assert w.seeds == [0, 1, 2] and w.reached == 3
     assert w.figures["tokens"].point == 200_000
     assert w.figures["tokens"].lo == pytest.approx(200_000 * math.exp(-half))
     assert w.figures["energy_j"].hi == pytest.approx(2000 * math.exp(half))
-    assert w.per_step["tokens_per_s"].lo < 10_000 / 1.0 < w.per_step["tokens_per_s"].hi * 1.1
+    assert w.per_step["tokens_per_s"] == log_t_interval([10_000.0] * 3)  # every seed at 10,000 tok/s
 
 
 def test_seeds_that_did_not_reach_the_target_are_counted_not_dropped():
@@ -60,11 +85,23 @@ def test_seeds_that_did_not_reach_the_target_are_counted_not_dropped():
 
 
 def test_a_ratio_interval_is_welchs_t_on_the_logs():
-    r = ratio_interval([50, 100, 200], [100, 200, 400])
+    r = welch_ratio([50, 100, 200], [100, 200, 400])
     # equal log sds (ln2): se = ln2·sqrt(2/3), Welch df = 4, t = 2.776
     half = 2.776 * math.log(2) * math.sqrt(2 / 3)
     assert r.point == 0.5
-    assert (r.lo, r.hi) == (pytest.approx(0.5 * math.exp(-half)), pytest.approx(0.5 * math.exp(half)))
+    assert (r.lo, r.hi) == (pytest.approx(0.5 * math.exp(-half), rel=1e-3), pytest.approx(0.5 * math.exp(half),
+                                                                                          rel=1e-3))
+
+
+@pytest.mark.parametrize("a, b", [([50, 90, 200], [100, 230]), ([1.0, 1.1, 1.3, 0.9], [2.0, 2.6, 2.1]),
+                                  ([3.0, 3.3], [1.0, 1.5, 1.2, 1.1, 0.95])])
+def test_the_over_seeds_ratio_equals_scipys_welch_interval_to_the_last_digit(a, b):
+    """Unequal spreads and sizes: Welch–Satterthwaite's degrees of freedom are fractional, never rounded."""
+    ci = stats.ttest_ind(np.log(a), np.log(b), equal_var=False).confidence_interval(0.95)
+    r = welch_ratio(a, b)
+    assert (r.lo, r.hi) == (math.exp(ci.low), math.exp(ci.high))
+    one = stats.ttest_1samp(np.log(a), 0).confidence_interval(0.95)
+    assert (log_t_interval(a).lo, log_t_interval(a).hi) == (math.exp(one.low), math.exp(one.high))
 
 
 def test_a_pair_whose_interval_holds_1_is_not_ranked_and_one_that_excludes_it_is():
@@ -74,7 +111,7 @@ def test_a_pair_whose_interval_holds_1_is_not_ranked_and_one_that_excludes_it_is
     assert tokens.ranking is Ranking.NOT_SIGNIFICANT and tokens.text == "no significant difference at 3 seeds"
     tight = seeds("dense", [100_000, 110_000, 121_000]) + seeds("switch", [50_000, 55_000, 60_500], router="switch")
     (tokens,) = [p for p in verdicts(tight).pairs if p.figure == "tokens"]
-    assert tokens.ratio.hi < 1 and tokens.ranking is Ranking.LESS and tokens.text == "switch lower"
+    assert tokens.ratio.hi < 1 and tokens.ranking is Ranking.LESS and tokens.text == "switch · w1 lower"
 
 
 def test_a_claim_whose_workloads_are_missing_is_not_testable_and_names_them():
@@ -109,8 +146,6 @@ def test_a_claim_at_equal_flops_is_not_testable_when_the_flops_differ():
 @pytest.mark.parametrize("lo, hi, expected", [(0.2, 0.4, Consistency.CONSISTENT), (0.6, 0.9, Consistency.NOT_CONSISTENT),
                                               (0.3, 0.7, Consistency.INCONCLUSIVE)])
 def test_a_claim_holds_only_when_the_whole_interval_is_in_its_region(lo, hi, expected):
-    from benchsuite.results.verdicts import Interval
-
     assert judge(Interval(0.5, lo, hi, 3), CLAIMS[0].region) is expected
 
 
@@ -126,6 +161,7 @@ def test_the_verdicts_document_is_plain_json():
 def _site(recs):
     from dashboard.data import load
 
+    recs = [complete(r) for r in recs]
     for r in recs:
         seed = r["config"]["train"]["seed"]
         r["metrics"]["quality"]["curve"] = [{"step": s, "tokens": s * 1000, "val_loss": 6 - s / 40 + seed / 10}
@@ -139,10 +175,10 @@ def test_the_quality_page_draws_each_seed_faintly_and_the_median_bold_with_its_b
 
     data = _site(seeds("dense", [1e5, 2e5, 4e5]) + seeds("sw", [5e4, 1e5, 2e5], router="switch"))
     html, (fig,) = quality.seed_curves(data)
-    dense = [t for t in fig.data if t.get("legendgroup") == "dense"]
+    dense = [t for t in fig.data if t.get("legendgroup") == "dense · w1"]
     faint, band, median = dense[:3], dense[3], dense[4]
     assert all(t["line"]["width"] == 1 and t["line"]["color"].endswith(",0.3)") for t in faint)
-    assert median["line"]["width"] == 3 and median["name"] == "dense (median of 3 seeds)"
+    assert median["line"]["width"] == 3 and median["name"] == "dense · w1 (median of 3 seeds)"
     assert median["x"] == [20_000, 40_000, 60_000] and median["y"] == [pytest.approx(6 - s / 40 + 0.1) for s in (20, 40, 60)]
     at20 = log_t_interval([6 - 0.5 + k / 10 for k in range(3)])
     assert band["y"][0] == pytest.approx(at20.hi, rel=1e-4) and band["y"][-1] == pytest.approx(at20.lo, rel=1e-4)
@@ -158,5 +194,5 @@ def test_the_claims_page_names_what_is_missing_and_ranks_nothing_it_cannot():
     section = claims.render(_site(seeds("dense", [1e5, 1.1e5, 1.21e5]) + seeds("sw", [5e4, 5.5e4, 6.05e4],
                                                                                 router="switch")))
     assert "not testable here: missing workload: a moe workload with router = &#x27;expert_choice&#x27;" in section.html
-    assert "sw lower" in section.html and "consistent" in section.html
+    assert "sw · w1 lower" in section.html and "consistent" in section.html
     go.Figure(section.figures[0].spec())  # a valid Plotly figure

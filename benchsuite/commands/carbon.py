@@ -66,12 +66,54 @@ def estimate(args) -> int:
     return 0
 
 
+PROJECTED = ("hours", "energy_kwh", "facility_kwh", "co2e_t", "j_per_token", "tokens_per_s_per_device")
+
+
+def _run_projection(results, row: dict, args, intensity) -> dict:
+    """One run's projection: each record's, and the run's figure the median over seeds of each seed's
+    median over repeats (results/model.run_median), with the range over the records."""
+    from benchsuite.energy import carbon
+    from benchsuite.results.identity import seed_of
+    from benchsuite.results.stats import run_median
+
+    recs = results.run_records(row["identity"])
+    head = {"identity": row["identity"], "label": row["label"], "suite": row["suite"], "workload": row["workload"],
+            "world_size": int(row["world_size"]), "seeds": list(row["seeds"]), "records": len(recs),
+            "run_keys": sorted({r["run_key"] for r in recs}),
+            "short_window": any(bool((r.get("energy") or {}).get("short_window")) for r in recs)}
+    projections, errors = [], []
+    for rec in recs:
+        try:
+            proj = carbon.project_from_record(rec, args.tokens, args.devices, args.pue, intensity)
+        except ValueError as e:
+            errors.append(str(e))
+            continue
+        if overflowed(proj):
+            errors.append(f"--tokens × the record's rates is beyond float range ({', '.join(overflowed(proj))}); "
+                          f"give a smaller --tokens")
+            continue
+        projections.append((seed_of(rec), proj))
+    if not projections:
+        return {**head, "error": errors[0]}
+    first = projections[0][1]
+    out = {**head, **{k: v for k, v in first.items() if k not in PROJECTED and k != "run_key"}}
+    for key in PROJECTED:
+        values = [(seed, p[key]) for seed, p in projections]
+        out[key] = run_median(values)
+        out[f"{key}_range"] = [min(v for _, v in values), max(v for _, v in values)]
+    out["records_projected"] = len(projections)
+    if errors:
+        out["records_not_projected"] = errors
+    return out
+
+
 def project(args) -> int:
     from benchsuite.energy import carbon
+    from benchsuite.results.model import results_of
 
     _check_place(args)
-    records = [r for r in load_results(args.records) if r["status"] == "ok"]
-    if not records:
+    results = results_of(load_results(args.records))
+    if results.ok_runs.empty:
         raise UsageError(f"{args.records}: no ok record to project from")
     intensity = None
     if args.intensity is not None or args.country:
@@ -79,31 +121,23 @@ def project(args) -> int:
             intensity = carbon.lookup(args.intensity, args.country, args.region)
         except ValueError as e:
             raise UsageError(str(e)) from None
-    rows = []
-    for rec in records:
-        try:
-            proj = carbon.project_from_record(rec, args.tokens, args.devices, args.pue, intensity)
-        except ValueError as e:
-            proj = {"error": str(e)}
-        if overflowed(proj):
-            proj = {"error": f"--tokens × the record's rates is beyond float range ({', '.join(overflowed(proj))}); "
-                             f"give a smaller --tokens"}
-        rows.append({"run_key": rec["run_key"], "suite": rec["suite"], "workload": rec["workload"],
-                     "world_size": rec["config"]["world_size"],
-                     "short_window": bool((rec.get("energy") or {}).get("short_window")), **proj})
+    rows = [_run_projection(results, row, args, intensity) for row in results.ok_runs.to_dict("records")]
     if args.json:
         print_json(rows)
         return 0
     for r in rows:
-        head = printable(f"{r['suite']}/{r['workload']} (world {r['world_size']})")
+        seeds = ", ".join(map(str, r["seeds"]))
+        head = printable(f"{r['label']} (suite {r['suite']}; seeds {seeds}; {r['records']} records)")
         if "error" in r:
             out.print(f"{head}: cannot project: {printable(r['error'])}", markup=False)
-        else:
-            out.print(f"{head}: {r['hours']:,.1f} h on {r['devices']} devices, {r['energy_kwh']:.3g} kWh, "
-                      f"{r['co2e_t']:.3g} t CO2e (PUE {r['pue']:g}, {r['intensity_g_per_kwh']:.0f} g/kWh, "
-                      f"{r['intensity_source']})", markup=False)
-            for line in _projection_assumptions(r, pue_given=args.pue is not None):
-                out.print(printable(f"  {line}"), markup=False)
+            continue
+        spread = "" if r["records_projected"] < 2 else \
+            f" (records: {r['co2e_t_range'][0]:.3g}–{r['co2e_t_range'][1]:.3g} t)"
+        out.print(f"{head}: {r['hours']:,.1f} h on {r['devices']} devices, {r['energy_kwh']:.3g} kWh, "
+                  f"{r['co2e_t']:.3g} t CO2e{spread} (PUE {r['pue']:g}, {r['intensity_g_per_kwh']:.0f} g/kWh, "
+                  f"{printable(r['intensity_source'])})", markup=False)
+        for line in _projection_assumptions(r, pue_given=args.pue is not None):
+            out.print(printable(f"  {line}"), markup=False)
     return 0
 
 
@@ -112,8 +146,9 @@ def _projection_assumptions(r: dict, pue_given: bool) -> list[str]:
     parts = ", ".join(r["energy_includes"]) or "no part"
     how = "a measured counter" if r["energy_source"] == "measured" else "an estimate, not a measured counter"
     return [
-        f"energy: {r['j_per_token']:.3g} J/token from the record's {r['energy_source']} energy of {parts} ({how})",
-        ("short window: the record's energy window was shorter than the meters resolve (energy.short_window), "
+        f"energy: {r['j_per_token']:.3g} J/token, the run's median over its seeds and repeats, from "
+        f"{r['energy_source']} energy of {parts} ({how})",
+        ("short window: a record's energy window was shorter than the meters resolve (energy.short_window), "
          "so its J/token is uncertain") if r["short_window"] else
         "window: long enough for the meters (no short-window flag)",
         f"throughput: {r['tokens_per_s_per_device']:,.0f} tok/s per device as measured at world "

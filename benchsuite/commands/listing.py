@@ -5,8 +5,8 @@ from __future__ import annotations
 from benchsuite.commands.common import JSON, err, load_results, out, path_arg, print_json
 from benchsuite.terminal import printable
 
-COLUMNS = ["run_key", "suite", "workload", "world_size", "nodes", "scaling", "status", "flagged", "started_at",
-           "path"]
+COLUMNS = ["run_key", "identity", "record_name", "suite", "workload", "world_size", "nodes", "scaling", "seed",
+           "repeat", "status", "flagged", "started_at", "path"]
 
 
 def add_parser(sub) -> None:
@@ -16,17 +16,19 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from benchsuite.results.store import dataframe_of
+    from benchsuite.results.model import results_of
+    from benchsuite.results.report import plain
 
-    df = dataframe_of(load_results(args.dir))
-    rows = [] if df.empty else df[COLUMNS].to_dict("records")
+    df = results_of(load_results(args.dir)).df
+    rows = [] if df.empty else [{k: plain(v) for k, v in r.items()} for r in df[COLUMNS].to_dict("records")]
     if args.json:
         print_json(rows)
         return 0
     for r in rows:  # printable: a record's strings never drive the terminal (escape sequences)
         status = f"{r['status']}{' ⚠' if r['flagged'] else ''}"
         out.print(printable(f"{r['run_key']}  {status:8}  {r['suite']}/{r['workload']}  w{r['world_size']} "
-                            f"n{r['nodes']} {r['scaling']}  {r['started_at']}"), markup=False)
+                            f"n{r['nodes']} {r['scaling']}  seed {r['seed']} repeat {r['repeat']}  "
+                            f"{r['started_at']}"), markup=False)
     if not rows:
         err.print(f"no records in {printable(args.dir)}", markup=False)
     return 0

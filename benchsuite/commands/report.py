@@ -10,16 +10,16 @@ def add_parser(sub) -> None:
     rp = sub.add_parser("report", parents=[JSON], help="table of results: throughput, MFU, step time, scaling")
     rp.add_argument("dir", type=path_arg, nargs="?", default="results", help="results folder (default: results)")
     rp.add_argument("--columns", metavar="A,B,...",
-                    help="the columns to show, by name (e.g. workload,world,tok_s,mfu,hfu); default: the most "
+                    help="the columns to show, by name (e.g. workload,world,seed,tok_s,mfu,hfu); default: the most "
                          "important that fit the console width, the others named under each table")
     rp.set_defaults(fn=run)
 
 
 def run(args) -> int:
+    from benchsuite.results.model import results_of
     from benchsuite.results.report import (ENERGY_COLUMNS, ENERGY_WHEN, ColumnError, Fit, report_rows, report_table,
                                            section_rows, section_tables, verdict_tables)
-    from benchsuite.results.store import dataframe_of
-    from benchsuite.results.verdicts import verdicts, verdicts_doc
+    from benchsuite.results.verdicts import verdicts_doc
 
     fit = Fit(width=out.width, columns=None if args.columns is None else
               tuple(c.strip().lower() for c in args.columns.split(",") if c.strip()))
@@ -27,17 +27,15 @@ def run(args) -> int:
         fit.check()
     except ColumnError as e:
         raise UsageError(str(e)) from None
-    records = load_results(args.dir)  # read once: one warning per file that does not load
-    df = dataframe_of(records)
-    seeds = verdicts(records)  # over seeds: intervals, dense/sparse ratios, the papers' claims
+    results = results_of(load_results(args.dir), source=str(args.dir))  # read once: one warning per bad file
     if args.json:
-        print_json({"runs": report_rows(df), "verdicts": verdicts_doc(seeds),
-                    "energy": section_rows(df, ENERGY_COLUMNS, ENERGY_WHEN)})
+        print_json({"runs": report_rows(results), "verdicts": verdicts_doc(results.verdicts),
+                    "energy": section_rows(results, ENERGY_COLUMNS, ENERGY_WHEN)})
         return 0
-    if df.empty:
+    if results.runs.empty:
         err.print(f"no records in {printable(args.dir)}", markup=False)
         return 0
-    out.print(report_table(df, fit))
-    for table in section_tables(df, fit) + verdict_tables(seeds):
+    out.print(report_table(results, fit))
+    for table in section_tables(results, fit) + verdict_tables(results.verdicts):
         out.print(table)
     return 0

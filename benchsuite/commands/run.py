@@ -11,6 +11,7 @@ from benchsuite.commands.common import (COUNT, INDEX, JSON, POSITIVE, UsageError
                                         print_json)
 from benchsuite.config import MAX_RUNS, RANKS_PER_CORE, check_ranks_per_node, load_suite, usable_cores
 from benchsuite.terminal import printable
+from benchsuite.results.identity import record_name
 
 
 def add_parser(sub) -> None:
@@ -62,9 +63,7 @@ def run(args) -> int:
     task = progress.add_task(printable(suite.name), total=len(planned))
 
     def on_event(kind, i, total, payload):
-        run, repeat = planned[i].run, planned[i].repeat
-        label = printable(f"{run.workload} · world {run.world_size} · {run.scaling}"
-                          + (f" · repeat {repeat}" if repeat else ""))
+        label = printable(run_name(planned[i].run, planned[i].repeat))
         if kind == "start":
             progress.update(task, description=label)
             return
@@ -148,6 +147,11 @@ def _check_ranks_per_node(suite, args) -> None:
                   "figures", markup=False)
 
 
+def run_name(run, repeat: int) -> str:
+    """'dense · w2 · weak · seed 1 · repeat 0': a measurement named by its run, seed and repeat."""
+    return record_name(f"{run.workload} · w{run.world_size} · {run.scaling}", run.train.seed, repeat)
+
+
 def _ok_record(o) -> dict | None:
     """The record an ok outcome wrote (None for the other statuses)."""
     return json.loads(Path(o.record_path).read_text()) if o.status == "ok" else None
@@ -160,8 +164,7 @@ def _outcome_line(o) -> str:
     def escape(text) -> str:
         return _escape(printable(text))
 
-    name = escape(f"{o.run.workload} · world {o.run.world_size} · {o.run.scaling}"
-                  + (f" · repeat {o.repeat}" if o.repeat else ""))
+    name = escape(run_name(o.run, o.repeat))
     kept = f"; the earlier ok record is kept as the run's result ({escape(o.record_path)})" if o.kept_earlier else ""
     lines = {
         "failed": lambda: f"[red]✗[/red] {name}: {escape(o.error['type'])}: {escape(o.error['message'][:300])}{kept}",

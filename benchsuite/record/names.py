@@ -23,6 +23,10 @@ def repeat_of(rec: dict) -> int:
 
 
 def record_filename(rec: dict) -> str:
+    """suite__workload__w2n1-weak-seed1__<run key>-r1.json: the run, its seed and its repeat (the logs
+    of its ranks are named after it)."""
     cfg = rec["config"]
+    seed = (cfg.get("train") or {}).get("seed")
     return (f"{slug(rec['suite'])}__{slug(rec['workload'])}__w{cfg['world_size']}n{cfg['nodes']}"
-            f"-{cfg['scaling']}__{record_id(rec['run_key'], repeat_of(rec))}.json")
+            f"-{cfg['scaling']}-seed{seed if isinstance(seed, int) else 0}"
+            f"__{record_id(rec['run_key'], repeat_of(rec))}.json")

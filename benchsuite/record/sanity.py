@@ -5,7 +5,7 @@ device peak allows, negative or wrapped energy, a step that took no time, a NaN 
 its status (the run did finish) but carries ``flags``: a list of ``{field, value, reason}``
 that `benchsuite report` and the dashboard show beside the status. The worker attaches them
 when it writes a record; the loader computes them for records written before this guard.
-Scaling efficiency above 1.05 is a figure of several records: metrics/scaling.py flags it on the
+Scaling efficiency above 1.05 is a figure of several records: results/scaling.py flags it on the
 DataFrame row where it computes it (scaling_flag).
 """
 
@@ -169,7 +169,7 @@ def sanity_flags(rec: dict) -> list[dict]:
 
 def scaling_flag(efficiency: float, scaling: str, world_size: int, baseline: str) -> dict | None:
     """The flag of a superlinear scaling efficiency (computed across records, so flagged where it is
-    computed: metrics/scaling.py, and on a run's median over its repeats: results/report.py); None within
+    computed: results/scaling.py, on a run's medians: results/model.py); None within
     SCALING_EFFICIENCY_MAX, and for 1 device (1-device runs of one config differ by noise, not scaling).
     Field: the DataFrame column."""
     if efficiency <= SCALING_EFFICIENCY_MAX or world_size <= 1:

@@ -1,12 +1,14 @@
 """The results API: a results folder as tidy, typed pandas DataFrames with a fixed column list.
 
     import benchsuite
-    runs = benchsuite.load("results")         # one row per record
+    records = benchsuite.load("results")      # one row per record (a seed's repeat of a run)
+    runs = benchsuite.load_runs("results")    # one row per run: medians, intervals over seeds, efficiency
     steps = benchsuite.load_steps("results")  # one row per (record, measured step)
 
-The columns and their dtypes below are a contract (listed in the README): a figure a run did not
-measure is NaN (never 0), whatever records the folder holds, and an empty folder gives the same
-columns with no rows.
+All three read the results model (results/model.py), the figures `benchsuite report` and the
+dashboard show. The columns and their dtypes below are a contract (listed in the README): a figure
+a run did not measure is NaN (never 0), whatever records the folder holds, and an empty folder
+gives the same columns with no rows.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchsuite.record.columns import field_column
-from benchsuite.results.store import load_records, records_dataframe
+from benchsuite.record.columns import field_column, field_columns
+from benchsuite.results.model import INTERVALS, results_at
+from benchsuite.results.store import load_records
 
 
 @dataclass(frozen=True)
@@ -25,7 +28,7 @@ class Column:
     """A column of load(): a record field (its dtype from the record's types, record/columns.py) or, with
     `dtype` given, a figure the DataFrame computes (scaling efficiency, flags, the file)."""
     name: str
-    source: str  # the records_dataframe column it comes from: a record field's dotted path, or a computed one
+    source: str  # the results model's column it comes from: a record field's dotted path, or a computed one
     dtype: str | None = None
     categories: tuple[str, ...] = ()
 
@@ -38,6 +41,9 @@ class Column:
 
 COLUMNS = (
     Column("run_key", "run_key"),
+    Column("identity", "identity", "string"),  # the run (results/identity.py): what its seeds and repeats share
+    Column("name", "record_name", "string"),  # "dense · w2 · seed 1 · repeat 0"
+    Column("seed", "config.train.seed"),
     Column("repeat", "repeat"),
     Column("suite", "suite"),
     Column("workload", "workload"),
@@ -57,7 +63,8 @@ COLUMNS = (
     Column("step_time_median_s", "metrics.step_time_s.median"),
     Column("step_time_ci95_lo_s", "step_time_ci95_lo_s", "float64"),
     Column("step_time_ci95_hi_s", "step_time_ci95_hi_s", "float64"),
-    Column("scaling_efficiency", "scaling_efficiency", "float64"),
+    Column("scaling_efficiency", "scaling_efficiency", "float64"),  # the run's (load_runs), on each of its records
+    Column("scaling_baseline", "scaling_baseline", "string"),
     Column("tflops_per_device", "metrics.tflops_per_device"),
     Column("model_flops_per_token", "metrics.flops.model_per_token"),
     Column("params_active", "metrics.params.active"),
@@ -73,10 +80,43 @@ COLUMNS = (
     Column("flagged", "flagged", "bool"),
     Column("error_type", "error.type"),
     Column("path", "path", "string"),
+    # every scalar field of the resolved config and the environment, by its dotted path
+    *(Column(path, path) for path in field_columns() if path.startswith(("config.", "env."))),
 )
 
+RUN_COLUMNS = (  # one row per run: each figure its median over each seed's repeats, then over its seeds
+    Column("identity", "identity", "string"),
+    Column("label", "label", "string"),  # "dense · w2"
+    Column("suite", "suite"),
+    Column("workload", "workload"),
+    Column("status", "status"),  # ok when some record is; failed when every one failed
+    Column("kind", "config.kind"),
+    Column("router", "config.moe.router"),
+    Column("world_size", "config.world_size"),
+    Column("nodes", "config.nodes"),
+    Column("scaling", "config.scaling"),
+    Column("seeds", "seed", "string"),  # "0, 1, 2"
+    Column("repeats", "repeats", "Int64"),  # ok records: seeds × repeats
+    Column("failed", "failed", "Int64"),  # failed records
+    Column("tokens_per_s_min", "tokens_per_s_min", "float64"),
+    Column("tokens_per_s_max", "tokens_per_s_max", "float64"),
+    Column("repeat_cv", "repeat_cv", "float64"),  # the largest over seeds; above NOISY_CV: flagged noisy
+    # the figures stated with a 95 % interval over seeds (results/model.INTERVALS): median, lo, hi
+    *(Column(f"{name}{end}", f"{name}{end}", "float64") for name in INTERVALS for end in ("", "_lo", "_hi")),
+    Column("interval_reason", "interval_reason", "string"),
+    Column("hfu", "metrics.hfu"),
+    Column("tflops_per_device", "metrics.tflops_per_device"),
+    Column("energy_j", "energy.total_j"),
+    Column("co2e_g", "carbon.co2e_g"),
+    Column("scaling_efficiency", "scaling_efficiency", "float64"),
+    Column("scaling_baseline", "scaling_baseline", "string"),
+    Column("scaling_efficiency_reason", "scaling_efficiency_reason", "string"),
+    Column("flagged", "flagged", "bool"),
+    Column("flag_summary", "flag_summary", "string"),
+)
 STEP_COLUMNS = (  # a step's fields (record Step) beside the identity of its record
     Column("run_key", "run_key"),
+    Column("name", "record_name", "string"),
     Column("suite", "suite"),
     Column("workload", "workload"),
     Column("path", "path", "string"),  # tells repeats of one run apart, and joins with load()
@@ -121,12 +161,20 @@ def _folder(path: str | Path) -> Path:
 
 def load(path: str | Path) -> pd.DataFrame:
     """Every record under path (a results folder or one record file): one row each, COLUMNS typed."""
-    return _frame(records_dataframe(_folder(path)), COLUMNS)
+    return _frame(results_at(_folder(path)).df, COLUMNS)
+
+
+def load_runs(path: str | Path) -> pd.DataFrame:
+    """Every run under path: one row per run identity, RUN_COLUMNS typed; the figures `benchsuite report`
+    shows."""
+    return _frame(results_at(_folder(path)).runs, RUN_COLUMNS)
 
 
 def load_steps(path: str | Path) -> pd.DataFrame:
     """One row per (record, measured step): step time, training loss, tokens and validation loss
     (NaN after the steps with no evaluation)."""
-    rows = [{"run_key": rec["run_key"], "suite": rec["suite"], "workload": rec["workload"], "path": rec["_path"],
-             **step} for rec in load_records(_folder(path)) for step in rec.get("steps") or []]
+    results = results_at(_folder(path))
+    names = dict(zip(results.df["rec"], results.df["record_name"]))
+    rows = [{"run_key": rec["run_key"], "record_name": names[i], "suite": rec["suite"], "workload": rec["workload"],
+             "path": rec["_path"], **step} for i, rec in enumerate(results.records) for step in rec.get("steps") or []]
     return _frame(pd.DataFrame(rows), STEP_COLUMNS)

@@ -1,40 +1,48 @@
-"""Two results folders side by side (two commits, two clusters): runs matched by their workload,
-the ratio B/A of each headline figure with a bootstrap 95 % CI, and a verdict per figure.
+"""Two results folders side by side (two commits, two clusters): runs matched by identity, the ratio
+B/A of each headline figure with a 95 % interval over the runs' repeats, and a verdict per figure.
 
-Every figure of a run is a function of its median step time m: tokens/s = tokens per step / m;
-MFU scales as 1/m (model FLOPs and peak are fixed); J/token and gCO2e/Mtok scale as m (the run's
-measured average power held fixed). Resampling the step times (and, with repeats, the records)
-therefore gives the spread of all four at once.
+The units are runs, not steps. One run's steps agree to a percent or two, but two runs of one
+config on one machine differ by several percent (clocks, placement, the allocator): an interval over
+step times holds none of that spread and calls unchanged runs better or worse. So each side's
+figure is the median over its ok records of the run (its repeats; with train.seed ignored, the median
+over seeds of each seed's median, as the results model states a run's figure), and B/A's interval is Student's t on the logs with the run-to-run spread pooled over both
+sides (stats.pooled_ratio): one run has about the same spread on two machines, and at 2 repeats a
+side the pooled test covers 95 % where Welch's covers about 98 %.
+
+A gate must not pass what it did not compare: a run that failed in B, or is missing from B, is a
+regression; a folder inside the other is left out of it (and said); estimated energy (a fixed power
+× time) is shown, never judged.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-from collections import Counter
+import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
 
-import numpy as np
 from rich.markup import escape
 from rich.table import Table
 
-from benchsuite.results.store import load_records
 from benchsuite.record.values import dig, num
+from benchsuite.results.identity import (SITE_SETTINGS, TEXT_ONLY, differing_keys, digest, hardware_label,
+                                         ignored_paths, seed_of, seeds_text, without)
+from benchsuite.results.stats import pooled_ratio, run_median
+from benchsuite.results.store import load_records
 from benchsuite.terminal import printable
 
 DEFAULT_THRESHOLD = 0.05
-DEFAULT_RESAMPLES = 2000
-BOOTSTRAP_BLOCK = 1 << 20  # step indices drawn at once (8 MiB): bounds compare's memory whatever a record holds
-EXACT_DRAW_STEPS = 10_000  # up to this many steps each resample draws its n indices (about a second in all)
-# Resolved-config fields that say nothing about the workload: its description, the kill limit,
-# and the site's measurement settings and grid (two clusters in two countries run one workload).
-NOT_IDENTITY = (("description",), ("train", "timeout_s"), ("energy",), ("carbon",))
+MEASURED_ENERGY = ("measured", "sampled")  # energy.source values read from a meter
+METHOD = ("95 % interval: Student's t on the repeats' log figures, pooled run-to-run spread "
+          "(scipy.stats.ttest_ind, equal_var=True); A, B: medians over each side's ok records")
+ESTIMATED = "estimated energy (a fixed power × time): not judged"
+NAMED = {"world_size", "nodes", "scaling"}  # config keys a run's label shows: never suggested for --ignore
 
 
 class CompareError(Exception):
-    """A folder that cannot be compared (missing, not a folder, no ok record)."""
+    """Two folders that cannot be compared (missing, not a folder, no record, the same folder)."""
 
 
 class Verdict(str, Enum):
@@ -48,52 +56,70 @@ class Verdict(str, Enum):
 class Metric:
     name: str
     label: str
-    record_path: tuple[str, ...]  # where the record holds the figure (tokens/s is recomputed from the steps)
+    record_path: tuple[str, ...]  # where a record holds the figure
     higher_is_better: bool
-    step_time_power: int  # the figure ∝ m ** power, m the median step time
+    energy: bool = False  # from the energy reading: judged only when measured
 
 
 METRICS = (
-    Metric("tokens_per_s", "tok/s", ("metrics", "tokens_per_s"), True, -1),
-    Metric("mfu", "MFU", ("metrics", "mfu"), True, -1),
-    Metric("j_per_token", "J/token", ("metrics", "energy", "j_per_token"), False, 1),
-    Metric("gco2e_per_mtok", "gCO2e/Mtok", ("metrics", "energy", "gco2e_per_mtok"), False, 1),
+    Metric("tokens_per_s", "tok/s", ("metrics", "tokens_per_s"), True),
+    Metric("mfu", "MFU", ("metrics", "mfu"), True),
+    Metric("j_per_token", "J/token", ("metrics", "energy", "j_per_token"), False, energy=True),
+    Metric("gco2e_per_mtok", "gCO2e/Mtok", ("metrics", "energy", "gco2e_per_mtok"), False, energy=True),
 )
+LABELS = {m.name: m.label for m in METRICS}
 
 
 @dataclass(frozen=True)
 class MetricComparison:
     metric: str
-    a: float | None
+    a: float | None  # median over A's records
     b: float | None
-    ratio: float | None  # B / A
+    ratio: float | None  # B / A, of the medians
     ci95: tuple[float, float] | None
     verdict: Verdict
     reason: str | None = None  # why the verdict is n/a
+    estimated: bool = False  # energy from a fixed power × time on either side
 
 
 @dataclass(frozen=True)
 class RunComparison:
-    run: str  # suite/workload w{world} n{nodes} {scaling}
+    run: str  # suite/workload w{world} n{nodes} {scaling} · seed(s) ...
     identity: str  # short hash of the identity config
     hardware_a: str
     hardware_b: str
-    repeats_a: int
+    seeds_a: list[int]
+    seeds_b: list[int]
+    repeats_a: int  # ok records: the units of the interval
     repeats_b: int
     metrics: list[MetricComparison]
 
     @property
+    def worse(self) -> list[MetricComparison]:
+        return [m for m in self.metrics if m.verdict is Verdict.WORSE]
+
+    @property
     def regressed(self) -> bool:
-        return any(m.verdict is Verdict.WORSE for m in self.metrics)
+        return bool(self.worse)
+
+
+@dataclass(frozen=True)
+class FailedRun:
+    """A run with ok records in A whose identity in B has only failed records."""
+
+    run: str
+    identity: str
+    error: str  # "<type>: <message>" of B's first failed record
 
 
 @dataclass(frozen=True)
 class UnmatchedRun:
-    """A run of one folder whose config no run of the other folder has."""
+    """A run of one folder whose identity the other folder has not at all (or only failed there)."""
 
     run: str
     identity: str
     hardware: str
+    closest: str  # the nearest run of the other folder and the keys that differ, or why there is none
 
 
 @dataclass(frozen=True)
@@ -101,204 +127,259 @@ class Comparison:
     a: str
     b: str
     threshold: float
-    resamples: int
-    seed: int
+    ignored: list[str]  # --ignore keys, left out of the match
+    method: str
     runs: list[RunComparison]
-    only_a: list[UnmatchedRun] = field(default_factory=list)
+    failed_in_b: list[FailedRun] = field(default_factory=list)
+    only_a: list[UnmatchedRun] = field(default_factory=list)  # missing in B
     only_b: list[UnmatchedRun] = field(default_factory=list)
+    left_out_a: list[str] = field(default_factory=list)  # B's folder, when it lies inside A's
+    left_out_b: list[str] = field(default_factory=list)
 
     @property
-    def regressions(self) -> list[RunComparison]:
-        return [r for r in self.runs if r.regressed]
+    def regressions(self) -> list[str]:
+        """What a gate fails on: a figure significantly worse, a run failed in B, a run missing in B."""
+        return [r.run for r in self.runs if r.regressed] + [f.run for f in self.failed_in_b] \
+            + [u.run for u in self.only_a]
 
 
-@dataclass(frozen=True)
-class Sample:
-    """One ok record reduced to what the comparison needs."""
+@dataclass
+class SideRun:
+    """The records of one identity in one folder."""
 
-    step_times: np.ndarray
-    tokens_per_step: float
-    reference_median_s: float  # the median step time the record's figures were computed at
-    figures: dict[str, float | None]  # metric name → the record's figure
+    config: dict  # the identity config (what must match)
+    ok: list[dict] = field(default_factory=list)
+    failed: list[dict] = field(default_factory=list)
 
-    def value(self, metric: Metric, median_s):
-        """The metric at median step time median_s (a float or an array of them)."""
-        if metric.name == "tokens_per_s":
-            return self.tokens_per_step / median_s
-        figure = self.figures[metric.name]
-        return figure * (median_s / self.reference_median_s) ** metric.step_time_power
+    @property
+    def records(self) -> list[dict]:
+        return self.ok or self.failed
 
 
-def identity_config(config: dict) -> dict:
-    """The resolved config without the fields in NOT_IDENTITY: what must match for two runs to compare."""
-    cfg = json.loads(json.dumps(config))
-    for path in NOT_IDENTITY:
-        parent = dig(cfg, *path[:-1]) if len(path) > 1 else cfg
-        if isinstance(parent, dict):
-            parent.pop(path[-1], None)
-    return cfg
+# ----------------------------------------------------------------------------- identity and labels
 
 
-def identity_key(config: dict) -> str:
-    return hashlib.sha256(json.dumps(identity_config(config), sort_keys=True).encode()).hexdigest()[:12]
+def identity_config(config: dict, ignored: Sequence[tuple[str, ...]] = ()) -> dict:
+    """The resolved config less what is never measured (TEXT_ONLY), what a site chooses (SITE_SETTINGS)
+    and the --ignore keys: what must match for two runs to compare. The seed stays unless ignored."""
+    return without(config, (*TEXT_ONLY, *SITE_SETTINGS, *ignored))
 
 
-def run_label(rec: dict) -> str:
+def identity_key(config: dict, ignored: Sequence[tuple[str, ...]] = ()) -> str:
+    return digest(identity_config(config, ignored))
+
+
+def seeds_of(records: list[dict]) -> list[int]:
+    return sorted({seed_of(r) for r in records})
+
+
+def seeds_label(seeds_a: list[int], seeds_b: list[int] | None = None) -> str:
+    """'seed 1', 'seeds 0, 1', or 'seeds 0 → 1' when the two sides ran other seeds (--ignore train.seed)."""
+    both = set(seeds_a) | set(seeds_b or ())
+    text = seeds_text(seeds_a) + (f" → {seeds_text(seeds_b)}" if seeds_b is not None and seeds_b != seeds_a else "")
+    return f"{'seeds' if len(both) > 1 else 'seed'} {text}"
+
+
+def run_label(rec: dict, seeds_a: list[int], seeds_b: list[int] | None = None) -> str:
+    """'suite/dense w2 n1 weak · seed 1': the run and the seed(s) its records ran."""
     cfg = rec["config"]
-    return f"{rec['suite']}/{rec['workload']} w{cfg['world_size']} n{cfg['nodes']} {cfg['scaling']}"
+    return f"{rec['suite']}/{rec['workload']} w{cfg['world_size']} n{cfg['nodes']} {cfg['scaling']} · " \
+           + seeds_label(seeds_a, seeds_b)
 
 
-def hardware_label(records: list[dict]) -> str:
-    """'2× NVIDIA H100 80GB HBM3' from each record's devices; records on different hardware
-    (one config run on two machines, in one folder) are all named, joined by '; '."""
-    labels = []
-    for rec in records:
-        names = Counter(str(dev.get("name")) for dev in dig(rec, "env", "devices") or [])
-        label = " + ".join(f"{n}× {name}" for name, n in names.items()) or "unknown"
-        if label not in labels:
-            labels.append(label)
-    return "; ".join(labels)
+# ----------------------------------------------------------------------------- one run
 
 
-def step_sample(rec: dict) -> Sample | None:
-    """An ok record as the bootstrap needs it (its step times), or None when it has none."""
-    times = np.array([t for t in (num(s.get("time_s")) for s in rec.get("steps") or []) if t is not None and t > 0])
-    if times.size == 0:
+def figures(records: list[dict], metric: Metric) -> list[float | None]:
+    return [num(dig(r, *metric.record_path)) for r in records]
+
+
+def estimated_energy(rec: dict) -> bool:
+    """True when the record's energy was not read from a meter (energy.source not measured/sampled)."""
+    source = dig(rec, "energy", "source") or dig(rec, "metrics", "energy", "energy_source")
+    return source not in MEASURED_ENERGY
+
+
+def _median(records: list[dict], values: list[float | None]) -> float | None:
+    """The side's figure as the results model states a run's: the median over seeds of each seed's median
+    over its repeats (one seed: the median over the records)."""
+    present = [(seed_of(r), v) for r, v in zip(records, values) if v is not None]
+    return run_median(present) if present else None
+
+
+def _missing(values: list[float | None], side: str) -> str | None:
+    """'A', '1 of 3 records of A', or None when every record of the side has the figure."""
+    gaps = sum(v is None for v in values)
+    if not gaps:
         return None
-    tokens = num(dig(rec, "metrics", "tokens_per_step")) or num((rec["steps"][0] or {}).get("tokens"))
-    reference = num(dig(rec, "metrics", "step_time_s", "median")) or float(np.median(times))
-    figures = {m.name: num(dig(rec, *m.record_path)) for m in METRICS}
-    return Sample(times, tokens, reference, figures) if tokens else None
-
-
-def load_side(folder: str | Path) -> dict[str, list[dict]]:
-    """identity key → that folder's ok records with step times (several: repeats)."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        what = "not a folder: compare takes two results folders" if folder.exists() else "no such results folder"
-        raise CompareError(f"{folder}: {what}")
-    groups: dict[str, list[dict]] = {}
-    for rec in load_records(folder):
-        if rec["status"] == "ok" and step_sample(rec) is not None:
-            groups.setdefault(identity_key(rec["config"]), []).append(rec)
-    if not groups:
-        raise CompareError(f"{folder}: no ok record with step times to compare")
-    return groups
-
-
-def bootstrap_values(samples: list[Sample], resamples: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """metric name → `resamples` bootstrap values of the side's figure (the median over repeats).
-
-    With one record: its steps resampled with replacement. With R repeats: R records drawn with
-    replacement, then each drawn record's steps resampled, independently per draw. Only the drawn
-    records' medians are drawn (resamples × R of them, grouped by record): time linear in R."""
-    r = len(samples)
-    chosen = rng.integers(0, r, size=(resamples, r)) if r > 1 else np.zeros((resamples, 1), dtype=int)
-    flat = chosen.ravel()
-    order = np.argsort(flat, kind="stable")
-    slots = np.split(order, np.cumsum(np.bincount(flat, minlength=r))[:-1])  # slots[j]: the draws of record j
-    medians = np.empty(flat.size)  # medians[i]: a resampled median of record flat[i]
-    for j, s in enumerate(samples):
-        medians[slots[j]] = resampled_medians(s.step_times, slots[j].size, rng)
-    out = {}
-    for metric in METRICS:
-        values = np.full(flat.size, np.nan)
-        for j, s in enumerate(samples):
-            if _has(s, metric):
-                values[slots[j]] = s.value(metric, medians[slots[j]])
-        out[metric.name] = np.median(values.reshape(chosen.shape), axis=1)
-    return out
-
-
-def resampled_medians(times: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
-    """`count` medians of times resampled with replacement: the draws of one
-    rng.integers(size=(count, n)) call, made in blocks of at most BOOTSTRAP_BLOCK indices, so a record of a
-    million steps needs megabytes, not the tens of GB of drawing them at once. Past EXACT_DRAW_STEPS steps
-    the medians are drawn directly (order_statistic_medians): seconds, not minutes."""
-    n = times.size
-    if n > EXACT_DRAW_STEPS:
-        return order_statistic_medians(np.sort(times), (count,), rng)
-    out = np.empty(count)
-    rows = max(1, BOOTSTRAP_BLOCK // n)
-    for start in range(0, count, rows):
-        stop = min(count, start + rows)
-        out[start:stop] = np.median(times[rng.integers(0, n, size=(stop - start, n))], axis=1)
-    return out
-
-
-def order_statistic_medians(sorted_times: np.ndarray, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-    """Medians of resamples with replacement, each drawn in O(1) with the same distribution as drawing
-    n indices: the k-th smallest of n uniform indices is floor(n·U_(k)), U_(k) ~ Beta(k, n−k+1) the k-th
-    smallest of n uniforms, and sorted values map it to the k-th smallest value. For even n the next one
-    is U_(k) + (1 − U_(k))·Beta(1, n−k) (the least of the n − k uniforms above U_(k))."""
-    n = sorted_times.size
-    k = (n + 1) // 2  # the (lower) middle, counted from 1
-    u = rng.beta(k, n - k + 1, size=shape)
-    lower = sorted_times[np.minimum((u * n).astype(np.int64), n - 1)]
-    if n % 2:
-        return lower
-    v = u + (1 - u) * rng.beta(1, n - k, size=shape)
-    return (lower + sorted_times[np.minimum((v * n).astype(np.int64), n - 1)]) / 2
-
-
-def _has(s: Sample, metric: Metric) -> bool:
-    return metric.name == "tokens_per_s" or s.figures[metric.name] is not None
-
-
-def point_value(samples: list[Sample], metric: Metric) -> float | None:
-    """The side's figure: median over repeats of each record's figure at its median step time."""
-    if not all(_has(s, metric) for s in samples):
-        return None
-    return float(np.median([s.value(metric, float(np.median(s.step_times))) for s in samples]))
+    return side if gaps == len(values) else f"{gaps} of {len(values)} records of {side}"
 
 
 def verdict(metric: Metric, ratio: float, ci95: tuple[float, float], threshold: float) -> Verdict:
-    """Significant when the CI excludes 1 and the change exceeds the threshold."""
+    """Significant when the interval excludes 1 and the change exceeds the threshold."""
     if ci95[0] <= 1 <= ci95[1] or abs(ratio - 1) <= threshold:
         return Verdict.SAME
     return Verdict.BETTER if (ratio > 1) == metric.higher_is_better else Verdict.WORSE
 
 
-def compare_run(recs_a: list[dict], recs_b: list[dict], threshold: float, resamples: int, seed: int) -> RunComparison:
-    samples_a, samples_b = [step_sample(r) for r in recs_a], [step_sample(r) for r in recs_b]
-    # One stream per side, seeded per run: a row never depends on the other runs in the folders.
-    boot_a = bootstrap_values(samples_a, resamples, np.random.default_rng([seed, 0]))
-    boot_b = bootstrap_values(samples_b, resamples, np.random.default_rng([seed, 1]))
-    rows = []
-    for metric in METRICS:
-        a, b = point_value(samples_a, metric), point_value(samples_b, metric)
-        if a is None or b is None or a == 0:
-            missing = " and ".join(side for side, v in (("A", a), ("B", b)) if v is None) or "A (zero)"
-            rows.append(MetricComparison(metric.name, a, b, None, None, Verdict.UNAVAILABLE,
-                                         f"{metric.label} not recorded in {missing}"))
-            continue
-        ratios = boot_b[metric.name] / boot_a[metric.name]
-        ci95 = (float(np.percentile(ratios, 2.5)), float(np.percentile(ratios, 97.5)))
-        ratio = b / a
-        rows.append(MetricComparison(metric.name, a, b, ratio, ci95, verdict(metric, ratio, ci95, threshold)))
-    return RunComparison(run_label(recs_a[0]), identity_key(recs_a[0]["config"]), hardware_label(recs_a),
-                         hardware_label(recs_b), len(recs_a), len(recs_b), rows)
+def compare_metric(metric: Metric, recs_a: list[dict], recs_b: list[dict], threshold: float) -> MetricComparison:
+    """One figure of one run: the sides' medians, B/A and its pooled-t interval, and the verdict."""
+    values_a, values_b = figures(recs_a, metric), figures(recs_b, metric)
+    a, b = _median(recs_a, values_a), _median(recs_b, values_b)
+    missing = [m for m in (_missing(values_a, "A"), _missing(values_b, "B")) if m]
+    if missing:
+        return MetricComparison(metric.name, a, b, None, None, Verdict.UNAVAILABLE,
+                                f"{metric.label} not recorded in {' and '.join(missing)}")
+    interval = pooled_ratio(values_b, values_a)
+    ratio = b / a if a and interval.point is not None else None  # (a value not positive: no ratio)
+    ci95 = None if interval.lo is None else (interval.lo, interval.hi)
+    estimated = metric.energy and any(estimated_energy(r) for r in (*recs_a, *recs_b))
+    if estimated or ci95 is None:  # (no interval: one repeat a side, or a value not positive)
+        return MetricComparison(metric.name, a, b, ratio, ci95, Verdict.UNAVAILABLE,
+                                ESTIMATED if estimated else interval.reason, estimated)
+    return MetricComparison(metric.name, a, b, ratio, ci95, verdict(metric, ratio, ci95, threshold))
+
+
+def compare_run(recs_a: list[dict], recs_b: list[dict], threshold: float = DEFAULT_THRESHOLD,
+                identity: str | None = None) -> RunComparison:
+    """B against A for one run, given each side's ok records (its repeats, and seeds when pooled)."""
+    seeds_a, seeds_b = seeds_of(recs_a), seeds_of(recs_b)
+    return RunComparison(run_label(recs_a[0], seeds_a, seeds_b), identity or identity_key(recs_a[0]["config"]),
+                         hardware_label(recs_a), hardware_label(recs_b), seeds_a, seeds_b, len(recs_a),
+                         len(recs_b), [compare_metric(m, recs_a, recs_b, threshold) for m in METRICS])
+
+
+# ----------------------------------------------------------------------------- two folders
+
+
+def nested_folders(a: Path, b: Path) -> tuple[list[Path], list[Path]]:
+    """(folders to leave out of A's scan, of B's): the other side's folder when it lies inside.
+    Compared by real path, so a symlink or '..' does not hide it."""
+    ra, rb = Path(os.path.realpath(a)), Path(os.path.realpath(b))
+    if ra == rb:
+        raise CompareError(f"{a} and {b} are the same folder ({ra}): compare takes two results folders, "
+                           f"a baseline A and a folder B to judge against it")
+    return ([b] if rb.is_relative_to(ra) else []), ([a] if ra.is_relative_to(rb) else [])
+
+
+def check_folder(folder: Path) -> None:
+    if not folder.is_dir():
+        what = "not a folder: compare takes two results folders" if folder.exists() else "no such results folder"
+        raise CompareError(f"{folder}: {what}")
+
+
+def load_side(folder: str | Path, ignored: Sequence[tuple[str, ...]] = (),
+              exclude: list[Path] | None = None) -> dict[str, SideRun]:
+    """identity key → the folder's records of that run, ok and failed apart (a run failed in B is a
+    regression, so failed records are read too)."""
+    folder = Path(folder)
+    check_folder(folder)
+    side: dict[str, SideRun] = {}
+    for rec in load_records(folder, exclude=exclude):
+        cfg = identity_config(rec["config"], ignored)
+        run = side.setdefault(digest(cfg), SideRun(cfg))
+        (run.ok if rec["status"] == "ok" else run.failed).append(rec)
+    if not side:
+        left_out = f" (left out: {', '.join(map(str, exclude))})" if exclude else ""
+        raise CompareError(f"{folder}: no readable record under it{left_out}: nothing to compare")
+    return side
+
+
+def error_text(rec: dict) -> str:
+    """'<type>: <message>' of a failed record, the message's first line, clipped."""
+    err = rec.get("error") or {}
+    message = str(err.get("message") or "").strip().split("\n")[0]
+    message = message if len(message) <= 200 else message[:199] + "…"
+    return f"{err.get('type') or 'error'}: {message}" if message or err.get("type") else "no error recorded"
+
+
+def _value(config: dict, key: str) -> str:
+    text = json.dumps(dig(config, *key.split(".")), default=str)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def closest_note(run: SideRun, other: dict[str, SideRun], side: str) -> str:
+    """Names the run of the other folder nearest to an unmatched one (same suite and workload, fewest
+    differing keys), the keys that differ with their values, and the --ignore that compares across them."""
+    other_side = "B" if side == "A" else "A"
+    rec = run.records[0]
+    peers = [(differing_keys(run.config, o.config), run_label(o.records[0], seeds_of(o.records)), o.config)
+             for o in other.values() if (o.records[0]["suite"], o.records[0]["workload"])
+             == (rec["suite"], rec["workload"])]
+    if not peers:
+        return f"no run of {other_side} is of {rec['suite']}/{rec['workload']}"
+    keys, name, config = min(peers, key=lambda p: (len(p[0]), p[1]))
+    cfg_a, cfg_b = (run.config, config) if side == "A" else (config, run.config)
+    diffs = ", ".join(f"{k} ({_value(cfg_a, k)} in A, {_value(cfg_b, k)} in B)" for k in keys)
+    note = f"differs from {other_side}'s {name} {'only by' if len(keys) == 1 else f'by {len(keys)} keys:'} {diffs}"
+    if NAMED.intersection(keys):  # another size or scaling is another run, never one to pool
+        return note
+    try:
+        ignored_paths(keys)
+    except ValueError:  # a key below a section's field: no option compares across it
+        return note
+    return f"{note}: --ignore {','.join(keys)} compares across {'it' if len(keys) == 1 else 'them'}"
+
+
+def _unmatched(mine: dict[str, SideRun], other: dict[str, SideRun], keys, side: str) -> list[UnmatchedRun]:
+    runs = []
+    for k in keys:
+        run = mine[k]
+        note = (f"only failed records in {'B' if side == 'A' else 'A'} ({error_text(other[k].failed[0])})"
+                if k in other else closest_note(run, other, side))
+        runs.append(UnmatchedRun(run_label(run.records[0], seeds_of(run.records)), k, hardware_label(run.records),
+                                 note))
+    return sorted(runs, key=lambda u: (u.run, u.identity))
 
 
 def compare_folders(a: str | Path, b: str | Path, threshold: float = DEFAULT_THRESHOLD,
-                    resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> Comparison:
-    side_a, side_b = load_side(a), load_side(b)
-    matched = sorted(side_a.keys() & side_b.keys(), key=lambda k: run_label(side_a[k][0]))
-    runs = [compare_run(side_a[k], side_b[k], threshold, resamples, seed) for k in matched]
-    return Comparison(str(a), str(b), threshold, resamples, seed, runs, _unmatched(side_a, side_b),
-                      _unmatched(side_b, side_a))
-
-
-def _unmatched(side: dict[str, list[dict]], other: dict[str, list[dict]]) -> list[UnmatchedRun]:
-    runs = [UnmatchedRun(run_label(side[k][0]), k, hardware_label(side[k])) for k in side.keys() - other.keys()]
-    return sorted(runs, key=lambda u: (u.run, u.identity))
+                    ignore: list[str] | None = None) -> Comparison:
+    """B against A, run by run. ignore: dotted config keys left out of the match (ValueError naming an
+    unknown one); CompareError for folders that cannot be compared."""
+    ignore = list(ignore or [])
+    ignored = ignored_paths(ignore)
+    check_folder(Path(a))
+    check_folder(Path(b))
+    out_a, out_b = nested_folders(Path(a), Path(b))
+    side_a, side_b = load_side(a, ignored, out_a), load_side(b, ignored, out_b)
+    ok_a = {k for k, r in side_a.items() if r.ok}
+    ok_b = {k for k, r in side_b.items() if r.ok}
+    label = {k: run_label(side_a[k].ok[0], seeds_of(side_a[k].ok)) for k in ok_a}
+    runs = [compare_run(side_a[k].ok, side_b[k].ok, threshold, k) for k in sorted(ok_a & ok_b, key=label.get)]
+    failed_in_b = sorted(ok_a & (side_b.keys() - ok_b), key=label.get)  # B holds only failed records of them
+    failed = [FailedRun(label[k], k, error_text(side_b[k].failed[0])) for k in failed_in_b]
+    return Comparison(str(a), str(b), threshold, ignore, METHOD, runs, failed,
+                      _unmatched(side_a, side_b, ok_a - side_b.keys(), "A"),
+                      _unmatched(side_b, side_a, ok_b - ok_a, "B"), [str(p) for p in out_a], [str(p) for p in out_b])
 
 
 def comparison_doc(c: Comparison) -> dict:
     """The comparison as plain JSON-able data (verdicts as their text)."""
     doc = asdict(c)
-    doc["regressions"] = [r.run for r in c.regressions]
+    for run in doc["runs"]:
+        for m in run["metrics"]:
+            m["verdict"] = m["verdict"].value
+    doc["regressions"] = c.regressions
     return doc
+
+
+# ----------------------------------------------------------------------------- text
+
+
+def left_out_lines(c: Comparison) -> list[str]:
+    """'A (results): left out B's folder results/pr123 inside it': what a nested folder's scan skipped."""
+    return [f"{side} ({folder}): left out {other}'s folder {p} inside it; its records count for {other} only"
+            for side, folder, other, paths in (("A", c.a, "B", c.left_out_a), ("B", c.b, "A", c.left_out_b))
+            for p in paths]
+
+
+def regression_lines(c: Comparison) -> list[str]:
+    """One line per regression, naming the run and why: what a failing gate prints."""
+    lines = [f"regression: {r.run}: " + ", ".join(f"{LABELS[m.metric]} worse (B/A {m.ratio:.3f})" for m in r.worse)
+             for r in c.runs if r.regressed]
+    lines += [f"regression: {f.run} failed in B: {f.error}" for f in c.failed_in_b]
+    lines += [f"regression: {u.run} missing in B ({c.b} holds no record of it); {u.closest}" for u in c.only_a]
+    return lines
 
 
 def _figure(v: float | None) -> str:
@@ -307,21 +388,29 @@ def _figure(v: float | None) -> str:
     return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
 
 
+def _ratio(m: MetricComparison) -> str:
+    if m.ratio is None:
+        return "—"
+    return f"{m.ratio:.3f} ({m.ci95[0]:.3f}–{m.ci95[1]:.3f})" if m.ci95 else f"{m.ratio:.3f}"
+
+
 def comparison_table(c: Comparison) -> Table:
     """One row per (run, figure); every string from a record goes through printable."""
+    ignoring = f"; matched ignoring {', '.join(c.ignored)}" if c.ignored else ""
     table = Table(title=escape(printable(f"B / A: {c.b} vs {c.a}")), header_style="bold",
-                  caption=f"95 % bootstrap CI ({c.resamples} resamples, seed {c.seed}); "
-                          f"significant: CI excludes 1 and the change exceeds {c.threshold:.0%}")
-    for header in ("run", "hardware A → B", "figure", "A", "B", "B/A (95% CI)", "verdict"):
-        table.add_column(header, justify="right" if header in ("A", "B", "B/A (95% CI)") else "left")
+                  caption=escape(f"{c.method}; significant: the interval excludes 1 and the change exceeds "
+                                 f"{c.threshold:.0%}{ignoring}"))
+    for header in ("run", "hardware A → B", "repeats A, B", "figure", "A", "B", "B/A (95% CI)", "verdict"):
+        table.add_column(header, justify="right" if header in ("A", "B", "B/A (95% CI)") else "left",
+                         no_wrap=header not in ("run", "hardware A → B", "verdict"))  # figures never split
     style = {Verdict.BETTER: "green", Verdict.WORSE: "red"}
     for run in c.runs:
         hardware = run.hardware_a if run.hardware_a == run.hardware_b else f"{run.hardware_a} → {run.hardware_b}"
         for i, m in enumerate(run.metrics):
-            label = next(x.label for x in METRICS if x.name == m.metric)
-            ratio = (f"{m.ratio:.3f} ({m.ci95[0]:.3f}–{m.ci95[1]:.3f})" if m.ratio is not None else "—")
-            cells = [run.run if i == 0 else "", hardware if i == 0 else "", label, _figure(m.a), _figure(m.b),
-                     ratio, m.reason if m.verdict is Verdict.UNAVAILABLE else m.verdict.value]
+            label = LABELS[m.metric] + (" (estimated)" if m.estimated else "")
+            first = [run.run, hardware, f"{run.repeats_a}, {run.repeats_b}"] if i == 0 else ["", "", ""]
+            cells = [*first, label, _figure(m.a), _figure(m.b), _ratio(m),
+                     f"n/a: {m.reason}" if m.verdict is Verdict.UNAVAILABLE else m.verdict.value]
             table.add_row(*[escape(printable(x)) for x in cells], style=style.get(m.verdict))
         table.add_section()
     return table

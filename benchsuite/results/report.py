@@ -1,26 +1,31 @@
-"""The terminal report: one row per run, the figures a reader compares first.
+"""The terminal report: one row per run (results/model.py: a run identity, all its seeds and repeats).
 
-The repeats of a run (`run --repeat N`: records of one run key) make one row (combine_repeats):
-each figure is the median over the repeats, and the row says how many there are and the range
-(min–max) of their tokens/s. A range, not an interval: N is a handful, too few for an interval
-to mean more than the data's own extent.
+Each figure is the run's median (over each seed's repeats, then over its seeds), with the 95 %
+interval over seeds where the run has two or more; the row names its seeds and says how many
+records it has and the range of their tokens/s. The same figures reach `report --json`, the
+dashboard, load_runs() and compare from the same model.
 """
 
 from __future__ import annotations
 
 import re
-from collections import Counter
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import pandas as pd
 from rich.cells import cell_len
 from rich.markup import escape
 from rich.table import Table
 
-from benchsuite.record.sanity import sanity_flags, scaling_flag
 from benchsuite.record.values import format_step_ms, num, present
+from benchsuite.results.scaling import BASELINE
 from benchsuite.terminal import printable  # every string of a record reaches the terminal through it
 
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from benchsuite.results.model import Results
+
+TOKENS = "tok/s (95% interval)"
 REPEATS = "repeats (tok/s min–max)"
 COLUMNS = [
     # (header, column, format)
@@ -29,15 +34,16 @@ COLUMNS = [
     ("world", "world_size", "{}"),
     ("nodes", "nodes", "{}"),
     ("scaling", "scaling", "{}"),
-    ("tok/s", "tokens_per_s", "{:,.0f}"),
+    ("seed", "seed", "{}"),  # the run's seeds: its interval is over them
+    (TOKENS, None, None),
     ("MFU", "mfu", "{:.1%}"),  # model FLOPs, no recompute (metrics/flops.py)
     ("HFU", "metrics.hfu", "{:.1%}"),  # hardware FLOPs: what ran, recompute included
-    ("step ms (95% CI)", None, None),
-    ("efficiency", None, None),  # against the baseline named in the next column (metrics/scaling.py)
+    ("step ms (95% interval)", None, None),
+    ("efficiency", None, None),  # against the baseline named in the next column (results/scaling.py)
     ("baseline", None, None),
     ("state MiB meas/model", None, None),  # model-state bytes per rank: measured / analytic (metrics/memory.py)
     ("to target", None, None),  # tokens, seconds, energy to reach train.target_loss (metrics/quality.py)
-    (REPEATS, None, None),  # shown when some run was repeated (combine_repeats)
+    (REPEATS, None, None),  # the run's records (seeds × repeats) and the range of their tok/s
     ("status", "status", "{}"),  # last: a failed or flagged row rewrites it
 ]
 FLAG_MARK = "⚠"
@@ -50,8 +56,16 @@ def _fmt(fmt: str, v) -> str:
 
 
 def _step_cell(row) -> str:
-    cells = (num(row.get(k)) for k in ("step_time_median_s", "step_time_ci95_lo_s", "step_time_ci95_hi_s"))
+    cells = (num(row.get(k)) for k in ("step_time_median_s", "step_time_median_s_lo", "step_time_median_s_hi"))
     return format_step_ms(*cells) or "—"
+
+
+def _tokens_cell(row) -> str:
+    """'12,000 (11,400–12,700)': the median over seeds and its 95 % interval; the median alone with one seed."""
+    median, lo, hi = (num(row.get(k)) for k in ("tokens_per_s", "tokens_per_s_lo", "tokens_per_s_hi"))
+    if median is None:
+        return "—"
+    return f"{median:,.0f}" + (f" ({lo:,.0f}–{hi:,.0f})" if lo is not None and hi is not None else "")
 
 
 def _memory_cell(row) -> str:
@@ -81,146 +95,86 @@ def _target_cell(row) -> str:
 
 
 def _efficiency_cell(row) -> str:
-    """'94%', or '180% ⚠' when the sanity guard flagged it (superlinear)."""
+    """'94%', '180% ⚠' when the sanity guard flagged it (superlinear), 'baseline' for the baseline itself."""
     eff = row.get("scaling_efficiency")
     if not present(eff):
         return "—"
+    if row.get("scaling_baseline") == BASELINE:
+        return "baseline"
     flagged = any(isinstance(f, dict) and f.get("field") == "scaling_efficiency" for f in row.get("flags") or [])
     return f"{eff:.0%}" + (f" {FLAG_MARK}" if flagged else "")
 
 
 def _baseline_cell(row) -> str:
-    """The 1-device run(s) efficiency is computed against: a run key (shortened), 'median of N'
-    for repeats, 'none' when no run qualifies (the reason is in the caption)."""
-    keys = row.get("scaling_baseline_run_keys")
-    if isinstance(keys, list) and keys:
-        return str(keys[0])[:8] if len(keys) == 1 else f"median of {len(keys)}"
+    """The 1-device run efficiency is computed against (its label), 'this run' for the baseline itself,
+    'none' when no run qualifies (the reason is in the caption)."""
+    base = row.get("scaling_baseline")
+    if present(base):
+        return "this run" if base == BASELINE else str(base)
     return "none" if row.get("status") == "ok" else "—"
 
 
 def _repeats_cell(row) -> str:
-    """'3 (11,900–12,400)': the repeats and the range of their tokens/s; '1' for a run measured once."""
+    """'4 (11,900–12,400)': the run's ok records (seeds × repeats) and the range of their tokens/s."""
     n, lo, hi = int(row["repeats"]), row.get("tokens_per_s_min"), row.get("tokens_per_s_max")
     return f"{n} ({lo:,.0f}–{hi:,.0f})" if n > 1 and present(lo) else str(n)
 
 
-# A repeat group's columns that identify it or point at one record: the latest repeat's, never a median.
-KEPT = ("world_size", "nodes", "tensor", "zero", "expert", "repeat", "error_rank", "rec")
+def _status_cell(row) -> str:
+    if row["status"] != "ok":
+        return f"failed: {row.get('error_type')}"
+    failed = int(row.get("failed") or 0)
+    return ("ok" + (f" {FLAG_MARK} flagged" if row.get("flagged") else "")
+            + (f", {failed} failed" if failed else ""))
 
 
-def combine_repeats(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per run and status from a records DataFrame (store.dataframe_of): the repeats of a run
-    (its records share the run key) as the median of each numeric figure, `repeats` (how many) and
-    `tokens_per_s_min` / `tokens_per_s_max` (their range). Text, identity and the detail page come from
-    the latest repeat. The flags are the combined figures' (_combined_flags), and `flags_in_repeats`
-    says how many repeats carried a flag on each field (None for a run measured once). A frame already
-    combined is returned as is."""
-    if df.empty or "repeats" in df:
-        return df
-    group = df["run_key"].astype(str) + "\0" + df["status"].astype(str)
-    by = df.groupby(group, sort=False)
-    latest = ~group.duplicated(keep="last")  # rows are in started_at order within a run
-    out = df[latest].copy()
-    out["repeats"] = by["run_key"].transform("size")[latest]
-    out["tokens_per_s_min"] = by["tokens_per_s"].transform("min")[latest]
-    out["tokens_per_s_max"] = by["tokens_per_s"].transform("max")[latest]
-    out["flags_in_repeats"] = None
-    repeated = out.index[out["repeats"] > 1]
-    if len(repeated):
-        figures = [c for c in df.select_dtypes("number").columns if c not in KEPT]
-        out = out.astype({c: float for c in figures})
-        out.loc[repeated, figures] = by[figures].transform("median").loc[repeated]
-        for idx in repeated:
-            flags, counts = _combined_flags(out.loc[idx], list(df["flags"].iloc[by.indices[group[idx]]]),
-                                            set(figures))
-            out.at[idx, "flags"], out.at[idx, "flagged"], out.at[idx, "flags_in_repeats"] = flags, bool(flags), counts
-            out.at[idx, "flag_summary"] = _repeats_flag_summary(out.loc[idx], flags, counts) or None
-    return out.reset_index(drop=True)
+CELLS = {TOKENS: _tokens_cell, "step ms (95% interval)": _step_cell, "efficiency": _efficiency_cell,
+         "baseline": _baseline_cell, "state MiB meas/model": _memory_cell, "to target": _target_cell,
+         REPEATS: _repeats_cell, "status": _status_cell}
+# A run in --json: its identity, figures, intervals over seeds, flags and efficiency, then its seeds.
+JSON_COLUMNS = ["identity", "label", "suite", "workload", "kind", "router", "world_size", "nodes", "scaling", "seeds",
+                "status", "repeats", "failed", "failed_seeds", "tokens_per_s", "tokens_per_s_lo", "tokens_per_s_hi",
+                "tokens_per_s_min", "tokens_per_s_max", "repeat_cv", "mfu", "mfu_lo", "mfu_hi", "metrics.hfu",
+                "step_time_median_s", "step_time_median_s_lo", "step_time_median_s_hi", "j_per_token",
+                "j_per_token_lo", "j_per_token_hi", "gco2e_per_mtok", "gco2e_per_mtok_lo", "gco2e_per_mtok_hi",
+                "interval_reason", "scaling_efficiency", "scaling_baseline", "scaling_baseline_identities",
+                "scaling_efficiency_reason", "error_type", "error_message", MEMORY_MEASURED, MEMORY_ANALYTIC,
+                "flagged", "flags", "flag_summary", "flags_in_repeats", *QUALITY]
+SEED_COLUMNS = ["repeats", "tokens_per_s", "tokens_per_s_min", "tokens_per_s_max", "repeat_cv", "noisy", "mfu",
+                "step_time_median_s", "j_per_token"]
 
 
-def _combined_flags(row, repeat_flags: list, figures: set[str]) -> tuple[list[dict], dict[str, int]]:
-    """A repeated run's flags, and how many repeats carried a flag on each field. A flag on a figure the
-    row holds the median of is judged again on that median, by the rule that flags one record; any other
-    (a step's loss, one device's energy, a figure no repeat has) is kept from every repeat that had it."""
-    repeat_flags = [[f for f in flags if isinstance(f, dict) and "field" in f] if isinstance(flags, list) else []
-                    for flags in repeat_flags]
-    counts = Counter(field for flags in repeat_flags for field in dict.fromkeys(f["field"] for f in flags))
-    on_median = {c for c in figures if present(row.get(c))}
-    judged = [f for f in _figure_flags(row) if f["field"] in on_median]
-    return judged + [f for f in _union(repeat_flags) if f["field"] not in on_median], dict(counts)
+def plain(v):
+    """A frame's value as JSON: numpy scalars as Python ones, missing as None."""
+    if isinstance(v, (list, dict)):
+        return v
+    return (v.item() if hasattr(v, "item") else v) if present(v) else None
 
 
-def _figure_flags(row) -> list[dict]:
-    """What the sanity guard flags in a row's figures: the record rules (record/sanity.sanity_flags) on
-    the row's metrics and energy put back in a record's shape, and the scaling efficiency rule."""
-    world_size = int(row["world_size"])
-    as_record = {"status": row["status"], "config": {"world_size": world_size},
-                 "metrics": _section(row, "metrics"), "energy": _section(row, "energy")}
-    eff = num(row.get("scaling_efficiency"))
-    scaling = None if eff is None else scaling_flag(eff, row["scaling"], world_size, row.get("scaling_baseline"))
-    return sanity_flags(as_record) + ([scaling] if scaling else [])
-
-
-def _section(row, section: str) -> dict:
-    """The nested dict a record section had, from the row's dotted columns (store.flatten) that hold a value."""
-    out: dict = {}
-    for column, value in row.items():
-        if not (isinstance(column, str) and column.startswith(f"{section}.") and present(value)):
-            continue
-        *parents, leaf = column.split(".")[1:]
-        part = out
-        for key in parents:
-            part = part.setdefault(key, {})
-            if not isinstance(part, dict):
-                break
-        else:
-            part.setdefault(leaf, value)
-    return out
-
-
-def _repeats_flag_summary(row, flags: list[dict], counts: dict[str, int]) -> str:
-    """The combined row's flags for a terminal or a tooltip, each with how many repeats carried it, and the
-    fields some repeat flagged that the median is not flagged on."""
-    n, on_row = int(row["repeats"]), {f["field"] for f in flags}
-    parts = [f"{f['field']}: {f['reason']} ({counts.get(f['field'], 0)} of {n} repeats flagged)" for f in flags]
-    parts += [f"{field}: flagged in {k} of {n} repeats, not on their median" for field, k in counts.items()
-              if field not in on_row]
-    return "; ".join(parts)
-
-
-def _union(flag_lists) -> list[dict]:
-    """Every flag of the repeats, each once."""
-    out = []
-    for flags in flag_lists:
-        out += [f for f in flags if f not in out]
-    return out
-
-
-CELLS = {"step ms (95% CI)": _step_cell, "efficiency": _efficiency_cell, "baseline": _baseline_cell,
-         "state MiB meas/model": _memory_cell, "to target": _target_cell, REPEATS: _repeats_cell}
-
-
-def report_rows(df: pd.DataFrame) -> list[dict]:
-    """The report as plain dicts (for --json): the same rows and columns, unformatted, nulls as None."""
-    if df.empty:
+def report_rows(results: Results) -> list[dict]:
+    """The report as plain dicts (for --json): one per run, unformatted, nulls as None, with `per_seed`
+    (each seed's medians over its repeats) and `records` (the name of each record)."""
+    runs = results.runs
+    if runs.empty:
         return []
-    df = combine_repeats(df)
-    cols = [c for _, c, _ in COLUMNS if c] + ["run_key", "repeats", "tokens_per_s_min", "tokens_per_s_max",
-                                              "scaling_efficiency", "scaling_baseline_run_keys",
-                                              "scaling_baseline", "scaling_efficiency_reason",
-                                              "step_time_median_s", "step_time_ci95_lo_s",
-                                              "step_time_ci95_hi_s", "error_type", "error_message",
-                                              MEMORY_MEASURED, MEMORY_ANALYTIC, "flagged", "flags", "flag_summary",
-                                              "flags_in_repeats", *QUALITY]
-    cols = [c for c in cols if c in df]
-    return [{k: (v if present(v) else None) for k, v in r.items()} for r in df[cols].to_dict("records")]
+    rows = []
+    for r in runs.reindex(columns=JSON_COLUMNS).to_dict("records"):
+        row = {k: plain(v) for k, v in r.items()}
+        seeds = results.per_seed.loc[r["identity"]] if r["status"] == "ok" else None
+        row["per_seed"] = [] if seeds is None else [
+            {"seed": int(seed), **{k: plain(v) for k, v in vals.items()}}
+            for seed, vals in seeds.reindex(columns=SEED_COLUMNS).iterrows()]
+        mine = results.df[results.df["identity"] == r["identity"]]
+        row["records"], row["run_keys"] = sorted(mine["record_name"]), sorted(set(mine["run_key"]))
+        rows.append(row)
+    return rows
 
 
 TEXT_HEADERS = ("suite", "workload", "scaling", "status", "router", "source", "intensity source", "schedule",
-                "baseline", "to target")  # left-aligned; may wrap at spaces. Every other column is a number
+                "baseline", "to target", "seed", "run")  # left-aligned; may wrap at spaces. Every other: a number
 # The main table's columns, most important first: the ones kept when the console is narrow.
-PRIORITY = ("workload", "world", "tok/s", "MFU", "step ms (95% CI)", "efficiency", "status", REPEATS, "suite",
-            "scaling", "nodes", "HFU", "baseline", "state MiB meas/model", "to target")
+PRIORITY = ("workload", "world", "seed", TOKENS, REPEATS, "MFU", "efficiency", "status", "step ms (95% interval)",
+            "suite", "scaling", "nodes", "HFU", "baseline", "state MiB meas/model", "to target")
 
 
 def column_name(header: str) -> str:
@@ -296,30 +250,24 @@ def _left_out_line(left_out: list[str]) -> list[str]:
     return [f"left out to fit the width: {names} (`benchsuite report --columns NAME,...` shows them)"]
 
 
-def report_table(df: pd.DataFrame, fit: Fit = Fit()) -> Table:
-    """The main table, one row per run (its repeats combined)."""
-    df = combine_repeats(df)
-    columns = [c for c in COLUMNS if c[0] != REPEATS or (not df.empty and df["repeats"].max() > 1)]
+def report_table(results: Results, fit: Fit = Fit()) -> Table:
+    """The main table, one row per run."""
+    df = results.runs
     rows, styles = [], []
     for _, row in df.iterrows():
-        cells = [CELLS[header](row) if col is None else _fmt(fmt, row.get(col)) for header, col, fmt in columns]
+        rows.append([CELLS[header](row) if col is None or header == "status" else _fmt(fmt, row.get(col))
+                     for header, col, fmt in COLUMNS])
         flagged = row["status"] == "ok" and bool(row.get("flagged"))
-        if row["status"] == "failed":
-            cells[-1] = f"failed: {row.get('error_type')}"
-        elif flagged:  # impossible figures (record/sanity.py): never shown as a plain ok
-            cells[-1] = f"ok {FLAG_MARK} flagged"
-        rows.append(cells)
-        styles.append("red" if row["status"] == "failed" else ("yellow" if flagged else None))
-    headers = [h for h, _, _ in columns]
-    table, left_out = _fitted_table("benchsuite results", headers, rows, [h for h in PRIORITY if h in headers],
-                                    fit, styles)
+        styles.append("red" if row["status"] != "ok" else ("yellow" if flagged else None))
+    headers = [h for h, _, _ in COLUMNS]
+    table, left_out = _fitted_table("benchsuite results", headers, rows, list(PRIORITY), fit, styles)
     noted = df[df["flag_summary"].map(present)] if "flag_summary" in df else df.iloc[:0]
-    # a flagged row, or a repeated run some repeat of which was flagged (its median is not: the note says so)
-    lines = [f"{FLAG_MARK if r.get('flagged') else 'repeats —'} {escape(printable(r['workload']))} "
-             f"w{r['world_size']}: {escape(printable(r['flag_summary']))}" for _, r in noted.iterrows()]
+    # a flagged row, or a run some record of which was flagged (its median is not: the note says so)
+    lines = [f"{FLAG_MARK if r.get('flagged') else 'records —'} {escape(printable(r['label']))}: "
+             f"{escape(printable(r['flag_summary']))}" for _, r in noted.iterrows()]
     no_base = df[(df["status"] == "ok") & df["scaling_efficiency_reason"].map(present)] \
         if "scaling_efficiency_reason" in df else df.iloc[:0]
-    lines += [f"efficiency — {escape(printable(r['workload']))} w{r['world_size']}: "
+    lines += [f"efficiency — {escape(printable(r['label']))}: "
               f"{escape(printable(r['scaling_efficiency_reason']))}" for _, r in no_base.iterrows()]
     lines += [escape(line) for line in _left_out_line(left_out)]
     if lines:
@@ -333,7 +281,6 @@ def _section_table(df: pd.DataFrame, title: str, columns: list[tuple[str, str, s
     its columns); its columns are most important first."""
     if when not in df or df[when].isna().all():
         return None
-    df = combine_repeats(df)
     rows = [[_fmt(fmt, row.get(col)) for _, col, fmt in columns] for _, row in df[df[when].notna()].iterrows()]
     headers = [h for h, _, _ in columns]
     table, left_out = _fitted_table(title, headers, rows, headers, fit)
@@ -344,18 +291,17 @@ def _section_table(df: pd.DataFrame, title: str, columns: list[tuple[str, str, s
     return table
 
 
-def section_rows(df: pd.DataFrame, columns: list[tuple[str, str, str]], when: str) -> list[dict]:
-    """A section table's rows for --json: keyed by record field, typed values, nulls as None."""
+def section_rows(results: Results, columns: list[tuple[str, str, str]], when: str) -> list[dict]:
+    """A section table's rows for --json: one per run, keyed by record field, typed values, nulls as None."""
+    df = results.runs
     if when not in df:
         return []
-    df = combine_repeats(df)
-    cols = ["run_key"] + [c for _, c, _ in columns if c != "run_key"]
-    part = df[df[when].notna()].reindex(columns=cols)
-    return [{k: (v.item() if hasattr(v, "item") else v) if present(v) else None for k, v in r.items()}
-            for r in part.to_dict("records")]
+    cols = ["identity", "label", "seed", "world_size"] + [c for _, c, _ in columns]
+    part = df[df[when].notna()].reindex(columns=list(dict.fromkeys(cols)))
+    return [{k: plain(v) for k, v in r.items()} for r in part.to_dict("records")]
 
 
-MOE_COLUMNS = [("workload", "workload", "{}"), ("router", "router", "{}"), ("world", "world_size", "{}"),
+MOE_COLUMNS = [("run", "label", "{}"), ("router", "router", "{}"),
                ("tok/s", "tokens_per_s", "{:,.0f}"), ("dropped", "metrics.moe.dropped_frac", "{:.1%}"),
                ("padding", "metrics.moe.padding_frac", "{:.1%}"),
                ("load max/mean", "metrics.moe.load_max_over_mean", "{:.2f}"),
@@ -364,7 +310,7 @@ MOE_COLUMNS = [("workload", "workload", "{}"), ("router", "router", "{}"), ("wor
                ("model FLOP/tok", "metrics.flops.model_per_token", "{:.4g}"),
                ("hardware FLOP/tok", "metrics.flops.hardware_per_token", "{:.4g}")]
 
-ENERGY_COLUMNS = [("workload", "workload", "{}"), ("world", "world_size", "{}"),
+ENERGY_COLUMNS = [("run", "label", "{}"), ("seed", "seed", "{}"),
                   ("total J", "energy.total_j", "{:,.1f}"), ("source", "energy.source", "{}"),
                   ("J/token", "metrics.energy.j_per_token", "{:.3g}"),
                   ("GPU J/token", "metrics.energy.gpu_j_per_token", "{:.3g}"),
@@ -375,7 +321,7 @@ ENERGY_COLUMNS = [("workload", "workload", "{}"), ("world", "world_size", "{}"),
                   ("intensity source", "carbon.intensity_source", "{}")]
 
 
-PIPELINE_COLUMNS = [("workload", "workload", "{}"), ("world", "world_size", "{}"),
+PIPELINE_COLUMNS = [("run", "label", "{}"),
                     ("schedule", "metrics.pipeline.schedule", "{}"), ("P", "metrics.pipeline.stages", "{:.0f}"),
                     ("V", "metrics.pipeline.virtual_stages", "{:.0f}"),
                     ("M", "metrics.pipeline.microbatches", "{:.0f}"),
@@ -388,8 +334,9 @@ PIPELINE_COLUMNS = [("workload", "workload", "{}"), ("world", "world_size", "{}"
 ENERGY_WHEN = "energy.source"  # a run has the energy/carbon table's row when it has an energy source
 
 
-def section_tables(df: pd.DataFrame, fit: Fit = Fit()) -> list[Table]:
+def section_tables(results: Results, fit: Fit = Fit()) -> list[Table]:
     """MoE routing, pipeline and energy/carbon tables, each only when some run has those figures."""
+    df = results.runs
     tables = [_section_table(df, "MoE routing (last step)", MOE_COLUMNS, "metrics.moe.dropped_frac", fit),
               _section_table(df, "Pipeline bubble (measured vs formula)", PIPELINE_COLUMNS,
                              "metrics.pipeline.bubble_formula", fit),
@@ -411,21 +358,23 @@ def interval_table(v) -> Table | None:
     dense workload of the suite with its interval, ranked only where that interval excludes 1."""
     from benchsuite.results.verdicts import FINAL_LOSS, PER_STEP, TO_TARGET
 
-    if not v.workloads:
+    shown = [w for w in v.workloads if w.n > 1 or w.figures]  # one seed and no target: the main table says it all
+    if not shown:
         return None
     labels = {name: label for name, _, label in (*TO_TARGET, FINAL_LOSS)} | {"tokens_per_s": "tok/s (per step)",
                                                                                "j_per_token": "J/token (per step)"}
-    table = Table(title="To target over seeds (median, 95 % interval)", header_style="bold",
+    table = Table(title="Over seeds (median, 95 % interval)", header_style="bold",
                   caption=escape(printable(f"{v.method}. {v.energy_spread}.")))
-    for header in ("workload", "seeds", "figure", "median (95% interval)", "÷ dense (95% interval)", "verdict"):
-        table.add_column(header, justify="left" if header in ("workload", "figure", "verdict") else "right")
-    for w in v.workloads:
-        reached = f"{w.reached}/{w.n} reached" + (f", {len(w.failed)} failed" if w.failed else "")
+    for header in ("run", "seeds", "figure", "median (95% interval)", "÷ dense (95% interval)", "verdict"):
+        table.add_column(header, justify="left" if header in ("run", "seeds", "figure", "verdict") else "right")
+    for w in shown:
+        reached = (f"{w.n}: {', '.join(map(str, w.seeds))}" + (f"; {w.reached} reached" if w.figures else "")
+                   + (f", {len(w.failed)} failed" if w.failed else ""))
         ratios = {p.figure: p for p in v.pairs if p.suite == w.suite and p.sparse == w.label}
         figures = {**w.figures, **{m: w.per_step[m] for m in PER_STEP}}
         for i, (name, interval) in enumerate(figures.items()):
             pair = ratios.get(name)
-            cells = [f"{w.suite}/{w.label}" if i == 0 else "", reached if i == 0 else "", labels[name],
+            cells = [w.label if i == 0 else "", reached if i == 0 else "", labels[name],
                      _interval_cell(interval), _interval_cell(pair.ratio, "{:.2f}") if pair else "",
                      pair.text if pair else ""]
             table.add_row(*[escape(printable(c)) for c in cells])
@@ -435,7 +384,7 @@ def interval_table(v) -> Table | None:
 
 def claims_table(v) -> Table | None:
     """The papers' claims beside the measured counterpart; a verdict only where the interval carries one."""
-    if not v.workloads:
+    if not any(w.n > 1 or w.figures for w in v.workloads):
         return None
     table = Table(title="Claims: published figure vs these runs", header_style="bold")
     for header in ("claim", "source", "published", "measured (95% interval)", "n", "verdict", "conditions"):
@@ -451,5 +400,5 @@ def claims_table(v) -> Table | None:
 
 
 def verdict_tables(v) -> list[Table]:
-    """The tables over seeds (results/verdicts.py), each only when some run has a quality section."""
+    """The tables over seeds (results/verdicts.py)."""
     return [t for t in (interval_table(v), claims_table(v)) if t is not None]

@@ -15,7 +15,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from benchsuite.metrics.scaling import add_scaling_efficiency, scaling_identity
+from benchsuite.results.scaling import scaling_identity
 from benchsuite.record.codec import RecordError, decode, parse, to_dict
 from benchsuite.record.columns import field_columns
 from benchsuite.record.io import file_kind, read_bytes
@@ -47,12 +47,13 @@ def _entry_problem(path: Path, root: Path) -> str | None:
     return None
 
 
-def record_files(path: Path) -> list[tuple[Path, str | None]]:
+def record_files(path: Path, exclude: list[Path] | None = None) -> list[tuple[Path, str | None]]:
     """(file, None) for every *.json under the folder (hidden names left out, symlinked folders not
     followed), or (entry, why not) for one that is not a regular file, for a folder that cannot be
     listed (permission denied) and for one nested deeper than MAX_FOLDER_DEPTH. Iterative: a deep tree
-    costs no recursion."""
+    costs no recursion. The subtrees of the folders in exclude are not searched (compare's B inside A)."""
     root = Path(os.path.realpath(path))
+    skipped = {os.path.realpath(p) for p in exclude or ()}
     found: list[Path] = []
     refused: list[tuple[Path, str]] = []
     stack = [(Path(path), 0)]
@@ -73,6 +74,8 @@ def record_files(path: Path) -> list[tuple[Path, str | None]]:
                 is_dir = False
             if is_dir and entry.name.endswith(".json"):
                 found.append(Path(entry.path))  # a folder named like a record: said, not searched
+            elif is_dir and skipped and os.path.realpath(entry.path) in skipped:
+                continue
             elif is_dir and depth >= MAX_FOLDER_DEPTH:
                 refused.append((Path(entry.path), f"a folder nested more than {MAX_FOLDER_DEPTH} levels deep; "
                                                   "its records are not included (move them up)"))
@@ -109,16 +112,17 @@ def cyclic_gc_paused():
             gc.enable()
 
 
-def load_records(path: str | Path) -> list[dict]:
-    """Every readable record under path (a folder, searched recursively, or one file).
-    Anything else — not a regular file, a symlink out of the folder, too large, not UTF-8 JSON,
-    a field of the wrong type, a newer schema — is skipped with one warning naming it and why."""
+def load_records(path: str | Path, exclude: list[str | Path] | None = None) -> list[dict]:
+    """Every readable record under path (a folder, searched recursively, or one file), less the
+    subtrees of the folders in exclude. Anything else — not a regular file, a symlink out of the
+    folder, too large, not UTF-8 JSON, a field of the wrong type, a newer schema — is skipped with
+    one warning naming it and why."""
     with cyclic_gc_paused():
-        return _load_records(Path(path))
+        return _load_records(Path(path), [Path(p) for p in exclude or ()])
 
 
-def _load_records(path: Path) -> list[dict]:
-    entries = record_files(path) if path.is_dir() else [(path, None)]
+def _load_records(path: Path, exclude: list[Path]) -> list[dict]:
+    entries = record_files(path, exclude) if path.is_dir() else [(path, None)]
     records = []
     seen: dict[str, list[tuple[dict, Path]]] = {}  # record id -> (record, file) read so far
     for p, problem in entries:
@@ -179,14 +183,15 @@ def flatten(rec: dict) -> dict:
         # sanity guard (record/sanity.py): physically impossible figures, shown beside the status
         "flagged": bool(rec.get("flags")), "flags": list(rec.get("flags") or []),
         "flag_summary": flag_summary(rec.get("flags") or []) or None,
-        **scaling_identity(rec),  # what a scaling baseline must share with this run (metrics/scaling.py)
+        **scaling_identity(rec),  # what a scaling baseline must share with this run (results/scaling.py)
     }
-    quality = m.get("quality")
-    if isinstance(quality, dict):  # to-target figures (metrics/quality.py) under short names
-        for key in ("target_loss", "reached", "step", "tokens", "seconds", "model_flops", "energy_j", "co2e_g",
-                    "reason", "best_val_loss", "final_val_loss", "eval_seconds", "eval_energy_j"):
-            row[f"quality.{key}"] = quality.get(key)
+    quality = m.get("quality") if isinstance(m.get("quality"), dict) else {}
+    for key in ("target_loss", "reached", "step", "tokens", "seconds", "model_flops", "energy_j", "co2e_g",
+                "reason", "best_val_loss", "final_val_loss", "eval_seconds", "eval_energy_j"):
+        row[f"quality.{key}"] = quality.get(key)  # to-target figures (metrics/quality.py) under short names
     for path, keys in _FIELD_KEYS:  # every scalar field the record's types declare, by its dotted path
+        if path in row:  # a short name above (`repeat`): its value as the readers need it
+            continue
         v = rec
         for k in keys:
             v = v.get(k) if isinstance(v, dict) else None
@@ -203,24 +208,18 @@ FIGURES = ("duration_s", "tokens_per_s", "mfu", "step_time_median_s", "step_time
 
 
 def rows_dataframe(rows: list[dict]) -> pd.DataFrame:
-    """flatten() rows as one DataFrame in reading order, with scaling efficiency per sweep."""
+    """flatten() rows as one DataFrame, sorted by suite, workload, world size and start."""
     import pandas as pd
 
     df = pd.DataFrame(rows)
     if df.empty:
         return df
     df = df.astype({c: float for c in FIGURES})
-    return add_scaling_efficiency(df.sort_values(["suite", "workload", "world_size", "started_at"],
-                                                 ignore_index=True))
-
-
-def records_dataframe(path: str | Path) -> pd.DataFrame:
-    """All records under path as one DataFrame, with scaling efficiency per sweep."""
-    return dataframe_of(load_records(path))
+    return df.sort_values(["suite", "workload", "world_size", "started_at"], ignore_index=True)
 
 
 def dataframe_of(records: list[dict]) -> pd.DataFrame:
-    """Records already loaded (load_records) as one DataFrame, with scaling efficiency per sweep.
-    Rows are sorted (rows_dataframe); column `rec` is each row's index in `records`."""
+    """Records already loaded (load_records) as one DataFrame, one row per record (the results model,
+    results/model.py, groups them into runs). Column `rec` is each row's index in `records`."""
     with cyclic_gc_paused():
         return rows_dataframe([{**flatten(r), "rec": i} for i, r in enumerate(records)])

@@ -5,7 +5,8 @@ to-target ratio to the dense one of its suite, ranked only where its interval ex
 
 from __future__ import annotations
 
-from benchsuite.results.verdicts import Consistency, Interval, verdicts
+from benchsuite.results.stats import Interval
+from benchsuite.results.verdicts import Consistency
 from dashboard.data import SiteData
 from dashboard.page import Page
 from dashboard.render import DASH, Figure, Section, esc, f_sig, layout, missing, ptext, short, table
@@ -80,7 +81,7 @@ def pairs_table(v) -> str:
 
 def render(data: SiteData) -> Section:
     slug, title = "claims", "Published claims beside these runs"
-    v = verdicts(data.records)
+    v = data.results.verdicts
     if not v.workloads:
         return Section(slug, title, missing("Claims", "no run with a quality section: set train.eval_every and "
                                                       "train.target_loss, and sweep train.seed"))

@@ -1,5 +1,6 @@
 """Dense vs sparse: tokens/s, MFU, J/token and gCO2e per Mtok side by side at each world size,
-a Pareto view: validation loss vs J/token where validation loss was recorded, else
+each bar a run's median with its 95 % interval over seeds as error bars (the report's figures,
+results/model.py), a Pareto view: validation loss vs J/token where validation loss was recorded, else
 throughput per device vs J/token, a colour and marker per model family (dashboard/style.py),
 and the per-expert load of each MoE series (tokens per expert, how far the busiest and idlest
 expert are from the mean, dropped share): what separates the capacity, dropless and
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from statistics import median
 
 from benchsuite.record.values import dig
-from dashboard.data import SiteData, latest_ok_per_size, per_family, tokens_per_expert
+from dashboard.data import SiteData, per_family, tokens_per_expert
 from dashboard.page import Page
 from dashboard.render import (Figure, Section, esc, f_num, f_pct, f_sig, layout, log_axis, missing, num, ptext,
                               short, table)
@@ -28,12 +29,20 @@ METRICS = [
 
 
 def _spread(values: list[float]) -> dict | None:
-    """Error bars from the median to the lowest and highest value, where a bar is a median of several."""
-    return None if len(values) < 2 else {"lo": min(values), "hi": max(values)}
+    """A family's bar: error bars from its median to its lowest and highest run."""
+    return None if len(values) < 2 else {"lo": min(values), "hi": max(values), "what": "range"}
+
+
+def _interval(run, column: str) -> dict | None:
+    """A run's bar: error bars of its 95 % interval over seeds (None with one seed)."""
+    lo, hi = num(run.get(f"{column}_lo")), num(run.get(f"{column}_hi"))
+    return None if lo is None or hi is None else {"lo": lo, "hi": hi,
+                                                  "what": f"95 % interval over {len(run['seeds'])} seeds"}
 
 
 def bar_figure(df, column, title, axis, fmt, tickformat, styles, by_family: bool) -> Figure | None:
-    """One bar per world size and trace: a series, or (by_family) a family's median over its sweeps."""
+    """One bar per world size and trace: a run of a series (its median over seeds, with its interval), or
+    (by_family) a family's median over its runs (with their range)."""
     df = df[df[column].map(lambda v: num(v) is not None)]
     if df.empty:
         return None
@@ -41,17 +50,23 @@ def bar_figure(df, column, title, axis, fmt, tickformat, styles, by_family: bool
     key = "kind_label" if by_family else "series"
     data = []
     for name, g in df.groupby(key, sort=True):
-        per_size = {int(n): [num(v) for v in s[column]] for n, s in g.groupby("world_size")}
-        xs = sorted(per_size)
-        ys = [short(median(per_size[n])) for n in xs]
-        spreads = [_spread(per_size[n]) for n in xs]
+        if by_family:
+            per_size = {int(n): [num(v) for v in s[column]] for n, s in g.groupby("world_size")}
+            xs = sorted(per_size)
+            ys = [short(median(per_size[n])) for n in xs]
+            spreads = [_spread(per_size[n]) for n in xs]
+        else:  # one run per (series, world size): the model's median and interval, as the report shows
+            runs = g.sort_values("world_size")[["world_size", "seeds", column, f"{column}_lo", f"{column}_hi"]] \
+                .to_dict("records")
+            xs, ys = [int(r["world_size"]) for r in runs], [short(num(r[column])) for r in runs]
+            spreads = [_interval(r, column) for r in runs]
         style = styles[name]
         what = f"median of {len(g)} runs" if by_family else g["kind_label"].iloc[0]
         trace = {"type": "bar", "name": ptext(f"{name} ({what})"), "x": [f"w{n}" for n in xs], "y": ys,
                  "marker": {"color": style.color, "pattern": {"shape": style.pattern}},
                  "hovertemplate": "%{text}<extra></extra>", "textposition": "none",
                  "text": [f"{ptext(name)} · w{n}<br>{esc(fmt(y))}" +
-                          (f"<br>range {esc(fmt(sp['lo']))} – {esc(fmt(sp['hi']))}" if sp else "")
+                          (f"<br>{sp['what']} {esc(fmt(sp['lo']))} – {esc(fmt(sp['hi']))}" if sp else "")
                           for n, y, sp in zip(xs, ys, spreads)]}
         if any(spreads):
             trace["error_y"] = {"type": "data", "symmetric": False, "color": "#495057",
@@ -78,11 +93,12 @@ def _front(points, minimize_y: bool):
 def pareto_figure(df, families) -> tuple[Figure | None, str]:
     """Quality vs energy when validation loss exists, else throughput per device vs energy."""
     has = lambda c: df[c].map(lambda v: num(v) is not None)  # noqa: E731
-    quality = df[has("val_loss_final") & has("j_per_token")]
+    quality = df[has("quality.final_val_loss") & has("j_per_token")]
     if not quality.empty:
-        pts, ycol, ytitle, minimize = quality, "val_loss_final", "final validation loss (lower is better)", True
+        pts, ycol = quality, "quality.final_val_loss"
+        ytitle, minimize = "final validation loss (lower is better)", True
         title = "Pareto: validation loss vs energy per token (lower-left is better)"
-        yval = lambda r: num(r["val_loss_final"])  # noqa: E731
+        yval = lambda r: num(r[ycol])  # noqa: E731
     else:
         pts = df[has("tokens_per_s") & has("j_per_token")]
         if pts.empty:
@@ -178,7 +194,7 @@ def expert_load_table(loads: list[ExpertLoad]) -> str:
 def render(data: SiteData) -> Section:
     if data.ok.empty:
         return Section("compare", "Dense vs sparse", missing("Dense vs sparse", "no successful runs"))
-    df = latest_ok_per_size(data.df)
+    df = data.ok_runs
     by_family = per_family(data.df)
     styles = trace_styles(data.df, by_family)
     figs, parts = [], []

@@ -1,18 +1,20 @@
-"""Overview: headline counts, and every run in one sortable, filterable, paged table (failed runs
-with their error). The rows travel in assets/runs.js (a script, since file:// pages may not fetch),
+"""Overview: headline figures of the runs (results/model.py: the report's medians), and every record
+in one sortable, filterable, paged table, named by run, seed and repeat (failed runs with their error). The rows travel in assets/runs.js (a script, since file:// pages may not fetch),
 formatted here; the page script only sorts, filters and shows one page of them; no figure."""
 
 from __future__ import annotations
 
+from benchsuite.results.scaling import BASELINE
 from dashboard.data import SiteData
 from dashboard.page import Page
 from dashboard.render import DASH, DataFile, Section, esc, f_ms, f_num, f_pct, f_sig, num, present
 
 
 COLUMNS = [  # (header, sort type, how the page script draws the cell)
-    ("Suite", "text", ""), ("Workload", "text", "link"), ("Model", "text", ""), ("Devices", "num", ""),
+    ("Suite", "text", ""), ("Workload", "text", "link"), ("Seed", "num", ""), ("Repeat", "num", ""),
+    ("Model", "text", ""), ("Devices", "num", ""),
     ("Nodes", "num", ""), ("Scaling", "text", ""), ("Status", "text", "status"), ("Tokens/s", "num", ""),
-    ("MFU (HFU)", "num", ""), ("Step time (ms, 95% CI)", "num", ""), ("Scaling efficiency", "num", ""),
+    ("MFU (HFU)", "num", ""), ("Step time (ms, 95% CI)", "num", ""), ("Scaling efficiency (the run's)", "num", ""),
     ("Energy/token (J)", "num", ""), ("CO2e/Mtok (g)", "num", "")]
 PAGE_SIZE = 100
 
@@ -40,38 +42,57 @@ def _utilisation(row) -> str:
     return f_pct(row.get("mfu")) + (f" ({f_pct(hfu)})" if present(hfu) else "")
 
 
+def _efficiency(row) -> str:
+    """The run's scaling efficiency (every record of a run shows its run's); 'baseline' on the baseline."""
+    return "baseline" if row.get("scaling_baseline") == BASELINE else f_pct(row.get("scaling_efficiency"))
+
+
 def _row(row) -> list:
     """One run for assets/runs.js: [page, status, model, note, cells]."""
     med = row.get("step_time_median_s")
     cells = [
-        _cell(str(row["suite"])), _cell(str(row["workload"])), _cell(str(row["kind_label"])),
+        _cell(str(row["suite"])), _cell(str(row["workload"])), _cell(str(row["seed"]), row["seed"]),
+        _cell(str(row["repeat"]), row["repeat"]), _cell(str(row["kind_label"])),
         _cell(str(row["world_size"]), row["world_size"]), _cell(str(row["nodes"]), row["nodes"]),
         _cell(str(row["scaling"])), _cell(str(row["status"])),
         _cell(f_num(row.get("tokens_per_s")), row.get("tokens_per_s")),
         _cell(_utilisation(row), row.get("mfu")),
         _cell(f_ms(med, row.get("step_time_ci95_lo_s"), row.get("step_time_ci95_hi_s")), med),
-        _cell(f_pct(row.get("scaling_efficiency")), row.get("scaling_efficiency")),
+        _cell(_efficiency(row), row.get("scaling_efficiency")),
         _cell(f_sig(row.get("j_per_token")), row.get("j_per_token")),
         _cell(f_sig(row.get("gco2e_per_mtok")), row.get("gco2e_per_mtok")),
     ]
     return [row["page"], str(row["status"]), str(row["kind_label"]), _note(row), cells]
 
 
+def _best(runs, column: str, largest: bool) -> tuple[float | None, str]:
+    """The best run's median of a column, and the run's label."""
+    have = runs[runs[column].map(lambda v: num(v) is not None)]
+    if have.empty:
+        return None, ""
+    row = have.loc[have[column].idxmax() if largest else have[column].idxmin()]
+    return num(row[column]), str(row["label"])
+
+
 def _glance(data: SiteData) -> str:
+    """Counts of records and runs; per model kind, the best run's median MFU and J/token (the figures
+    the bars and the report show), naming the run."""
     df = data.df
     n_ok = int((df["status"] == "ok").sum())
-    cards = [("runs", f"{len(df)}"), ("ok", f"{n_ok}"), ("failed", f"{len(df) - n_ok}"),
+    cards = [("records", f"{len(df)}"), ("ok", f"{n_ok}"), ("failed", f"{len(df) - n_ok}"),
+             ("runs (seeds and repeats pooled)", f"{len(data.runs)}"),
              ("suites", f"{df['suite'].nunique()}"), ("most devices", f"{int(df['world_size'].max())}")]
-    ok = data.ok
+    ok = data.ok_runs
     for kind in ("dense", "moe"):
         sub = ok[ok["kind"] == kind]
         if sub.empty:
             continue
-        best = sub["mfu"].max() if "mfu" in sub else None
-        jpt = sub["j_per_token"].min() if "j_per_token" in sub else None
         name = "MoE" if kind == "moe" else kind
-        cards.append((f"{name}: best MFU", f_pct(best) if present(best) else DASH))
-        cards.append((f"{name}: lowest energy/token (J)", f_sig(jpt) if present(jpt) else DASH))
+        for what, column, largest, fmt in (("best MFU", "mfu", True, f_pct),
+                                           ("lowest energy/token (J)", "j_per_token", False, f_sig)):
+            value, label = _best(sub, column, largest)
+            cards.append((f"{name}: {what}" + (f" ({label})" if label else ""), fmt(value) if value is not None
+                          else DASH))
     return '<div class="cards">' + "".join(f'<div class="card"><div class="v">{esc(v)}</div>'
                                            f'<div class="k">{esc(k)}</div></div>' for k, v in cards) + "</div>"
 
@@ -97,9 +118,10 @@ def render(data: SiteData) -> Section:
             f'data-page-size="{PAGE_SIZE}"><thead><tr>{head}</tr></thead><tbody></tbody></table></div>' + pager +
             '<noscript><p class="missing">The runs table needs JavaScript; each run page is runs/&lt;run key&gt;.html.'
             '</p></noscript>'
-            f'<p class="note">{PAGE_SIZE} runs a page. Click a column to sort; click a workload for its run page. '
-            "Scaling efficiency: weak = throughput(N) / (N × throughput(1)), strong = time(1) / (N × time(N)), "
-            "against the 1-device run(s) of the sweep with the same config, hardware and threads per rank.</p>")
+            f'<p class="note">{PAGE_SIZE} records a page, one per seed and repeat of a run. Click a column to sort; '
+            "click a workload for its record's page. Scaling efficiency is the run's (its median over seeds and "
+            "repeats): weak = throughput(N) / (N × throughput(1)), strong = time(1) / (N × time(N)), against the "
+            "1-device run of the sweep with the same config, hardware and threads per rank.</p>")
     rows = DataFile("runs", "BENCHSUITE_RUNS", [_row(r) for r in df.to_dict("records")])
     return Section("overview", "Runs", html, data_files=[rows])
 

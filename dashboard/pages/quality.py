@@ -17,7 +17,7 @@ import numpy as np
 
 from benchsuite.energy.carbon import J_PER_KWH
 from benchsuite.record.values import dig
-from dashboard.data import SiteData, latest_ok_per_size, per_family
+from dashboard.data import SiteData, per_family
 from dashboard.page import Page
 from dashboard.render import (DASH, Figure, Section, esc, f_num, f_sig, layout, missing, num, present, ptext,
                               short, table)
@@ -82,14 +82,17 @@ class Run:
 
 
 def quality_runs(data: SiteData) -> tuple[list[Run], list[str]]:
-    """Runs with a metrics.quality section (the latest per sweep and world size; past MAX_SERIES sweeps,
-    the median run of each model family and world size), and the labels of ok runs without one."""
+    """Runs with a metrics.quality section (past MAX_SERIES sweeps, the median run of each model family
+    and world size), and the labels of ok runs without one. A run's to-target figures are its medians
+    over seeds (results/model.py, as the report shows them); its curve, its latest record's."""
     runs, without = [], []
-    for row in latest_ok_per_size(data.df).to_dict("records"):
+    for row in data.ok_runs.to_dict("records"):
         rec = data.record(row)
         q = dig(rec, "metrics", "quality")
         if isinstance(q, dict):
-            runs.append(Run(row, rec, q))
+            medians = {k[len("quality."):]: v for k, v in row.items()
+                       if k.startswith("quality.") and k != "quality.reached" and num(v) is not None}
+            runs.append(Run(row, rec, {**q, **medians}))
         else:
             without.append(str(row["run_label"]))
     if per_family(data.df):
@@ -302,17 +305,17 @@ def seed_curves(data: SiteData) -> tuple[str, list[Figure]]:
     """Where a workload ran several seeds (results/verdicts.py groups them): each seed's loss curve
     faint, the median over seeds bold, its 95 % interval (t on logs) as a band; and each sparse
     workload's tokens to target over the dense one, ranked only where the interval excludes 1."""
-    from benchsuite.results.verdicts import log_t_interval, pairs, seed_groups
+    from benchsuite.results.stats import log_t_interval
+    from benchsuite.results.verdicts import pairs, seed_groups
 
-    groups = [g for g in seed_groups(data.records) if len(g.seeds) > 1]
+    groups = [g for g in seed_groups(data.results) if len(g.seeds) > 1 and g.quality]
     if not groups:
         return "", []
-    index = {id(rec): i for i, rec in enumerate(data.records)}
-    series = {int(r["rec"]): r["series"] for r in data.df[["rec", "series"]].to_dict("records")}
+    series = dict(zip(data.runs["identity"], data.runs["series"]))
     styles = series_styles(data.df)
     traces = []
     for g in groups:
-        style = styles.get(series.get(index.get(id(g.records[0]))))
+        style = styles.get(series.get(g.identity))
         color = style.color if style else "#495057"
         by_step: dict[int, list[tuple[float, float]]] = {}
         for rec in g.records:

@@ -6,7 +6,8 @@ point has no efficiency is said under the figures."""
 
 from __future__ import annotations
 
-from dashboard.data import SiteData, latest_ok_per_size, per_family
+from benchsuite.results.scaling import BASELINE
+from dashboard.data import SiteData, per_family
 from dashboard.page import Page
 from dashboard.render import Figure, Section, esc, f_num, f_pct, layout, missing, num, present, ptext, short
 from dashboard.style import trace_styles
@@ -79,13 +80,13 @@ def _efficiency_flag(flags) -> str | None:
 
 
 def _notes(curves) -> list[str]:
-    """Under the figures: each sweep's baseline, and why a point has no efficiency (per-sweep curves;
-    a family's median curve has no single baseline)."""
+    """Under the figures: each series' baseline, and why a run has no efficiency (per-series curves and
+    single runs; a family's median curve has no single baseline)."""
     notes = []
     for series, _, g in curves:
         if "scaling_baseline" not in g:
             continue
-        bases = sorted({str(b) for b in g["scaling_baseline"] if present(b)})
+        bases = sorted({str(b) for b in g["scaling_baseline"] if present(b) and b != BASELINE})
         if bases:
             notes.append(f"{esc(series)}: baseline {'; '.join(esc(b) for b in bases)}.")
         for n, reason in zip(g["world_size"], g["scaling_efficiency_reason"]):
@@ -100,7 +101,7 @@ def _notes(curves) -> list[str]:
 def render(data: SiteData) -> Section:
     if data.ok.empty:
         return Section("scaling", "Scaling", missing("Scaling", "no successful runs"))
-    df = latest_ok_per_size(data.df)
+    df = data.ok_runs
     df = df[df["tokens_per_s"].map(lambda v: num(v) is not None)]
     by_family = per_family(data.df)
     styles = trace_styles(data.df, by_family)
@@ -113,7 +114,7 @@ def render(data: SiteData) -> Section:
                 {"tokens_per_s": "median", "scaling_efficiency": "median", "scaling": "first"})
         g = g.sort_values("world_size")
         if g["world_size"].nunique() < 2:
-            single.append(series)
+            single.append((series, style, g))
             continue
         curves.append((series, style, g))
         if not (g["world_size"] == 1).any():
@@ -130,12 +131,12 @@ def render(data: SiteData) -> Section:
     else:
         html += missing("Scaling efficiency", "no sweep has a successful 1-device run to compare against")
     html += "</div>"
-    notes = _notes(curves)
+    notes = _notes(curves + single)
     if no_base:
         notes.append("No 1-device run (efficiency not computed; ideal line drawn from the smallest run): "
                      + ", ".join(esc(s) for s in no_base) + ".")
     if single:
-        notes.append("One world size only (no curve): " + ", ".join(esc(s) for s in single) + ".")
+        notes.append("One world size only (no curve): " + ", ".join(esc(s) for s, _, _ in single) + ".")
     html += "".join(f'<p class="note">{n}</p>' for n in notes)
     return Section("scaling", "Scaling", html, figs)
 

@@ -1,26 +1,25 @@
-"""Scaling efficiency across records.
+"""Scaling efficiency across runs (results/model.py: one row per run identity).
 
 weak   = throughput(N) / (N × throughput(1))
 strong = time(1) / (N × time(N))
 
-The baseline of a run is the successful 1-device run of the same sweep with the same resolved
-config (world size and nodes aside: strong scaling's per-rank batch is derived from them, not
-stored), the same hardware (the ranks' device names) and the same threads per rank. Several
-such runs (repeats) are aggregated by their median. Without one, efficiency is null and
-`scaling_efficiency_reason` says which condition no 1-device run met. Efficiency above
-record.sanity.SCALING_EFFICIENCY_MAX is flagged on the row.
+A run's figure is its median (over each seed's repeats, then over its seeds). Its baseline is the
+successful 1-device run of the same sweep with the same resolved config (world size and nodes aside:
+strong scaling's per-rank batch is derived from them, not stored; the seed aside: a run is all its
+seeds), the same hardware (the ranks' device names) and the same threads per rank. A baseline run is
+shown as the baseline (efficiency 1 by definition), never as a ratio of one of its repeats to itself.
+Without a baseline, efficiency is null and `scaling_efficiency_reason` says which condition no 1-device
+run met. Efficiency above record.sanity.SCALING_EFFICIENCY_MAX is flagged on the run.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import statistics
-from collections import Counter
 from typing import TYPE_CHECKING
 
 from benchsuite.record.sanity import flag_summary, scaling_flag
-from benchsuite.record.values import dig, num, present
+from benchsuite.results.identity import SEED, TEXT_ONLY, digest, hardware_of, without
+from benchsuite.record.values import num, present
 
 if TYPE_CHECKING:  # the DataFrame functions get pandas from their caller; a rank never loads it
     import pandas as pd
@@ -28,19 +27,17 @@ if TYPE_CHECKING:  # the DataFrame functions get pandas from their caller; a ran
 # What a baseline must share with a run, in the order a missing baseline is explained.
 IDENTITY = (("scaling.config", "the same config"), ("scaling.hardware", "the same hardware"),
             ("scaling.threads_per_rank", "the same threads per rank"))
-VARIES_IN_A_SWEEP = ("world_size", "nodes", "description")  # description: text only
+VARIES_IN_A_SWEEP = (("world_size",), ("nodes",))
+BASELINE = "this run (the baseline)"
 
 
 def scaling_identity(rec: dict) -> dict:
     """The columns a baseline must match (store.flatten adds them to every row): a hash of the
-    resolved config less what varies within a sweep, the ranks' devices, the threads per rank."""
-    cfg = {k: v for k, v in (rec.get("config") or {}).items() if k not in VARIES_IN_A_SWEEP}
-    config = hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode()).hexdigest()[:16]
-    devices = dig(rec, "env", "devices")
-    names = sorted({f"{d.get('type')}: {d.get('name')}" for d in devices if isinstance(d, dict)}) \
-        if isinstance(devices, list) else []
-    return {"scaling.config": config, "scaling.hardware": ", ".join(names) or None,
-            "scaling.threads_per_rank": dig(rec, "env", "threads_per_rank")}
+    resolved config less what varies within a sweep (and the seed and text: results/identity.py), the
+    ranks' devices, the threads per rank."""
+    hardware = hardware_of(rec)
+    return {"scaling.config": digest(without(rec.get("config") or {}, (*VARIES_IN_A_SWEEP, *TEXT_ONLY, SEED))),
+            "scaling.hardware": hardware["devices"], "scaling.threads_per_rank": hardware["threads_per_rank"]}
 
 
 def _same(a, b) -> bool:
@@ -64,13 +61,13 @@ def find_baseline(ok: pd.DataFrame, row) -> tuple[pd.DataFrame, str | None]:
 
 
 def _baseline(ones: pd.DataFrame, row) -> tuple[str | None, float | None, list[str], str | None]:
-    """Row's baseline among the 1-device rows of its sweep: (why there is none, its median figure, its
-    run keys, how it is named)."""
+    """Row's baseline among the 1-device runs of its sweep: (why there is none, its figure, its
+    identities, how it is named)."""
     base, why = find_baseline(ones, row)
     if why:
         return why, None, [], None
-    keys = sorted(base["run_key"])
-    return None, statistics.median(base[_figure(row)]), sorted(set(keys)), baseline_note(keys)
+    return (None, statistics.median(base[_figure(row)]), sorted(base["identity"]),
+            "; ".join(sorted(str(label) for label in base["label"])))
 
 
 def _baseline_key(row) -> tuple:
@@ -83,22 +80,13 @@ def _key(v):
     return v if present(v) else None
 
 
-def baseline_note(run_keys: list[str]) -> str:
-    """How the baseline is named in the report and on the dashboard, from the run key of each baseline
-    record (the repeats of a run share its key: named once, with their count)."""
-    if len(run_keys) == 1:
-        return run_keys[0]
-    names = [key if n == 1 else f"{key} ({n} repeats)" for key, n in sorted(Counter(run_keys).items())]
-    return f"median of {len(run_keys)} runs: {', '.join(names)}"
-
-
 def _figure(row) -> str:
     """What a run is compared by: weak keeps the per-rank work, strong the global work."""
     return "step_time_median_s" if row["scaling"] == "strong" else "tokens_per_s"
 
 
 def efficiency(row, theirs: float) -> float:
-    """row's scaling efficiency against its baseline's figure (the median over the baseline runs)."""
+    """row's scaling efficiency against its baseline's figure."""
     n, mine = row["world_size"], num(row[_figure(row)])
     return theirs / (n * mine) if row["scaling"] == "strong" else mine / (n * theirs)
 
@@ -111,10 +99,11 @@ def _add_flag(df: pd.DataFrame, idx, flag: dict) -> None:
 
 
 def add_scaling_efficiency(df: pd.DataFrame) -> pd.DataFrame:
-    """Adds `scaling_efficiency`, `scaling_baseline_run_keys` (list), `scaling_baseline` (a note) and
-    `scaling_efficiency_reason` (why null) to a records DataFrame; flags superlinear rows."""
+    """Adds `scaling_efficiency`, `scaling_baseline_identities` (list), `scaling_baseline` (its label, or
+    BASELINE on the baseline itself) and `scaling_efficiency_reason` (why null) to a runs DataFrame (one
+    row per identity, with `identity` and `label`); flags superlinear rows."""
     df = df.copy()
-    for column in ("scaling_efficiency", "scaling_baseline_run_keys", "scaling_baseline",
+    for column in ("scaling_efficiency", "scaling_baseline_identities", "scaling_baseline",
                    "scaling_efficiency_reason"):
         df[column] = None
     for column, default in (("flags", None), ("flagged", False), ("flag_summary", None)):
@@ -142,9 +131,14 @@ def add_scaling_efficiency(df: pd.DataFrame) -> pd.DataFrame:
         if reason:
             df.at[idx, "scaling_efficiency_reason"] = reason
             continue
+        if keys == [row["identity"]]:  # the baseline itself: 1 by definition, shown as the baseline
+            df.at[idx, "scaling_efficiency"] = 1.0
+            df.at[idx, "scaling_baseline_identities"] = keys
+            df.at[idx, "scaling_baseline"] = BASELINE
+            continue
         eff = float(efficiency(row, theirs))
         df.at[idx, "scaling_efficiency"] = eff
-        df.at[idx, "scaling_baseline_run_keys"] = keys
+        df.at[idx, "scaling_baseline_identities"] = keys
         df.at[idx, "scaling_baseline"] = note
         flag = scaling_flag(eff, row["scaling"], int(row["world_size"]), note)
         if flag:

@@ -1,0 +1,115 @@
+"""What makes records measurements of one run, and how a run is named.
+
+A run identity is the resolved config less what does not change what is measured (its description,
+the kill limit) and less the seed, plus the hardware it ran on (the ranks' device names and the
+threads per rank). The records of one identity are its seeds; the records of one seed, its repeats.
+Every view groups records this way (results/model.py), and names a record by all three parts:
+"dense · w2 · seed 1 · repeat 0".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections import Counter
+from typing import Any
+
+from benchsuite.record.values import dig
+
+TEXT_ONLY = (("description",), ("train", "timeout_s"))  # said or enforced, never measured
+SEED = ("train", "seed")
+# What a site chooses, not the workload: two clusters in two countries run one workload (compare).
+SITE_SETTINGS = (("energy",), ("carbon",))
+
+
+def without(config: dict, paths) -> dict:
+    """A copy of config with each dotted path (a tuple of keys) removed."""
+    cfg = json.loads(json.dumps(config, default=str))
+    for path in paths:
+        parent = dig(cfg, *path[:-1]) if len(path) > 1 else cfg
+        if isinstance(parent, dict):
+            parent.pop(path[-1], None)
+    return cfg
+
+
+def digest(value: Any, length: int = 16) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:length]
+
+
+def seed_of(rec: dict) -> int:
+    """The record's train.seed (0 for a record without one)."""
+    seed = dig(rec, "config", "train", "seed")
+    return seed if isinstance(seed, int) else 0
+
+
+def hardware_of(rec: dict) -> dict:
+    """What a run ran on: the ranks' device types and names, and the threads per rank."""
+    devices = dig(rec, "env", "devices")
+    names = sorted({f"{d.get('type')}: {d.get('name')}" for d in devices if isinstance(d, dict)}) \
+        if isinstance(devices, list) else []
+    return {"devices": ", ".join(names) or None, "threads_per_rank": dig(rec, "env", "threads_per_rank")}
+
+
+def run_identity(rec: dict) -> str:
+    """The identity of rec's run: hash of its config less TEXT_ONLY and the seed, and its hardware."""
+    return digest({"config": without(rec.get("config") or {}, (*TEXT_ONLY, SEED)), "hardware": hardware_of(rec)})
+
+
+def hardware_label(records: list[dict]) -> str:
+    """'2× NVIDIA H100 80GB HBM3' from each record's devices; records on different hardware are all
+    named, joined by '; '."""
+    labels = []
+    for rec in records:
+        names = Counter(str(dev.get("name")) for dev in dig(rec, "env", "devices") or [] if isinstance(dev, dict))
+        label = " + ".join(f"{n}× {name}" for name, n in names.items()) or "unknown"
+        if label not in labels:
+            labels.append(label)
+    return "; ".join(labels)
+
+
+def seeds_text(seeds: list[int]) -> str:
+    """'0', '0, 1, 2': the seeds of a run as its rows and labels show them."""
+    return ", ".join(str(s) for s in sorted(seeds))
+
+
+def record_name(base: str, seed: int, repeat: int) -> str:
+    """'dense · w2 · seed 1 · repeat 0': a record named by its run, seed and repeat."""
+    return f"{base} · seed {seed} · repeat {repeat}"
+
+
+def config_keys() -> list[str]:
+    """Every dotted key of a resolved config (config.RunConfig and its sections), for --ignore."""
+    from benchsuite.config import SECTIONS, RunConfig
+
+    keys = []
+    for f in dataclasses.fields(RunConfig):
+        if f.name in SECTIONS:
+            keys.append(f.name)
+            keys += [f"{f.name}.{g.name}" for g in dataclasses.fields(SECTIONS[f.name])]
+        else:
+            keys.append(f.name)
+    return keys
+
+
+def ignored_paths(keys: list[str]) -> list[tuple[str, ...]]:
+    """--ignore KEY,... as config paths; ValueError naming an unknown key and the valid ones."""
+    valid = config_keys()
+    unknown = [k for k in keys if k not in valid]
+    if unknown:
+        raise ValueError(f"unknown config key(s) {', '.join(repr(k) for k in unknown)}; a key is a dotted path of "
+                         f"the resolved config, e.g. train.seed, parallel.tensor, model.layers")
+    return [tuple(k.split(".")) for k in keys]
+
+
+def differing_keys(a: dict, b: dict, prefix: str = "") -> list[str]:
+    """The dotted keys whose values differ between two configs (a section missing on one side counts
+    as its keys)."""
+    out = []
+    for key in sorted(set(a) | set(b), key=str):
+        va, vb = a.get(key), b.get(key)
+        if isinstance(va, dict) and isinstance(vb, dict):
+            out += differing_keys(va, vb, f"{prefix}{key}.")
+        elif va != vb:
+            out.append(f"{prefix}{key}")
+    return out

@@ -1,0 +1,336 @@
+"""The results model: a folder's records grouped once into runs, with every figure every view shows.
+
+    run identity (resolved config less seed and repeat, plus hardware: results/identity.py)
+      └ seed
+          └ repeat (one record each)
+
+A run's figure is the median over each seed's repeats, then the median over its seeds; the headline
+figures (INTERVALS) carry a 95 % interval over seeds (results/stats.py: Student's t on the logs). A seed
+whose repeats spread more than NOISY_CV in tokens/s is flagged as a noisy measurement. Scaling
+efficiency is the run's figure against its baseline run's (results/scaling.py). The report and its
+--json, every dashboard page, `list`, load() and load_runs(), export, `carbon project` and the verdicts
+over seeds read this model; nothing is aggregated a second way anywhere else.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from benchsuite.record.sanity import flag_summary, sanity_flags
+from benchsuite.record.values import coefficient_of_variation, num, present
+from benchsuite.results.identity import record_name, run_identity, seed_of, seeds_text
+from benchsuite.results.scaling import add_scaling_efficiency
+from benchsuite.results.stats import Interval, log_t_interval
+from benchsuite.results.store import cyclic_gc_paused, dataframe_of, load_records
+
+NOISY_CV = 0.10  # tokens/s of one seed's repeats: a coefficient of variation above this is a noisy measurement
+# Energy per unit of work (metrics.energy) under short names, in both frames.
+DERIVED = ("j_per_token", "gco2e_per_mtok", "avg_w_per_device", "j_per_pflop")
+# The figures each run states with a 95 % interval over its seeds: columns `<name>_lo`, `<name>_hi`.
+INTERVALS = ("tokens_per_s", "mfu", "step_time_median_s", "j_per_token", "gco2e_per_mtok")
+# Columns that identify a run or point at one record: the latest record's, never a median.
+KEPT = ("world_size", "nodes", "tensor", "zero", "expert", "repeat", "seed", "error_rank", "rec",
+        "scaling.threads_per_rank")
+SERIES_KEY = ("scaling.config", "scaling.hardware", "scaling.threads_per_rank")  # a sweep on one machine
+
+
+@dataclass
+class Results:
+    """A results folder as every view reads it.
+
+    records: the records as loaded; df: one row per record (store.flatten, plus identity, seed, names,
+    and its run's efficiency and run-level flags); runs: one row per run identity (medians, intervals,
+    flags, efficiency); per_seed: one row per (identity, seed) (medians over that seed's repeats)."""
+
+    records: list[dict]
+    df: pd.DataFrame
+    runs: pd.DataFrame
+    per_seed: pd.DataFrame
+    source: str = ""
+
+    @property
+    def ok_runs(self) -> pd.DataFrame:
+        return self.runs[self.runs["status"] == "ok"] if not self.runs.empty else self.runs
+
+    def run_records(self, identity: str, ok: bool = True) -> list[dict]:
+        """The records of one run (its ok ones, by default), in start order."""
+        rows = self.df[(self.df["identity"] == identity) & ((self.df["status"] == "ok") if ok else True)]
+        return [self.records[int(i)] for i in rows.sort_values("started_at")["rec"]]
+
+    @cached_property
+    def verdicts(self):
+        from benchsuite.results.verdicts import verdicts
+
+        return verdicts(self)
+
+
+def results_at(path: str | Path) -> Results:
+    """Every record under path (a results folder or one record file), as the results model."""
+    return results_of(load_records(path), source=str(path))
+
+
+def results_of(records: list[dict], source: str = "") -> Results:
+    """Records already loaded (load_records), grouped into runs."""
+    with cyclic_gc_paused(), warnings.catch_warnings():
+        # pandas keeps each text column in a block of its own: any frame of the record's ~100 text fields
+        # counts as "fragmented" on the first column added; the columns are added a few at a time anyway
+        warnings.simplefilter("ignore", pd.errors.PerformanceWarning)
+        df = dataframe_of(records)
+        if df.empty:
+            return Results(records, df, pd.DataFrame(), pd.DataFrame(), source)
+        df = _with_names(df, records)
+        per_seed = _per_seed(df)
+        runs = add_scaling_efficiency(_runs(df, per_seed, records))
+        _add_run_flags(runs, per_seed)
+        df = _with_run_columns(df, runs)
+    return Results(records, df, runs, per_seed, source)
+
+
+# -- identity and names -------------------------------------------------------------------------
+
+
+def _with(df: pd.DataFrame, columns: dict) -> pd.DataFrame:
+    """df with new columns added at once (one by one, a frame of 300 columns fragments)."""
+    return pd.concat([df.drop(columns=[c for c in columns if c in df]), pd.DataFrame(columns, index=df.index)],
+                     axis=1)
+
+
+def _with_names(df: pd.DataFrame, records: list[dict]) -> pd.DataFrame:
+    """identity, seed, the short energy columns, the series a run belongs to, and the labels that name a
+    run ('dense · w2') and a record ('dense · w2 · seed 1 · repeat 0')."""
+    recs = [records[i] for i in df["rec"]]
+    cols = {"identity": [run_identity(r) for r in recs], "seed": [seed_of(r) for r in recs],
+            **{name: pd.to_numeric(df[f"metrics.energy.{name}"], errors="coerce").astype(float) for name in DERIVED},
+            "series_key": ["\0".join(str(v) for v in key) for key in zip(*(df[c] for c in SERIES_KEY))]}
+    df = _with(df, cols)
+    series = df["series_key"].map(_series_labels(df))
+    labels = [f"{s} · w{w}" + (f" · {n} nodes" if n > 1 else "")
+              for s, w, n in zip(series, df["world_size"], df["nodes"])]
+    names = pd.Series([record_name(lbl, s, r) for lbl, s, r in zip(labels, df["seed"], df["repeat"])],
+                      index=df.index)
+    twice = names.duplicated(keep=False)  # one seed's repeat measured twice (another run key, or a rerun)
+    names[twice] = [f"{n} · {key}" for n, key in zip(names[twice], df.loc[twice, "run_key"])]
+    return _with(df, {"series": series, "label": labels, "record_name": names})
+
+
+def _series_labels(df: pd.DataFrame) -> dict[str, str]:
+    """One short, unique name per series (a sweep on one machine): the workload; where two series would
+    share a name, what tells them apart, in this order: the suite, the scaling, the hardware, the
+    threads per rank, else the config's hash."""
+    keys = df.drop_duplicates("series_key").set_index("series_key")
+    labels = {k: str(w) for k, w in keys["workload"].items()}
+    widen = (("suite", lambda r, lbl: f"{r['suite']}/{lbl}"), ("scaling", lambda r, lbl: f"{lbl} · {r['scaling']}"),
+             ("scaling.hardware", lambda r, lbl: f"{lbl} · {r['scaling.hardware']}"),
+             ("scaling.threads_per_rank", lambda r, lbl: f"{lbl} · {_threads(r['scaling.threads_per_rank'])}"),
+             ("scaling.config", lambda r, lbl: f"{lbl} · config {str(r['scaling.config'])[:8]}"))
+    for column, name in widen:
+        by_label: dict[str, list[str]] = {}
+        for k, lbl in labels.items():
+            by_label.setdefault(lbl, []).append(k)
+        for lbl, ks in by_label.items():
+            if len(ks) > 1 and len({str(keys.at[k, column]) for k in ks}) > 1:
+                labels.update({k: name(keys.loc[k], lbl) for k in ks})
+    return labels
+
+
+def _threads(v) -> str:
+    if num(v) is None:
+        return "threads unknown"
+    return f"{int(num(v))} thread" + ("s" if int(num(v)) != 1 else "")
+
+
+# -- medians over repeats, then over seeds ------------------------------------------------------
+
+
+def _figures(df: pd.DataFrame) -> list[str]:
+    return [c for c in df.select_dtypes("number").columns if c not in KEPT]
+
+
+def _per_seed(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (identity, seed) of the ok records: each figure's median over the seed's repeats,
+    `repeats`, the tokens/s range and coefficient of variation, `noisy`, and `reached` (every repeat
+    reached train.target_loss)."""
+    ok = df[df["status"] == "ok"]
+    if ok.empty:
+        return pd.DataFrame()
+    by = ok.groupby(["identity", "seed"], sort=False)
+    tps = by["tokens_per_s"]
+    cv = pd.to_numeric(tps.agg(lambda s: coefficient_of_variation([v for v in s if num(v) is not None])),
+                       errors="coerce")
+    reached = by["quality.reached"].agg(lambda s: bool(len(s)) and all(v is True for v in s)) \
+        if "quality.reached" in ok else False
+    return _with(by[_figures(ok)].median(), {"repeats": by.size(), "tokens_per_s_min": tps.min(),
+                                             "tokens_per_s_max": tps.max(), "repeat_cv": cv,
+                                             "noisy": cv > NOISY_CV, "reached": reached})
+
+
+def _runs(df: pd.DataFrame, per_seed: pd.DataFrame, records: list[dict]) -> pd.DataFrame:
+    """One row per identity: its latest ok record's identity and text (its latest record's when none is
+    ok), each figure as the median over seeds of per_seed, and the run's seeds, repeats, failures and
+    intervals."""
+    latest_first = df.assign(_ok=df["status"] == "ok").sort_values(["_ok", "started_at"], kind="stable")
+    runs = latest_first.drop_duplicates("identity", keep="last").drop(columns="_ok").set_index("identity")
+    failed = df[df["status"] != "ok"].groupby("identity").size()
+    runs = _with(runs, {"failed": failed.reindex(runs.index).fillna(0).astype(int), "repeats": 0,
+                        "seeds": [[] for _ in range(len(runs))], "tokens_per_s_min": np.nan,
+                        "tokens_per_s_max": np.nan, "repeat_cv": np.nan, "flags_in_repeats": None,
+                        "interval_reason": None,
+                        **{f"{name}_{end}": np.nan for name in INTERVALS for end in ("lo", "hi")}})
+    if not per_seed.empty:
+        figures = [c for c in _figures(df) if c in per_seed]
+        medians = per_seed[figures].groupby(level="identity").median()
+        ok_ids = medians.index
+        runs[figures] = runs[figures].astype(float)
+        runs.loc[ok_ids, figures] = medians
+        by_id = per_seed.groupby(level="identity")
+        runs.loc[ok_ids, "repeats"] = by_id["repeats"].sum()
+        runs.loc[ok_ids, "tokens_per_s_min"] = by_id["tokens_per_s_min"].min()
+        runs.loc[ok_ids, "tokens_per_s_max"] = by_id["tokens_per_s_max"].max()
+        runs.loc[ok_ids, "repeat_cv"] = by_id["repeat_cv"].max()
+        seeds = {i: sorted(int(s) for s in g.index.get_level_values("seed")) for i, g in by_id}
+        runs["seeds"] = [seeds.get(i, []) for i in runs.index]
+        _add_intervals(runs, per_seed)
+    runs["seed"] = [seeds_text(s) if s else str(s0) for s, s0 in zip(runs["seeds"], runs["seed"])]
+    failed_seeds = df[df["status"] != "ok"].groupby("identity")["seed"].agg(set)
+    runs["failed_seeds"] = [sorted(failed_seeds.get(i, set()) - set(s)) for i, s in zip(runs.index, runs["seeds"])]
+    runs = runs.reset_index().copy()
+    _combine_flags(runs, df, records)
+    return runs.sort_values(["suite", "series", "world_size", "nodes"], kind="stable", ignore_index=True)
+
+
+def _add_intervals(runs: pd.DataFrame, per_seed: pd.DataFrame) -> None:
+    """`<figure>_lo`, `<figure>_hi` for INTERVALS over each run's seeds, and `interval_reason` (why tokens/s
+    has none: one seed)."""
+    for identity, g in per_seed.groupby(level="identity"):
+        for name in INTERVALS:
+            interval = seed_interval(g[name])
+            runs.at[identity, f"{name}_lo"] = interval.lo if interval.lo is not None else np.nan
+            runs.at[identity, f"{name}_hi"] = interval.hi if interval.hi is not None else np.nan
+            if name == "tokens_per_s":
+                runs.at[identity, "interval_reason"] = interval.reason
+
+
+def seed_interval(values: pd.Series) -> Interval:
+    """A figure over seeds (one per-seed median each, the seeds that recorded it)."""
+    return log_t_interval([v for v in (num(x) for x in values) if v is not None])
+
+
+# -- flags --------------------------------------------------------------------------------------
+
+
+def _combine_flags(runs: pd.DataFrame, df: pd.DataFrame, records: list[dict]) -> None:
+    """A run of several records: its flags judged again on its medians (a flag on a figure it holds the
+    median of), the rest kept from every record that had it, and `flags_in_repeats`: how many records
+    carried a flag on each field. A run of one record keeps that record's flags."""
+    ok = df[df["status"] == "ok"]
+    groups = ok.groupby("identity").indices
+    figures = set(_figures(df))
+    for idx, row in runs.iterrows():
+        rows = groups.get(row["identity"], [])
+        if len(rows) < 2:
+            continue
+        flags, counts = _combined_flags(row, [records[int(i)].get("flags") for i in ok["rec"].iloc[rows]], figures)
+        runs.at[idx, "flags"], runs.at[idx, "flags_in_repeats"] = flags, counts
+        runs.at[idx, "flagged"] = bool(flags)
+        runs.at[idx, "flag_summary"] = _repeats_flag_summary(int(row["repeats"]), flags, counts) or None
+
+
+def _combined_flags(row, repeat_flags: list, figures: set[str]) -> tuple[list[dict], dict[str, int]]:
+    repeat_flags = [[f for f in flags if isinstance(f, dict) and "field" in f] if isinstance(flags, list) else []
+                    for flags in repeat_flags]
+    counts = Counter(field for flags in repeat_flags for field in dict.fromkeys(f["field"] for f in flags))
+    on_median = {c for c in figures if present(row.get(c))}
+    judged = [f for f in _figure_flags(row) if f["field"] in on_median]
+    union = []
+    for flags in repeat_flags:
+        union += [f for f in flags if f not in union and f["field"] not in on_median]
+    return judged + union, dict(counts)
+
+
+def _figure_flags(row) -> list[dict]:
+    """The record rules (record/sanity.sanity_flags) on the run's median metrics and energy, put back in a
+    record's shape."""
+    as_record = {"status": row["status"], "config": {"world_size": int(row["world_size"])},
+                 "metrics": _section(row, "metrics"), "energy": _section(row, "energy")}
+    return sanity_flags(as_record)
+
+
+def _section(row, section: str) -> dict:
+    """The nested dict a record section had, from the row's dotted columns that hold a value."""
+    out: dict = {}
+    for column, value in row.items():
+        if not (isinstance(column, str) and column.startswith(f"{section}.") and present(value)):
+            continue
+        *parents, leaf = column.split(".")[1:]
+        part = out
+        for key in parents:
+            part = part.setdefault(key, {})
+            if not isinstance(part, dict):
+                break
+        else:
+            part.setdefault(leaf, value)
+    return out
+
+
+def _repeats_flag_summary(n: int, flags: list[dict], counts: dict[str, int]) -> str:
+    on_row = {f["field"] for f in flags}
+    parts = [f"{f['field']}: {f['reason']}" + (f" ({counts[f['field']]} of {n} records flagged)"
+                                               if f["field"] in counts else "") for f in flags]
+    parts += [f"{field}: flagged in {k} of {n} records, not on their median" for field, k in counts.items()
+              if field not in on_row]
+    return "; ".join(parts)
+
+
+def noisy_flag(identity_seeds: pd.DataFrame) -> dict | None:
+    """The flag of a run some seed of which has repeats that spread more than NOISY_CV in tokens/s."""
+    noisy = identity_seeds[identity_seeds["noisy"]]
+    if noisy.empty:
+        return None
+    parts = [f"seed {int(seed)}: {int(r['repeats'])} repeats at {r['tokens_per_s_min']:,.0f}–"
+             f"{r['tokens_per_s_max']:,.0f} tok/s (CV {r['repeat_cv']:.0%})" for (_, seed), r in noisy.iterrows()]
+    return {"field": "repeats", "value": float(noisy["repeat_cv"].max()),
+            "reason": f"noisy measurement: {'; '.join(parts)}, above {NOISY_CV:.0%} between repeats; the median "
+                      f"may not be the machine's speed: rerun on a quiet machine, or with more steps"}
+
+
+def _add_run_flags(runs: pd.DataFrame, per_seed: pd.DataFrame) -> None:
+    """The flags of a run as a whole: a noisy measurement (results/model.noisy_flag) and a superlinear
+    scaling efficiency (results/scaling.py adds it)."""
+    if per_seed.empty:
+        return
+    by_id = per_seed.groupby(level="identity")
+    for idx, identity in runs["identity"].items():
+        if identity not in by_id.groups:
+            continue
+        flag = noisy_flag(by_id.get_group(identity))
+        if flag:
+            flags = [*(runs.at[idx, "flags"] if isinstance(runs.at[idx, "flags"], list) else []), flag]
+            runs.at[idx, "flags"], runs.at[idx, "flagged"] = flags, True
+            runs.at[idx, "flag_summary"] = flag_summary(flags)
+
+
+RUN_COLUMNS = ("scaling_efficiency", "scaling_baseline", "scaling_baseline_identities", "scaling_efficiency_reason",
+               "repeat_cv")
+
+
+def _with_run_columns(df: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """Each record row gets its run's efficiency (the run's, never one repeat's over a median) and its
+    run's run-level flags (noisy, scaling), so a record is never shown without what holds for its run."""
+    by_id = runs.set_index("identity")
+    df = _with(df, {column: df["identity"].map(by_id[column]) for column in RUN_COLUMNS})
+    run_flags = {i: [f for f in (flags if isinstance(flags, list) else [])
+                     if f.get("field") in ("repeats", "scaling_efficiency")] for i, flags in by_id["flags"].items()}
+    for idx, identity in df["identity"].items():
+        extra = [f for f in run_flags.get(identity, []) if f not in (df.at[idx, "flags"] or [])]
+        if extra and df.at[idx, "status"] == "ok":
+            flags = [*(df.at[idx, "flags"] or []), *extra]
+            df.at[idx, "flags"], df.at[idx, "flagged"] = flags, True
+            df.at[idx, "flag_summary"] = flag_summary(flags)
+    return df
