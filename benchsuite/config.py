@@ -227,18 +227,6 @@ class RunConfig:
         blob = json.dumps({"config": self.to_dict(), "hardware": hardware}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
-    def seed_free_identity(self) -> str:
-        """What the runs of a seed sweep share: the hash of the resolved config less train.seed."""
-        return seed_free_identity(self.to_dict())
-
-
-def seed_free_identity(config: dict[str, Any]) -> str:
-    """Hash of a resolved config (a RunConfig or a record's `config`) without train.seed: the runs
-    that differ only by their seed, grouped to aggregate over seeds."""
-    train = {k: v for k, v in (config.get("train") or {}).items() if k != "seed"}
-    blob = json.dumps({**config, "train": train}, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
 
 @dataclass
 class Suite:

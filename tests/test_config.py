@@ -329,16 +329,18 @@ def test_defaults_that_are_not_a_table_leave_their_keys_unjudged():
 
 
 def test_a_seed_sweep_gives_one_run_per_seed_with_one_seed_free_identity():
-    from benchsuite.config import seed_free_identity
+    from benchsuite.results.identity import run_identity
+
+    def identity(run):  # the results model's: the config less its seed (and text), on one machine
+        return run_identity({"config": run.to_dict(), "env": {}})
 
     suite = parse_suite({"workload": [{"name": "a", "train": {"seed": 7}}, {"name": "b", "sweep": {"seed": [5]}}],
                          "sweep": {"seed": [0, 1, 2], "world_size": [1, 2]}})
     a = [r for r in suite.runs if r.workload == "a" and r.world_size == 1]
     assert [r.train.seed for r in a] == [0, 1, 2]  # the sweep sets train.seed
     assert len({r.run_key({}) for r in a}) == 3  # each seed its own run and record
-    assert len({r.seed_free_identity() for r in a}) == 1
-    assert seed_free_identity(a[0].to_dict()) == a[0].seed_free_identity()
-    assert {r.seed_free_identity() for r in suite.runs if r.world_size == 2} != {a[0].seed_free_identity()}
+    assert len({identity(r) for r in a}) == 1
+    assert {identity(r) for r in suite.runs if r.world_size == 2}.isdisjoint({identity(a[0])})
     assert [r.train.seed for r in suite.runs if r.workload == "b"] == [5, 5]  # a workload's own sweep wins
     no_sweep = parse_suite({"workload": [{"name": "a", "train": {"seed": 7}}]})
     assert [r.train.seed for r in no_sweep.runs] == [7]

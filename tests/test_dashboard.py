@@ -234,8 +234,8 @@ def test_summary_figures_from_the_fixtures():
                           "fig-compare-mfu", "fig-compare-j_per_token", "fig-compare-gco2e_per_mtok",
                           "fig-compare-pareto", "fig-quality-curves", "fig-quality-target", "fig-energy-stacked", "fig-claims"]
     thr = figs["fig-scaling-throughput"].data
-    # dense-tiny's two sizes ran with different threads per rank: two series of one run each, no curve
-    assert [(t["name"], len(t["x"])) for t in thr[::2]] == [("dense", 3), ("switch", 3), ("zero3", 3)]
+    assert [(t["name"], len(t["x"])) for t in thr[::2]] == [("dense", 3), ("dense-tiny", 2), ("switch", 3),
+                                                            ("zero3", 3)]
     dense, ideal = thr[0], thr[1]
     assert ideal["y"] == pytest.approx([dense["y"][0] * n for n in dense["x"]], rel=1e-4)
     eff = {t["name"]: t for t in figs["fig-scaling-efficiency"].data}

@@ -185,12 +185,15 @@ def test_hostile_names_show_as_text_and_run_nothing(browser, site, index):
     run.page.close()
 
 
+TOKENS_COLUMN = 9  # suite, workload, seed, repeat, model, devices, nodes, scaling, status, tokens/s
+
+
 def test_runs_table_sorts_and_filters(index):
     p = index
     visible = "() => [...document.querySelectorAll('#runs-table tbody tr')].filter(r => !r.hidden).length"
     assert p.page.evaluate(visible) == 16
     p.page.fill("[data-filter-text]", "switch")
-    assert p.page.evaluate(visible) == 5 and p.page.inner_text("[data-count]") == "5 of 16 runs"
+    assert p.page.evaluate(visible) == 5 and p.page.inner_text("[data-count]") == "5 of 16 records"
     p.page.select_option("select[data-filter=status]", "failed")
     assert p.page.evaluate(visible) == 1
     assert "OutOfMemoryError" in p.page.inner_text("#runs-table tbody tr:not([hidden])")
@@ -201,11 +204,11 @@ def test_runs_table_sorts_and_filters(index):
     p.page.select_option("select[data-filter=kind]", "")
     col = "(i) => [...document.querySelectorAll('#runs-table tbody tr')].map(r => r.cells[i].getAttribute('data-v'))"
     p.page.click("#runs-table th:has-text('Tokens/s')")
-    tps = [float(v) if v else None for v in p.page.evaluate(col, 7)]
+    tps = [float(v) if v else None for v in p.page.evaluate(col, TOKENS_COLUMN)]
     nums = [v for v in tps if v is not None]
     assert nums == sorted(nums) and tps[-1] is None  # ascending, the failed run (no figure) last
     p.page.click("#runs-table th:has-text('Tokens/s')")
-    nums = [float(v) for v in p.page.evaluate(col, 7) if v]
+    nums = [float(v) for v in p.page.evaluate(col, TOKENS_COLUMN) if v]
     assert nums == sorted(nums, reverse=True)
     p.check_clean()
 
@@ -219,7 +222,7 @@ def test_runs_table_pages_through_every_run_and_sorts_across_pages(browser, tmp_
     p = Page(browser, (tmp_path / "index.html").as_uri())
     rows = "() => [...document.querySelectorAll('#runs-table tbody tr')]"
     links = rows + ".map(r => r.querySelector('a').getAttribute('href'))"
-    assert p.page.inner_text("[data-count]") == "230 of 230 runs"
+    assert p.page.inner_text("[data-count]") == "230 of 230 records"
     seen = []
     for page, n in ((1, 100), (2, 100), (3, 30)):
         assert p.page.inner_text("[data-page-info]") == f"page {page} of 3"
@@ -231,12 +234,12 @@ def test_runs_table_pages_through_every_run_and_sorts_across_pages(browser, tmp_
     assert all((tmp_path / href).is_file() for href in seen)
     p.page.click("#runs-table th:has-text('Tokens/s')")  # ascending over all 230, back on page 1
     assert p.page.inner_text("[data-page-info]") == "page 1 of 3"
-    first = p.page.evaluate("() => parseFloat(document.querySelector('#runs-table tbody tr').cells[7]"
+    first = p.page.evaluate(f"() => parseFloat(document.querySelector('#runs-table tbody tr').cells[{TOKENS_COLUMN}]"
                             ".getAttribute('data-v'))")
     lowest = min(r["metrics"]["tokens_per_s"] for r in synthetic_records(230, steps=4) if r["metrics"])
     assert first == pytest.approx(lowest)
     p.page.select_option("select[data-filter=status]", "failed")
-    assert p.page.inner_text("[data-count]") == "11 of 230 runs" and p.page.is_hidden(".pager")
+    assert p.page.inner_text("[data-count]") == "11 of 230 records" and p.page.is_hidden(".pager")
     p.page.select_option("select[data-filter=status]", "")
     p.page.click("[data-page=next]")
     p.page.click("[data-page=next]")
@@ -295,3 +298,42 @@ def test_run_pages_open_clean(browser, site):
             p.page.screenshot(path=str(ARTIFACTS / "dashboard-run.png"), full_page=True)
         p.check_clean()
         p.page.close()
+
+
+def test_the_dense_vs_sparse_bars_carry_the_reports_figures_and_the_runs_table_names_seeds(browser, tmp_path,
+                                                                                           capsys):
+    """In the browser: each bar is the report's median, its error bar the report's 95 % interval over
+    seeds; the runs table names each record's seed and repeat."""
+    import json
+
+    from benchsuite import cli
+    from benchsuite.record import write_record
+    from test_results_model import TOKENS, record
+
+    results = tmp_path / "results"
+    for (workload, router, world, seed), tokens in TOKENS.items():
+        for repeat, tps in enumerate(tokens):
+            write_record(results, record(workload, router, world, seed, repeat, tps))
+    assert cli.main(["report", str(results), "--json"]) == 0
+    report = {r["label"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
+    build_site(results, tmp_path / "site")
+    p = Page(browser, (tmp_path / "site" / "index.html").as_uri())
+    bars = p.page.evaluate("""() => document.getElementById('fig-compare-tokens_per_s').data.map(t =>
+        ({name: t.name, x: t.x, y: t.y, plus: t.error_y.array, minus: t.error_y.arrayminus}))""")
+    drawn = 0
+    for t in bars:
+        for x, y, plus, minus in zip(t["x"], t["y"], t["plus"], t["minus"]):
+            row = report[f"{t['name'].split(' (')[0]} · {x}"]
+            assert y == row["tokens_per_s"]
+            assert (y - minus, y + plus) == (pytest.approx(row["tokens_per_s_lo"], rel=1e-12),
+                                             pytest.approx(row["tokens_per_s_hi"], rel=1e-12))
+            drawn += 1
+    assert drawn == len(report) == 3
+    cells = p.page.evaluate("""() => [...document.querySelectorAll('#runs-table tbody tr')]
+        .map(r => [...r.cells].slice(1, 4).map(c => c.textContent))""")
+    assert sorted(map(tuple, cells)) == sorted((w, str(s), str(r)) for (w, _, _, s), tokens in TOKENS.items()
+                                               for r in range(len(tokens)))
+    heads = p.page.evaluate("() => [...document.querySelectorAll('#runs-table th')].map(h => h.textContent)")
+    assert heads[2:4] == ["Seed", "Repeat"]
+    p.check_clean()
+    p.page.close()

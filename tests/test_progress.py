@@ -80,7 +80,7 @@ def _progress(text: str, prefix: str = "") -> tuple[list[tuple[int, int]], list[
 def test_run_logs_and_shows_progress(tiny_suite, tmp_path):
     """A real run: its log has a line every k steps and the warm-up line; stderr shows the same lines,
     non-TTY and under --json; the measured steps are as many as before."""
-    label = "dense · world 1 · weak: "
+    label = "dense · w1 · weak · seed 0 · repeat 0: "
     for steps, json_flag, expected in ((20, ["--json"], [(s, 20) for s in range(2, 21, 2)]),
                                       (4, [], [(s, 4) for s in range(1, 5)])):
         suite = tiny_suite(name=f"p{steps}", extra="").read_text().replace("steps = 3", f"steps = {steps}")

@@ -280,5 +280,5 @@ def test_run_on_a_terminal_shows_a_hostile_workload_name(tmp_path, monkeypatch):
     assert cli.main(["run", str(_hostile_suite(tmp_path / "s.toml")), "--out", str(tmp_path / "r")]) == 0
     shown = buf.getvalue()
     assert not [r for r in RAW if r in shown], shown
-    assert f"✓ {SHOWN} · world 1 · weak" in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", shown)  # rich's own colours
+    assert f"✓ {SHOWN} · w1 · weak · seed 0 · repeat 0" in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", shown)  # rich's own colours
     assert [r["workload"] for r in map(json.loads, map(Path.read_text, (tmp_path / "r").glob("*.json")))] == [HOSTILE]

@@ -38,7 +38,7 @@ INTERVALS = ("tokens_per_s", "mfu", "step_time_median_s", "j_per_token", "gco2e_
 # Columns that identify a run or point at one record: the latest record's, never a median.
 KEPT = ("world_size", "nodes", "tensor", "zero", "expert", "repeat", "seed", "error_rank", "rec",
         "scaling.threads_per_rank")
-SERIES_KEY = ("scaling.config", "scaling.hardware", "scaling.threads_per_rank")  # a sweep on one machine
+SERIES_KEY = ("scaling.config", "scaling.hardware")  # a sweep on one machine: a curve of the scaling figures
 
 
 @dataclass
@@ -59,10 +59,18 @@ class Results:
     def ok_runs(self) -> pd.DataFrame:
         return self.runs[self.runs["status"] == "ok"] if not self.runs.empty else self.runs
 
-    def run_records(self, identity: str, ok: bool = True) -> list[dict]:
-        """The records of one run (its ok ones, by default), in start order."""
-        rows = self.df[(self.df["identity"] == identity) & ((self.df["status"] == "ok") if ok else True)]
-        return [self.records[int(i)] for i in rows.sort_values("started_at")["rec"]]
+    def run_records(self, identity: str) -> list[dict]:
+        """The ok records of one run, in start order."""
+        return [self.records[i] for i in self._ok_records.get(identity, [])]
+
+    @cached_property
+    def _ok_records(self) -> dict[str, list[int]]:
+        """identity → its ok records' indices in `records`, in start order (one pass, not one per run)."""
+        ok = self.df[self.df["status"] == "ok"].sort_values("started_at", kind="stable")
+        out: dict[str, list[int]] = {}
+        for identity, rec in zip(ok["identity"], ok["rec"]):
+            out.setdefault(identity, []).append(int(rec))
+        return out
 
     @cached_property
     def verdicts(self):
@@ -111,8 +119,13 @@ def _with_names(df: pd.DataFrame, records: list[dict]) -> pd.DataFrame:
             "series_key": ["\0".join(str(v) for v in key) for key in zip(*(df[c] for c in SERIES_KEY))]}
     df = _with(df, cols)
     series = df["series_key"].map(_series_labels(df))
-    labels = [f"{s} · w{w}" + (f" · {n} nodes" if n > 1 else "")
-              for s, w, n in zip(series, df["world_size"], df["nodes"])]
+    labels = pd.Series([f"{s} · w{w}" + (f" · {n} nodes" if n > 1 else "")
+                        for s, w, n in zip(series, df["world_size"], df["nodes"])], index=df.index)
+    runs_named = pd.DataFrame({"label": labels, "identity": df["identity"]}).drop_duplicates()
+    shared = set(runs_named.loc[runs_named["label"].duplicated(keep=False), "label"])
+    if shared:  # one size of one sweep run with other threads per rank: another run, named by them
+        mine = labels.isin(shared)
+        labels[mine] = [f"{lbl} · {_threads(t)}" for lbl, t in zip(labels[mine], df.loc[mine, "scaling.threads_per_rank"])]
     names = pd.Series([record_name(lbl, s, r) for lbl, s, r in zip(labels, df["seed"], df["repeat"])],
                       index=df.index)
     twice = names.duplicated(keep=False)  # one seed's repeat measured twice (another run key, or a rerun)
@@ -122,13 +135,12 @@ def _with_names(df: pd.DataFrame, records: list[dict]) -> pd.DataFrame:
 
 def _series_labels(df: pd.DataFrame) -> dict[str, str]:
     """One short, unique name per series (a sweep on one machine): the workload; where two series would
-    share a name, what tells them apart, in this order: the suite, the scaling, the hardware, the
-    threads per rank, else the config's hash."""
+    share a name, what tells them apart, in this order: the suite, the scaling, the hardware, else the
+    config's hash."""
     keys = df.drop_duplicates("series_key").set_index("series_key")
     labels = {k: str(w) for k, w in keys["workload"].items()}
     widen = (("suite", lambda r, lbl: f"{r['suite']}/{lbl}"), ("scaling", lambda r, lbl: f"{lbl} · {r['scaling']}"),
              ("scaling.hardware", lambda r, lbl: f"{lbl} · {r['scaling.hardware']}"),
-             ("scaling.threads_per_rank", lambda r, lbl: f"{lbl} · {_threads(r['scaling.threads_per_rank'])}"),
              ("scaling.config", lambda r, lbl: f"{lbl} · config {str(r['scaling.config'])[:8]}"))
     for column, name in widen:
         by_label: dict[str, list[str]] = {}

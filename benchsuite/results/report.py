@@ -132,7 +132,8 @@ CELLS = {TOKENS: _tokens_cell, "step ms (95% interval)": _step_cell, "efficiency
          "baseline": _baseline_cell, "state MiB meas/model": _memory_cell, "to target": _target_cell,
          REPEATS: _repeats_cell, "status": _status_cell}
 # A run in --json: its identity, figures, intervals over seeds, flags and efficiency, then its seeds.
-JSON_COLUMNS = ["identity", "label", "suite", "workload", "kind", "router", "world_size", "nodes", "scaling", "seeds",
+# run_key: its latest record's (a run of several seeds has several: `run_keys`).
+JSON_COLUMNS = ["identity", "label", "run_key", "suite", "workload", "kind", "router", "world_size", "nodes", "scaling", "seeds",
                 "status", "repeats", "failed", "failed_seeds", "tokens_per_s", "tokens_per_s_lo", "tokens_per_s_hi",
                 "tokens_per_s_min", "tokens_per_s_max", "repeat_cv", "mfu", "mfu_lo", "mfu_hi", "metrics.hfu",
                 "step_time_median_s", "step_time_median_s_lo", "step_time_median_s_hi", "j_per_token",
@@ -296,7 +297,7 @@ def section_rows(results: Results, columns: list[tuple[str, str, str]], when: st
     df = results.runs
     if when not in df:
         return []
-    cols = ["identity", "label", "seed", "world_size"] + [c for _, c, _ in columns]
+    cols = ["identity", "label", "run_key", "seed", "world_size"] + [c for _, c, _ in columns]
     part = df[df[when].notna()].reindex(columns=list(dict.fromkeys(cols)))
     return [{k: plain(v) for k, v in r.items()} for r in part.to_dict("records")]
 

@@ -168,7 +168,7 @@ def flatten(rec: dict) -> dict:
     cfg, m, err = rec["config"], rec.get("metrics") or {}, rec.get("error") or {}
     row = {
         "run_key": rec["run_key"], "suite": rec["suite"], "workload": rec["workload"], "status": rec["status"],
-        "repeat": repeat_of(rec),  # repeats of a run share its run key (results/report.combine_repeats)
+        "repeat": repeat_of(rec),  # repeats of a run share its run key (results/model.py groups them)
         "kind": cfg.get("kind"), "router": dig(cfg, "moe", "router"), "description": cfg.get("description") or "",
         "world_size": cfg["world_size"], "nodes": cfg["nodes"], "scaling": cfg["scaling"],
         "sweep_id": cfg.get("sweep_id"), "tensor": dig(cfg, "parallel", "tensor"),

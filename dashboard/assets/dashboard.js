@@ -81,7 +81,7 @@
         body.appendChild(tr);
       });
       table.replaceChild(body, table.tBodies[0]);
-      if (bar) bar.querySelector("[data-count]").textContent = shown.length + " of " + rows.length + " runs";
+      if (bar) bar.querySelector("[data-count]").textContent = shown.length + " of " + rows.length + " records";
       if (pager) {
         pager.querySelector("[data-page-info]").textContent = "page " + (page + 1) + " of " + pages;
         pager.querySelector('[data-page="prev"]').disabled = page === 0;

@@ -42,7 +42,8 @@ def _interval(run, column: str) -> dict | None:
 
 def bar_figure(df, column, title, axis, fmt, tickformat, styles, by_family: bool) -> Figure | None:
     """One bar per world size and trace: a run of a series (its median over seeds, with its interval), or
-    (by_family) a family's median over its runs (with their range)."""
+    (by_family) a family's median over its runs (with their range). Full precision: a bar is the figure
+    the report prints."""
     df = df[df[column].map(lambda v: num(v) is not None)]
     if df.empty:
         return None
@@ -53,12 +54,12 @@ def bar_figure(df, column, title, axis, fmt, tickformat, styles, by_family: bool
         if by_family:
             per_size = {int(n): [num(v) for v in s[column]] for n, s in g.groupby("world_size")}
             xs = sorted(per_size)
-            ys = [short(median(per_size[n])) for n in xs]
+            ys = [median(per_size[n]) for n in xs]
             spreads = [_spread(per_size[n]) for n in xs]
         else:  # one run per (series, world size): the model's median and interval, as the report shows
             runs = g.sort_values("world_size")[["world_size", "seeds", column, f"{column}_lo", f"{column}_hi"]] \
                 .to_dict("records")
-            xs, ys = [int(r["world_size"]) for r in runs], [short(num(r[column])) for r in runs]
+            xs, ys = [int(r["world_size"]) for r in runs], [num(r[column]) for r in runs]
             spreads = [_interval(r, column) for r in runs]
         style = styles[name]
         what = f"median of {len(g)} runs" if by_family else g["kind_label"].iloc[0]
@@ -70,8 +71,8 @@ def bar_figure(df, column, title, axis, fmt, tickformat, styles, by_family: bool
                           for n, y, sp in zip(xs, ys, spreads)]}
         if any(spreads):
             trace["error_y"] = {"type": "data", "symmetric": False, "color": "#495057",
-                                "array": [short(sp["hi"] - y) if sp else 0 for y, sp in zip(ys, spreads)],
-                                "arrayminus": [short(y - sp["lo"]) if sp else 0 for y, sp in zip(ys, spreads)]}
+                                "array": [sp["hi"] - y if sp else 0 for y, sp in zip(ys, spreads)],
+                                "arrayminus": [y - sp["lo"] if sp else 0 for y, sp in zip(ys, spreads)]}
         data.append(trace)
     yaxis = {"tickformat": tickformat} if tickformat else log_axis([y for t in data for y in t["y"]])
     return Figure(f"fig-compare-{column}", data,

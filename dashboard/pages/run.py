@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 from benchsuite.record.values import dig
+from benchsuite.results.scaling import BASELINE
 from dashboard.data import load_table
 from dashboard.render import (Figure, Section, esc, f_bytes, f_ms, f_num, f_pct, f_sig, kv_table, layout,
                               missing, num, present, ptext, series, short, table)
@@ -144,7 +145,9 @@ def _headline(row, rec) -> str:
             ("model FLOPs / token", f_sig(fl.get("model_per_token"))),
             ("hardware FLOPs / token", f_sig(fl.get("hardware_per_token"))),
             ("counted FLOPs / token", f_sig(fl.get("counted_per_token"))),
-            ("scaling efficiency", f_pct(row.get("scaling_efficiency")) if present(row.get("scaling_efficiency"))
+            ("scaling efficiency (the run's: its median over seeds and repeats)",
+             ("baseline" if row.get("scaling_baseline") == BASELINE else f_pct(row.get("scaling_efficiency")))
+             if present(row.get("scaling_efficiency"))
              else f"— ({row.get('scaling_efficiency_reason') or 'not computed'})"),
             ("scaling baseline", row.get("scaling_baseline")),
             ("matmul ceiling, TFLOP/s", f_sig(m.get("matmul_ceiling_tflops"))
@@ -159,6 +162,7 @@ def _headline(row, rec) -> str:
 def _identity(row, rec) -> str:
     cfg = rec.get("config") or {}
     return kv_table([("suite", rec.get("suite")), ("workload", rec.get("workload")),
+                     ("seed", row.get("seed")), ("repeat", row.get("repeat")),
                      ("description", cfg.get("description")), ("kind", row.get("kind_label")),
                      ("world size", cfg.get("world_size")), ("nodes", cfg.get("nodes")),
                      ("scaling", cfg.get("scaling")), ("parallel", json.dumps(cfg.get("parallel"))),
