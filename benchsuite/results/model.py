@@ -219,8 +219,12 @@ def _runs(df: pd.DataFrame, per_seed: pd.DataFrame, records: list[dict]) -> pd.D
 
 def _add_intervals(runs: pd.DataFrame, per_seed: pd.DataFrame) -> None:
     """`<figure>_lo`, `<figure>_hi` for INTERVALS over each run's seeds, and `interval_reason` (why tokens/s
-    has none: one seed)."""
-    for identity, g in per_seed.groupby(level="identity"):
+    has none: one seed). Only the runs of two or more seeds have an interval to compute."""
+    figures = per_seed[list(INTERVALS)]
+    seeds = figures.groupby(level="identity").size()
+    runs.loc[seeds.index[seeds == 1], "interval_reason"] = seed_interval(pd.Series([1.0])).reason
+    several = figures[figures.index.get_level_values("identity").isin(seeds.index[seeds > 1])]
+    for identity, g in several.groupby(level="identity"):
         for name in INTERVALS:
             interval = seed_interval(g[name])
             runs.at[identity, f"{name}_lo"] = interval.lo if interval.lo is not None else np.nan
@@ -242,12 +246,11 @@ def _combine_flags(runs: pd.DataFrame, df: pd.DataFrame, records: list[dict]) ->
     median of), the rest kept from every record that had it, and `flags_in_repeats`: how many records
     carried a flag on each field. A run of one record keeps that record's flags."""
     ok = df[df["status"] == "ok"]
-    groups = ok.groupby("identity").indices
+    groups = {i: rows for i, rows in ok.groupby("identity").indices.items() if len(rows) > 1}
     figures = set(_figures(df))
-    for idx, row in runs.iterrows():
-        rows = groups.get(row["identity"], [])
-        if len(rows) < 2:
-            continue
+    for idx in runs.index[runs["identity"].isin(groups.keys())]:
+        row = runs.loc[idx]
+        rows = groups[row["identity"]]
         flags, counts = _combined_flags(row, [records[int(i)].get("flags") for i in ok["rec"].iloc[rows]], figures)
         runs.at[idx, "flags"], runs.at[idx, "flags_in_repeats"] = flags, counts
         runs.at[idx, "flagged"] = bool(flags)
@@ -317,7 +320,9 @@ def _add_run_flags(runs: pd.DataFrame, per_seed: pd.DataFrame) -> None:
     scaling efficiency (results/scaling.py adds it)."""
     if per_seed.empty:
         return
-    by_id = per_seed.groupby(level="identity")
+    noisy = per_seed.loc[per_seed["noisy"], ["noisy", "repeats", "tokens_per_s_min", "tokens_per_s_max",
+                                             "repeat_cv"]]
+    by_id = noisy.groupby(level="identity")
     for idx, identity in runs["identity"].items():
         if identity not in by_id.groups:
             continue

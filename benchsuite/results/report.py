@@ -159,13 +159,14 @@ def report_rows(results: Results) -> list[dict]:
     if runs.empty:
         return []
     rows = []
+    by_run = results.df.groupby("identity").indices  # each run's record rows, found once
     for r in runs.reindex(columns=JSON_COLUMNS).to_dict("records"):
         row = {k: plain(v) for k, v in r.items()}
         seeds = results.per_seed.loc[r["identity"]] if r["status"] == "ok" else None
         row["per_seed"] = [] if seeds is None else [
             {"seed": int(seed), **{k: plain(v) for k, v in vals.items()}}
             for seed, vals in seeds.reindex(columns=SEED_COLUMNS).iterrows()]
-        mine = results.df[results.df["identity"] == r["identity"]]
+        mine = results.df.iloc[by_run[r["identity"]]]
         row["records"], row["run_keys"] = sorted(mine["record_name"]), sorted(set(mine["run_key"]))
         rows.append(row)
     return rows
@@ -355,11 +356,12 @@ def _interval_cell(i, fmt: str = "{:.3g}") -> str:
 
 
 def interval_table(v) -> Table | None:
-    """One row per (workload, figure): median over seeds with its 95 % interval, and the ratio to the
-    dense workload of the suite with its interval, ranked only where that interval excludes 1."""
+    """One row per (run of two or more seeds, figure): median over seeds with its 95 % interval, and the
+    ratio to the dense run of the suite with its interval, ranked only where that interval excludes 1
+    (`report --json` has every run's, one seed or more)."""
     from benchsuite.results.verdicts import FINAL_LOSS, PER_STEP, TO_TARGET
 
-    shown = [w for w in v.workloads if w.n > 1 or w.figures]  # one seed and no target: the main table says it all
+    shown = [w for w in v.workloads if w.n > 1]  # one seed: no interval; the main table has its figures
     if not shown:
         return None
     labels = {name: label for name, _, label in (*TO_TARGET, FINAL_LOSS)} | {"tokens_per_s": "tok/s (per step)",
@@ -368,10 +370,13 @@ def interval_table(v) -> Table | None:
                   caption=escape(printable(f"{v.method}. {v.energy_spread}.")))
     for header in ("run", "seeds", "figure", "median (95% interval)", "÷ dense (95% interval)", "verdict"):
         table.add_column(header, justify="left" if header in ("run", "seeds", "figure", "verdict") else "right")
+    by_sparse: dict[tuple, dict] = {}  # (suite, sparse run) -> figure -> its pair with a dense run
+    for p in v.pairs:
+        by_sparse.setdefault((p.suite, p.sparse), {})[p.figure] = p
     for w in shown:
         reached = (f"{w.n}: {', '.join(map(str, w.seeds))}" + (f"; {w.reached} reached" if w.figures else "")
                    + (f", {len(w.failed)} failed" if w.failed else ""))
-        ratios = {p.figure: p for p in v.pairs if p.suite == w.suite and p.sparse == w.label}
+        ratios = by_sparse.get((w.suite, w.label), {})
         figures = {**w.figures, **{m: w.per_step[m] for m in PER_STEP}}
         for i, (name, interval) in enumerate(figures.items()):
             pair = ratios.get(name)

@@ -97,13 +97,16 @@ def seed_groups(results: Results) -> list[SeedGroup]:
         return groups
     columns = ["identity", "suite", "workload", "kind", "label", "world_size", "nodes", "scaling", "scaling.hardware",
                "scaling.threads_per_rank", FINAL_LOSS[1], "failed_seeds"]
+    # the per-seed figures verdicts read, split by run once (a lookup per run in the whole table is slow)
+    figures = [c for c in (*COLUMN.values(), *PER_STEP, "reached") if c in results.per_seed]
+    tables = {identity: t.droplevel("identity") for identity, t in results.per_seed[figures].groupby(level="identity")}
     for row in results.ok_runs[columns].to_dict("records"):
         cfg = results.run_records(row["identity"])[0]["config"]
         groups.append(SeedGroup(str(row["suite"]), str(row["workload"]), str(row["kind"]), dig(cfg, "moe", "router"),
                                 row["identity"], str(row["label"]),
                                 (row["world_size"], row["nodes"], row["scaling"], row["scaling.hardware"],
                                  row["scaling.threads_per_rank"]),
-                                present(row.get(FINAL_LOSS[1])), results.per_seed.loc[row["identity"]],
+                                present(row.get(FINAL_LOSS[1])), tables[row["identity"]],
                                 results.run_records(row["identity"]), list(row["failed_seeds"])))
     return groups
 
@@ -311,8 +314,10 @@ def check_claim(claim: Claim, groups: list[SeedGroup]) -> list[ClaimCheck]:
     """One check per suite that holds both workloads; one 'not testable here' naming what is missing
     when none does."""
     checks = []
-    for suite in sorted({g.suite for g in groups}):
-        in_suite = [g for g in groups if g.suite == suite]
+    by_suite: dict[str, list[SeedGroup]] = {}
+    for g in groups:
+        by_suite.setdefault(g.suite, []).append(g)
+    for suite, in_suite in sorted(by_suite.items()):
         num_g = next((g for g in in_suite if _matches(g, claim.numerator)), None)
         den_g = next((g for g in in_suite if _matches(g, claim.denominator)), None)
         if num_g is None or den_g is None:
