@@ -35,8 +35,6 @@ from benchsuite.results.identity import hardware_label
 from benchsuite.results.stats import Interval, log_t_interval, no_interval, welch_ratio
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from benchsuite.results.model import Results
 
 METHOD = ("median over seeds, each seed the median over its repeats; 95 % interval: Student's t on the log "
@@ -65,23 +63,21 @@ class SeedGroup:
     label: str  # the run's label (results/model.py)
     layout: tuple  # world size, nodes, scaling, hardware: what a dense run must share to be compared
     quality: bool  # the run evaluated (train.eval_every > 0)
-    table: pd.DataFrame  # per_seed rows of this identity, indexed by seed
+    table: dict[int, dict]  # seed → the results model's per_seed row (medians over the seed's repeats)
     records: list[dict]
     failed_seeds: list[int] = field(default_factory=list)
 
     @property
     def seeds(self) -> list[int]:
-        return sorted(int(s) for s in self.table.index)
+        return sorted(self.table)
 
     def per_seed(self, column: str) -> dict[int, float | None]:
         """seed → the median over that seed's repeats of a column (None where none recorded it)."""
-        if column not in self.table:
-            return {s: None for s in self.seeds}
-        return {int(s): num(v) for s, v in self.table[column].items()}
+        return {s: num(self.table[s].get(column)) for s in self.seeds}
 
     def reached(self) -> dict[int, bool]:
         """seed → whether every record of the seed reached train.target_loss."""
-        return {int(s): bool(v) for s, v in self.table["reached"].items()}
+        return {s: bool(self.table[s].get("reached")) for s in self.seeds}
 
     def values(self, column: str) -> list[float]:
         """The per-seed values of a column; a to-target figure only from the seeds that reached it."""
@@ -99,7 +95,9 @@ def seed_groups(results: Results) -> list[SeedGroup]:
                "scaling.threads_per_rank", FINAL_LOSS[1], "failed_seeds"]
     # the per-seed figures verdicts read, split by run once (a lookup per run in the whole table is slow)
     figures = [c for c in (*COLUMN.values(), *PER_STEP, "reached") if c in results.per_seed]
-    tables = {identity: t.droplevel("identity") for identity, t in results.per_seed[figures].groupby(level="identity")}
+    tables: dict[str, dict[int, dict]] = {}
+    for (identity, seed), row in results.per_seed[figures].to_dict("index").items():
+        tables.setdefault(identity, {})[int(seed)] = row
     for row in results.ok_runs[columns].to_dict("records"):
         cfg = results.run_records(row["identity"])[0]["config"]
         groups.append(SeedGroup(str(row["suite"]), str(row["workload"]), str(row["kind"]), dig(cfg, "moe", "router"),
