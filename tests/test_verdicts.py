@@ -46,7 +46,7 @@ def record(workload, seed, tokens, *, router=None, reached=True, step_s=0.1, sui
                         "tokens_per_s": 1000 / step_s, "flops": {"model_per_token": flops},
                         "params": {"total": 2e5}, "energy": {"j_per_token": 0.01, "gco2e_per_mtok": 1.0},
                         "mfu": None},
-            "env": {"devices": [{"name": "cpu"}]},
+            "env": {"devices": [{"name": "cpu"}]}, "energy": {"source": "measured"},
             "steps": [{"time_s": step_s * (1 + 0.01 * (i % 5))} for i in range(20)]}
 
 
@@ -196,3 +196,18 @@ def test_the_claims_page_names_what_is_missing_and_ranks_nothing_it_cannot():
     assert "not testable here: missing workload: a moe workload with router = &#x27;expert_choice&#x27;" in section.html
     assert "sw · w1 lower" in section.html and "consistent" in section.html
     go.Figure(section.figures[0].spec())  # a valid Plotly figure
+
+
+def test_estimated_energy_is_shown_never_ranked_or_held_against_a_claim():
+    """On a CPU host energy is a fixed power × time: its J/token ratio is the step-time ratio again."""
+    recs = seeds("dense", [1e5, 1.1e5, 1.21e5]) + seeds("sw", [5e4, 5.5e4, 6.05e4], router="switch")
+    for r in recs:
+        r["energy"] = {"source": "estimated"}
+    v = verdicts(recs)
+    by_figure = {p.figure: p for p in v.pairs}
+    for figure in ("j_per_token", "energy_j", "co2e_g"):
+        assert by_figure[figure].ranking is Ranking.UNAVAILABLE and "estimated energy" in by_figure[figure].text
+        assert by_figure[figure].ratio.point is not None  # shown, with its interval
+    assert by_figure["tokens"].ranking is Ranking.LESS  # what is not energy is still ranked
+    (claim,) = [c for c in v.claims if c.claim.key == "sparse-energy"]
+    assert claim.consistency is Consistency.NOT_TESTABLE and "estimated energy" in claim.reason

@@ -368,21 +368,21 @@ def interval_table(v) -> Table | None:
                                                                                "j_per_token": "J/token (per step)"}
     table = Table(title="Over seeds (median, 95 % interval)", header_style="bold",
                   caption=escape(printable(f"{v.method}. {v.energy_spread}.")))
-    for header in ("run", "seeds", "figure", "median (95% interval)", "÷ dense (95% interval)", "verdict"):
+    for header in ("run", "seeds", "figure", "median (95% interval)", "÷ dense run (95% interval)", "verdict"):
         table.add_column(header, justify="left" if header in ("run", "seeds", "figure", "verdict") else "right")
-    by_sparse: dict[tuple, dict] = {}  # (suite, sparse run) -> figure -> its pair with a dense run
+    by_sparse: dict[tuple, dict] = {}  # (suite, sparse run) -> figure -> its pairs, one per dense run
     for p in v.pairs:
-        by_sparse.setdefault((p.suite, p.sparse), {})[p.figure] = p
+        by_sparse.setdefault((p.suite, p.sparse), {}).setdefault(p.figure, []).append(p)
     for w in shown:
         reached = (f"{w.n}: {', '.join(map(str, w.seeds))}" + (f"; {w.reached} reached" if w.figures else "")
                    + (f", {len(w.failed)} failed" if w.failed else ""))
         ratios = by_sparse.get((w.suite, w.label), {})
         figures = {**w.figures, **{m: w.per_step[m] for m in PER_STEP}}
         for i, (name, interval) in enumerate(figures.items()):
-            pair = ratios.get(name)
-            cells = [w.label if i == 0 else "", reached if i == 0 else "", labels[name],
-                     _interval_cell(interval), _interval_cell(pair.ratio, "{:.2f}") if pair else "",
-                     pair.text if pair else ""]
+            pairs = ratios.get(name, [])  # one line per dense run of the layout, named
+            cells = [w.label if i == 0 else "", reached if i == 0 else "", labels[name], _interval_cell(interval),
+                     "\n".join(f"{_interval_cell(p.ratio, '{:.2f}')} ÷ {p.dense}" for p in pairs),
+                     "\n".join(p.text for p in pairs)]
             table.add_row(*[escape(printable(c)) for c in cells])
         table.add_section()
     return table

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from benchsuite.record.values import dig, num, present
+from benchsuite.results.compare import ESTIMATED, MEASURED_ENERGY
 from benchsuite.results.identity import hardware_label
 from benchsuite.results.stats import Interval, log_t_interval, no_interval, welch_ratio
 
@@ -49,6 +50,7 @@ TO_TARGET = (("steps", "quality.step", "steps"), ("tokens", "quality.tokens", "t
 FINAL_LOSS = ("final_val_loss", "quality.final_val_loss", "final val loss")
 COLUMN = {name: column for name, column, _ in (*TO_TARGET, FINAL_LOSS)}
 PER_STEP = ("tokens_per_s", "j_per_token")  # columns of the results model, per step
+ENERGY_FIGURES = ("energy_j", "co2e_g", "j_per_token")  # on an estimate they follow time alone: shown, not ranked
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,7 @@ class SeedGroup:
     table: dict[int, dict]  # seed → the results model's per_seed row (medians over the seed's repeats)
     records: list[dict]
     failed_seeds: list[int] = field(default_factory=list)
+    measured_energy: bool = True  # energy.source read from a meter (not an estimate: a fixed power × time)
 
     @property
     def seeds(self) -> list[int]:
@@ -92,7 +95,7 @@ def seed_groups(results: Results) -> list[SeedGroup]:
     if results.ok_runs.empty:
         return groups
     columns = ["identity", "suite", "workload", "kind", "label", "world_size", "nodes", "scaling", "scaling.hardware",
-               "scaling.threads_per_rank", FINAL_LOSS[1], "failed_seeds"]
+               "scaling.threads_per_rank", FINAL_LOSS[1], "failed_seeds", "energy.source"]
     # the per-seed figures verdicts read, split by run once (a lookup per run in the whole table is slow)
     figures = [c for c in (*COLUMN.values(), *PER_STEP, "reached") if c in results.per_seed]
     tables: dict[str, dict[int, dict]] = {}
@@ -105,7 +108,8 @@ def seed_groups(results: Results) -> list[SeedGroup]:
                                 (row["world_size"], row["nodes"], row["scaling"], row["scaling.hardware"],
                                  row["scaling.threads_per_rank"]),
                                 present(row.get(FINAL_LOSS[1])), tables[row["identity"]],
-                                results.run_records(row["identity"]), list(row["failed_seeds"])))
+                                results.run_records(row["identity"]), list(row["failed_seeds"]),
+                                row["energy.source"] in MEASURED_ENERGY))
     return groups
 
 
@@ -188,7 +192,11 @@ def pair_ratios(sparse: SeedGroup, dense: SeedGroup) -> list[PairRatio]:
         else []
     out = [(name, welch_ratio(sparse.values(column), dense.values(column))) for name, column in names]
     out += [(m, per_step_ratio(sparse, dense, m)) for m in PER_STEP]
-    return [PairRatio(sparse.suite, sparse.label, dense.label, name, r, rank(r)) for name, r in out]
+    estimated = not (sparse.measured_energy and dense.measured_energy)
+    return [PairRatio(sparse.suite, sparse.label, dense.label, name, r, rank(r)) if not (
+        estimated and name in ENERGY_FIGURES) else PairRatio(sparse.suite, sparse.label, dense.label, name,
+                                                             Interval(r.point, r.lo, r.hi, r.n, ESTIMATED),
+                                                             Ranking.UNAVAILABLE) for name, r in out]
 
 
 def pairs(groups: list[SeedGroup]) -> list[PairRatio]:
@@ -322,6 +330,8 @@ def check_claim(claim: Claim, groups: list[SeedGroup]) -> list[ClaimCheck]:
             continue
         conditions = _measured_conditions(num_g, den_g) + f"; paper: {claim.paper_conditions}"
         mismatch = _flops_mismatch(num_g, den_g) if claim.same_flops else None
+        if claim.figure in ENERGY_FIGURES and not (num_g.measured_energy and den_g.measured_energy):
+            mismatch = ESTIMATED
         if mismatch:
             checks.append(ClaimCheck(claim, suite, None, Consistency.NOT_TESTABLE, conditions, mismatch))
             continue
