@@ -68,7 +68,7 @@ class SeedGroup:
     table: dict[int, dict]  # seed → the results model's per_seed row (medians over the seed's repeats)
     records: list[dict]
     failed_seeds: list[int] = field(default_factory=list)
-    measured_energy: bool = True  # energy.source read from a meter (not an estimate: a fixed power × time)
+    energy_source: str | None = "measured"  # the run's energy.source
 
     @property
     def seeds(self) -> list[int]:
@@ -109,7 +109,7 @@ def seed_groups(results: Results) -> list[SeedGroup]:
                                  row["scaling.threads_per_rank"]),
                                 present(row.get(FINAL_LOSS[1])), tables[row["identity"]],
                                 results.run_records(row["identity"]), list(row["failed_seeds"]),
-                                row["energy.source"] in MEASURED_ENERGY))
+                                row["energy.source"] if isinstance(row["energy.source"], str) else None))
     return groups
 
 
@@ -192,11 +192,21 @@ def pair_ratios(sparse: SeedGroup, dense: SeedGroup) -> list[PairRatio]:
         else []
     out = [(name, welch_ratio(sparse.values(column), dense.values(column))) for name, column in names]
     out += [(m, per_step_ratio(sparse, dense, m)) for m in PER_STEP]
-    estimated = not (sparse.measured_energy and dense.measured_energy)
+    unmeasured = energy_not_measured(sparse, dense)
     return [PairRatio(sparse.suite, sparse.label, dense.label, name, r, rank(r)) if not (
-        estimated and name in ENERGY_FIGURES) else PairRatio(sparse.suite, sparse.label, dense.label, name,
-                                                             Interval(r.point, r.lo, r.hi, r.n, ESTIMATED),
-                                                             Ranking.UNAVAILABLE) for name, r in out]
+        unmeasured and name in ENERGY_FIGURES) else PairRatio(sparse.suite, sparse.label, dense.label, name,
+                                                              Interval(r.point, r.lo, r.hi, r.n, unmeasured),
+                                                              Ranking.UNAVAILABLE) for name, r in out]
+
+
+def energy_not_measured(*groups: SeedGroup) -> str | None:
+    """Why the runs' energy figures cannot be judged (an estimate, or no meter), or None when every run's
+    energy was read from a meter."""
+    sources = {g.energy_source for g in groups}
+    if "estimated" in sources:
+        return ESTIMATED
+    missing = sources - set(MEASURED_ENERGY)
+    return f"energy not measured (energy.source {', '.join(sorted(map(str, missing)))})" if missing else None
 
 
 def pairs(groups: list[SeedGroup]) -> list[PairRatio]:
@@ -330,8 +340,8 @@ def check_claim(claim: Claim, groups: list[SeedGroup]) -> list[ClaimCheck]:
             continue
         conditions = _measured_conditions(num_g, den_g) + f"; paper: {claim.paper_conditions}"
         mismatch = _flops_mismatch(num_g, den_g) if claim.same_flops else None
-        if claim.figure in ENERGY_FIGURES and not (num_g.measured_energy and den_g.measured_energy):
-            mismatch = ESTIMATED
+        if claim.figure in ENERGY_FIGURES:
+            mismatch = mismatch or energy_not_measured(num_g, den_g)
         if mismatch:
             checks.append(ClaimCheck(claim, suite, None, Consistency.NOT_TESTABLE, conditions, mismatch))
             continue
