@@ -78,6 +78,10 @@ def test_columns_pick_exactly_those_in_that_order(df):
     energy = [t for t in section_tables(df, Fit(width=80, columns=("run", "total_j")))
               if t.title.startswith("Energy")][0]
     assert [c.header for c in energy.columns] == ["run", "total J"]
+    # a section table keeps the column naming its run beside what --columns picked from it
+    moe = [t for t in section_tables(df, Fit(width=80, columns=("workload", "seed", "tok_s")))
+           if t.title.startswith("MoE")][0]
+    assert [c.header for c in moe.columns] == ["run", "tok/s"]
 
 
 def test_report_columns_option_on_the_command_line(capsys):

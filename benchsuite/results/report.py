@@ -280,14 +280,19 @@ def report_table(results: Results, fit: Fit = Fit()) -> Table:
 def _section_table(df: pd.DataFrame, title: str, columns: list[tuple[str, str, str]], when: str,
                    fit: Fit) -> Table | None:
     """A table of the runs that have column `when` (None when no run has it, or --columns picks none of
-    its columns); its columns are most important first."""
+    its columns); its columns are most important first, and its first names the run: kept beside any
+    picked column, so a row always says whose figures it holds."""
     if when not in df or df[when].isna().all():
         return None
     rows = [[_fmt(fmt, row.get(col)) for _, col, fmt in columns] for _, row in df[df[when].notna()].iterrows()]
     headers = [h for h, _, _ in columns]
-    table, left_out = _fitted_table(title, headers, rows, headers, fit)
-    if not table.columns:
+    key = column_name(headers[0])
+    picked = fit.columns is not None and any(c in fit.columns for c in map(column_name, headers[1:]))
+    if fit.columns is not None and not picked:
         return None
+    if picked and key not in fit.columns:
+        fit = Fit(fit.width, (key, *fit.columns))
+    table, left_out = _fitted_table(title, headers, rows, headers, fit)
     if left_out:
         table.caption = "\n".join(escape(line) for line in _left_out_line(left_out))
     return table
