@@ -14,6 +14,7 @@ import json
 import math
 import os
 import re
+import unicodedata
 import reprlib
 import tomllib
 from dataclasses import dataclass, field, fields
@@ -255,6 +256,28 @@ _SHORT.maxstring = _SHORT.maxother = _SHORT.maxlong = 60
 def _show(v) -> str:
     """A value as a problem quotes it: bounded in length and nesting, whatever the file holds."""
     return _SHORT.repr(v)
+
+
+# Characters a reader cannot see or that move the text around: control, format (zero-width, bidi marks),
+# private use, unassigned, line and paragraph separators. Two names that differ by one look the same.
+INVISIBLE_CATEGORIES = ("Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp")
+
+
+def name_problem(name: str) -> str | None:
+    """Why a suite or workload name cannot be read as written (None when it can): an invisible character,
+    or whitespace other than a plain space."""
+    for i, ch in enumerate(name):
+        if unicodedata.category(ch) in INVISIBLE_CATEGORIES or (ch.isspace() and ch != " "):
+            return (f"contains an invisible or control character, U+{ord(ch):04X} "
+                    f"({unicodedata.name(ch, 'unnamed')}) at position {i}: a name that differs by it looks the "
+                    f"same; remove it")
+    return None
+
+
+def name_skeleton(name: str) -> str:
+    """What a reader tells names apart by: compatibility forms folded (NFKC: fullwidth, ligatures), case
+    folded, runs of spaces as one. Two names with one skeleton are one name to a person."""
+    return " ".join(unicodedata.normalize("NFKC", name).casefold().split())
 
 
 def _few(values: list) -> str:
@@ -621,6 +644,9 @@ def parse_suite(doc: dict, path: str | Path = "<string>") -> Suite:
     if not isinstance(name, str) or not name.strip():
         problems.append(("suite.name", "expected a non-empty string"))
         name = "suite"
+    elif name_problem(name):
+        problems.append(("suite.name", name_problem(name)))
+    name = unicodedata.normalize("NFC", name)  # one spelling of "café", however the file's editor wrote it
     description = suite.get("description", "")
     if not isinstance(description, str):
         problems.append(("suite.description", "expected a string"))
@@ -654,7 +680,7 @@ def parse_suite(doc: dict, path: str | Path = "<string>") -> Suite:
 
     runs: list[RunConfig] = []
     run_count = 0  # counted from the list lengths, whether or not the runs are expanded
-    seen_names: set[str] = set()
+    seen_names: dict[str, tuple[int, str]] = {}  # name_skeleton -> (index, name) of the workload that has it
     for i, raw in enumerate(workloads):
         where = f"workload[{i}]"
         if not isinstance(raw, dict):
@@ -664,9 +690,16 @@ def parse_suite(doc: dict, path: str | Path = "<string>") -> Suite:
         if not isinstance(wname, str) or not wname.strip():
             problems.append((f"{where}.name", "every workload needs a non-empty string name"))
             wname = f"workload{i}"
-        elif wname in seen_names:
-            problems.append((f"{where}.name", f"duplicate workload name {_show(wname)}"))
-        seen_names.add(wname)
+        elif name_problem(wname):
+            problems.append((f"{where}.name", name_problem(wname)))
+        wname = unicodedata.normalize("NFC", wname)
+        if name_skeleton(wname) in seen_names:
+            j, other = seen_names[name_skeleton(wname)]
+            problems.append((f"{where}.name", (f"duplicate workload name {_show(wname)}" if other == wname else
+                                               f"workload name {_show(wname)} cannot be told apart from "
+                                               f"{_show(other)} (workload[{j}]): they differ only by case, "
+                                               f"Unicode normalisation or compatibility forms; rename one")))
+        seen_names.setdefault(name_skeleton(wname), (i, wname))
         where = f"workload[{i}] ({wname})"
         for key in raw:
             if key not in WORKLOAD_KEYS:

@@ -409,3 +409,33 @@ def test_moe_problems_come_in_one_pass_and_a_refused_value_hides_no_other_check(
                              "workload[1] (b).moe.top_k", "workload[1] (b).moe.capacity_factor",
                              "workload[2] (c).moe.router", "workload[2] (c).moe.min_capacity"}, problems
     assert "expected int" in problems["workload[1] (b).moe.top_k"]
+
+
+# ----------------------------------------------------------------------------- names a person can tell apart
+
+
+@pytest.mark.parametrize("first, second, why", [
+    ("café", "cafe\u0301", "duplicate workload name"),  # NFC vs NFD: one name once normalised
+    ("dense", "Dense", "cannot be told apart from 'dense'"),  # case only
+    ("dense", "\uff44\uff45\uff4e\uff53\uff45", "cannot be told apart from 'dense'"),  # fullwidth forms
+])
+def test_workload_names_a_person_cannot_tell_apart_are_refused_naming_both(first, second, why):
+    problems = _problems({"workload": [{"name": first}, {"name": second}]})
+    (key, reason), = [(k, r) for k, r in problems.items() if k.startswith("workload[1]")]
+    assert key.endswith(".name") and why in reason
+    if "told apart" in why:
+        assert "(workload[0])" in reason and "rename one" in reason
+
+
+@pytest.mark.parametrize("name, code", [("de\u200bnse", "U+200B"), ("\u202edense", "U+202E"), ("dense\u2066", "U+2066"),
+                                        ("den\tse", "U+0009"), ("a\x1bb", "U+001B"), ("x\ufeff", "U+FEFF")])
+def test_an_invisible_character_in_a_name_is_refused_naming_it(name, code):
+    problems = _problems({"suite": {"name": name}, "workload": [{"name": name}]})
+    for key in ("suite.name", "workload[0].name"):
+        assert code in problems[key] and "invisible or control character" in problems[key], problems
+
+
+def test_names_are_kept_in_one_normal_form():
+    suite = parse_suite({"suite": {"name": "cafe\u0301s"}, "workload": [{"name": "cafe\u0301"}]}, "s.toml")
+    assert suite.name == "cafés" and [r.workload for r in suite.runs] == ["café"]
+    assert suite.runs[0].suite == "cafés"

@@ -200,6 +200,9 @@ HOSTILE = "\u202e\u2066[/bold]w[red]:warning:\x1b]0;pwned\x07\x1b[2J"
 HOSTILE_TOML = r'"\u202e\u2066[/bold]w[red]:warning:\u001b]0;pwned\u0007\u001b[2J"'
 SHOWN = r"\u202e\u2066[/bold]w[red]:warning:\x1b]0;pwned\x07\x1b[2J"  # what the terminal shows
 RAW = ["\x1b]0;pwned", "\x07", "\x1b[2J", "\u202e", "\u2066"]
+# what a suite may name a workload (no invisible or control character: config.name_problem) that a
+# terminal library might still act on: rich markup, an emoji code, HTML
+VISIBLE_HOSTILE = "[/bold]w[red]:warning:<b>x</b>"
 
 
 def test_printable_shows_controls_bidi_overrides_and_surrogates_escaped():
@@ -211,15 +214,15 @@ def test_printable_shows_controls_bidi_overrides_and_surrogates_escaped():
     assert printable("é → ✓ 日本 [b]") == "é → ✓ 日本 [b]" and printable(None) == "None"
 
 
-def _hostile_suite(path: Path) -> Path:
+def _hostile_suite(path: Path, name_toml: str = HOSTILE_TOML) -> Path:
     return write_suite(path, f"""
     [suite]
-    name = {HOSTILE_TOML}
+    name = {name_toml}
     [defaults]
     model = {{ layers = 1, hidden = 16, heads = 2, vocab = 64, seq_len = 8 }}
     train = {{ micro_batch = 2, steps = 3, warmup_steps = 2, timeout_s = 120 }}
     [[workload]]
-    name = {HOSTILE_TOML}
+    name = {name_toml}
     kind = "dense"
     """)
 
@@ -241,8 +244,9 @@ def _verb_argv(verb: str, tmp_path: Path) -> tuple[list[str], int, str]:
         return ["list", str(tmp_path / "bad")], 0, SHOWN.replace("/", "-")
     suite = str(_hostile_suite(tmp_path / "hostile.toml"))
     results = str(_hostile_results(tmp_path / "results"))
-    argv, code = {"report": (["report", results], 0), "list": (["list", results], 0), "flops": (["flops", suite], 0),
-                  "memory": (["memory", suite], 0),
+    if verb in ("flops", "memory"):  # a suite naming a workload with invisible characters is refused, naming them
+        return [verb, suite], 2, "U+202E (RIGHT-TO-LEFT OVERRIDE) at position 0"
+    argv, code = {"report": (["report", results], 0), "list": (["list", results], 0),
                   "carbon project": (["carbon", "project", results, "--tokens", "1e9"], 0),
                   "error: no results folder": (["list", str(tmp_path / HOSTILE)], 2),
                   "error: suite file": (["flops", str(tmp_path / HOSTILE)], 2),
@@ -277,8 +281,12 @@ def test_run_on_a_terminal_shows_a_hostile_workload_name(tmp_path, monkeypatch):
     buf = io.StringIO()
     monkeypatch.setattr(run_verb, "err", Console(file=buf, force_terminal=True, width=300, highlight=False,
                                                  emoji=False, soft_wrap=True))
-    assert cli.main(["run", str(_hostile_suite(tmp_path / "s.toml")), "--out", str(tmp_path / "r")]) == 0
+    suite = _hostile_suite(tmp_path / "s.toml", json.dumps(VISIBLE_HOSTILE))
+    assert cli.main(["run", str(suite), "--out", str(tmp_path / "r")]) == 0
     shown = buf.getvalue()
-    assert not [r for r in RAW if r in shown], shown
-    assert f"✓ {SHOWN} · w1 · weak · seed 0 · repeat 0" in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", shown)  # rich's own colours
-    assert [r["workload"] for r in map(json.loads, map(Path.read_text, (tmp_path / "r").glob("*.json")))] == [HOSTILE]
+    assert f"✓ {VISIBLE_HOSTILE} · w1 · weak · seed 0 · repeat 0" in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", shown)
+    assert [r["workload"] for r in map(json.loads, map(Path.read_text, (tmp_path / "r").glob("*.json")))] \
+        == [VISIBLE_HOSTILE]
+    # a name with invisible characters never reaches a terminal or a record: refused before anything runs
+    assert cli.main(["run", str(_hostile_suite(tmp_path / "h.toml")), "--out", str(tmp_path / "h")]) == 2
+    assert not (tmp_path / "h").exists() or not list((tmp_path / "h").glob("*.json"))
