@@ -268,9 +268,9 @@ def name_problem(name: str) -> str | None:
     or whitespace other than a plain space."""
     for i, ch in enumerate(name):
         if unicodedata.category(ch) in INVISIBLE_CATEGORIES or (ch.isspace() and ch != " "):
-            return (f"contains an invisible or control character, U+{ord(ch):04X} "
-                    f"({unicodedata.name(ch, 'unnamed')}) at position {i}: a name that differs by it looks the "
-                    f"same; remove it")
+            what = unicodedata.name(ch, "a control character" if unicodedata.category(ch) == "Cc" else "unnamed")
+            return (f"contains an invisible or control character, U+{ord(ch):04X} ({what}) at position {i}: a name "
+                    f"that differs by it looks the same; remove it")
     return None
 
 

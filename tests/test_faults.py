@@ -228,7 +228,7 @@ description = "<b onmouseover=alert(3)>desc</b>"
 [sweep]
 world_size = [{world}]
 """
-XSS_SUITE = '<script>alert(\\"suite\\")</script> [red]x[/red] \\u001b]0;pwned\\u0007'
+XSS_SUITE = '<script>alert(\\"suite\\")</script> [red]x[/red] ]0;pwned'  # visible: a name holds no control character
 XSS_WORKLOAD = "<img src=x onerror=alert(1)>"
 
 
