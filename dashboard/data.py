@@ -2,8 +2,7 @@
 
 `df` has one row per record and `runs` one row per run (a run identity: all its seeds and repeats),
 both from the model `benchsuite report` reads: the same medians, intervals over seeds, efficiencies
-and flags. The pages add the model family of each row (its colour and marker), the final validation
-loss of each record, each record's page, and `run_label`: a record's name ("dense · w2 · seed 1 ·
+and flags. The pages add the model family of each row (its colour and marker), each record's page, and `run_label`: a record's name ("dense · w2 · seed 1 ·
 repeat 0") in `df`, a run's ("dense · w2") in `runs`. Lists (steps, per-device energy, expert load)
 stay in the raw records; row `rec` indexes `SiteData.records`.
 """
@@ -60,12 +59,6 @@ def page_slug(run_key: str) -> str:
     return slug(str(run_key), 64)
 
 
-def _final_val_loss(rec: dict):
-    vals = [s.get("val_loss") for s in rec.get("steps") or [] if isinstance(s, dict)]
-    vals = [v for v in vals if num(v) is not None]
-    return vals[-1] if vals else None
-
-
 def expert_load(rec: dict, key: str = "expert_load") -> list[list[float]] | None:
     """A [MoE layer][expert] table of metrics.moe, summed over ranks: expert_load (tokens routed to
     each expert in the last step, before capacity) or tokens_per_expert (the tokens each expert
@@ -115,7 +108,6 @@ def site_data(results: Results) -> SiteData:
     df, runs = results.df.copy(), results.runs.copy()
     if df.empty:
         return SiteData(results, df, runs)
-    df["val_loss_final"] = [_final_val_loss(results.records[i]) for i in df["rec"]]
     df["run_label"] = df["record_name"]
     runs["run_label"] = runs["label"]
     families = _families(df, results.records)

@@ -39,20 +39,24 @@ class Column:
         return f.dtype, f.categories
 
 
+WHAT_RAN = (  # what a record and a run both say of themselves (a run: from its latest record)
+    Column("suite", "suite"),
+    Column("workload", "workload"),
+    Column("status", "status"),  # a run: ok when some record is; failed when every one failed
+    Column("kind", "config.kind"),
+    Column("router", "config.moe.router"),
+    Column("world_size", "config.world_size"),
+    Column("nodes", "config.nodes"),
+    Column("scaling", "config.scaling"),
+)
+
 COLUMNS = (
     Column("run_key", "run_key"),
     Column("identity", "identity", "string"),  # the run (results/identity.py): what its seeds and repeats share
     Column("name", "record_name", "string"),  # "dense · w2 · seed 1 · repeat 0"
     Column("seed", "config.train.seed"),
     Column("repeat", "repeat"),
-    Column("suite", "suite"),
-    Column("workload", "workload"),
-    Column("status", "status"),
-    Column("kind", "config.kind"),
-    Column("router", "config.moe.router"),
-    Column("world_size", "config.world_size"),
-    Column("nodes", "config.nodes"),
-    Column("scaling", "config.scaling"),
+    *WHAT_RAN,
     Column("tensor", "config.parallel.tensor"),
     Column("zero", "config.parallel.zero"),
     Column("expert", "config.parallel.expert"),
@@ -87,14 +91,7 @@ COLUMNS = (
 RUN_COLUMNS = (  # one row per run: each figure its median over each seed's repeats, then over its seeds
     Column("identity", "identity", "string"),
     Column("label", "label", "string"),  # "dense · w2"
-    Column("suite", "suite"),
-    Column("workload", "workload"),
-    Column("status", "status"),  # ok when some record is; failed when every one failed
-    Column("kind", "config.kind"),
-    Column("router", "config.moe.router"),
-    Column("world_size", "config.world_size"),
-    Column("nodes", "config.nodes"),
-    Column("scaling", "config.scaling"),
+    *WHAT_RAN,
     Column("seeds", "seed", "string"),  # "0, 1, 2"
     Column("repeats", "repeats", "Int64"),  # ok records: seeds × repeats
     Column("failed", "failed", "Int64"),  # failed records

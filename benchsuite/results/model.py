@@ -8,8 +8,9 @@ A run's figure is the median over each seed's repeats, then the median over its 
 figures (INTERVALS) carry a 95 % interval over seeds (results/stats.py: Student's t on the logs). A seed
 whose repeats spread more than NOISY_CV in tokens/s is flagged as a noisy measurement. Scaling
 efficiency is the run's figure against its baseline run's (results/scaling.py). The report and its
---json, every dashboard page, `list`, load() and load_runs(), export, `carbon project` and the verdicts
-over seeds read this model; nothing is aggregated a second way anywhere else.
+--json, every dashboard page, `list`, load() and load_runs(), `compare`'s medians (stats.run_median),
+`carbon project` and the verdicts over seeds read this model; nothing is aggregated a second way.
+(export writes one codecarbon row per record: nothing there is aggregated.)
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from benchsuite.record.sanity import flag_summary, sanity_flags
 from benchsuite.record.values import coefficient_of_variation, num, present
 from benchsuite.results.identity import record_name, run_identity, seed_of, seeds_text
 from benchsuite.results.scaling import add_scaling_efficiency
-from benchsuite.results.stats import Interval, log_t_interval
+from benchsuite.results.stats import ONE_SEED, Interval, log_t_interval
 from benchsuite.results.store import cyclic_gc_paused, dataframe_of, load_records
 
 NOISY_CV = 0.10  # tokens/s of one seed's repeats: a coefficient of variation above this is a noisy measurement
@@ -222,7 +223,7 @@ def _add_intervals(runs: pd.DataFrame, per_seed: pd.DataFrame) -> None:
     has none: one seed). Only the runs of two or more seeds have an interval to compute."""
     figures = per_seed[list(INTERVALS)]
     seeds = figures.groupby(level="identity").size()
-    runs.loc[seeds.index[seeds == 1], "interval_reason"] = seed_interval(pd.Series([1.0])).reason
+    runs.loc[seeds.index[seeds == 1], "interval_reason"] = ONE_SEED
     several = figures[figures.index.get_level_values("identity").isin(seeds.index[seeds > 1])]
     for identity, g in several.groupby(level="identity"):
         for name in INTERVALS:

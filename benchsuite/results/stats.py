@@ -25,6 +25,7 @@ import numpy as np
 from scipy import stats
 
 LEVEL = 0.95
+ONE_SEED = "one seed: no interval (sweep train.seed)"
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ def log_t_interval(values: list[float], unit: str = "seed") -> Interval:
     if np.any(xs <= 0):
         return no_interval(xs.size, "a value is not positive: no log interval", point)
     if xs.size == 1:
-        return no_interval(1, f"one {unit}: no interval (sweep train.seed)" if unit == "seed"
+        return no_interval(1, ONE_SEED if unit == "seed"
                            else f"one {unit}: no interval", point)
     lo, hi = _exp_ci(_quiet(stats.ttest_1samp, np.log(xs), 0.0))
     if not (math.isfinite(lo) and math.isfinite(hi)):  # identical values: scipy's interval is the mean
