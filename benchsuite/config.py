@@ -341,19 +341,74 @@ def _build_section(cls, raw: Any, where: str, problems: list) -> tuple[Any, set[
     return cls(**values), refused
 
 
-def _merge_sections(defaults: dict, workload: dict) -> dict:
-    """Each section of a workload over the same table of [defaults], key by key. A suite's values are
-    scalars, so nothing deeper is merged or copied (walking a pathological file's nesting could exhaust the stack)."""
-    out = {}
+def _merge_sections(suite_level: dict, defaults: dict, workload: dict) -> tuple[dict, dict[str, str]]:
+    """Each section of a workload, key by key: the suite's [energy]/[carbon] under [defaults] under the
+    workload's own table; and where each "section.key" came from ("suite", "defaults" or "workload"). A
+    suite's values are scalars, so nothing deeper is merged or copied (walking a pathological file's nesting
+    could exhaust the stack)."""
+    out, origins = {}, {}
     for sec in SECTIONS:
-        base, over = defaults.get(sec), workload.get(sec)
-        if isinstance(base, dict) and isinstance(over, dict):
-            out[sec] = {**base, **over}
-        elif sec in workload:
-            out[sec] = over
-        elif isinstance(base, dict):
-            out[sec] = base
-    return out
+        if sec in workload and not isinstance(workload[sec], dict):
+            out[sec] = workload[sec]  # refused by _build_section, naming the workload's key
+            continue
+        layers = [(origin, table) for origin, table in (("suite", suite_level.get(sec)), ("defaults", defaults.get(sec)),
+                                                        ("workload", workload.get(sec))) if isinstance(table, dict)]
+        if layers:
+            out[sec] = {}
+        for origin, table in layers:
+            out[sec].update(table)
+            origins.update({f"{sec}.{key}": origin for key in table})
+    return out, origins
+
+
+def _inherited_path(key: str, origin: str) -> str:
+    """Where a key a workload inherits is written: [defaults] or the suite's own [energy]/[carbon]."""
+    return f"defaults.{key}" if origin == "defaults" else key
+
+
+@dataclass
+class Inherited:
+    """The keys of [defaults] and of the suite's [energy]/[carbon] ("defaults.train.lr", "carbon.pue" ->
+    "section.key"), which of them took effect in some workload (or were refused there: told once), and
+    why each other one did not."""
+
+    given: dict[str, str]
+    used: set[str] = field(default_factory=set)
+    unused_because: dict[str, str] = field(default_factory=dict)
+
+    def problems(self) -> list[tuple[str, str]]:
+        out = []
+        for path, key in self.given.items():
+            if path in self.used:
+                continue
+            where = "[defaults]" if path.startswith("defaults.") else f"[{key.partition('.')[0]}]"
+            reason = self.unused_because.get(path, f"every workload sets its own {key}")
+            out.append((path, f"{reason}, so it changes nothing; remove it from {where}"))
+        return out
+
+
+def _apply_key_rules(w, origins: dict[str, str], refused: set[str], where: str, problems: list,
+                     inherited: Inherited) -> None:
+    """Refuse the workload's own keys that would change nothing (key_rules.py); set an inherited key that
+    does not apply back to its default, so the record holds what ran."""
+    from benchsuite.key_rules import BY_KEY, default_of, runs_anyway
+
+    for key, origin in origins.items():
+        sec, _, name = key.partition(".")
+        path = _inherited_path(key, origin)
+        rule = BY_KEY.get(key)
+        if sec not in w.sections:  # [defaults.moe] under a dense workload
+            inherited.unused_because.setdefault(path, "applies to no workload of this suite: it needs kind = \"moe\"")
+        elif key in refused or rule is None or not _known(refused, *rule.reads) or rule.applies(w):
+            if origin != "workload":
+                inherited.used.add(path)
+        elif origin != "workload":
+            w.sections[sec] = dataclasses.replace(w.sections[sec], **{name: default_of(w.sections[sec], name)})
+            inherited.unused_because.setdefault(path, f"applies to no workload of this suite: it needs "
+                                                      f"{rule.applies_when.replace('`', '')}")
+        elif not runs_anyway(rule, w, getattr(w.sections[sec], name)):
+            problems.append((f"{where}.{key}", rule.why(w, getattr(w.sections[sec], name))))
+            refused.add(key)
 
 
 def _known(refused: set[str], *keys: str) -> bool:
@@ -426,46 +481,31 @@ def _check_data(train: TrainConfig, model: ModelConfig, refused: set[str], where
 
 
 def _check_moe(moe: MoEConfig | None, refused: set[str], where: str, problems: list) -> None:
-    """The MoE keys that only make sense together (router, k, capacity, score)."""
+    """The MoE values that cannot run together (k and experts, expert choice and dropless)."""
     if moe is None:
         return
     key = f"{where}.moe"
     router_known = _known(refused, "moe.router")
-    if router_known and _known(refused, "moe.top_k") and moe.top_k is not None:
-        if moe.router == "expert_choice":
-            problems.append((f"{key}.top_k", "expert choice has no top_k (each expert takes "
-                                             "capacity_factor·N/E tokens); remove top_k or use router = \"token_choice\""))
-        elif moe.router != "token_choice" and moe.top_k != ROUTER_K[moe.router]:
-            problems.append((f"{key}.top_k", f"router = {moe.router!r} is top-{ROUTER_K[moe.router]}; for "
-                                             f"top-{moe.top_k} use router = \"token_choice\""))
     if (router_known and _known(refused, "moe.top_k", "moe.experts") and moe.k is not None
             and moe.k > moe.experts):
         problems.append((f"{key}.top_k", f"each token chooses {moe.k} experts, more than moe.experts "
                                          f"({moe.experts}); lower top_k or raise experts"))
-    if router_known and _known(refused, "moe.score") and moe.score != "softmax" and moe.router != "token_choice":
-        problems.append((f"{key}.score", f"score = {moe.score!r} needs router = \"token_choice\" "
-                                         f"({moe.router} scores with softmax)"))
-    if not _known(refused, "moe.capacity_factor") or not moe.dropless:
-        return
-    if router_known and moe.router == "expert_choice":
+    if router_known and _known(refused, "moe.capacity_factor") and moe.dropless and moe.router == "expert_choice":
         problems.append((f"{key}.capacity_factor", "expert choice needs capacity_factor > 0 (each expert "
                                                    "takes capacity_factor·N/E tokens); 0 (dropless) is for "
                                                    "token-choice routers"))
-    if _known(refused, "moe.min_capacity") and moe.min_capacity > 0:
-        problems.append((f"{key}.min_capacity", "capacity_factor = 0 is dropless: there is no capacity; "
-                                                "remove min_capacity or set capacity_factor > 0"))
-    if _known(refused, "moe.second_expert_policy") and moe.second_expert_policy == "random":
-        problems.append((f"{key}.second_expert_policy", "capacity_factor = 0 (dropless) keeps every "
-                                                        "assignment; use second_expert_policy = \"all\" or "
-                                                        "capacity_factor > 0"))
 
 
-def _check_carbon(carbon: CarbonConfig | None, where: str, problems: list) -> None:
-    """country/region must be in codecarbon's offline data (a typo must not become the world average)."""
+def _check_carbon(carbon: CarbonConfig, refused: set[str], where: str, problems: list) -> set[str]:
+    """country/region must be in codecarbon's offline data (a typo must not become the world average);
+    returns the keys refused."""
     from benchsuite.energy.carbon import place_problems
 
-    if carbon is not None:
-        problems += [(f"{where}.{key}", reason) for key, reason in place_problems(carbon.country, carbon.region)]
+    if not _known(refused, "carbon.country", "carbon.region"):
+        return set()
+    found = place_problems(carbon.country, carbon.region)
+    problems += [(f"{where}.{key}", reason) for key, reason in found]
+    return {key for key, _ in found}
 
 
 def _check_layout(kind: str, sec: dict, refused: set[str], where: str, problems: list) -> None:
@@ -486,9 +526,7 @@ def _check_layout(kind: str, sec: dict, refused: set[str], where: str, problems:
         if p.zero and _known(refused, "parallel.zero"):
             problems.append((f"{where}.parallel.zero", "ZeRO stages 1-3 would shard expert shards as if "
                                                        "replicated; use zero = 0 with expert > 1"))
-        if kind != "moe" and _known(refused, "kind"):
-            problems.append((f"{where}.parallel.expert", "expert parallelism needs kind = \"moe\""))
-        elif moe and _known(refused, "moe.experts") and moe.experts % p.expert:
+        if moe and _known(refused, "moe.experts") and moe.experts % p.expert:
             problems.append((f"{where}.parallel.expert",
                              f"expert ({p.expert}) must divide moe.experts ({moe.experts})"))
     if moe and _known(refused, "moe.every", "model.layers") and moe.every > m.layers:
@@ -503,9 +541,6 @@ def _check_pipeline(kind: str, sec: dict, refused: set[str], where: str, problem
     if not _known(refused, "parallel.pipeline", "parallel.virtual_stages", "parallel.schedule"):
         return
     if p.pipeline == 1:
-        if p.virtual_stages > 1:
-            problems.append((f"{key}.virtual_stages", "virtual stages need a pipeline; set pipeline > 1 or "
-                                                      "virtual_stages = 1"))
         return
     stages = p.pipeline * p.virtual_stages
     if _known(refused, "model.layers") and m.layers % stages:
@@ -665,9 +700,20 @@ def parse_suite(doc: dict, path: str | Path = "<string>") -> Suite:
             problems.append((f"defaults.{key}", "expected a table"))
             refused_defaults |= {f"{key}.{f.name}" for f in fields(SECTIONS[key])}
 
-    suite_energy, energy_refused = _build_section(EnergyConfig, doc.get("energy", {}), "energy", problems)
-    suite_carbon, carbon_refused = _build_section(CarbonConfig, doc.get("carbon", {}), "carbon", problems)
-    _check_carbon(suite_carbon, "carbon", problems)
+    suite_level, suite_refused = {}, set()  # the suite's own [energy]/[carbon]: its accepted keys, under [defaults]
+    for sec, cls in (("energy", EnergyConfig), ("carbon", CarbonConfig)):
+        raw_sec = doc.get(sec, {})
+        built_sec, bad = _build_section(cls, raw_sec, sec, problems)
+        if sec == "carbon":
+            bad |= _check_carbon(built_sec, set(), "carbon", problems)
+        suite_refused |= {f"{sec}.{key}" for key in bad}
+        if isinstance(raw_sec, dict):
+            suite_level[sec] = {key: getattr(built_sec, key) for key in raw_sec if f"{sec}.{key}" not in suite_refused
+                                and key in built_sec.__dataclass_fields__}
+    inherited = Inherited({f"{sec}.{key}": f"{sec}.{key}" for sec, table in suite_level.items() for key in table}
+                          | {f"defaults.{sec}.{key}": f"{sec}.{key}" for sec, table in defaults.items()
+                             if sec in SECTIONS and isinstance(table, dict) for key in table
+                             if key in SECTIONS[sec].__dataclass_fields__})
     suite_sweep, suite_sweep_refused = _sweep_lists(doc.get("sweep"), "sweep", problems)
 
     workloads = doc.get("workload")
@@ -717,21 +763,22 @@ def parse_suite(doc: dict, path: str | Path = "<string>") -> Suite:
         if not isinstance(wdesc, str):
             problems.append((f"{where}.description", "expected a string"))
             wdesc = ""
-        merged = _merge_sections(defaults, raw)
+        merged, origins = _merge_sections(suite_level, defaults, raw)
+        refused |= suite_refused - origins.keys()  # a refused suite-level value the workload does not replace
         built = {}
         for sec, cls in SECTIONS.items():
             if sec == "moe" and kind != "moe":
                 continue
-            if sec in ("energy", "carbon") and sec not in merged:
-                built[sec] = suite_energy if sec == "energy" else suite_carbon
-                refused |= {f"{sec}.{k}" for k in (energy_refused if sec == "energy" else carbon_refused)}
-                continue
             built[sec], bad = _build_section(cls, merged.get(sec, {}), f"{where}.{sec}", problems)
             refused |= {f"{sec}.{k}" for k in bad}
-            if sec == "carbon":
-                _check_carbon(built[sec], f"{where}.carbon", problems)
+        if any(origins.get(key) != "suite" for key in ("carbon.country", "carbon.region")):
+            refused |= {f"carbon.{k}" for k in _check_carbon(built["carbon"], refused, f"{where}.carbon", problems)}
         own_sweep, own_refused = _sweep_lists(raw.get("sweep"), f"{where}.sweep", problems)
         refused |= {f"sweep.{k}" for k in own_refused | (suite_sweep_refused - own_sweep.keys())}
+        from benchsuite.key_rules import Workload
+
+        _apply_key_rules(Workload(kind, built, seed_swept="seed" in {**suite_sweep, **own_sweep}), origins, refused,
+                         where, problems, inherited)
         _check_model(built["model"], refused, where, problems)
         _check_train(built["train"], refused, where, problems)
         _check_energy(built["energy"], built["train"], refused, where, problems)
@@ -751,6 +798,8 @@ def parse_suite(doc: dict, path: str | Path = "<string>") -> Suite:
                             sweep_id=f"{sweep_id}/{scaling}", **seeded)
             _check_run(run, refused, where, problems)
             runs.append(run)
+    if any(isinstance(raw, dict) for raw in workloads):
+        problems += inherited.problems()
     if run_count > MAX_RUNS:
         problems.append(("sweep", f"the suite would expand to {run_count} runs (world_size × nodes × scaling × seed of "
                                   f"each workload), more than the limit of {MAX_RUNS}; shorten the sweep lists "

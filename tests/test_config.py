@@ -334,7 +334,7 @@ def test_a_seed_sweep_gives_one_run_per_seed_with_one_seed_free_identity():
     def identity(run):  # the results model's: the config less its seed (and text), on one machine
         return run_identity({"config": run.to_dict(), "env": {}})
 
-    suite = parse_suite({"workload": [{"name": "a", "train": {"seed": 7}}, {"name": "b", "sweep": {"seed": [5]}}],
+    suite = parse_suite({"workload": [{"name": "a"}, {"name": "b", "sweep": {"seed": [5]}}],
                          "sweep": {"seed": [0, 1, 2], "world_size": [1, 2]}})
     a = [r for r in suite.runs if r.workload == "a" and r.world_size == 1]
     assert [r.train.seed for r in a] == [0, 1, 2]  # the sweep sets train.seed
