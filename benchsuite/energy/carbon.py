@@ -242,11 +242,28 @@ def project(tokens: float, devices: int, j_per_token: float, tokens_per_s_per_de
     }
 
 
+def _projection_inputs(pue_given: bool, intensity_given: bool) -> tuple[str, ...]:
+    """The record fields a projection reads (prefixes of flagged fields): the energy, the rates, and the
+    record's PUE and intensity unless the caller gives its own."""
+    return ("energy.", "metrics.energy.j_per_token", "metrics.tokens_per_s",
+            *(() if pue_given else ("carbon.pue",)), *(() if intensity_given else ("carbon.intensity_g_per_kwh",)))
+
+
 def project_from_record(record: dict, tokens: float, devices: int | None = None, pue: float | None = None,
                         intensity: float | Intensity | None = None) -> dict[str, Any]:
     """`project` with rates taken from a run record: J/token from metrics.energy.j_per_token
     when the worker stored it, else energy.total_j / (tokens_per_s x window_s); per-device
-    rate = tokens_per_s / world_size. PUE and intensity default to the record's."""
+    rate = tokens_per_s / world_size. PUE and intensity default to the record's. A record whose
+    inputs the sanity guard flagged (record/sanity.py) is refused with the flag's reason: a projection
+    scales a wrong figure by millions of tokens."""
+    from benchsuite.record.sanity import sanity_flags
+
+    inputs = _projection_inputs(pue is not None, intensity is not None)
+    flags = [f for f in (record.get("flags") or sanity_flags(record)) if isinstance(f, dict)
+             and str(f.get("field", "")).startswith(inputs)]
+    if flags:
+        raise ValueError(f"flagged input {flags[0]['field']} = {flags[0].get('value')}: {flags[0].get('reason')}; "
+                         "a projection from it would be wrong")
     energy, carbon = record.get("energy") or {}, record.get("carbon") or {}
     metrics = record.get("metrics") or {}
     tps = metrics.get("tokens_per_s")

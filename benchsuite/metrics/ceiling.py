@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from benchsuite.record.sanity import MFU_VS_CEILING_MAX
+from benchsuite.record.types import MFU_VS_CEILING_MAX
 
 # (warm-up s, window s, windows) per device type: on GPU past the power-limit transient, then
 # 2 s timed; on CPU (no transient; a 512^3 matmul takes ~5 ms) 50 ms windows, best of three:

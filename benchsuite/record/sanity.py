@@ -1,8 +1,10 @@
 """Sanity guard: figures no real run can produce are flagged, never published silently.
 
-A record whose numbers break physics or arithmetic (MFU above 1, throughput above what the
-device peak allows, negative or wrapped energy, a step that took no time, a NaN loss) keeps
-its status (the run did finish) but carries ``flags``: a list of ``{field, value, reason}``
+One rule: every figure with a physical sign or bound declares it in its record type (record/types.py
+`Bound`: energy, power, CO2e, grid intensity, FLOPs, MFU and HFU in [0, 1], fractions in [0, 1],
+losses, times, bytes), and each value outside it is flagged; two figures of several fields add to it
+(throughput above what the device peak allows, power implied by energy over the window). A record
+whose numbers break physics or arithmetic keeps its status (the run did finish) but carries ``flags``: a list of ``{field, value, reason}``
 that `benchsuite report` and the dashboard show beside the status. The worker attaches them
 when it writes a record; the loader computes them for records written before this guard.
 Scaling efficiency above 1.05 is a figure of several records: results/scaling.py flags it on the
@@ -11,14 +13,19 @@ DataFrame row where it computes it (scaling_flag).
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import Any, Callable
+import re
+import sys
+from dataclasses import dataclass
+from types import UnionType
+from typing import Annotated, Any, Callable, Union, get_args, get_origin, get_type_hints
 
+import msgspec
+
+from benchsuite.record.types import MAX_DEVICE_W, Bound, Record
 from benchsuite.record.values import dig
 
-MFU_MAX = 1.0                 # model FLOP/s above the device's datasheet peak
-MFU_VS_CEILING_MAX = 1.05     # above the matmul ceiling measured on the same device, past timing noise
-MAX_DEVICE_W = 2000.0         # average power of one GPU, or one node's CPU or DRAM, over a window
 SCALING_EFFICIENCY_MAX = 1.05  # N devices doing more than N times one device's work, past timing noise
 
 
@@ -57,113 +64,168 @@ def _flag(field: str, value: Any, reason: str) -> dict:
     return {"field": field, "value": json_value(value), "reason": reason}
 
 
-def _metrics_flags(m: dict, world_size: int | None) -> list[dict]:
-    flags = []
-    mfu = _num(m.get("mfu"))
-    if mfu is not None and (not math.isfinite(mfu) or mfu > MFU_MAX):
-        flags.append(_flag("metrics.mfu", mfu, f"MFU {mfu:.3g} exceeds {MFU_MAX:g}: the device would be doing "
-                                               "more FLOP/s than its datasheet peak"))
-    elif mfu is not None and mfu < 0:
-        flags.append(_flag("metrics.mfu", mfu, f"MFU {mfu:.3g} is negative: a step time or FLOP count is"
-                                               " negative"))
-    vs = _num(m.get("mfu_vs_ceiling"))
-    if vs is not None and (not math.isfinite(vs) or vs > MFU_VS_CEILING_MAX):
-        flags.append(_flag("metrics.mfu_vs_ceiling", vs,
-                           f"the run achieved {vs:.3g} x the matmul ceiling measured on the same device (limit "
-                           f"{MFU_VS_CEILING_MAX:g}): the ceiling measurement is unreliable (the device was busy "
-                           "while it was timed), not the run's step time"))
-    elif vs is not None and vs < 0:
-        flags.append(_flag("metrics.mfu_vs_ceiling", vs, "a negative share of the matmul ceiling: a step time or "
-                                                         "the ceiling is negative"))
-    jpt = _num(dig(m, "energy", "j_per_token"))
-    if jpt is not None and (not math.isfinite(jpt) or jpt < 0):
-        flags.append(_flag("metrics.energy.j_per_token", jpt, "energy per token cannot be negative or unbounded: "
-                                                              "an energy counter wrapped or was reset mid-window"))
-    tps = _num(m.get("tokens_per_s"))
-    per_token = _num(dig(m, "flops", "model_per_token"))
-    peak_t = _num(m.get("peak_tflops"))
-    if tps is not None and (not math.isfinite(tps) or tps <= 0):
-        flags.append(_flag("metrics.tokens_per_s", tps, "throughput must be a positive finite number"))
-    elif tps is not None and per_token and peak_t and world_size and world_size > 0:
-        achieved = tps * per_token / world_size
-        if achieved > peak_t * 1e12 * (1 + 1e-9):
-            flags.append(_flag("metrics.tokens_per_s", tps,
-                               f"{tps:,.0f} tokens/s x {per_token:.4g} model FLOPs/token over {world_size} "
-                               f"device(s) is {achieved / 1e12:.4g} TFLOP/s per device, above the peak "
-                               f"{peak_t:g} TFLOP/s"))
-    st = m.get("step_time_s")
-    for key in ("median", "p10"):
-        v = _num(dig(st, key))
-        if v is not None and (not math.isfinite(v) or v <= 0):
-            flags.append(_flag(f"metrics.step_time_s.{key}", v, "a step cannot take zero, negative or "
-                                                                "unbounded time: the timer is broken"))
-            break
-    return flags
+_NUMBER = (float, int)  # a bool's class is bool: never a figure
+Check = Callable[[Any], "list[dict] | None"]  # a value -> its flags (fields relative to it), None when sane
 
 
-def _energy_figure_flags(where: str, fig: dict, window_s: float | None) -> list[dict]:
-    e = _num(fig.get("energy_j"))
-    if e is None:
+@dataclass(frozen=True)
+class _Leaf:
+    """A Bound as two thresholds: `low <= v <= high` holds exactly for a finite figure inside the range
+    (nextafter makes "above low" inclusive; a relative 1e-9 of slack absorbs rounding)."""
+
+    bound: Bound
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, b: Bound) -> _Leaf:
+        low = -sys.float_info.max if b.low is None else (
+            math.nextafter(b.low, math.inf) if b.above_low else b.low - 1e-9 * max(1.0, abs(b.low)))
+        high = sys.float_info.max if b.high is None else b.high + 1e-9 * max(1.0, abs(b.high))
+        return cls(b, low, high)
+
+    def flag(self, v: float, field: str) -> dict:
+        b, v = self.bound, float(v)
+        if not math.isfinite(v):
+            broken = f"{b.label} is not a finite number"
+        elif v < self.low:
+            broken = f"{b.label} {v:.4g} is {'not above' if b.above_low else 'below'} {b.low:g}"
+        else:
+            broken = f"{b.label} {v:.4g} exceeds {b.high:g}"
+        return _flag(field, v, f"{broken}: {b.why}")
+
+
+def _prefixed(prefix: str, flag: dict) -> dict:
+    rest = flag["field"]
+    flag["field"] = prefix if not rest else prefix + rest if rest.startswith("[") else f"{prefix}.{rest}"
+    return flag
+
+
+def _struct_check(leaves: list[tuple[str, _Leaf]], nested: list[tuple[str, Check]]) -> Check:
+    def check(value):
+        if value.__class__ is not dict:
+            return None
+        out = None
+        for name, leaf in leaves:
+            v = value.get(name)
+            if v.__class__ in _NUMBER and not leaf.low <= v <= leaf.high:
+                out = (out or []) + [leaf.flag(v, name)]
+        for name, child in nested:
+            v = value.get(name)
+            found = None if v is None else child(v)
+            if found:
+                out = (out or []) + [_prefixed(name, f) for f in found]
+        return out
+
+    return check
+
+
+def _item(key) -> str:
+    return f"[{key}]" if key.__class__ is int else str(key)
+
+
+def _items_check(child: _Leaf | Check) -> Check:
+    """Every item of a list (field[i]) or a dict (field.key); one flag per field across the items."""
+    def check(value):
+        if value.__class__ is list:
+            pairs = enumerate(value)
+        elif value.__class__ is dict:
+            pairs = value.items()
+        else:
+            return None
+        found = []
+        if isinstance(child, _Leaf):
+            found += [child.flag(v, _item(key)) for key, v in pairs
+                      if v.__class__ in _NUMBER and not child.low <= v <= child.high]
+        else:
+            for key, v in pairs:
+                found += [_prefixed(_item(key), f) for f in (None if v is None else child(v)) or ()]
+        return _first_of_each(found, len(value)) if found else None
+
+    return check
+
+
+def _compile(tp: Any) -> _Leaf | Check | None:
+    """What the rule checks in a value of type tp, from the Bounds its annotations declare (None: nothing)."""
+    origin, args = get_origin(tp), get_args(tp)
+    if origin is Annotated:
+        bound = next((m for m in args[1:] if isinstance(m, Bound)), None)
+        return _Leaf.of(bound) if bound is not None else _compile(args[0])
+    if origin in (Union, UnionType):
+        return next((c for c in map(_compile, args) if c is not None), None)
+    if origin in (list, dict):
+        inner = _compile(args[-1])
+        return None if inner is None else _items_check(inner)
+    if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
+        children = {name: _compile(hint) for name, hint in get_type_hints(tp, include_extras=True).items()}
+        return _struct_check([(n, c) for n, c in children.items() if isinstance(c, _Leaf)],
+                             [(n, c) for n, c in children.items() if c is not None and not isinstance(c, _Leaf)])
+    return None
+
+
+@functools.cache
+def _record_check() -> Check:
+    return _compile(Record)
+
+
+def _first_of_each(found: list[dict], n: int) -> list[dict]:
+    """One flag per field across a list's items (the first), counting the items that break it: a diverged run
+    has one flag for its losses, not one per step."""
+    by_field: dict[str, list[dict]] = {}
+    for f in found:
+        by_field.setdefault(re.sub(r"\[\d+\]", "[]", f["field"]), []).append(f)
+    out = []
+    for flags in by_field.values():
+        first = flags[0]
+        if len(flags) > 1:
+            first = {**first, "reason": f"{first['reason']} ({len(flags)} of {n} items; the first shown)"}
+        out.append(first)
+    return out
+
+
+def _throughput_flags(m: dict, world_size: int | None) -> list[dict]:
+    """Throughput that implies more FLOP/s per device than the device's peak."""
+    tps, per_token, peak_t = _num(m.get("tokens_per_s")), _num(dig(m, "flops", "model_per_token")), \
+        _num(m.get("peak_tflops"))
+    if not (tps and per_token and peak_t and world_size) or min(tps, per_token, peak_t) <= 0 or \
+            not math.isfinite(tps * per_token):
         return []
-    if not math.isfinite(e) or e < 0:
-        return [_flag(f"{where}.energy_j", e, "energy cannot be negative or unbounded: a counter wrapped or "
-                                               "was reset mid-window")]
-    w = _num(fig.get("avg_w"))
-    if w is None and window_s:
-        w = e / window_s
-    if w is not None and w > MAX_DEVICE_W:
-        return [_flag(f"{where}.avg_w", w, f"average power {w:,.0f} W exceeds {MAX_DEVICE_W:,.0f} W for one "
-                                            "device: a counter wrapped or the window is wrong")]
-    return []
+    achieved = tps * per_token / world_size
+    if achieved <= peak_t * 1e12 * (1 + 1e-9):
+        return []
+    return [_flag("metrics.tokens_per_s", tps,
+                  f"{tps:,.0f} tokens/s x {per_token:.4g} model FLOPs/token over {world_size} device(s) is "
+                  f"{achieved / 1e12:.4g} TFLOP/s per device, above the peak {peak_t:g} TFLOP/s")]
 
 
-def _energy_flags(energy: dict) -> list[dict]:
-    flags = []
-    for key in ("total_j", "gpu_j", "cpu_j", "dram_j"):
-        v = _num(energy.get(key))
-        if v is not None and (not math.isfinite(v) or v < 0):
-            flags.append(_flag(f"energy.{key}", v, "energy cannot be negative or unbounded: a counter wrapped or "
-                                                   "was reset mid-window"))
+def _implied_power_flags(energy: dict) -> list[dict]:
+    """A device's energy over the window that implies more than MAX_DEVICE_W where no average power is stored."""
     window_s = _num(energy.get("window_s"))
-    window_s = window_s if window_s and math.isfinite(window_s) and window_s > 0 else None
-    for i, dev in enumerate(energy.get("per_device") or []):
-        if isinstance(dev, dict):
-            flags += _energy_figure_flags(f"energy.per_device[{i}]", dev, window_s)
-    for i, node in enumerate(energy.get("per_node") or []):
-        for part in ("cpu", "dram"):
-            if isinstance(node, dict) and isinstance(node.get(part), dict):
-                flags += _energy_figure_flags(f"energy.per_node[{i}].{part}", node[part], window_s)
-    return flags
-
-
-def _steps_flags(steps: list) -> list[dict]:
+    if not window_s or not math.isfinite(window_s) or window_s <= 0:
+        return []
     flags = []
-    rows = [s for s in steps if isinstance(s, dict)]
-    for key, bad, why in (
-            ("time_s", lambda v: not math.isfinite(v) or v <= 0, "a step cannot take zero, negative or unbounded time"),
-            ("loss", lambda v: not math.isfinite(v), "the loss is not a finite number: training diverged "
-                                                     "(or the figures are corrupt)")):
-        hits = [(i, s[key]) for i, s in enumerate(rows) if _num(s.get(key)) is not None and bad(float(s[key]))]
-        if hits:
-            i, v = hits[0]
-            step = rows[i].get("step", i)
-            flags.append(_flag(f"steps[{i}].{key}", v, f"{why} ({len(hits)} of {len(rows)} steps, first at step "
-                                                      f"{step})"))
+    for i, dev in enumerate(energy.get("per_device") or []):
+        e = _num(dev.get("energy_j")) if isinstance(dev, dict) else None
+        if e is not None and _num(dev.get("avg_w")) is None and math.isfinite(e) and e / window_s > MAX_DEVICE_W:
+            flags.append(_flag(f"energy.per_device[{i}].avg_w", e / window_s,
+                               f"average power {e / window_s:,.0f} W (energy over the window) exceeds "
+                               f"{MAX_DEVICE_W:,.0f} W for one device: a counter wrapped or the window is wrong"))
     return flags
 
 
 def sanity_flags(rec: dict) -> list[dict]:
-    """Every physically impossible figure of an ok record, as {field, value, reason}; [] when sane."""
+    """Every figure of an ok record outside its physical range (the Bound its record type declares:
+    energy, power, CO2e, FLOPs, MFU and HFU, fractions, losses, times), plus throughput above the device's
+    peak and power implied by energy over the window; each {field, value, reason}; [] when sane."""
     if not isinstance(rec, dict) or rec.get("status") != "ok":
         return []
+    flags: list[dict] = _record_check()(rec) or []
     world_size = _num(dig(rec, "config", "world_size"))
-    flags = []
-    if isinstance(rec.get("metrics"), dict):
-        flags += _metrics_flags(rec["metrics"], int(world_size) if world_size else None)
+    if isinstance(rec.get("metrics"), dict) and not any(f["field"] == "metrics.tokens_per_s" for f in flags):
+        flags += _throughput_flags(rec["metrics"], int(world_size) if world_size else None)
     if isinstance(rec.get("energy"), dict):
-        flags += _energy_flags(rec["energy"])
-    if isinstance(rec.get("steps"), list):
-        flags += _steps_flags(rec["steps"])
+        seen = {f["field"] for f in flags}
+        flags += [f for f in _implied_power_flags(rec["energy"]) if f["field"] not in seen]
     return flags
 
 

@@ -14,6 +14,7 @@ refused: a record is strict JSON); units are in field names (`_j`, `_w`, `_s`, `
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import enum
 import sys
@@ -33,6 +34,56 @@ Pue = Annotated[float, Meta(ge=1, le=_MAX, description="power usage effectivenes
 Time = Annotated[dt.datetime, Meta(tz=True, description="RFC 3339 date and time with an offset (UTC)")]
 Text = Annotated[str, Meta(max_length=1_000_000)]
 Name = Annotated[str, Meta(pattern=r"^[^.]+$", max_length=200, description="a key: no dots (flattened names use them)")]
+
+
+@dataclasses.dataclass(frozen=True)
+class Bound:
+    """A figure's physical range: record/sanity.py flags a value outside it, saying `why`. Not a decoding
+    constraint: a record with an impossible figure still loads, flagged, so the reader sees it."""
+    label: str
+    why: str
+    low: float | None = 0.0
+    high: float | None = None
+    above_low: bool = False  # the figure must exceed low (a step takes some time), not merely reach it
+
+
+MAX_DEVICE_W = 2000.0  # average power of one GPU, or one node's CPU or DRAM, over a window
+MFU_VS_CEILING_MAX = 1.05  # above the matmul ceiling measured on the same device, past timing noise
+_FINITE = Meta(ge=-_MAX, le=_MAX, description="a finite number")
+Joules = Annotated[float, _FINITE, Bound("energy", "a counter wrapped or was reset mid-window")]
+Watts = Annotated[float, _FINITE, Bound("average power", f"one device, or one node's CPU or DRAM, draws at most "
+                                        f"{MAX_DEVICE_W:g} W: a counter wrapped or the window is wrong",
+                                        0.0, MAX_DEVICE_W)]
+Power = Annotated[float, _FINITE, Bound("power", "a draw cannot be negative: a meter or an idle fit is wrong")]
+Seconds = Annotated[float, _FINITE, Bound("time", "a step or window cannot take zero, negative or unbounded "
+                                          "time: the timer is broken", above_low=True)]
+Elapsed = Annotated[float, _FINITE, Bound("time", "elapsed time cannot be negative: the timer is broken")]
+Rate = Annotated[float, _FINITE, Bound("throughput", "must be a positive finite number", above_low=True)]
+Mfu = Annotated[float, _FINITE, Bound("MFU", "the device would be doing more FLOP/s than its datasheet peak "
+                                      "(or, below 0, a step time or FLOP count is negative)", 0.0, 1.0)]
+Hfu = Annotated[float, _FINITE, Bound("HFU", "the device would be executing more FLOP/s than its datasheet peak "
+                                      "(or, below 0, a step time or FLOP count is negative)", 0.0, 1.0)]
+VsCeiling = Annotated[float, _FINITE, Bound(
+    "share of the matmul ceiling", "the run would beat the matmul ceiling measured on the same device: the ceiling "
+    "measurement is unreliable (the device was busy while it was timed), not the run's step time", 0.0,
+    MFU_VS_CEILING_MAX)]
+FlopRate = Annotated[float, _FINITE, Bound("FLOP/s", "a rate of work cannot be negative")]
+Peak = Annotated[float, _FINITE, Bound("peak FLOP/s", "a device's peak or ceiling is positive", above_low=True)]
+PerToken = Annotated[float, _FINITE, Bound("FLOPs per token", "a token's training step does some work",
+                                           above_low=True)]
+Amount = Annotated[float, _FINITE, Bound("amount", "a count, size or total cannot be negative")]
+Bytes = Annotated[float, _FINITE, Bound("bytes", "memory and traffic cannot be negative")]
+Fraction = Annotated[float, _FINITE, Bound("fraction", "a share of tokens, slots or time lies in [0, 1]", 0.0, 1.0)]
+Ratio = Annotated[float, _FINITE, Bound("ratio", "a ratio of non-negative figures cannot be negative")]
+MaxOverMean = Annotated[float, _FINITE, Bound("max over mean", "the largest of several figures is at least their "
+                                              "mean", 1.0)]
+Loss = Annotated[float, _FINITE, Bound("loss", "cross-entropy and the router losses cannot be negative")]
+PerWorkJ = Annotated[float, _FINITE, Bound("energy per unit of work", "energy cannot be negative: a counter "
+                                           "wrapped or was reset mid-window")]
+Grams = Annotated[float, _FINITE, Bound("CO2e", "emissions cannot be negative: a negative energy or grid "
+                                        "intensity went into them")]
+Intensity = Annotated[float, _FINITE, Bound("grid intensity", "grams of CO2e per kWh cannot be negative")]
+Percent = Annotated[float, _FINITE, Bound("load", "a share in percent lies in [0, 100]", 0.0, 100.0)]
 
 
 class Status(enum.StrEnum):
@@ -193,33 +244,33 @@ class Env(Section):
 
 class StepTime(Section):
     """Seconds per step over the measured steps (the slowest rank's), ci95 of the median."""
-    median: Num | None = None
-    p10: Num | None = None
-    p90: Num | None = None
+    median: Seconds | None = None
+    p10: Seconds | None = None
+    p90: Seconds | None = None
     n: Int | None = None
-    cv: Num | None = None  # sample standard deviation / mean: how steady the steps were
+    cv: Ratio | None = None  # sample standard deviation / mean: how steady the steps were
     ci95: Annotated[list[Num | None], Meta(min_length=2, max_length=2)] | None = None  # [low, high]
 
 
 class Flops(Section):
     """Per token. Model FLOPs exclude recompute (MFU), hardware FLOPs count it (HFU)."""
-    model_per_token: Num | None = None
-    hardware_per_token: Num | None = None
+    model_per_token: PerToken | None = None
+    hardware_per_token: PerToken | None = None
     hardware_source: Text | None = None
-    counted_per_token: Num | None = None
+    counted_per_token: Amount | None = None
     counted_source: Text | None = None
     upgraded_from: Text | None = None
 
 
 class Params(Section):
-    total: Num | None = None
-    active: Num | None = None
-    non_embedding: Num | None = None
+    total: Amount | None = None
+    active: Amount | None = None
+    non_embedding: Amount | None = None
 
 
 class PerRank(Section):
-    step_time_median_s: list[Num] | None = None
-    straggler_ratio: Num | None = None
+    step_time_median_s: list[Seconds] | None = None
+    straggler_ratio: Ratio | None = None
 
 
 class PrecisionPolicy(Section):
@@ -231,55 +282,55 @@ class PrecisionPolicy(Section):
 
 
 class MemoryParts(Section):
-    params: Num | None = None
-    grads: Num | None = None
-    optimizer: Num | None = None
-    total: Num | None = None
+    params: Bytes | None = None
+    grads: Bytes | None = None
+    optimizer: Bytes | None = None
+    total: Bytes | None = None
 
 
 class PaperMemory(Section):
-    K: Num | None = None
+    K: Amount | None = None
     constants: Text | None = None
     formula: Text | None = None
-    total: Num | None = None
+    total: Bytes | None = None
 
 
 class ModelStateBytes(Section):
     """Model-state bytes per device measured beside the ZeRO paper's formulas."""
     measured: MemoryParts | None = None
     analytic: MemoryParts | None = None
-    measured_per_rank_total: list[Num | None] | None = None
+    measured_per_rank_total: list[Bytes | None] | None = None
     formula: Text | None = None
     method: Text | None = None
     note: Text | None = None
     paper: PaperMemory | None = None
-    K: Num | None = None
-    N: Num | None = None
-    psi: Num | None = None
+    K: Amount | None = None
+    N: Amount | None = None
+    psi: Amount | None = None
     stage: Int | None = None
     tensor: Int | None = None
-    ratio: Num | None = None
+    ratio: Ratio | None = None
 
 
 class ActivationEstimate(Section):
-    none: Num | None = None
-    selective: Num | None = None
-    full: Num | None = None
+    none: Bytes | None = None
+    selective: Bytes | None = None
+    full: Bytes | None = None
     configured: Text | None = None
     formula: Text | None = None
     source: Text | None = None
 
 
 class RankMemory(Section):
-    peak_allocated_bytes: Num | None = None
-    peak_reserved_bytes: Num | None = None
-    peak_rss_bytes: Num | None = None
+    peak_allocated_bytes: Bytes | None = None
+    peak_reserved_bytes: Bytes | None = None
+    peak_rss_bytes: Bytes | None = None
     source: Text | None = None
 
 
 class Memory(Section):
-    peak_allocated_bytes: Num | None = None
-    peak_reserved_bytes: Num | None = None
+    peak_allocated_bytes: Bytes | None = None
+    peak_reserved_bytes: Bytes | None = None
     source: Text | None = None
     per_rank: list[RankMemory] | None = None
     model_state_bytes: ModelStateBytes | None = None
@@ -287,47 +338,47 @@ class Memory(Section):
 
 
 class AllToAllBytes(Section):
-    mean: Num | None = None
-    min: Num | None = None
-    max: Num | None = None
-    per_rank_mean: list[Num] | None = None
+    mean: Bytes | None = None
+    min: Bytes | None = None
+    max: Bytes | None = None
+    per_rank_mean: list[Bytes] | None = None
     steps: Int | None = None
     source: Text | None = None
 
 
 class Comm(Section):
     """Collective bytes per step, counted on the wire, beside the papers' formulas."""
-    total_bytes_per_step: Num | None = None
-    paper_bytes_per_step: Num | None = None
-    ratio: Num | None = None
+    total_bytes_per_step: Bytes | None = None
+    paper_bytes_per_step: Bytes | None = None
+    ratio: Ratio | None = None
     paper_formula: Text | None = None
     method: Text | None = None
     note: Text | None = None
-    bytes_per_step_by_kind: dict[Name, Num | None] | None = None
-    payload_bytes_per_step_by_kind: dict[Name, Num | None] | None = None
-    calls_per_step_by_kind: dict[Name, Num | None] | None = None
-    per_rank_total_bytes: list[Num] | None = None
+    bytes_per_step_by_kind: dict[Name, Bytes | None] | None = None
+    payload_bytes_per_step_by_kind: dict[Name, Bytes | None] | None = None
+    calls_per_step_by_kind: dict[Name, Amount | None] | None = None
+    per_rank_total_bytes: list[Bytes] | None = None
     all_to_all_bytes_by_step: AllToAllBytes | None = None
     all_to_all_bytes_by_step_reason: Text | None = None
 
 
 class MoEMetrics(Section):
-    dropped_frac: Num | None = None
-    padding_frac: Num | None = None
-    load_max_over_mean: Num | None = None
-    aux_loss: Num | None = None
-    z_loss: Num | None = None
-    all_to_all_share: Num | None = None
+    dropped_frac: Fraction | None = None
+    padding_frac: Fraction | None = None
+    load_max_over_mean: MaxOverMean | None = None
+    aux_loss: Loss | None = None
+    z_loss: Loss | None = None
+    all_to_all_share: Fraction | None = None
     expert_impl: Text | None = None
     source: Text | None = None
     upgraded_from: Text | None = None
-    expert_load: list[list[Num]] | None = None  # [MoE layer][expert]
-    tokens_per_expert: list[list[Num]] | None = None  # [MoE layer][expert]
-    tokens_per_expert_max: Num | None = None
-    tokens_per_expert_mean: Num | None = None
-    imbalance_by_step: list[Num] | None = None
-    imbalance_mean: Num | None = None
-    imbalance_max: Num | None = None
+    expert_load: list[list[Amount]] | None = None  # [MoE layer][expert]
+    tokens_per_expert: list[list[Amount]] | None = None  # [MoE layer][expert]
+    tokens_per_expert_max: Amount | None = None
+    tokens_per_expert_mean: Amount | None = None
+    imbalance_by_step: list[Ratio] | None = None
+    imbalance_mean: Ratio | None = None
+    imbalance_max: Ratio | None = None
 
 
 class Pipeline(Section):
@@ -335,14 +386,14 @@ class Pipeline(Section):
     virtual_stages: Int | None = None
     microbatches: Int | None = None
     schedule: Text | None = None
-    bubble_measured: Num | None = None
-    bubble_per_rank: list[Num | None] | None = None
-    bubble_formula: Num | None = None
+    bubble_measured: Fraction | None = None
+    bubble_per_rank: list[Fraction | None] | None = None
+    bubble_formula: Fraction | None = None
     bubble_source: Text | None = None
-    p2p_bytes_per_step: Num | None = None
-    p2p_bytes_formula: Num | None = None
+    p2p_bytes_per_step: Bytes | None = None
+    p2p_bytes_formula: Bytes | None = None
     p2p_source: Text | None = None
-    activation_bytes_per_stage: Num | None = None
+    activation_bytes_per_stage: Bytes | None = None
     activation_reason: Text | None = None
 
 
@@ -360,38 +411,38 @@ class DataFacts(Section):
 
 
 class CurvePoint(Section):
-    step: Num | None = None
-    tokens: Num | None = None
-    seconds: Num | None = None
-    val_loss: Num | None = None
-    energy_j: Num | None = None
-    model_flops: Num | None = None
+    step: Amount | None = None
+    tokens: Amount | None = None
+    seconds: Elapsed | None = None
+    val_loss: Loss | None = None
+    energy_j: Joules | None = None
+    model_flops: Amount | None = None
 
 
 class Quality(Section):
     """The validation curve and what it took to reach train.target_loss (metrics/quality.py)."""
-    target_loss: Num | None = None
+    target_loss: Loss | None = None
     reached: bool | None = None
     reason: Text | None = None
-    step: Num | None = None
+    step: Amount | None = None
     reached_step: Int | None = None
-    tokens: Num | None = None
-    seconds: Num | None = None
-    model_flops: Num | None = None
-    energy_j: Num | None = None
+    tokens: Amount | None = None
+    seconds: Elapsed | None = None
+    model_flops: Amount | None = None
+    energy_j: Joules | None = None
     energy_reason: Text | None = None
     energy_source: Source | None = None
-    co2e_g: Num | None = None
-    initial_val_loss: Num | None = None
-    final_val_loss: Num | None = None
-    best_val_loss: Num | None = None
-    best_step: Num | None = None
+    co2e_g: Grams | None = None
+    initial_val_loss: Loss | None = None
+    final_val_loss: Loss | None = None
+    best_val_loss: Loss | None = None
+    best_step: Amount | None = None
     eval_every: Int | None = None
     eval_count: Int | None = None
     eval_rows: Int | None = None
-    eval_tokens: Num | None = None
-    eval_seconds: Num | None = None
-    eval_energy_j: Num | None = None
+    eval_tokens: Amount | None = None
+    eval_seconds: Elapsed | None = None
+    eval_energy_j: Joules | None = None
     counting: Text | None = None
     interpolation: Text | None = None
     data: DataFacts | None = None
@@ -400,11 +451,11 @@ class Quality(Section):
 
 class PerWork(Section):
     """Energy and carbon per unit of work over the measured steps (metrics/energy.py)."""
-    j_per_token: Num | None = None
-    j_per_pflop: Num | None = None
-    avg_w_per_device: Num | None = None
-    gco2e_per_mtok: Num | None = None
-    gpu_j_per_token: Num | None = None
+    j_per_token: PerWorkJ | None = None
+    j_per_pflop: PerWorkJ | None = None
+    avg_w_per_device: Watts | None = None
+    gco2e_per_mtok: Grams | None = None
+    gpu_j_per_token: PerWorkJ | None = None
     gpu_j_per_token_reason: Text | None = None
     gpu_energy_source: Source | None = None
     energy_source: Source | None = None
@@ -412,20 +463,20 @@ class PerWork(Section):
 
 
 class Metrics(Section):
-    tokens_per_s: Num | None = None
-    tokens_per_step: Num | None = None
+    tokens_per_s: Rate | None = None
+    tokens_per_step: Rate | None = None
     step_time_s: StepTime | None = None
     flops: Flops | None = None
     params: Params | None = None
-    mfu: Num | None = None
-    hfu: Num | None = None
-    tflops_per_device: Num | None = None
-    hardware_tflops_per_device: Num | None = None
-    peak_tflops: Num | None = None
+    mfu: Mfu | None = None
+    hfu: Hfu | None = None
+    tflops_per_device: FlopRate | None = None
+    hardware_tflops_per_device: FlopRate | None = None
+    peak_tflops: Peak | None = None
     peak_source: Text | None = None
-    matmul_ceiling_tflops: Num | None = None
+    matmul_ceiling_tflops: Peak | None = None
     matmul_ceiling_source: Text | None = None
-    mfu_vs_ceiling: Num | None = None
+    mfu_vs_ceiling: VsCeiling | None = None
     mfu_vs_ceiling_reason: Text | None = None
     memory: Memory | None = None
     comm: Comm | None = None
@@ -444,9 +495,9 @@ class Metrics(Section):
 
 class MeterDetail(Section):
     """What a meter adds to its figure: the estimate's inputs, RAPL zones, NVML's power API."""
-    watts: Num | None = None
-    load_percent: Num | None = None
-    cpu_max_w: Num | None = None
+    watts: Power | None = None
+    load_percent: Percent | None = None
+    cpu_max_w: Power | None = None
     windows: Int | None = None
     power_api: Text | None = None
     rapl_zones: list[Text] | None = None
@@ -454,11 +505,11 @@ class MeterDetail(Section):
 
 class PartEnergy(Section):
     """One node's CPU or DRAM over the energy window, read by one rank."""
-    energy_j: Num | None = None
-    avg_w: Num | None = None
-    idle_w: Num | None = None
+    energy_j: Joules | None = None
+    avg_w: Watts | None = None
+    idle_w: Power | None = None
     above_idle_j: Num | None = None
-    sampled_energy_j: Num | None = None
+    sampled_energy_j: Joules | None = None
     source: Source | None = None
     reason: Text | None = None
     reading_rank: Int | None = None
@@ -490,18 +541,18 @@ class SourcesByPart(Section):
 
 class Energy(Section):
     """Joules over the measured steps' window; a part is null unless every device / node has a figure."""
-    gpu_j: Num | None = None
-    cpu_j: Num | None = None
-    dram_j: Num | None = None
-    total_j: Num | None = None
+    gpu_j: Joules | None = None
+    cpu_j: Joules | None = None
+    dram_j: Joules | None = None
+    total_j: Joules | None = None
     total_includes: list[Text] | None = None
     source: Source | None = None
     sources: SourcesByPart | None = None
-    window_s: Num | None = None
+    window_s: Seconds | None = None
     short_window: bool | None = None
-    idle_w: Num | None = None
+    idle_w: Power | None = None
     above_idle_j: Num | None = None
-    idle_w_parts: dict[Name, Num | None] | None = None
+    idle_w_parts: dict[Name, Power | None] | None = None
     per_device: list[DeviceEnergy] | None = None
     per_node: list[NodeEnergy] | None = None
     reasons: list[Text] | None = None
@@ -509,10 +560,10 @@ class Energy(Section):
 
 class Carbon(Section):
     """CO2e = kWh x PUE x grid intensity; the intensity's value and source are stated."""
-    kwh: Num | None = None
+    kwh: Joules | None = None
     pue: Pue = 1.0
-    intensity_g_per_kwh: Num | None = None
-    co2e_g: Num | None = None
+    intensity_g_per_kwh: Intensity | None = None
+    co2e_g: Grams | None = None
     intensity_source: Text | None = None
     intensity_note: Text | None = None
     energy_source: Source | None = None
@@ -523,9 +574,9 @@ class Carbon(Section):
 class Step(Section):
     """One measured step: its time (the slowest rank's), rank 0's loss, tokens, validation loss after it."""
     step: Int
-    time_s: Num | None = None
-    loss: Num | None = None
-    val_loss: Num | None = None
+    time_s: Seconds | None = None
+    loss: Loss | None = None
+    val_loss: Loss | None = None
     tokens: Int | None = None
 
 
@@ -554,7 +605,7 @@ class Record(Section):
     status: Status
     error: Error | None
     started_at: Time
-    duration_s: Num | None
+    duration_s: Elapsed | None
     config: Config
     env: Env
     metrics: Metrics | None

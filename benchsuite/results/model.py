@@ -271,10 +271,11 @@ def _combined_flags(row, repeat_flags: list, figures: set[str]) -> tuple[list[di
 
 
 def _figure_flags(row) -> list[dict]:
-    """The record rules (record/sanity.sanity_flags) on the run's median metrics and energy, put back in a
+    """The record rules (record/sanity.sanity_flags) on the run's median metrics, energy and carbon, put back in a
     record's shape."""
     as_record = {"status": row["status"], "config": {"world_size": int(row["world_size"])},
-                 "metrics": _section(row, "metrics"), "energy": _section(row, "energy")}
+                 "metrics": _section(row, "metrics"), "energy": _section(row, "energy"),
+                 "carbon": _section(row, "carbon")}
     return sanity_flags(as_record)
 
 
