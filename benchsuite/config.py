@@ -72,10 +72,35 @@ class ModelConfig:
     seq_len: int = _spec(64, _positive)
     ffn_hidden: int | None = _spec(None, _positive, "default 4 * hidden")
     activation: str = _spec("gelu", _one_of("gelu", "swiglu"))
+    # The architecture of the block (the defaults are the GPT-2-style decoder every earlier record ran).
+    preset: str | None = _spec(None, None, "a published architecture by name (models/presets.py)")
+    norm: str = _spec("layernorm", _one_of("layernorm", "rmsnorm"))
+    norm_eps: float = _spec(1e-5, _positive)
+    position: str = _spec("learned", _one_of("learned", "rope"))
+    rope_theta: float = _spec(10000.0, _positive, "with position = \"rope\"")
+    kv_heads: int | None = _spec(None, _positive, "grouped-query attention; default heads")
+    head_dim: int | None = _spec(None, _positive, "default hidden / heads")
+    qk_norm: str = _spec("none", _one_of("none", "per_head", "full"), "RMSNorm of queries and keys")
+    bias: bool = _spec(False, None, "biases in the attention and FFN projections (GPT-2/3)")
+    tie_embeddings: bool = _spec(False, None, "the LM head shares the token embedding")
+
+    # Keys added after schema version 4, left out of the run key at their defaults: a run that does not
+    # use them keeps the run key it had, so resume and identities span the upgrade.
+    LATER = ("preset", "norm", "norm_eps", "position", "rope_theta", "kv_heads", "head_dim", "qk_norm", "bias",
+             "tie_embeddings")
 
     @property
     def ffn(self) -> int:
         return self.ffn_hidden if self.ffn_hidden is not None else 4 * self.hidden
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self.kv_heads if self.kv_heads is not None else self.heads
+
+    @property
+    def dim_head(self) -> int:
+        """Width of one attention head: head_dim where given (Qwen3), else hidden / heads."""
+        return self.head_dim if self.head_dim is not None else self.hidden // self.heads
 
 
 ROUTER_K = {"switch": 1, "gshard": 2, "token_choice": 2}  # experts per token: the presets' k, token_choice's default
@@ -95,6 +120,14 @@ class MoEConfig:
     aux_loss_coef: float = _spec(0.01, _non_negative)
     z_loss_coef: float = _spec(0.0, _non_negative)
     second_expert_policy: str = _spec("all", _one_of("all", "random"), "gshard only")
+    normalize_top_k: bool | None = _spec(None, None, "token_choice: renormalise the k chosen scores (default true)")
+    balance: str = _spec("aux_loss", _one_of("aux_loss", "aux_free"),
+                         "aux_free: DeepSeek-V3's per-expert score bias from the load, outside the gradient")
+    bias_update: float = _spec(1e-3, _positive, "aux_free: the bias's step per update (DeepSeek-V3's gamma)")
+    routing: str = _spec("learned", _one_of("learned", "forced"),
+                         "forced: tokens spread evenly over the experts (the experts' speed apart from the router)")
+
+    LATER = ("normalize_top_k", "balance", "bias_update", "routing")  # as ModelConfig.LATER
 
     def __post_init__(self):
         """A config read back from a record (RunConfig.from_dict) must name a router this code knows:
@@ -224,8 +257,15 @@ class RunConfig:
         return cls(**kw)
 
     def run_key(self, hardware: dict[str, Any]) -> str:
-        """Content hash of the resolved config plus the hardware identity."""
-        blob = json.dumps({"config": self.to_dict(), "hardware": hardware}, sort_keys=True)
+        """Content hash of the resolved config plus the hardware identity; keys added since schema version
+        4 are hashed only where they differ from their default (ModelConfig.LATER), so an earlier run's
+        key is unchanged."""
+        config = self.to_dict()
+        for sec, cls in (("model", ModelConfig), ("moe", MoEConfig)):
+            if config.get(sec) is not None:
+                defaults = {f.name: f.default for f in fields(cls)}
+                config[sec] = {k: v for k, v in config[sec].items() if k not in cls.LATER or v != defaults[k]}
+        blob = json.dumps({"config": config, "hardware": hardware}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -240,7 +280,7 @@ class Suite:
 SECTIONS = {"model": ModelConfig, "train": TrainConfig, "parallel": ParallelConfig,
             "moe": MoEConfig, "energy": EnergyConfig, "carbon": CarbonConfig}
 WORKLOAD_KEYS = {"name", "kind", "description", "sweep", *SECTIONS}
-SWEEP_KEYS = {"world_size", "nodes", "scaling", "seed"}
+SWEEP_KEYS = {"world_size", "nodes", "scaling", "seed", "routing"}
 TOP_KEYS = {"suite", "defaults", "workload", "sweep", "energy", "carbon"}
 
 
@@ -361,6 +401,31 @@ def _merge_sections(suite_level: dict, defaults: dict, workload: dict) -> tuple[
     return out, origins
 
 
+def _apply_preset(merged: dict, origins: dict[str, str], refused: set[str], where: str, problems: list):
+    """The preset model.preset names, laid under the keys given beside it (in the workload or [defaults]),
+    its [moe] too; origins get "preset" for the keys it gives. None without one (or with an unknown one,
+    refused naming the presets there are)."""
+    from benchsuite.models.presets import lookup
+
+    model = merged.get("model")
+    name = model.get("preset") if isinstance(model, dict) else None
+    if not isinstance(name, str):
+        return None  # no preset, or a value _build_section refuses
+    preset, problem = lookup(name)
+    if problem:
+        problems.append((f"{where}.model.preset", problem))
+        refused.add("model.preset")
+        return None
+    for sec, values in (("model", preset.model), ("moe", preset.moe)):
+        given = merged.get(sec) if isinstance(merged.get(sec), dict) else {}
+        if values and (sec in merged and not isinstance(merged[sec], dict)):
+            continue  # a section that is not a table: refused by _build_section
+        if values:
+            merged[sec] = {**values, **given}
+            origins.update({f"{sec}.{key}": "preset" for key in values if key not in given})
+    return preset
+
+
 def _inherited_path(key: str, origin: str) -> str:
     """Where a key a workload inherits is written: [defaults] or the suite's own [energy]/[carbon]."""
     return f"defaults.{key}" if origin == "defaults" else key
@@ -417,8 +482,17 @@ def _known(refused: set[str], *keys: str) -> bool:
 
 
 def _check_model(model: ModelConfig, refused: set[str], where: str, problems: list) -> None:
-    if _known(refused, "model.hidden", "model.heads") and model.hidden % model.heads:
-        problems.append((f"{where}.model.heads", f"heads ({model.heads}) must divide hidden ({model.hidden})"))
+    if _known(refused, "model.hidden", "model.heads", "model.head_dim") and model.head_dim is None \
+            and model.hidden % model.heads:
+        problems.append((f"{where}.model.heads", f"heads ({model.heads}) must divide hidden ({model.hidden}), "
+                                                 f"or give model.head_dim"))
+    if _known(refused, "model.heads", "model.kv_heads") and model.heads % model.n_kv_heads:
+        problems.append((f"{where}.model.kv_heads", f"kv_heads ({model.n_kv_heads}) must divide heads "
+                                                    f"({model.heads}): each key/value head serves a whole group"))
+    if (_known(refused, "model.position", "model.hidden", "model.heads", "model.head_dim")
+            and model.position == "rope" and model.dim_head % 2):
+        problems.append((f"{where}.model.position", f"rotary positions rotate pairs of a head's dimensions: the "
+                                                    f"head width ({model.dim_head}) must be even"))
 
 
 def _check_train(train: TrainConfig, refused: set[str], where: str, problems: list) -> None:
@@ -513,6 +587,7 @@ def _check_layout(kind: str, sec: dict, refused: set[str], where: str, problems:
     p, m, moe = sec["parallel"], sec["model"], sec.get("moe")
     if p.tensor > 1 and _known(refused, "parallel.tensor"):
         for name, size, keys in (("heads", m.heads, ("model.heads",)), ("vocab", m.vocab, ("model.vocab",)),
+                                 ("kv_heads", m.n_kv_heads, ("model.kv_heads", "model.heads")),
                                  ("ffn_hidden", m.ffn, ("model.ffn_hidden", "model.hidden"))):
             if _known(refused, *keys) and size % p.tensor:
                 problems.append((f"{where}.parallel.tensor", f"tensor ({p.tensor}) must divide model.{name} ({size})"))
@@ -612,16 +687,34 @@ def _check_run(run: RunConfig, refused: set[str], where: str, problems: list) ->
                          f"train.micro_batch or parallel.microbatches"))
 
 
+def _routings(swept: list | None, built: dict, refused: set[str], origins: dict[str, str], own_sweep: dict,
+              where: str, problems: list) -> tuple[list, bool]:
+    """The routings a workload runs, and whether a sweep's routing list gave them: the list where routing
+    applies (an MoE workload with a token-choice router), else its own moe.routing (None: dense)."""
+    moe = built.get("moe")
+    applies = moe is not None and _known(refused, "kind", "moe.router") and moe.router != "expert_choice"
+    if swept is None or not applies:
+        if swept is not None and "routing" in own_sweep:
+            problems.append((f"{where}.sweep.routing", "a routing list needs kind = \"moe\" with a token-choice "
+                                                       "router (switch, gshard, token_choice): remove it"))
+        return [moe.routing if moe is not None else None], False
+    if origins.get("moe.routing") == "workload":
+        problems.append((f"{where}.moe.routing", "the sweep's routing list sets each run's routing: remove "
+                                                 "moe.routing or the sweep's routing"))
+    return swept, True
+
+
 SWEEP_DEFAULTS = {"world_size": [1], "nodes": [1], "scaling": ["weak"]}  # seed: the workload's train.seed
 
 
 def _sweep_list_problem(key: str, values: list) -> str | None:
     if not values:
         return "must not be empty"
-    if key == "scaling":
-        bad = [x for x in values if x not in ("weak", "strong")]
+    if key in ("scaling", "routing"):
+        choices = ("weak", "strong") if key == "scaling" else ("learned", "forced")
+        bad = [x for x in values if x not in choices]
         if bad:
-            return f"must be 'weak' or 'strong', got {_few(bad)}"
+            return f"must be {' or '.join(map(repr, choices))}, got {_few(bad)}"
     else:
         low = 0 if key == "seed" else 1
         bad = [x for x in values if not isinstance(x, int) or isinstance(x, bool) or not low <= x <= _INT_MAX]
@@ -725,6 +818,7 @@ def parse_suite(doc: dict, path: str | Path = "<string>") -> Suite:
         workloads = []
 
     runs: list[RunConfig] = []
+    routing_swept = False  # whether the suite's [sweep] routing list applied to some workload
     run_count = 0  # counted from the list lengths, whether or not the runs are expanded
     seen_names: dict[str, tuple[int, str]] = {}  # name_skeleton -> (index, name) of the workload that has it
     for i, raw in enumerate(workloads):
@@ -752,19 +846,23 @@ def parse_suite(doc: dict, path: str | Path = "<string>") -> Suite:
                 problems.append((f"{where}.{_qkey(key)}",
                                  f"unknown key; valid keys: {', '.join(sorted(WORKLOAD_KEYS))}"))
         refused = set(refused_defaults)
-        kind = raw.get("kind", "dense")
+        merged, origins = _merge_sections(suite_level, defaults, raw)
+        refused |= suite_refused - origins.keys()  # a refused suite-level value the workload does not replace
+        preset = _apply_preset(merged, origins, refused, where, problems)
+        kind = raw.get("kind", preset.kind if preset else "dense")
         if kind not in ("dense", "moe"):
             problems.append((f"{where}.kind", f"must be 'dense' or 'moe', got {_show(kind)}"))
             refused.add("kind")
             kind = "moe" if "moe" in raw else "dense"  # to check the rest as the file reads
         elif kind != "moe" and "moe" in raw:
             problems.append((f"{where}.moe", "a [moe] table needs kind = \"moe\""))
+        elif kind != "moe" and preset and preset.kind == "moe":
+            problems.append((f"{where}.kind", f"model.preset = {merged['model']['preset']!r} is a mixture of "
+                                              f"experts: set kind = \"moe\" (or leave kind out)"))
         wdesc = raw.get("description", "")
         if not isinstance(wdesc, str):
             problems.append((f"{where}.description", "expected a string"))
             wdesc = ""
-        merged, origins = _merge_sections(suite_level, defaults, raw)
-        refused |= suite_refused - origins.keys()  # a refused suite-level value the workload does not replace
         built = {}
         for sec, cls in SECTIONS.items():
             if sec == "moe" and kind != "moe":
@@ -786,13 +884,18 @@ def parse_suite(doc: dict, path: str | Path = "<string>") -> Suite:
         _check_layout(kind, built, refused, where, problems)
         _check_moe(built.get("moe"), refused, where, problems)
         sweep = {**SWEEP_DEFAULTS, "seed": [built["train"].seed], **suite_sweep, **own_sweep}
+        sweep["routing"], swept = _routings(sweep.pop("routing", None), built, refused, origins, own_sweep, where,
+                                            problems)
+        routing_swept |= swept
         run_count += math.prod(len(v) for v in sweep.values())
         if run_count > MAX_RUNS:
             continue  # never expanded: the count alone is reported below
         sweep_id = f"{name}/{wname}"
-        for ws, nodes, scaling, seed in itertools.product(sweep["world_size"], sweep["nodes"], sweep["scaling"],
-                                                          sweep["seed"]):
+        for ws, nodes, scaling, seed, routing in itertools.product(sweep["world_size"], sweep["nodes"],
+                                                                   sweep["scaling"], sweep["seed"], sweep["routing"]):
             seeded = {**built, "train": dataclasses.replace(built["train"], seed=seed)}
+            if routing is not None:
+                seeded["moe"] = dataclasses.replace(built["moe"], routing=routing)
             run = RunConfig(suite=name, workload=wname, kind=kind, description=wdesc or description,
                             world_size=ws, nodes=nodes, scaling=scaling,
                             sweep_id=f"{sweep_id}/{scaling}", **seeded)
@@ -800,9 +903,12 @@ def parse_suite(doc: dict, path: str | Path = "<string>") -> Suite:
             runs.append(run)
     if any(isinstance(raw, dict) for raw in workloads):
         problems += inherited.problems()
+        if "routing" in suite_sweep and not routing_swept:
+            problems.append(("sweep.routing", "applies to no workload of this suite: it needs kind = \"moe\" with a "
+                                              "token-choice router, so it changes nothing; remove it"))
     if run_count > MAX_RUNS:
-        problems.append(("sweep", f"the suite would expand to {run_count} runs (world_size × nodes × scaling × seed of "
-                                  f"each workload), more than the limit of {MAX_RUNS}; shorten the sweep lists "
+        problems.append(("sweep", f"the suite would expand to {run_count} runs (world_size × nodes × scaling × seed "
+                                  f"× routing of each workload), more than the limit of {MAX_RUNS}; shorten the sweep lists "
                                   f"or split the suite into several files"))
     if problems:
         raise ConfigError(path, list(dict.fromkeys(problems)))  # a problem repeated by the sweep is told once

@@ -25,6 +25,10 @@ class Workload:
     seed_swept: bool
 
     @property
+    def model(self):
+        return self.sections["model"]
+
+    @property
     def train(self):
         return self.sections["train"]
 
@@ -108,6 +112,25 @@ RULES = (
             lambda w: w.moe.capacity_factor > 0,
             lambda w, v: "capacity_factor = 0 is dropless: there is no capacity; remove min_capacity or set "
                          "capacity_factor > 0"),
+    KeyRule("model.rope_theta", "`model.position = \"rope\"`", ("model.position",),
+            lambda w: w.model.position == "rope",
+            lambda w, v: "rope_theta is the base of rotary positions; with position = \"learned\" it changes "
+                         "nothing: set position = \"rope\" or remove it"),
+    KeyRule("moe.normalize_top_k", "`moe.router = \"token_choice\"`", ("moe.router",),
+            lambda w: _router(w) == "token_choice",
+            lambda w, v: f"normalize_top_k applies to router = \"token_choice\" ({w.moe.router} fixes its own "
+                         f"gates): remove it"),
+    KeyRule("moe.balance", "a token-choice router (`switch`, `gshard`, `token_choice`)", ("moe.router",),
+            lambda w: _router(w) != "expert_choice",
+            lambda w, v: "expert choice is balanced by construction: remove balance"),
+    KeyRule("moe.bias_update", "`moe.balance = \"aux_free\"`", ("moe.balance",),
+            lambda w: w.moe.balance == "aux_free",
+            lambda w, v: "bias_update is the step of aux-free balancing's expert bias: set balance = "
+                         "\"aux_free\" or remove it"),
+    KeyRule("moe.routing", "a token-choice router (`switch`, `gshard`, `token_choice`)", ("moe.router",),
+            lambda w: _router(w) != "expert_choice",
+            lambda w, v: "expert choice already gives each expert the same number of tokens: forced routing "
+                         "changes nothing; remove routing"),
     KeyRule("model.ffn_hidden", "a dense FFN or an expert is that wide: not (`moe.every = 1` with "
             "`moe.expert_hidden` set)", ("kind", "moe.every", "moe.expert_hidden"), _ffn_applies,
             lambda w, v: "every block's FFN is an MoE layer (moe.every = 1) whose experts are moe.expert_hidden "

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from benchsuite.config import SECTIONS, ConfigError, parse_suite
 from benchsuite.key_rules import RULES, table
+from benchsuite.models.presets import PRESETS
 from benchsuite.record.types import Config
 from helpers import REPO
 
@@ -21,7 +22,12 @@ DRAWS = settings(max_examples=300, deadline=None, derandomize=True, database=Non
 VALUES = {
     "model": {"layers": st.sampled_from([2, 4]), "hidden": st.just(64), "heads": st.sampled_from([2, 4]),
               "vocab": st.just(256), "seq_len": st.just(16), "ffn_hidden": st.sampled_from([128, 256]),
-              "activation": st.sampled_from(["gelu", "swiglu"])},
+              "activation": st.sampled_from(["gelu", "swiglu"]), "norm": st.sampled_from(["layernorm", "rmsnorm"]),
+              "norm_eps": st.sampled_from([1e-5, 1e-6]), "position": st.sampled_from(["learned", "rope"]),
+              "rope_theta": st.sampled_from([1e4, 5e5]), "kv_heads": st.sampled_from([1, 2]),
+              "head_dim": st.sampled_from([16, 32]), "qk_norm": st.sampled_from(["none", "per_head", "full"]),
+              "bias": st.booleans(), "tie_embeddings": st.booleans(),
+              "preset": st.sampled_from(["gpt3-125m", "llama3-8b", "olmoe-1b-7b"])},
     "train": {"micro_batch": st.sampled_from([4, 8]), "steps": st.just(3), "warmup_steps": st.sampled_from([2, 3]),
               "precision": st.sampled_from(["auto", "fp32"]), "grad_accum": st.sampled_from([1, 2]),
               "recompute": st.sampled_from(["none", "full"]), "compile": st.booleans(), "seed": st.sampled_from([0, 3]),
@@ -36,7 +42,9 @@ VALUES = {
             "min_capacity": st.sampled_from([0, 2]), "every": st.sampled_from([1, 2]),
             "expert_hidden": st.sampled_from([32, 64]), "shared_experts": st.sampled_from([0, 1]),
             "score": st.sampled_from(["softmax", "sigmoid"]), "aux_loss_coef": st.sampled_from([0.0, 0.01, 0.1]),
-            "z_loss_coef": st.sampled_from([0.0, 1e-3]), "second_expert_policy": st.sampled_from(["all", "random"])},
+            "z_loss_coef": st.sampled_from([0.0, 1e-3]), "second_expert_policy": st.sampled_from(["all", "random"]),
+            "normalize_top_k": st.booleans(), "balance": st.sampled_from(["aux_loss", "aux_free"]),
+            "bias_update": st.sampled_from([1e-3, 1e-2]), "routing": st.sampled_from(["learned", "forced"])},
     "energy": {"idle_baseline_s": st.sampled_from([0.0, 1.0]), "min_window_s": st.sampled_from([0.5, 1.0])},
     "carbon": {"pue": st.sampled_from([1.0, 1.2]), "intensity_g_per_kwh": st.sampled_from([0.0, 50.0]),
                "country": st.sampled_from(["FRA", "USA"]), "region": st.just("california")},
@@ -83,6 +91,9 @@ def test_a_drawn_suite_is_refused_naming_a_key_it_sets_or_the_record_holds_every
         named = [key for key, _ in e.problems]
         assert all(key.startswith("workload[0] (w)") for key in named), e
         set_here = {*given_keys, "kind", "sweep"}
+        preset = PRESETS.get(workload.get("model", {}).get("preset"))
+        if preset:  # the preset's values are given too (its name is the key to change)
+            set_here |= {f"model.{k}" for k in preset.model} | {f"moe.{k}" for k in preset.moe}
         assert any(key.rpartition(")")[2].lstrip(".").startswith(tuple(set_here)) for key in named), e
         return
     for run in suite.runs:

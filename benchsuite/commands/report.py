@@ -37,7 +37,8 @@ def _report(args, fit, results) -> int:
 
     if args.json:
         print_json({"runs": report_rows(results), "verdicts": verdicts_doc(results.verdicts),
-                    "energy": section_rows(results, ENERGY_COLUMNS, ENERGY_WHEN)})
+                    "energy": section_rows(results, ENERGY_COLUMNS, ENERGY_WHEN),
+                    "routing": [p.to_dict() for p in results.routing_pairs]})
         return 0
     if results.runs.empty:
         err.print(f"no records in {printable(args.dir)}", markup=False)

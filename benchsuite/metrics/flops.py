@@ -3,7 +3,12 @@
 Model FLOPs, the numerator of MFU, count the work the model needs, whatever the implementation
 does to run it (PaLM, Chowdhery et al. 2022, appendix B; torchtitan; Korthikanti et al. 2022):
 never activation recompute, never padding. Per token, forward + backward:
-    6 · (non-embedding matmul parameters active per token + LM head) + 12 · layers · seq_len · hidden
+    6 · (non-embedding matmul parameters active per token + LM head) + 12 · layers · seq_len · heads · head_dim
+(torchtitan's `get_dense_model_nparams_and_flops`, torchtitan/models/utils.py: 6 · (params − embedding) +
+12 · l · h · q · t; grouped-query attention's smaller K/V projections are counted as they are, and the attention
+term uses the heads' width heads × head_dim, which is `hidden` only where head_dim = hidden / heads).
+The LM head is counted whether or not it shares the embedding's weight (the matmul runs either way); biases
+and norms are elementwise, not counted.
 MoE layers count the router, the shared experts and the routed experts a token uses: k for the
 token-choice routers (switch 1, gshard 2, token_choice top_k), and for expert choice the
 E · ⌊cf · N / E⌋ slots of a call shared by its N tokens. Attention is counted
@@ -54,9 +59,25 @@ def _moe_layer_count(cfg: ModelConfig, moe: MoEConfig | None) -> int:
     return 0 if moe is None else cfg.layers // moe.every
 
 
+def _norm_params(cfg: ModelConfig) -> int:
+    """Norm weights: two per block and a final one (LayerNorm's bias too), and the q/k norms."""
+    per_norm = 2 * cfg.hidden if cfg.norm == "layernorm" else cfg.hidden
+    qk = {"none": 0, "per_head": 2 * cfg.dim_head, "full": (cfg.heads + cfg.n_kv_heads) * cfg.dim_head}[cfg.qk_norm]
+    return (2 * cfg.layers + 1) * per_norm + cfg.layers * qk
+
+
+def _bias_params(cfg: ModelConfig, n_dense: int) -> int:
+    """With bias = true, the attention projections' and the dense FFNs' biases (GPT-2/3)."""
+    if not cfg.bias:
+        return 0
+    attn = (cfg.heads + 2 * cfg.n_kv_heads) * cfg.dim_head + cfg.hidden
+    ffn = (2 if cfg.activation == "swiglu" else 1) * cfg.ffn + cfg.hidden
+    return cfg.layers * attn + n_dense * ffn
+
+
 def param_counts(cfg: ModelConfig, moe: MoEConfig | None = None, tokens_per_route: int | None = None,
                  slot_share: float = 1.0) -> ParamCounts:
-    """Exact counts for models/transformer.py (no biases; LayerNorm has weight and bias).
+    """Exact counts for models/transformer.py.
 
     tokens_per_route is the number of tokens one MoE layer routes at once (the local micro-batch
     × seq_len); it sets the capacity C and so the E · C expert slots. slot_share is the share of
@@ -64,12 +85,12 @@ def param_counts(cfg: ModelConfig, moe: MoEConfig | None = None, tokens_per_rout
     """
     h, f = cfg.hidden, cfg.ffn
     mats = 3 if cfg.activation == "swiglu" else 2
-    attn = 4 * h * h
+    attn = 2 * h * cfg.heads * cfg.dim_head + 2 * h * cfg.n_kv_heads * cfg.dim_head  # q and out, k and v
     dense_ffn = mats * h * f
     n_moe = _moe_layer_count(cfg, moe)
     n_dense = cfg.layers - n_moe
-    norms = cfg.layers * 4 * h + 2 * h
-    embedding = cfg.vocab * h + cfg.seq_len * h
+    elementwise = _norm_params(cfg) + _bias_params(cfg, n_dense)
+    embedding = cfg.vocab * h + (cfg.seq_len * h if cfg.position == "learned" else 0)
     lm_head = cfg.vocab * h
     matmul = cfg.layers * attn + n_dense * dense_ffn
     active = float(matmul)
@@ -85,7 +106,8 @@ def param_counts(cfg: ModelConfig, moe: MoEConfig | None = None, tokens_per_rout
         matmul += n_moe * (moe.experts * expert + shared + router)
         active += n_moe * (active_experts_per_token(moe, tokens) * expert + shared + router)
         executed += n_moe * (expected_slots_per_token(moe, tokens) * slot_share * expert + shared + router)
-    return ParamCounts(total=matmul + lm_head + embedding + norms, embedding=embedding, matmul=matmul,
+    unique_head = 0 if cfg.tie_embeddings else lm_head  # a tied head is the embedding's weight
+    return ParamCounts(total=matmul + unique_head + embedding + elementwise, embedding=embedding, matmul=matmul,
                        active_matmul=active, executed_matmul=executed, lm_head=lm_head, dense_down=n_dense * h * f,
                        moe_layers=n_moe, expert=expert)
 
@@ -112,13 +134,13 @@ def flops_per_token(cfg: ModelConfig, moe: MoEConfig | None, *, micro_batch: int
     (computed_slot_share).
     """
     pc = param_counts(cfg, moe, micro_batch * cfg.seq_len, slot_share)
-    scores = cfg.layers * cfg.seq_len * cfg.hidden  # one Q·Kᵀ per token and layer is s·h MACs: 2 · scores FLOPs
+    scores = cfg.layers * cfg.seq_len * cfg.heads * cfg.dim_head  # Q·Kᵀ per token and layer: s·heads·D MACs
     model = 6 * (pc.active_matmul + pc.lm_head) + 12 * scores
     hardware = 6 * (pc.executed_matmul + pc.lm_head) + (12 + 2) * scores  # + the fused backward's Q·Kᵀ
     if recompute == "full":
         hardware += 2 * (pc.executed_matmul - pc.dense_down) + 4 * scores
     return TokenFlops(model=model, hardware=hardware, params=pc.total,
-                      params_active=pc.active_matmul + pc.lm_head + pc.embedding,
+                      params_active=pc.total - pc.matmul + pc.active_matmul,  # all but the experts a token skips
                       params_non_embedding=pc.matmul + pc.lm_head)
 
 

@@ -30,7 +30,8 @@ def flops_table(suite: Suite) -> Table:
     rows = []
     for run in suite.runs:
         f = flops_per_token(run.model, run.moe, micro_batch=run.micro_batch_per_rank, recompute=run.train.recompute)
-        rows.append({"workload": run.workload, "kind": run.kind, "router": run.moe.router if run.moe else None,
+        rows.append({"workload": run.workload, "kind": run.kind, "preset": run.model.preset,
+                     "router": run.moe.router if run.moe else None,
                      "world_size": run.world_size, "scaling": run.scaling, "recompute": run.train.recompute,
                      "params": f.params, "params_active": f.params_active, "model_flops_per_token": f.model,
                      "hardware_flops_per_token": f.hardware, "hardware_source": hardware_basis(run.moe, recompute=run.train.recompute,

@@ -23,7 +23,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _MAX = sys.float_info.max
 Num = Annotated[float, Meta(ge=-_MAX, le=_MAX, description="a finite number")]
@@ -124,6 +124,16 @@ class ModelConfig(Section):
     vocab: Int | None = None
     seq_len: Int | None = None
     activation: Text | None = None
+    preset: Text | None = None
+    norm: Text | None = None
+    norm_eps: Num | None = None
+    position: Text | None = None
+    rope_theta: Num | None = None
+    kv_heads: Int | None = None
+    head_dim: Int | None = None
+    qk_norm: Text | None = None
+    bias: bool | None = None
+    tie_embeddings: bool | None = None
 
 
 class MoEConfig(Section):
@@ -139,6 +149,10 @@ class MoEConfig(Section):
     shared_experts: Int | None = None
     score: Text | None = None
     second_expert_policy: Text | None = None
+    normalize_top_k: bool | None = None
+    balance: Text | None = None
+    bias_update: Num | None = None
+    routing: Text | None = None
 
 
 class ParallelConfig(Section):
@@ -598,7 +612,7 @@ class Error(Section):
 
 class Record(Section):
     """One run's measurement: a JSON file per run, the project's product."""
-    schema_version: Literal[4]
+    schema_version: Literal[5]
     run_key: Text
     suite: Text
     workload: Text

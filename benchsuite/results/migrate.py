@@ -315,6 +315,29 @@ def update_to_4(rec: dict) -> dict:
                            Upgrade(upgrade_v3_flags, "flags"), Upgrade(upgrade_v3_step_time_cv, "steps")])
 
 
+# ----------------------------------------------------------------------------- version 4 -> 5
+
+
+def upgrade_v4_architecture(rec: dict) -> dict:
+    """config.model and config.moe gain the architecture keys of version 5 at their defaults (the
+    GPT-2-style decoder and the learned, loss-balanced router every version-4 run ran), so an older
+    run's identity matches a new run's."""
+    from benchsuite.config import ModelConfig, MoEConfig
+
+    config = rec.get("config") or {}
+    for sec, cls in (("model", ModelConfig), ("moe", MoEConfig)):
+        if isinstance(config.get(sec), dict):
+            defaults = {f.name: f.default for f in fields(cls) if f.name in cls.LATER}
+            config[sec].update({k: v for k, v in defaults.items() if k not in config[sec]})
+    return rec
+
+
+def update_to_5(rec: dict) -> dict:
+    """Version 4 -> 5: the model's architecture keys (norm, positions, grouped-query attention, presets)
+    and the router's balancing and forced routing."""
+    return _apply(rec, 5, [Upgrade(upgrade_v4_architecture, "config.model / config.moe")])
+
+
 # ----------------------------------------------------------------------------- the chain
 
 
@@ -331,7 +354,7 @@ def _apply(rec: dict, version: int, upgrades: list[Upgrade]) -> dict:
     return rec
 
 
-UPDATES: dict[int, Callable[[dict], dict]] = {2: update_to_2, 3: update_to_3, 4: update_to_4}  # version reached
+UPDATES: dict[int, Callable[[dict], dict]] = {2: update_to_2, 3: update_to_3, 4: update_to_4, 5: update_to_5}  # version reached
 
 
 def migrate(doc: object) -> dict:

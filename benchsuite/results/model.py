@@ -74,6 +74,13 @@ class Results:
         return out
 
     @cached_property
+    def routing_pairs(self):
+        """The MoE runs that differ only by moe.routing, learned beside forced (results/routing.py)."""
+        from benchsuite.results.routing import routing_pairs
+
+        return routing_pairs(self)
+
+    @cached_property
     def verdicts(self):
         from benchsuite.results.verdicts import verdicts
 
@@ -142,13 +149,14 @@ def _series_labels(df: pd.DataFrame) -> dict[str, str]:
     labels = {k: str(w) for k, w in keys["workload"].items()}
     widen = (("suite", lambda r, lbl: f"{r['suite']}/{lbl}"), ("scaling", lambda r, lbl: f"{lbl} · {r['scaling']}"),
              ("scaling.hardware", lambda r, lbl: f"{lbl} · {r['scaling.hardware']}"),
+             ("config.moe.routing", lambda r, lbl: f"{lbl} · {r['config.moe.routing']} routing"),
              ("scaling.config", lambda r, lbl: f"{lbl} · config {str(r['scaling.config'])[:8]}"))
     for column, name in widen:
         by_label: dict[str, list[str]] = {}
         for k, lbl in labels.items():
             by_label.setdefault(lbl, []).append(k)
         for lbl, ks in by_label.items():
-            if len(ks) > 1 and len({str(keys.at[k, column]) for k in ks}) > 1:
+            if len(ks) > 1 and column in keys and len({str(keys.at[k, column]) for k in ks}) > 1:
                 labels.update({k: name(keys.loc[k], lbl) for k in ks})
     return labels
 

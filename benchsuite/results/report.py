@@ -341,10 +341,31 @@ PIPELINE_COLUMNS = [("run", "label", "{}"),
 ENERGY_WHEN = "energy.source"  # a run has the energy/carbon table's row when it has an energy source
 
 
+def routing_table(results: Results) -> Table | None:
+    """Learned vs forced routing, one row per pair (results/routing.py): forced ÷ learned tok/s is how much
+    the trained router's imbalance costs."""
+    pairs = results.routing_pairs
+    if not pairs:
+        return None
+    table = Table(title="Learned vs forced routing (medians; forced ÷ learned with its 95 % interval)",
+                  header_style="bold")
+    for header in ("run (learned)", "tok/s learned", "tok/s forced", "forced ÷ learned", "MFU learned",
+                   "MFU forced", "J/token learned", "J/token forced"):
+        table.add_column(header, justify="left" if header.startswith("run") else "right")
+    for p in pairs:
+        cells = [p.label, _fmt("{:,.0f}", p.learned["tokens_per_s"]), _fmt("{:,.0f}", p.forced["tokens_per_s"]),
+                 _interval_cell(p.speedup, "{:.2f}"), _fmt("{:.2%}", p.learned["mfu"]), _fmt("{:.2%}", p.forced["mfu"]),
+                 _fmt("{:.3g}", p.learned["j_per_token"]), _fmt("{:.3g}", p.forced["j_per_token"])]
+        table.add_row(*[escape(printable(c)) for c in cells])
+    return table
+
+
 def section_tables(results: Results, fit: Fit = Fit()) -> list[Table]:
-    """MoE routing, pipeline and energy/carbon tables, each only when some run has those figures."""
+    """MoE routing, learned vs forced routing, pipeline and energy/carbon tables, each only when some run has
+    those figures."""
     df = results.runs
     tables = [_section_table(df, "MoE routing (last step)", MOE_COLUMNS, "metrics.moe.dropped_frac", fit),
+              routing_table(results),
               _section_table(df, "Pipeline bubble (measured vs formula)", PIPELINE_COLUMNS,
                              "metrics.pipeline.bubble_formula", fit),
               _section_table(df, "Energy and carbon (measured window)", ENERGY_COLUMNS, ENERGY_WHEN, fit)]

@@ -1,0 +1,69 @@
+"""Learned vs forced routing side by side: the MoE runs that differ only by moe.routing, on one row.
+
+Frameworks publish MoE throughput measured with forced, balanced routing (Megatron's
+force-load-balancing); a trained router is slower, by how much its imbalance costs. A pair is two runs
+of one identity but for moe.routing; its `speedup` is forced tok/s ÷ learned tok/s (the learned
+router's slowdown), the ratio of their medians with Welch's 95 % interval over their seeds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from benchsuite.record.values import num
+from benchsuite.results.identity import SEED, TEXT_ONLY, digest, hardware_of, without
+from benchsuite.results.stats import Interval, welch_ratio
+
+ROUTING = ("moe", "routing")
+FIGURES = ("tokens_per_s", "mfu", "j_per_token")
+
+
+@dataclass(frozen=True)
+class RoutingPair:
+    label: str  # the learned run's label
+    learned: dict[str, float | None]  # FIGURES of the learned run (its medians)
+    forced: dict[str, float | None]
+    speedup: Interval  # forced tok/s ÷ learned tok/s
+    identities: tuple[str, str]  # (learned, forced)
+
+    def to_dict(self) -> dict:
+        s = self.speedup
+        return {"label": self.label, "learned": self.learned, "forced": self.forced,
+                "speedup": s.point, "speedup_lo": s.lo, "speedup_hi": s.hi, "speedup_reason": s.reason,
+                "identities": list(self.identities)}
+
+
+def pair_key(rec: dict) -> str:
+    """A run's identity less its routing: the two runs of a pair share it."""
+    return digest({"config": without(rec.get("config") or {}, (*TEXT_ONLY, SEED, ROUTING)),
+                   "hardware": hardware_of(rec)})
+
+
+def routing_pairs(results) -> list[RoutingPair]:
+    """Every learned/forced pair of ok runs in the results model, in the runs' order."""
+    runs = results.ok_runs
+    if runs.empty or "config.moe.routing" not in runs:
+        return []
+    by_key: dict[str, dict[str, dict]] = {}
+    for row in runs.to_dict("records"):
+        routing = row.get("config.moe.routing")
+        if routing in ("learned", "forced"):
+            rec = results.run_records(row["identity"])[0]
+            by_key.setdefault(pair_key(rec), {})[routing] = row
+    pairs = []
+    for both in by_key.values():
+        if len(both) < 2:
+            continue
+        learned, forced = both["learned"], both["forced"]
+        pairs.append(RoutingPair(
+            label=learned["label"], learned={f: num(learned.get(f)) for f in FIGURES},
+            forced={f: num(forced.get(f)) for f in FIGURES},
+            speedup=welch_ratio(_seed_values(results, forced["identity"]), _seed_values(results, learned["identity"])),
+            identities=(learned["identity"], forced["identity"])))
+    return pairs
+
+
+def _seed_values(results, identity: str) -> list[float]:
+    """tok/s of each seed of a run (the median over its repeats)."""
+    seeds = results.per_seed.loc[identity, "tokens_per_s"] if identity in results.per_seed.index else []
+    return [v for v in (num(x) for x in seeds) if v is not None]
