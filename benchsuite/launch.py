@@ -4,12 +4,16 @@ isolation, timeouts.
 A run that raises, is killed, segfaults or hangs past `train.timeout_s` becomes a failed
 record naming the rank and the reason; every process of the run is reaped; the suite goes on.
 Ctrl-C / SIGTERM stops the suite after recording the run in progress, and never replaces an ok
-record by a failed one. Each run is measured under its lock (runlock.py): one launcher per run.
+record by a failed one. Each run is measured under its lock (runlock.py): one launcher per run; a
+run whose lock cannot be taken is skipped, saying why. In a multi-node job node 0 decides each run
+and the other nodes follow its decision, so none starts torchrun for a run node 0 skipped.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import json
 import os
 import re
@@ -33,7 +37,7 @@ from benchsuite.record import (NewerRecordError, failed_record, record_filename,
                                write_record)
 from benchsuite.record.io import newer_version_at
 from benchsuite.results.store import ok_record_ids
-from benchsuite.runlock import Holder, claim
+from benchsuite.runlock import Follower, Holder, Leader, LockUnavailable, claim, coordinate, pid_alive
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,8 @@ class RunStatus(StrEnum):
     SKIPPED_RECORDED = "skipped_recorded"  # resume: an ok record of this run key and repeat is already on disk
     SKIPPED_OTHER_NODES = "skipped_other_nodes"  # its `nodes` differs from --nnodes: left to another job
     SKIPPED_LOCKED = "skipped_locked"  # another launcher is measuring it (its lock is held)
+    SKIPPED_LOCK_UNAVAILABLE = "skipped_lock_unavailable"  # its lock cannot be taken (RunOutcome.lock: why, the fix)
+    SKIPPED_NO_DECISION = "skipped_no_decision"  # node > 0: node 0 gave no decision for it (error); the suite stops
 
 
 @dataclass
@@ -66,6 +72,7 @@ class RunOutcome:
     error: dict | None = None
     duration_s: float = 0.0
     holder: Holder | None = None  # skipped_locked: the launcher measuring the run
+    lock: LockUnavailable | None = None  # skipped_lock_unavailable: why its lock cannot be taken, and the fix
     kept_earlier: bool = False  # failed or interrupted: the earlier ok record of this run key stays its result
     interrupted: bool = False  # Ctrl-C / SIGTERM arrived during this run: the suite stops after it
     repeat: int = 0  # which measurement of the run (0 to N-1 of --repeat N)
@@ -167,16 +174,6 @@ def _reap_ranks(workdir: Path) -> None:
 WORKDIR_PREFIX = "benchsuite-"
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
-
-
 def remove_stale_workdirs() -> list[Path]:
     """Remove the work folders of launchers that died without cleaning up (SIGKILL, OOM, power loss).
 
@@ -186,7 +183,7 @@ def remove_stale_workdirs() -> list[Path]:
     removed = []
     for d in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*"):
         with contextlib.suppress(ValueError, OSError):
-            if not _pid_alive(int((d / "launcher.pid").read_text())):
+            if not pid_alive(int((d / "launcher.pid").read_text())):
                 shutil.rmtree(d)
                 removed.append(d)
     return removed
@@ -497,41 +494,83 @@ def run_suite(suite: Suite, out_dir: str | Path, resume: bool = True, peak_tflop
     remove_stale_workdirs()
     done = ok_record_ids(out_dir) if resume else set()
     outcomes = []
-    for i, (run, rep) in enumerate((p.run, p.repeat) for p in planned):
-        key = run.run_key(hardware)
-        if record_id(key, rep) in done:
-            outcome = RunOutcome(run, key, RunStatus.SKIPPED_RECORDED, repeat=rep)
-        elif run.nodes != rdzv.nnodes:
-            outcome = RunOutcome(run, key, RunStatus.SKIPPED_OTHER_NODES, repeat=rep)
-        else:
-            outcome = _claim_and_launch(run, key, rep, out_dir, hardware, rdzv, peak_tflops, resume,
-                                        start=lambda: on_event("start", i, len(planned), run),
-                                        threads=threads[run.sweep_id],
-                                        on_progress=lambda line: on_event("progress", i, len(planned), line))
-        outcomes.append(outcome)
-        on_event("done", i, len(planned), outcome)
-        if outcome.interrupted:
-            break
+    with coordinate(out_dir, rdzv.rdzv_id, rdzv.endpoint, rdzv.nnodes, rdzv.node_rank) as nodes:
+        for i, (run, rep) in enumerate((p.run, p.repeat) for p in planned):
+            key = run.run_key(hardware)
+            rid = record_id(key, rep)
+
+            def launch() -> RunOutcome:
+                on_event("start", i, len(planned), run)
+                return launch_run(run, key, out_dir, hardware, rdzv, peak_tflops, threads=threads[run.sweep_id],
+                                  on_progress=lambda line: on_event("progress", i, len(planned), line), repeat=rep)
+
+            if run.nodes != rdzv.nnodes:
+                status = RunStatus.SKIPPED_RECORDED if rid in done else RunStatus.SKIPPED_OTHER_NODES
+                outcome = RunOutcome(run, key, status, repeat=rep)
+            elif isinstance(nodes, Follower):
+                outcome = _follow_node0(nodes, i, run, key, rep, launch)
+            else:
+                outcome = _claim_and_launch(run, key, rep, out_dir, resume, rid in done, launch,
+                                            tell=functools.partial(_tell, nodes, i, rid))
+            outcomes.append(outcome)
+            on_event("done", i, len(planned), outcome)
+            if outcome.interrupted or outcome.status == RunStatus.SKIPPED_NO_DECISION:
+                break
     return outcomes
 
 
-def _claim_and_launch(run: RunConfig, key: str, repeat: int, out_dir: Path, hardware: dict, rdzv: Rendezvous,
-                      peak_tflops: float | None, resume: bool, start: Callable[[], None],
-                      threads: Threads, on_progress: Callable[[ProgressLine], None]) -> RunOutcome:
-    """Node 0 holds the lock of the run's repeat for the whole run (the other nodes follow their
-    node 0): a repeat another launcher is measuring is skipped, and one it finished since this suite
-    began (its ok record is there now) is not measured again."""
+def _claim_and_launch(run: RunConfig, key: str, repeat: int, out_dir: Path, resume: bool, recorded: bool,
+                      launch: Callable[[], RunOutcome], tell: Callable[[RunOutcome | None], None]) -> RunOutcome:
+    """Node 0 (or the only node) decides the run's repeat and tells the other nodes (tell: the skip, or
+    None before it starts). A repeat recorded ok is skipped; otherwise node 0 holds its lock for the
+    whole run: a repeat another launcher is measuring, or whose lock cannot be taken, is skipped, and one
+    another launcher finished since this suite began (its ok record is there now) is not measured again."""
+    if recorded:
+        outcome = RunOutcome(run, key, RunStatus.SKIPPED_RECORDED, repeat=repeat)
+        tell(outcome)
+        return outcome
     rid = record_id(key, repeat)
-    if rdzv.node_rank != 0:
-        start()
-        return launch_run(run, key, out_dir, hardware, rdzv, peak_tflops, threads=threads, on_progress=on_progress,
-                          repeat=repeat)
-    with claim(out_dir, rid) as holder:
-        if holder is not None:
-            return RunOutcome(run, key, RunStatus.SKIPPED_LOCKED, holder=holder, repeat=repeat)
+    with claim(out_dir, rid) as got:
         final = record_path(out_dir, run, key, repeat)
-        if resume and rid in ok_record_ids(final):
-            return RunOutcome(run, key, RunStatus.SKIPPED_RECORDED, str(final), repeat=repeat)
-        start()
-        return launch_run(run, key, out_dir, hardware, rdzv, peak_tflops, threads=threads, on_progress=on_progress,
-                          repeat=repeat)
+        if isinstance(got, Holder):
+            skip = RunOutcome(run, key, RunStatus.SKIPPED_LOCKED, holder=got, repeat=repeat)
+        elif isinstance(got, LockUnavailable):
+            skip = RunOutcome(run, key, RunStatus.SKIPPED_LOCK_UNAVAILABLE, lock=got, repeat=repeat)
+        elif resume and rid in ok_record_ids(final):
+            skip = RunOutcome(run, key, RunStatus.SKIPPED_RECORDED, str(final), repeat=repeat)
+        else:
+            skip = None
+        tell(skip)
+        return skip or launch()
+
+
+def _tell(leader: Leader | None, index: int, rid: str, skip: RunOutcome | None) -> None:
+    """Node 0 tells the other nodes its decision for the run at index (nothing to tell in a one-node job)."""
+    if leader is None:
+        return
+    if skip is None:
+        leader.tell(index, {"rid": rid, "status": "start"})
+        return
+    leader.tell(index, {"rid": rid, "status": skip.status.value, "record": skip.record_path,
+                        "holder": dataclasses.asdict(skip.holder) if skip.holder else None,
+                        "lock": dataclasses.asdict(skip.lock) if skip.lock else None})
+
+
+def _follow_node0(follower: Follower, index: int, run: RunConfig, key: str, repeat: int,
+                  launch: Callable[[], RunOutcome]) -> RunOutcome:
+    """A node > 0 starts torchrun for a run only when node 0 did (it would otherwise wait for a
+    rendezvous that never comes, until the timeout), and skips it as node 0 did. With no decision
+    (node 0 ended or died, or runs another plan) it stops its suite."""
+    decision = follower.hear(index)
+    rid = record_id(key, repeat)
+    if isinstance(decision, dict) and decision.get("rid") != rid:
+        decision = (f"node 0 planned another run here ({decision.get('rid')}, this node {rid}): start every node "
+                    "with the same suite and --repeat, on the same hardware")
+    if isinstance(decision, str):
+        return RunOutcome(run, key, RunStatus.SKIPPED_NO_DECISION, repeat=repeat,
+                          error={"type": "NoDecision", "message": decision, "rank": None})
+    if decision["status"] == "start":
+        return launch()
+    return RunOutcome(run, key, RunStatus(decision["status"]), decision.get("record"), repeat=repeat,
+                      holder=Holder(**decision["holder"]) if decision.get("holder") else None,
+                      lock=LockUnavailable(**decision["lock"]) if decision.get("lock") else None)

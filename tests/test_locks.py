@@ -1,20 +1,26 @@
 """One launcher per run, with real processes: a lock held by another process names it, a lock
-whose holder was SIGKILLed is taken over, and two `benchsuite run` of one suite into one folder
-measure each run once."""
+whose holder was SIGKILLed is taken over, two `benchsuite run` of one suite into one folder
+measure each run once, a node > 0 follows node 0's skips, and another user takes over a dead
+launcher's read-only lock file. In-process cases of unavailable locks: test_lock_problems.py."""
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
+import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
 from benchsuite.runlock import Holder, claim, lock_path
-from helpers import REPO, run_cli
+from helpers import REPO, free_port, run_cli
 from helpers.launcher import CLI, rank_started, run_keys, strict_load, wait_for, workdirs
 
 pytestmark = pytest.mark.procs  # every test here launches processes
@@ -75,3 +81,103 @@ def test_two_launchers_of_one_suite_into_one_folder_measure_each_run_once(tmp_pa
     recs = strict_load(out)
     assert recs[k1]["status"] == "failed" and recs[k1]["error"]["type"] == "WorkerKilled"
     assert recs[k2]["status"] == "ok" and len(recs) == 2
+
+
+TWO_NODES = """
+[defaults]
+model = { layers = 1, hidden = 32, heads = 2, vocab = 128, seq_len = 16 }
+train = { micro_batch = 2, steps = 3, warmup_steps = 2, timeout_s = 600 }
+[[workload]]
+name = "dense"
+[sweep]
+world_size = [2, 4]
+nodes = [2]
+"""
+
+
+@pytest.mark.parametrize("blocked", ["locked", "unavailable"])
+def test_node1_skips_the_run_node0_skipped_without_waiting_for_the_rendezvous(tmp_path, blocked, reap):
+    """Two nodes on one host. Run 1's lock is held by another launcher, or is a symlink: node 0 skips it.
+    Node 1 hears so and skips it too, not starting a torchrun that would wait for node 0 until the run's
+    timeout (600 s); both then measure run 2 together."""
+    suite = tmp_path / "two.toml"
+    suite.write_text(TWO_NODES)
+    out, port = tmp_path / "out", free_port()
+    k1, k2 = run_keys(suite)
+    reap += [k1, k2]
+    holder = None
+    out.mkdir()
+    if blocked == "locked":
+        holder = subprocess.Popen([sys.executable, "-c", HOLD.replace('"k"', repr(k1)), str(out)], cwd=REPO,
+                                  stdout=subprocess.PIPE, text=True)
+        assert holder.stdout.readline() == "held\n"
+    else:
+        (out / ".locks").mkdir()
+        lock_path(out, k1).symlink_to("/etc/passwd")
+    cmd = CLI + ["run", str(suite), "--out", str(out), "--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{port}",
+                 "--rdzv-id", "t", "--json"]
+    nodes = [subprocess.Popen(cmd + ["--node-rank", str(n)], cwd=REPO, text=True, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE) for n in (0, 1)]
+    try:
+        results = [n.communicate(timeout=240) for n in nodes]
+    finally:
+        for n in nodes:
+            n.kill()
+        if holder:
+            holder.kill()
+            holder.wait(timeout=30)
+    for (stdout, stderr), n in zip(results, nodes):
+        assert "Traceback" not in stderr, stderr
+        assert n.returncode == (0 if blocked == "locked" else 1), stderr
+    runs = [json.loads(stdout)["runs"] for stdout, _ in results]
+    skipped = "skipped_locked" if blocked == "locked" else "skipped_lock_unavailable"
+    assert [[r["status"] for r in node] for node in runs] == [[skipped, "ok"], [skipped, "ok"]]
+    if blocked == "locked":
+        assert runs[0][0]["holder"] == runs[1][0]["holder"] == f"pid {holder.pid} on host {socket.gethostname()}"
+    else:
+        assert runs[0][0]["lock"] == runs[1][0]["lock"]
+        assert runs[1][0]["lock"].startswith(f"{lock_path(out, k1)} (owner {getpass.getuser()}) is a symbolic link")
+    assert not [p for p in (out / "logs").iterdir() if k1 in p.name]  # no torchrun started for run 1, on any node
+    recs = strict_load(out)
+    assert list(recs) == [k2] and recs[k2]["status"] == "ok" and recs[k2]["env"]["nodes"] == 2
+
+
+GRAB = """
+import json, sys
+from benchsuite.runlock import claim
+with claim(sys.argv[1], "k") as got:
+    print(json.dumps(None if got is None else str(got)))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="runs a launcher as another user")
+def test_another_users_read_only_lock_file_left_by_a_dead_launcher_is_taken_over(tmp_path):
+    """The kernel's own refusal: root leaves a read-only lock file (0o644) naming a dead pid; nobody takes it over
+    (a fresh file, nobody's, 0o664), and names it while a live launcher holds it."""
+    team = Path(tempfile.mkdtemp(prefix="benchsuite-team-"))  # pytest's folders are root's only
+    try:
+        team.chmod(0o777)
+        path = lock_path(team, "k")
+        path.parent.mkdir(mode=0o777)
+        path.parent.chmod(0o777)
+        path.write_text(json.dumps({"pid": 2**22 + 12345, "host": socket.gethostname()}))
+        path.chmod(0o644)
+        as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", GRAB,
+                     str(team)]
+        res = subprocess.run(as_nobody, cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert (res.returncode, json.loads(res.stdout)) == (0, None), res.stderr
+        st = os.stat(path)
+        assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (65534, 0o664)
+
+        path.unlink()
+        child = subprocess.Popen([sys.executable, "-c", HOLD, str(team)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+        try:
+            assert child.stdout.readline() == "held\n"
+            path.chmod(0o644)  # as an older launcher under umask 022 made it
+            res = subprocess.run(as_nobody, cwd=REPO, capture_output=True, text=True, timeout=60)
+            assert json.loads(res.stdout) == f"pid {child.pid} on host {socket.gethostname()}", res.stderr
+        finally:
+            child.kill()
+            child.wait(timeout=30)
+    finally:
+        shutil.rmtree(team)

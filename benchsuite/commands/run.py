@@ -98,6 +98,7 @@ def run(args) -> int:
                               "run_key": o.run_key, "repeat": o.repeat, "status": o.status.value,
                               "record": o.record_path, "error": o.error,
                               "holder": str(o.holder) if o.holder else None,
+                              "lock": str(o.lock) if o.lock else None,
                               "kept_earlier_record": o.kept_earlier,
                               "flags": (_ok_record(o) or {}).get("flags") or []}
                              for o in outcomes]})
@@ -108,13 +109,18 @@ def run(args) -> int:
     if interrupted:
         err.print("interrupted: completed records are kept; rerun the same command to resume")
         return 130
-    return 1 if any(o.status in (RunStatus.FAILED, RunStatus.INTERRUPTED) for o in outcomes) else 0
+    # runs that no launcher measures until someone acts (a skipped_locked run another launcher measures)
+    unmeasured = (RunStatus.FAILED, RunStatus.INTERRUPTED, RunStatus.SKIPPED_LOCK_UNAVAILABLE,
+                  RunStatus.SKIPPED_NO_DECISION)
+    return 1 if any(o.status in unmeasured for o in outcomes) else 0
 
 
 SUMMARY_WORDS = {  # RunStatus value → how the summary line counts it
     "ok": "ok", "failed": "failed", "interrupted": "interrupted", "skipped_recorded": "skipped (already recorded)",
     "skipped_other_nodes": "left to a job with another --nnodes",
     "skipped_locked": "being measured by another launcher",
+    "skipped_lock_unavailable": "skipped (lock unavailable)",
+    "skipped_no_decision": "skipped (no decision from node 0)",
 }
 
 
@@ -175,6 +181,10 @@ def _outcome_line(o) -> str:
                                        f"--nnodes {o.run.nodes}[/dim]",
         "skipped_locked": lambda: f"[dim]↷ {name}: being measured by {escape(o.holder)}; its record appears in "
                                   "the results folder when it finishes[/dim]",
+        "skipped_lock_unavailable": lambda: f"[yellow]↷[/yellow] {name}: skipped, lock unavailable: "
+                                            f"{escape(o.lock)}; then rerun the same command",
+        "skipped_no_decision": lambda: f"[yellow]↷[/yellow] {name}: skipped, no decision from node 0: "
+                                       f"{escape(o.error['message'])}; this node stops here",
         "ok": lambda: _ok_line(o, name, escape),
     }
     return lines[o.status.value]()
