@@ -344,7 +344,8 @@ def test_flops_table_lines_are_the_documents_figures(monkeypatch, capsys):
     monkeypatch.chdir(REPO)
     table = flops_table(load_suite("workloads/scaling.toml"))
     first = table.doc["runs"][0]
-    assert table.lines[1] == (f"{first['workload']:<24} w{first['world_size']:<3} params {first['params']:10.4g}  "
+    name = f"{first['workload']} · seed {first['seed']}"
+    assert table.lines[1] == (f"{name:<24} w{first['world_size']:<3} params {first['params']:10.4g}  "
                               f"active {first['params_active']:10.4g}  model {first['model_flops_per_token']:10.4g}"
                               f" FLOP/tok  hardware {first['hardware_flops_per_token']:10.4g} FLOP/tok")
     assert len(table.lines) == 1 + len(table.doc["runs"]) == 7

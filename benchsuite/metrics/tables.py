@@ -25,19 +25,25 @@ class Table:
     lines: list[str]
 
 
+def _run_name(row: dict) -> str:
+    """The workload, with its seed and a forced routing where they tell its runs apart."""
+    return row["workload"] + (f" · {row['routing']}" if row["routing"] == "forced" else "") + f" · seed {row['seed']}"
+
+
 def flops_table(suite: Suite) -> Table:
     """Parameters and model/hardware FLOPs per token of every run of `suite`."""
     rows = []
     for run in suite.runs:
         f = flops_per_token(run.model, run.moe, micro_batch=run.micro_batch_per_rank, recompute=run.train.recompute)
         rows.append({"workload": run.workload, "kind": run.kind, "preset": run.model.preset,
-                     "router": run.moe.router if run.moe else None,
+                     "router": run.moe.router if run.moe else None, "routing": run.moe.routing if run.moe else None,
+                     "seed": run.train.seed,
                      "world_size": run.world_size, "scaling": run.scaling, "recompute": run.train.recompute,
                      "params": f.params, "params_active": f.params_active, "model_flops_per_token": f.model,
                      "hardware_flops_per_token": f.hardware, "hardware_source": hardware_basis(run.moe, recompute=run.train.recompute,
                                                                        expert_impl=None)})
     lines = [FLOPS_HEADER] + [
-        f"{r['workload']:<24} w{r['world_size']:<3} params {r['params']:10.4g}  "
+        f"{_run_name(r):<24} w{r['world_size']:<3} params {r['params']:10.4g}  "
         f"active {r['params_active']:10.4g}  model {r['model_flops_per_token']:10.4g} FLOP/tok  "
         f"hardware {r['hardware_flops_per_token']:10.4g} FLOP/tok" for r in rows]
     return Table({"suite": suite.name, "runs": rows}, lines)
