@@ -23,7 +23,9 @@ import functools
 import hashlib
 import importlib
 import inspect
+import os
 import sys
+import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -150,15 +152,26 @@ def write_bin(path: str | Path, tokens, dtype=None) -> Path:
         raise ValueError(f"{path}: token ids must lie in [0, {np.iinfo(expected).max}] for {expected.name}; "
                          f"got [{arr.min()}, {arr.max()}]")
     with atomic_file(path) as f:
-        arr.astype(expected).tofile(f)
+        f.write(arr.astype(expected, order="C"))  # not tofile: numpy's own write loses the errno of a full disk
     return path
+
+
+def _not_text(path: Path, out: Path) -> str | None:
+    """Why tokenize leaves out the input `path` (it is the output `out`, or another token file), else None."""
+    if os.path.exists(out) and os.path.samefile(path, out):
+        return f"it is the output file -o {out}"
+    if path.suffix == ".bin":
+        return "a token file, not text"
+    return None
 
 
 def tokenize_files(paths: Iterable[str | Path], out: str | Path, chunk_bytes: int = 1 << 24) -> dict:
     """Byte-level tokens of UTF-8 text files, one document per file, each followed by EOS, as a .bin.
 
     Streams in chunks (files larger than memory are fine) and writes atomically: a file that is
-    missing or not UTF-8 raises ValueError naming it and the byte offset, and no .bin is left.
+    missing, unreadable or not UTF-8 raises ValueError naming it and the byte offset, and no .bin is left.
+    A token file among the inputs (the output itself, as in `tokenize data/* -o data/train.bin` run a
+    second time, or another .bin) is skipped with a warning naming it: tokens are never read as text.
     """
     out = Path(out)
     if out.suffix != ".bin" or out.name.endswith(".u32.bin"):
@@ -167,6 +180,14 @@ def tokenize_files(paths: Iterable[str | Path], out: str | Path, chunk_bytes: in
     for p in paths:
         if not p.is_file():
             raise ValueError(f"{p}: no such text file")
+        if not os.access(p, os.R_OK):
+            raise ValueError(f"{p}: cannot read (permission denied)")
+    skipped = {p: why for p in paths if (why := _not_text(p, out))}
+    for p, why in skipped.items():
+        warnings.warn(f"{p}: skipped, {why}")
+    paths = [p for p in paths if p not in skipped]
+    if not paths:
+        raise ValueError(f"{out}: no text file to tokenize, every input is a token file; give text files")
     h, tokens = hashlib.sha256(), 0
     eos = np.array([EOS], dtype="<u2").tobytes()
     with atomic_file(out) as f:

@@ -1,5 +1,6 @@
 """What every verb shares: the two consoles, bad input as UsageError, numeric option types, the
-output-path checks, the `--json` option and its one document, and the one results-folder loader."""
+output-path checks, the options two verbs share (`--json`, `--repeat`) with their one rule, and the one
+results-folder loader."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from benchsuite.config import MAX_RUNS
 from benchsuite.terminal import printable
 
 # Every user string reaches these through benchsuite.terminal.printable; emoji=False: a name like
@@ -90,6 +92,20 @@ PARAMS = number(at_least=1, at_most=1e18)  # a parameter count, e.g. 7.5e9; 1e18
 NON_NEGATIVE = number(at_least=0)  # grid intensity (0 g/kWh: a carbon-free supply)
 PUE = number(at_least=1)  # facility energy / IT energy, >= 1 by definition
 
+# The one `--repeat` option of `run` and of `slurm` (whose job passes it to run): each lists this parser in
+# its `parents` and calls check_repeat, so a value one refuses the other refuses too.
+REPEAT = argparse.ArgumentParser(add_help=False)
+REPEAT.add_argument("--repeat", type=COUNT, default=1, metavar="N",
+                    help="measure each run N times, each repeat its own record (default 1): every run once, then "
+                         "every run again, so drift spreads over all runs; resume measures only missing repeats")
+
+
+def check_repeat(suite, repeat: int) -> None:
+    """--repeat N for this suite: its runs × N measurements within what a suite may plan (MAX_RUNS)."""
+    if len(suite.runs) * repeat > MAX_RUNS:
+        raise UsageError(f"--repeat {repeat}: {len(suite.runs)} runs × {repeat} is more measurements than "
+                         f"a suite may plan ({MAX_RUNS}); give a smaller --repeat")
+
 
 def print_json(doc) -> None:
     """The verb's one JSON document on stdout: strict JSON, a figure that overflowed float range null."""
@@ -127,9 +143,10 @@ def load_results(path: str | Path) -> list[dict]:
 
 
 def _file_in_the_way(path: Path) -> Path | None:
-    """The file (not a folder) at `path` or at the nearest existing folder above it, if any."""
-    nearest = next((p for p in (path, *path.parents) if p.exists() or p.is_symlink()), None)
-    return None if nearest is None or nearest.is_dir() else nearest
+    """The file (not a folder) at `path` or at the nearest existing folder above it, if any. A path that
+    cannot even be looked at (a name too long, a folder not searchable) is left to the write, which names it."""
+    nearest = next((p for p in (path, *path.parents) if os.path.lexists(p)), None)
+    return None if nearest is None or os.path.isdir(nearest) else nearest
 
 
 def make_folder(option: str, path: str | Path, what: str) -> Path:
@@ -148,11 +165,22 @@ def make_folder(option: str, path: str | Path, what: str) -> Path:
     return path
 
 
-def output_file(option: str, path: str | Path, what: str) -> Path:
-    """The file an option names, to be (over)written: not a folder, and its folder can be made."""
+def not_an_input(option: str, path: str | Path, source: str | Path) -> None:
+    """Refuse an output that is the same file as the verb's input `source` (however named: a link, a
+    path through another folder): writing it would destroy what the verb reads."""
+    if os.path.isfile(path) and os.path.exists(source) and os.path.samefile(path, source):
+        raise UsageError(f"{option} {path}: is the input {source}, which writing it would destroy; "
+                         f"give another path")
+
+
+def output_file(option: str, path: str | Path, what: str, source: str | Path | None = None) -> Path:
+    """The file an option names, to be (over)written: not a folder, not the verb's input `source`, and its
+    folder can be made."""
     path = Path(path)
-    if path.is_dir():
+    if os.path.isdir(path):
         raise UsageError(f"{option} {path}: is a folder; give the {what}'s file name")
+    if source is not None:
+        not_an_input(option, path, source)
     blocker = _file_in_the_way(path.parent)
     if blocker is not None:
         raise UsageError(f"{option} {path}: {blocker} is a file, not a folder; give a {what} path in a folder")

@@ -26,8 +26,9 @@ def run(args) -> int:
         res = build_site(args.dir, args.out)
     except SiteError as e:
         raise UsageError(f"-o {e}") from None
-    except OSError as e:  # a page's path taken by a folder, the disk full, ...
-        raise UsageError(f"-o {args.out}: cannot write the site: {e}") from None
+    except OSError as e:  # a page's path taken by a folder, the disk full, ...: never a half-written file
+        raise UsageError(f"-o {args.out}: the site is not fully rebuilt ({e}); each file in it is whole, and its "
+                         "index.html, written last, links only pages that exist") from None
     if args.json:
         print_json({"index": str(res.index), "records": res.records, "pages": res.pages})
         return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchsuite.commands.common import OUTPUT, UsageError, err, load_results, path_arg
+from benchsuite.commands.common import OUTPUT, UsageError, err, load_results, not_an_input, path_arg
 
 
 def add_parser(sub) -> None:
@@ -19,12 +19,19 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    from benchsuite.atomic import naming
     from benchsuite.results.export import ExportError, write_codecarbon_csv
 
     records = load_results(args.dir)
     folder = Path(args.dir) if not Path(args.dir).is_file() else Path(args.dir).parent
+    output = Path(args.output or folder / "emissions.csv")
+    not_an_input("-o", output, args.dir)
+    if output.name.endswith(".json") and folder.resolve() in output.resolve().parents:
+        raise UsageError(f"-o {output}: a .json file in the results folder {folder} is read as a record by every "
+                         "verb; name the CSV *.csv, or write it elsewhere")
     try:
-        res = write_codecarbon_csv(records, Path(args.output or folder / "emissions.csv"))
+        with naming(output):  # its checks looking at a name too long for the file system
+            res = write_codecarbon_csv(records, output)
     except ExportError as e:
         raise UsageError(str(e)) from None
     if res.appended:

@@ -7,22 +7,20 @@ import json
 import signal
 from pathlib import Path
 
-from benchsuite.commands.common import (COUNT, INDEX, JSON, POSITIVE, UsageError, endpoint, err, make_folder, path_arg,
-                                        print_json)
-from benchsuite.config import MAX_RUNS, RANKS_PER_CORE, check_ranks_per_node, load_suite, usable_cores
+from benchsuite.commands.common import (COUNT, INDEX, JSON, POSITIVE, REPEAT, UsageError, check_repeat, endpoint, err,
+                                        make_folder, path_arg, print_json)
+from benchsuite.config import RANKS_PER_CORE, check_ranks_per_node, load_suite, usable_cores
 from benchsuite.terminal import printable
 from benchsuite.results.identity import record_name
 
 
 def add_parser(sub) -> None:
-    r = sub.add_parser("run", parents=[JSON], help="run a suite (one torchrun per run) and write one record per run")
+    r = sub.add_parser("run", parents=[JSON, REPEAT],
+                       help="run a suite (one torchrun per run) and write one record per run")
     r.add_argument("suite", type=path_arg, help="suite TOML file, e.g. workloads/smoke.toml")
     r.add_argument("--out", type=path_arg, default="results", help="results folder (default: results)")
     r.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
                    help="skip runs already recorded ok (default: on)")
-    r.add_argument("--repeat", type=COUNT, default=1, metavar="N",
-                   help="measure each run N times, each repeat its own record (default 1): every run once, "
-                        "then every run again, so drift spreads over all runs; resume measures only missing repeats")
     r.add_argument("--peak-tflops", type=POSITIVE, default=None,
                    help="peak FLOP/s of one device (TFLOP/s) for MFU where the device is not in the table")
     r.add_argument("--nnodes", type=COUNT, default=1, help="nodes in this job (multi-node: one launcher per node)")
@@ -38,9 +36,7 @@ def run(args) -> int:
     if args.node_rank >= args.nnodes:
         raise UsageError(f"--node-rank {args.node_rank} must be < --nnodes {args.nnodes} (ranks count from 0)")
     suite = load_suite(args.suite)  # before the heavy imports: a bad file is refused at once
-    if len(suite.runs) * args.repeat > MAX_RUNS:
-        raise UsageError(f"--repeat {args.repeat}: {len(suite.runs)} runs × {args.repeat} is more measurements than "
-                         f"a suite may plan ({MAX_RUNS}); give a smaller --repeat")
+    check_repeat(suite, args.repeat)
     _check_ranks_per_node(suite, args)
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn

@@ -22,7 +22,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from benchsuite.atomic import atomic_file, umask
+from benchsuite.atomic import OutputError, atomic_file, hidden_name, umask
 from benchsuite.energy.carbon import J_PER_KWH, country_name
 from benchsuite.record.names import record_id, repeat_of
 from benchsuite.record.values import ratio
@@ -202,7 +202,7 @@ def write_codecarbon_csv(records: list[dict], path: str | Path) -> CsvExport:
     target = Path(os.path.realpath(path))  # a symlinked team file: its target gets the rows, the link stays
     columns = codecarbon_columns()
     rows = [{c: spreadsheet_safe(v) for c, v in row.items()} for row in to_codecarbon_rows(records)]
-    lock = FileLock(target.parent / f".{target.name}.lock", mode=0o666 & ~umask())
+    lock = FileLock(target.parent / hidden_name(target, ".lock"), mode=0o666 & ~umask())
     try:
         with lock.acquire(timeout=LOCK_TIMEOUT_S):
             existing = _existing_csv(target, columns)
@@ -216,8 +216,8 @@ def write_codecarbon_csv(records: list[dict], path: str | Path) -> CsvExport:
     except Timeout:
         raise ExportError(f"{path}: another export has held {lock.lock_file} for {LOCK_TIMEOUT_S:g} s; "
                           "wait for it, or remove that file if no export is running") from None
-    except OSError as e:
-        raise ExportError(f"{path}: cannot write ({e.strerror or e})") from None
+    except OSError as e:  # the lock beside the file, the append, the new file: said as every failed write is
+        raise ExportError(str(OutputError(path, e))) from None
     return CsvExport(path, len(new), existing is not None, len(rows) - len(new))
 
 
