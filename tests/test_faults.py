@@ -307,8 +307,9 @@ def test_disk_full_while_writing_a_record_keeps_the_previous_one_and_says_why(tm
 
 
 def test_disk_full_mid_suite_is_a_clear_error_not_a_traceback(tmp_path, tiny_suite, monkeypatch, capsys):
-    """The launcher cannot even record a failure when the disk is full: the CLI says so (exit 1) and keeps
-    what is on disk; nothing is raised at the user."""
+    """The launcher cannot even record a failure when the disk is full: the CLI names the path and the fix
+    (exit 2, as every verb whose output cannot be written) and keeps what is on disk; nothing is raised at
+    the user."""
     from benchsuite import launch
 
     suite = tiny_suite(name="full", world_sizes=(1, 2))
@@ -323,9 +324,10 @@ def test_disk_full_mid_suite_is_a_clear_error_not_a_traceback(tmp_path, tiny_sui
         return launch.RunOutcome(run, key, launch.RunStatus.OK, str(write_record(out_dir, rec)), None, 0.1)
 
     monkeypatch.setattr(launch, "launch_run", fake_launch)
-    assert cli.main(["run", str(suite), "--out", str(out)]) == 1
-    err = capsys.readouterr().err
+    assert cli.main(["run", str(suite), "--out", str(out)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
     assert "No space left on device" in err and "rerun the same command to resume" in err
+    assert "free space on that file system" in err and "Traceback" not in err
     assert list(strict_load(out)) == calls[:1]
 
 

@@ -79,11 +79,15 @@ def run(args) -> int:
                                  on_event=on_event, repeat=args.repeat)
     except NewerRecordError as e:  # a newer benchsuite's record where this suite would write one
         raise UsageError(str(e)) from None
-    except OSError as e:  # disk full, folder removed mid-suite, ...: say so, no traceback
-        err.print(f"benchsuite: cannot write to the results folder {printable(args.out)}: {printable(e)}\n"
-                  "records completed before this are kept; free space and rerun the same command to resume",
-                  markup=False, soft_wrap=True)
-        return 1
+    except OSError as e:  # disk full, folder removed mid-suite, ...: the path and the fix, exit 2, no traceback
+        from benchsuite.atomic import OutputError
+
+        failure = e if isinstance(e, OutputError) else OutputError(e.filename or args.out, e)
+        err.print(f"benchsuite: {printable(failure)}\nrecords completed before this are kept; rerun the same "
+                  f"command to resume", markup=False, soft_wrap=True)
+        if args.json:
+            print_json({"error": "output", "path": str(failure.filename), "message": str(failure)})
+        return 2
     interrupted = any(o.interrupted for o in outcomes)
     if interrupted:  # the suite is over: more Ctrl-C presses must not cut short its last words or exit code
         for sig in (signal.SIGINT, signal.SIGTERM):
