@@ -1,8 +1,9 @@
 """torch.compile on CPU, as the worker applies it: every block kind compiles whole and stays compiled.
 
 Each case builds a tiny model of one block kind (dense, switch, gshard, expert choice; with and
-without full recompute), parallelizes it with benchsuite.parallel.parallelize (checkpoint, then
-one compiled region per block) and trains the worker's unmeasured steps and then measured steps.
+without full recompute; a Llama-style dense block), parallelizes it with
+benchsuite.parallel.parallelize (checkpoint, then one compiled region per block) and trains the
+worker's unmeasured steps and then measured steps.
 The compiler backend is dynamo's counting backend over aot_eager (forward and backward graphs
 traced, no C++ build): graph breaks and recompiles are decided by dynamo, before any backend.
 Checked: no graph break at all, one compiled frame per distinct block (dense 1, MoE models 2),
@@ -28,7 +29,7 @@ from benchsuite.parallel.zero import make_adamw
 from benchsuite import worker
 from helpers import grouped_mm_runs_here
 
-pytestmark = pytest.mark.heavy  # dynamo traces eleven models: about 25 s, so `make test` only
+pytestmark = pytest.mark.heavy  # dynamo traces twelve models: about 25 s, so `make test` only
 
 CPU = torch.device("cpu")
 MEASURED = 2
@@ -93,6 +94,16 @@ def test_every_block_kind_compiles_without_break_or_recompile(router, recompute,
     compiled, result = compile_and_train(make_run(router, recompute), backend)
     assert compiled == (2 if router else 1), f"{compiled} frames compiled for {2 if router else 1} block kinds"
     assert len(result.routing) == (1 if router else 0)  # the MoE block's routing stats came out of the graph
+
+
+def test_llama_style_block_compiles_without_break_or_recompile(backend):
+    """RMSNorm, rotary tables passed into each block, grouped-query attention (SDPA's enable_gqa),
+    per-head query/key norm and SwiGLU, under full recompute: one graph for both blocks."""
+    run = make_run(None, "full")
+    llama = dataclasses.replace(run.model, heads=4, kv_heads=2, activation="swiglu", norm="rmsnorm", position="rope",
+                                qk_norm="per_head")
+    compiled, _ = compile_and_train(dataclasses.replace(run, model=llama), backend)
+    assert compiled == 1, f"{compiled} frames compiled for one block kind"
 
 
 @pytest.mark.skipif(not grouped_mm_runs_here(), reason="torch._grouped_mm has no kernel on this device")

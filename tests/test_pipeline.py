@@ -1,7 +1,9 @@
 """Pipeline parallelism on real gloo processes against the single-process model.
 
 One spawn at world 4 checks every layout in turn: PP 2 × DP 2 (1F1B, interleaved, GPipe, and 1F1B
-with activation checkpointing), PP 4 (1F1B, interleaved) and PP 2 × TP 2. Each builds the plain
+with activation checkpointing), PP 4 (1F1B, interleaved) and PP 2 × TP 2, the last also with a
+Llama-style model (RMSNorm, RoPE on every stage and no position table on the first, grouped-query
+attention: 4 query heads, 2 key/value heads, SwiGLU). Each builds the plain
 model with the same seed, parallelizes it with benchsuite.parallel.parallelize and trains it with the worker's own train_step, beside a
 single-process reference trained on the concatenated global batch. Checked (fp32, relative error
 ≤ 1e-5): the last stage's logits, the loss every rank reports, every gradient after the first
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -25,9 +28,10 @@ from benchsuite.dist import shutdown
 from helpers import run_cli, spawn, write_suite
 
 CFG = ModelConfig(layers=8, hidden=16, heads=2, vocab=32, seq_len=8, ffn_hidden=32)
+LLAMA = replace(CFG, heads=4, kv_heads=2, activation="swiglu", norm="rmsnorm", position="rope")
 MB, STEPS, TOL, WORLD = 4, 3, 1e-5, 4
 
-# name: (pipeline, tensor, schedule, virtual_stages, microbatches[, recompute])
+# name: (pipeline, tensor, schedule, virtual_stages, microbatches[, recompute[, model]])
 CASES = {
     "pp2_1f1b": (2, 1, "1f1b", 1, 2),
     "pp2_interleaved": (2, 1, "interleaved", 2, 4),
@@ -36,11 +40,13 @@ CASES = {
     "pp4_interleaved": (4, 1, "interleaved", 2, 4),
     "pp2xtp2": (2, 2, "1f1b", 1, 2),
     "pp2_recompute": (2, 1, "1f1b", 1, 4, "full"),
+    "pp2xtp2_llama": (2, 2, "1f1b", 1, 2, "none", LLAMA),
 }
 
 
-def make_run(pp: int, tp: int, schedule: str, virtual: int, microbatches: int, recompute: str = "none") -> RunConfig:
-    return RunConfig(suite="t", workload="w", kind="dense", model=CFG,
+def make_run(pp: int, tp: int, schedule: str, virtual: int, microbatches: int, recompute: str = "none",
+             model: ModelConfig = CFG) -> RunConfig:
+    return RunConfig(suite="t", workload="w", kind="dense", model=model,
                      train=TrainConfig(micro_batch=MB, steps=STEPS, precision="fp32", recompute=recompute),
                      parallel=ParallelConfig(tensor=tp, pipeline=pp, schedule=schedule, virtual_stages=virtual,
                                              microbatches=microbatches),
@@ -160,13 +166,13 @@ def test_pipeline_matches_single_process(tmp_path):
     from benchsuite.models.transformer import build_model
     spawn(_rank, WORLD, str(tmp_path))
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
-    all_names = {n for n, _ in build_model(CFG).named_parameters()}
     for name, spec in CASES.items():
         run = make_run(*spec)
+        all_names = {n for n, _ in build_model(run.model).named_parameters()}
         for rank, results in enumerate(ranks):
             r, where = results[name], f"{name} rank {rank}"
             assert "pipeline" in r["impl"] and ("tensor" in r["impl"]) == (spec[1] > 1), where
-            assert ("recompute" in r["impl"]) == (spec[5:] == ("full",)), where
+            assert ("recompute" in r["impl"]) == (run.train.recompute == "full"), where
             assert r["loss"] <= TOL, f"{where}: loss rel err {r['loss']:.2e}"
             assert r["grads"] <= TOL, f"{where}: grad rel err {r['grads']:.2e}"
             assert r["params"] <= TOL, f"{where}: params after {STEPS} steps rel err {r['params']:.2e}"
@@ -221,6 +227,8 @@ def _suite(parallel: dict, model: dict | None = None, train: dict | None = None,
     ({"pipeline": 2, "microbatches": 3}, None, None, "dense", 4, "parallel.microbatches", "must divide evenly"),
     ({"pipeline": 2, "virtual_stages": 2}, None, None, "dense", 4, "parallel.virtual_stages",
      "needs schedule = \"interleaved\""),
+    ({"pipeline": 2}, {"tie_embeddings": True}, None, "dense", 4, "model.tie_embeddings",
+     "puts on another stage: not supported"),
 ])
 def test_impossible_pipeline_layouts_are_rejected_before_launch(parallel, model, train, kind, world, key, needle):
     with pytest.raises(ConfigError) as e:

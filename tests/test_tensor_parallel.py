@@ -1,19 +1,24 @@
 """Megatron tensor parallelism on real gloo processes against the single-process model.
 
-One spawn per world size checks several layouts: TP 2 (world 2); TP 4 and TP 2 × DP 2 (world 4).
-Each layout builds the plain model with the same seed, parallelizes it with
+One spawn per world size checks several layouts: TP 2 (world 2), also with a Llama-style model
+(RMSNorm, RoPE, grouped-query attention with 2 key/value heads for 4 query heads, SwiGLU) and a
+Qwen3-style one (its own head width, per-head query/key norm, biases, tied LM head); TP 4 and
+TP 2 × DP 2 (world 4). Each layout builds the plain model with the same seed, parallelizes it with
 benchsuite.parallel.parallelize and trains it with the worker's own train_step, beside a
 single-process reference trained on the concatenated global batch. Checked (fp32, relative
 error ‖a − b‖ / ‖b‖ ≤ 1e-5): logits (gathered from the vocab shards), the loss, every gradient
 after the first backward (gathered), and every weight after 3 steps of the fused AdamW a GPU
 runs. Also: the logits stay vocab-sharded (no rank holds the full-vocabulary logits), the
 collectives seen are all-reduces, and the parameter, gradient and Adam-state bytes a rank holds
-match the per-rank formula.
+match the per-rank formula (metrics.memory's, which counts the GPT-2 architecture; for the other
+architectures every matrix split over the ranks and the norms and row-parallel biases whole).
 """
 
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import replace
 
 import pytest
 import torch
@@ -25,6 +30,18 @@ from helpers import spawn
 from helpers.parallel import CFG, MB, STEPS, GradCapture, clean_name, full, global_batch, make_ctx, make_run, rel
 
 TOL = 1e-5
+# model keys of the architecture cases: 4 query heads in 2 groups, so TP 2 gives each rank one group
+LLAMA = {"activation": "swiglu", "norm": "rmsnorm", "position": "rope", "kv_heads": 2}
+QWEN3 = {**LLAMA, "head_dim": 16, "qk_norm": "per_head", "bias": True, "tie_embeddings": True}
+WHOLE_UNDER_TP = re.compile(r"(^|\.)(ln\w*|[qk]_norm)\.|\.(out|down)\.bias$")  # replicated on every rank
+
+
+def split_params_per_rank(model, tp: int) -> int:
+    """Ψ one rank holds when every matrix and column-parallel bias is split over tp and the norms and
+    row-parallel biases stay whole (the plan of parallel/tensor.py, counted on the unsharded model)."""
+    params = dict(model.named_parameters())
+    whole = sum(p.numel() for n, p in params.items() if WHOLE_UNDER_TP.search(n))
+    return whole + (sum(p.numel() for p in params.values()) - whole) // tp
 
 
 def train_and_compare(rank: int, world: int, run: RunConfig, ctx) -> dict:
@@ -74,8 +91,9 @@ def train_and_compare(rank: int, world: int, run: RunConfig, ctx) -> dict:
         ref_opt.zero_grad(set_to_none=True)
         if step == 2:
             probe.close()
-            analytic = implementation_model_state(params_per_rank(run.model, tp=ctx.dims.tp), dp, 0, "fp32",
-                                                  replicate=dp > 1)
+            gpt2 = replace(run.model, activation=CFG.activation) == CFG  # the architecture the formula counts
+            psi = params_per_rank(run.model, tp=ctx.dims.tp) if gpt2 else split_params_per_rank(ref, ctx.dims.tp)
+            analytic = implementation_model_state(psi, dp, 0, "fp32", replicate=dp > 1)
             out["state_ratio"] = {k: probe.result()[k] / analytic[k] for k in ("params", "grads", "optimizer")}
     ref_params = dict(ref.named_parameters())
     out["params"] = max(rel(full(p), ref_params[clean_name(n)]) for n, p in par.model.named_parameters())
@@ -92,16 +110,17 @@ def _rank(rank: int, world: int, cases: list, out_dir: str, device: str = "cpu")
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
     results = {}
-    for name, dp, tp, activation in cases:
-        run = make_run(world, tp, activation=activation)
+    for name, dp, tp, model in cases:
+        run = make_run(world, tp)
+        run = replace(run, model=replace(run.model, **model))
         results[name] = train_and_compare(rank, world, run, make_ctx(rank, world, dp, tp, device=device))
     (__import__("pathlib").Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(results))
     shutdown()  # collects FSDP2/mesh cycles first: no gloo abort at exit
 
 
-CASES = {
-    2: [("tp2", 1, 2, "gelu")],
-    4: [("tp4", 1, 4, "swiglu"), ("tp2xdp2", 2, 2, "gelu")],
+CASES = {  # name: (dp, tp, model keys)
+    2: [("tp2", 1, 2, {}), ("tp2_llama", 1, 2, LLAMA), ("tp2_qwen3_tied_bias", 1, 2, QWEN3)],
+    4: [("tp4", 1, 4, {"activation": "swiglu"}), ("tp2xdp2", 2, 2, {})],
 }
 
 
@@ -160,6 +179,8 @@ def _suite(parallel: dict, model: dict | None = None, world_sizes=(4,)) -> dict:
     ({"tensor": 2}, None, 3, "world_size (3) must be divisible by tensor (2)"),
     ({"tensor": 2, "zero": 2}, None, 4, "ZeRO stages 1-3 with tensor > 1 are not supported"),
     ({"tensor": 2, "expert": 2}, None, 4, "expert parallelism with tensor > 1"),
+    ({"tensor": 4}, {"heads": 8, "kv_heads": 2}, 4, "tensor (4) must divide model.kv_heads (2)"),
+    ({"tensor": 2}, {"qk_norm": "full"}, 2, "model.qk_norm = \"full\" normalises over all heads"),
 ])
 def test_impossible_tensor_layouts_are_rejected_before_launch(parallel, model, world, needle):
     with pytest.raises(ConfigError) as e:
@@ -180,3 +201,7 @@ def test_apply_tensor_parallel_guards_direct_callers():
 
     with pytest.raises(ValueError, match="must divide model.heads"):
         check_divisible(build_model(CFG), 3)
+    with pytest.raises(ValueError, match="must divide model.kv_heads"):
+        check_divisible(build_model(replace(CFG, kv_heads=2)), 4)
+    with pytest.raises(ValueError, match="qk_norm"):
+        check_divisible(build_model(replace(CFG, qk_norm="full")), 2)

@@ -15,14 +15,14 @@ def ffn_activation(up: torch.Tensor, gate: torch.Tensor | None) -> torch.Tensor:
 
 
 class MLP(nn.Module):
-    """The dense FFN: GELU (up, down) or SwiGLU (gate, up, down)."""
+    """The dense FFN: GELU (up, down) or SwiGLU (gate, up, down); bias: GPT-2/3's biases on each."""
 
-    def __init__(self, hidden: int, ffn: int, activation: str):
+    def __init__(self, hidden: int, ffn: int, activation: str, bias: bool = False):
         super().__init__()
         self.activation = activation
-        self.up = nn.Linear(hidden, ffn, bias=False)
-        self.gate = nn.Linear(hidden, ffn, bias=False) if activation == "swiglu" else None
-        self.down = nn.Linear(ffn, hidden, bias=False)
+        self.up = nn.Linear(hidden, ffn, bias=bias)
+        self.gate = nn.Linear(hidden, ffn, bias=bias) if activation == "swiglu" else None
+        self.down = nn.Linear(ffn, hidden, bias=bias)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         """(output, no aux loss, no routing stats): the MoE layer's signature."""

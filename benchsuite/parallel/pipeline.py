@@ -47,14 +47,16 @@ from torch import nn
 from benchsuite.config import ModelConfig, ParallelConfig, RunConfig, TrainConfig
 from benchsuite.dist import DP, PP, ParallelDims
 from benchsuite.metrics.timing import synchronize
+from benchsuite.models.transformer import embed
 
 ACTIVATION_BYTES = 4  # fp32 residual stream between stages
 
 
 class StageModule(nn.Module):
     """One stage of the GPT: the owned blocks, the embeddings on the first stage, the final norm and
-    LM head on the last. Takes the modules of `model` (no copy); `layer_ids` are the blocks' indices
-    in the full model. forward: token ids (first stage) or activations -> activations or logits."""
+    LM head on the last, and on every stage the rotary tables (buffers, no parameters) when positions
+    are rotary. Takes the modules of `model` (no copy); `layer_ids` are the blocks' indices in the
+    full model. forward: token ids (first stage) or activations -> activations or logits."""
 
     def __init__(self, model: nn.Module, layer_ids: list[int], first: bool, last: bool):
         super().__init__()
@@ -62,15 +64,17 @@ class StageModule(nn.Module):
         self.layer_ids = list(layer_ids)
         self.tok_emb = model.tok_emb if first else None
         self.pos_emb = model.pos_emb if first else None
+        self.rope = model.rope
         self.blocks = nn.ModuleList(model.blocks[i] for i in layer_ids)
         self.ln_f = model.ln_f if last else None
         self.head = model.head if last else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.tok_emb is not None:
-            x = self.tok_emb(x) + self.pos_emb(torch.arange(x.shape[1], device=x.device))
+            x = embed(self.tok_emb, self.pos_emb, x)
+        rope = self.rope(x.shape[1]) if self.rope is not None else None
         for block in self.blocks:
-            x, _, _ = block(x)  # a dense block: no aux loss, no routing statistics
+            x, _, _ = block(x, rope)  # a dense block: no aux loss, no routing statistics
         return self.head(self.ln_f(x)) if self.head is not None else x
 
     def full_name(self, name: str) -> str:
@@ -278,6 +282,8 @@ def apply_pipeline(model: nn.Module, *, dims: ParallelDims, plan: PipelinePlan, 
 
     Returns (the rank's stage modules, as one ModuleList for the optimizer and the probes; the run;
     the names of what was applied, the Applied fields "pipeline" and "data")."""
+    if model.cfg.tie_embeddings:  # config.py rejects it before launch; this guards direct callers
+        raise ValueError("a tied LM head cannot be split from the token embedding over pipeline stages")
     pp, num_stages, pp_group = dims.pp, dims.pp * plan.virtual, dims.group(PP)
     busy = SpanClock(device)
     timed_stage = _timed_stage_class()

@@ -1,4 +1,4 @@
-"""Megatron-LM tensor parallelism (Shoeybi et al. 2019) for the plain GPT of models/transformer.py.
+"""Megatron-LM tensor parallelism (Shoeybi et al. 2019) for the plain model of models/transformer.py.
 
 Built on ``torch.distributed.tensor.parallel`` (DTensor), which runs on gloo and NCCL alike:
 
@@ -7,8 +7,10 @@ module                      style                                            Meg
 ==========================  ===============================================  ===================
 tok_emb (nn.Embedding)      RowwiseParallel: weight Shard(0) over the vocab  VocabParallelEmbedding
                             out-of-range ids masked, partial sums all-reduced
-pos_emb, LayerNorms         replicated (plain tensors, identical on every rank)
-attn.qkv                    ColwiseParallel: whole heads per rank            ColumnParallelLinear
+pos_emb, norms              replicated (plain tensors, identical on every rank)
+attn.qkv                    ColwiseParallel: whole key/value groups per rank ColumnParallelLinear
+attn.q_norm / k_norm        SequenceParallel over the heads dimension:
+(qk_norm = "per_head")      weight Replicate, gradient summed over ranks
 attn.out                    RowwiseParallel                                  RowParallelLinear
 ffn.up / ffn.gate           ColwiseParallel                                  ColumnParallelLinear
 ffn.down                    RowwiseParallel                                  RowParallelLinear
@@ -22,12 +24,19 @@ forward; its gradient arrives Partial and is all-reduced in backward), and a Row
 output turned from Partial to Replicate is g (all-reduce in forward, identity in backward).
 So each transformer layer does two all-reduces in forward and two in backward, as in the paper.
 
-Attention.qkv's output rows are laid out per head as [q_h, k_h, v_h], so the contiguous column
-shard a rank gets holds whole heads, and Attention.forward infers the local head count from the
-shape: the model code is untouched. The LM head's logits stay sharded over the vocabulary and
-the worker computes the loss under ``loss_parallel()``: full-vocabulary logits never exist on one
-rank. Blocks whose FFN is an MoE layer keep that layer replicated on every tensor-parallel rank
-(correct, but not sharded; expert parallelism is the way to split experts).
+Attention.qkv's output rows are laid out per key/value head g as [q heads of g, k_g, v_g] (per head
+[q_h, k_h, v_h] without grouped-query attention), so the contiguous column shard a rank gets holds
+whole groups of heads, and Attention.forward infers the local head count from the shape: the model
+code is untouched. Biases (model.bias) are sharded with their column-parallel weights and kept whole
+on the row-parallel ones (DTensor adds them once to the reduced sum). Qwen3's per-head query/key
+norm acts on each rank's own heads with one weight [D] shared by all heads: as a replicated DTensor
+its gradient, a partial sum over the local heads, is all-reduced like the norms' in Megatron's
+sequence parallel. OLMoE's "full" query/key norm spans every head, across ranks: not supported
+(config.py refuses it). A tied LM head shares the token embedding's vocab shard (both Shard(0) over
+the vocabulary). The LM head's logits stay sharded over the vocabulary and the worker computes the
+loss under ``loss_parallel()``: full-vocabulary logits never exist on one rank. Blocks whose FFN is
+an MoE layer keep that layer replicated on every tensor-parallel rank (correct, but not sharded;
+expert parallelism is the way to split experts).
 """
 
 from __future__ import annotations
@@ -41,7 +50,7 @@ IMPLEMENTATION = ("torch.distributed.tensor.parallel (DTensor): column/row-paral
 def tensor_parallel_plan(model: nn.Module) -> dict:
     """{module path: ParallelStyle} for parallelize_module."""
     from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel
 
     from benchsuite.models.ffn import MLP
 
@@ -52,6 +61,9 @@ def tensor_parallel_plan(model: nn.Module) -> dict:
     for i, block in enumerate(model.blocks):
         plan[f"blocks.{i}.attn.qkv"] = ColwiseParallel()
         plan[f"blocks.{i}.attn.out"] = RowwiseParallel()
+        if model.cfg.qk_norm == "per_head":  # on q and k as [B, T, local heads, D]
+            plan[f"blocks.{i}.attn.q_norm"] = SequenceParallel(sequence_dim=2, use_local_output=True)
+            plan[f"blocks.{i}.attn.k_norm"] = SequenceParallel(sequence_dim=2, use_local_output=True)
         if isinstance(block.ffn, MLP):
             plan[f"blocks.{i}.ffn.up"] = ColwiseParallel()
             if block.ffn.gate is not None:
@@ -61,11 +73,16 @@ def tensor_parallel_plan(model: nn.Module) -> dict:
 
 
 def check_divisible(model: nn.Module, tp: int) -> None:
-    """The config validator rejects these before launch; this guards direct callers."""
+    """What tensor parallel cannot split: a size tp does not divide, or a norm over every head. The
+    config validator rejects these before launch; this guards direct callers."""
     cfg = model.cfg
-    for name, size in (("heads", cfg.heads), ("ffn_hidden", cfg.ffn), ("vocab", cfg.vocab)):
+    for name, size in (("heads", cfg.heads), ("kv_heads", cfg.n_kv_heads), ("ffn_hidden", cfg.ffn),
+                       ("vocab", cfg.vocab)):
         if size % tp:
             raise ValueError(f"tensor parallel degree {tp} must divide model.{name} ({size})")
+    if cfg.qk_norm == "full":
+        raise ValueError("model.qk_norm = \"full\" normalises over every head, across tensor-parallel ranks: "
+                         "not supported")
 
 
 def apply_tensor_parallel(model: nn.Module, tp_mesh) -> str:
@@ -77,6 +94,8 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh) -> str:
 
     check_divisible(model, tp_mesh.size())
     parallelize_module(model, tp_mesh, tensor_parallel_plan(model))
+    if model.cfg.tie_embeddings:  # each style distributed its own copy of the one weight: share one again
+        model.head.weight = model.tok_emb.weight
     keep_grad_sharded_like_param(model.tok_emb.weight)
     return IMPLEMENTATION
 

@@ -19,6 +19,8 @@ FSDP2 groups: the token and position embeddings, every block, and the final norm
 head are one group each, then the root (which then owns no parameter of its own). Wrapping the
 embeddings and head separately, as torchtitan does, keeps the root from holding the large vocab
 matrices gathered for the whole step (FSDP2 never reshards the root's own group after forward).
+A tied LM head is the token embedding's parameter, which FSDP2 holds in one group: embeddings, final
+norm and head are then one group, gathered from the embedding's forward to the head's.
 
 Precision (`PrecisionPolicy`, in the record as metrics.precision_policy): the same in every stage
 and on every device, so a stage comparison changes the stage alone. Parameters, gradients and
@@ -97,16 +99,14 @@ def make_adamw(params, train: TrainConfig) -> torch.optim.Optimizer:
 
 
 def fsdp_groups(model: nn.Module) -> list:
-    """The modules (or lists of modules) FSDP2 wraps before the root, in forward order."""
-    groups = []
+    """The modules (or lists of modules) FSDP2 wraps before the root, in forward order; a tied LM head
+    shares its group with the token embedding (module docstring)."""
     emb = [m for m in (getattr(model, "tok_emb", None), getattr(model, "pos_emb", None)) if m is not None]
-    if emb:
-        groups.append(emb)
-    groups.extend(getattr(model, "blocks", []))
     tail = [m for m in (getattr(model, "ln_f", None), getattr(model, "head", None)) if m is not None]
-    if tail:
-        groups.append(tail)
-    return groups
+    blocks = list(getattr(model, "blocks", []))
+    if emb and tail and model.head.weight is model.tok_emb.weight:
+        return [emb + tail, *blocks]
+    return ([emb] if emb else []) + blocks + ([tail] if tail else [])
 
 
 def apply_fsdp(model: nn.Module, mesh, reshard_after_forward: bool) -> nn.Module:
