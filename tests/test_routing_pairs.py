@@ -70,3 +70,13 @@ def test_a_routing_sweep_expands_each_token_choice_moe_workload_into_both_routin
     assert runs == [("dense", 0, None), ("dense", 1, None),
                     ("tc", 0, "learned"), ("tc", 0, "forced"), ("tc", 1, "learned"), ("tc", 1, "forced"),
                     ("ec", 0, "learned"), ("ec", 1, "learned")]
+
+
+def test_the_dashboard_shows_the_pair_on_one_row(folder, tmp_path):
+    site = tmp_path / "site"
+    assert cli.main(["dashboard", str(folder), "-o", str(site)]) == 0
+    html = " ".join(p.read_text() for p in site.rglob("*.html"))
+    assert "Learned vs forced routing" in html
+    row = html[html.index("mix · learned routing · w1</td>"):]
+    row = row[:row.index("</tr>")]
+    assert ">105<" in row and ">158<" in row and "1.5 (" in row

@@ -192,6 +192,22 @@ def expert_load_table(loads: list[ExpertLoad]) -> str:
                  rows)
 
 
+def routing_table(data: SiteData) -> str:
+    """Learned vs forced routing, one row per pair of the results model (results/routing.py)."""
+    rows = []
+    for p in data.results.routing_pairs:
+        s = p.speedup
+        ratio = f_sig(s.point) + (f" ({f_sig(s.lo)}–{f_sig(s.hi)})" if s.lo is not None else f" ({s.reason})")
+        rows.append([p.label, f_num(p.learned["tokens_per_s"]), f_num(p.forced["tokens_per_s"]), ratio,
+                     f_pct(p.learned["mfu"]), f_pct(p.forced["mfu"]), f_sig(p.learned["j_per_token"]),
+                     f_sig(p.forced["j_per_token"])])
+    if not rows:
+        return ""
+    return ("<h3>Learned vs forced routing (forced ÷ learned tok/s: what the router's imbalance costs)</h3>"
+            + table(["Run (learned)", "Tok/s learned", "Tok/s forced", "Forced ÷ learned (95 % interval)",
+                     "MFU learned", "MFU forced", "J/token learned", "J/token forced"], rows))
+
+
 def render(data: SiteData) -> Section:
     if data.ok.empty:
         return Section("compare", "Dense vs sparse", missing("Dense vs sparse", "no successful runs"))
@@ -224,6 +240,7 @@ def render(data: SiteData) -> Section:
         html += missing("MoE per-expert load", "not measured (no metrics.moe.tokens_per_expert or expert_load)")
     else:
         html += missing("MoE per-expert load", "not applicable: no MoE runs")
+    html += routing_table(data)
     return Section("compare", "Dense vs sparse", html, figs)
 
 
