@@ -591,6 +591,10 @@ def _check_layout(kind: str, sec: dict, refused: set[str], where: str, problems:
                                  ("ffn_hidden", m.ffn, ("model.ffn_hidden", "model.hidden"))):
             if _known(refused, *keys) and size % p.tensor:
                 problems.append((f"{where}.parallel.tensor", f"tensor ({p.tensor}) must divide model.{name} ({size})"))
+        if m.qk_norm == "full" and _known(refused, "model.qk_norm"):
+            problems.append((f"{where}.parallel.tensor", "model.qk_norm = \"full\" normalises over all heads, which "
+                                                         "parallel.tensor > 1 splits over ranks: not supported; set "
+                                                         "tensor = 1"))
         if p.zero and _known(refused, "parallel.zero"):
             problems.append((f"{where}.parallel.zero", "ZeRO stages 1-3 with tensor > 1 are not supported; "
                                                        "set zero = 0 or tensor = 1"))
@@ -649,6 +653,9 @@ def _check_pipeline(kind: str, sec: dict, refused: set[str], where: str, problem
                                                "grad_accum = 1 and raise parallel.microbatches"),
         (t.compile, "train.compile", "compile with pipeline > 1 is not supported; set compile = false"),
         (t.eval_every > 0, "train.eval_every", "validation with pipeline > 1 is not supported; set eval_every = 0"),
+        (m.tie_embeddings, "model.tie_embeddings", "model.tie_embeddings shares the LM head with the token "
+                                                   "embedding, which parallel.pipeline > 1 puts on another stage: "
+                                                   "not supported; set tie_embeddings = false or pipeline = 1"),
     ]
     for bad, name, reason in refusals:
         if bad and _known(refused, name):

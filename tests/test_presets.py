@@ -117,3 +117,14 @@ def test_an_moe_preset_under_kind_dense_is_refused_naming_both():
     with pytest.raises(ConfigError) as e:
         parse_suite({"workload": [{"name": "w", "kind": "dense", "model": {"preset": "mixtral-8x7b"}}]})
     assert dict(e.value.problems)["workload[0] (w).kind"].startswith("model.preset = 'mixtral-8x7b' is a mixture")
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_the_model_benchsuite_builds_has_the_counted_parameters(name):
+    """models/transformer.py on the meta device: the model that runs is the architecture counted above."""
+    from benchsuite.models.transformer import build_model
+
+    m, moe = resolved(name)
+    with torch.device("meta"):
+        model = build_model(m, moe)
+    assert _count(model) == param_counts(m, moe).total
