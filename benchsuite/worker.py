@@ -299,6 +299,10 @@ def set_up(run: RunConfig, ctx: bdist.DistContext) -> Bench:
     model = build_model(run.model, run.moe, seed=run.train.seed).to(ctx.device)
     par = parallelize(model, dims=ctx.dims, train=run.train, moe=run.moe, device=ctx.device,
                       pipeline=PipelinePlan.from_run(run) if ctx.dims.pp_enabled else None)
+    if run.moe is not None and run.moe.balance == "aux_free":  # once per step, after the last backward
+        from benchsuite.models.moe import update_expert_bias
+
+        par.grad_hooks.append(lambda: update_expert_bias(model, ctx.dims.group(bdist.DP)))
     source = make_source(run.train.data, run.model.vocab, run.model.seq_len, run.train.seed)
     return Bench(run, ctx, par, source, monitor)
 

@@ -6,10 +6,16 @@ stats and, after the DP all-reduce / sync_expert_grads, every gradient of the me
 loss over ranks (expert shards against the matching slice of the full gradient).
 Capacity (fixed-split) and dropless (variable-split) layers alike; the uneven
 exchange alone and the bytes it counts are checked against one process moving
-every rank's rows. One spawned group per world size runs all its cases.
+every rank's rows. Forced routing gives every expert exactly its share of each
+rank's tokens; a tiny Qwen3-style model (RMSNorm, RoPE, grouped-query attention,
+head_dim, per-head q/k norm; token_choice top-4 of 8, dropless, renormalised) runs
+as the single-process one; aux-free balancing keeps one bias on every rank, the one
+a single process reaches from every rank's load. One spawned group per world size
+runs all its cases.
 """
 
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -24,7 +30,7 @@ from benchsuite.config import ModelConfig, MoEConfig
 from benchsuite.dist import shutdown
 from benchsuite.metrics.comm import (ALL_TO_ALL_BY_STEP_SOURCE, CommCounter, comm_record,
                                      variable_all_to_all_section)
-from benchsuite.models.moe import MoELayer, set_expert_impl
+from benchsuite.models.moe import MoELayer, moe_layers, set_expert_impl, update_expert_bias
 from benchsuite.models.transformer import build_model
 from benchsuite.parallel.expert import (AllToAllMeter, Exchange, _AllToAll, all_to_all_bytes_by_step,
                                         all_to_all_seconds, apply_expert_parallel, end_all_to_all_step,
@@ -59,9 +65,13 @@ def ref_name(name):
     return name.replace("._checkpoint_wrapped_module", "")
 
 
-def check_case(rank, world, device, router, ep, activation, impl, wrap, capacity_factor=1.0):
-    cfg = ModelConfig(layers=2, hidden=16, heads=2, vocab=32, seq_len=8, ffn_hidden=32, activation=activation)
-    moe = MoEConfig(experts=4, router=router, every=1, capacity_factor=capacity_factor, z_loss_coef=0.001)
+def check_case(rank, world, device, router, ep, activation, impl, wrap, capacity_factor=1.0, model_kw=None,
+               moe_kw=None):
+    """model_kw, moe_kw: ModelConfig and MoEConfig keys over this test's defaults."""
+    cfg = replace(ModelConfig(layers=2, hidden=16, heads=2, vocab=32, seq_len=8, ffn_hidden=32, activation=activation),
+                  **(model_kw or {}))
+    moe = replace(MoEConfig(experts=4, router=router, every=1, capacity_factor=capacity_factor, z_loss_coef=0.001),
+                  **(moe_kw or {}))
 
     ref = build_model(cfg, moe, seed=0).to(device)
     set_expert_impl(ref, impl)
@@ -99,6 +109,8 @@ def check_case(rank, world, device, router, ep, activation, impl, wrap, capacity
         assert torch.equal(got.expert_load, want.expert_load)
         assert torch.equal(got.dropped_frac, want.dropped_frac)
         assert torch.equal(got.padding_frac, want.padding_frac)
+        if moe.routing == "forced":  # every expert exactly its share of this rank's 32 tokens
+            assert got.tokens_per_expert.tolist() == [32 * moe.k / moe.experts] * moe.experts
     assert all_to_all_seconds(model) > 0
 
     shard = dist.get_rank(ep_group)
@@ -226,6 +238,42 @@ def check_dropless_layer(rank, world, device, impl, activation, shared):
     assert all_to_all_bytes_by_step(model, last=1) == [rows * 8 * 8]  # x H x 8 bytes (fp64)
 
 
+def step_tokens(rank, step, device):
+    return torch.randint(0, 32, (4, 8), generator=torch.Generator().manual_seed(1000 + 10 * step + rank)).to(device)
+
+
+def check_aux_free_bias(rank, world, device, ep):
+    """Aux-free balancing over the world's data-parallel ranks (expert-parallel `ep` of them), DDP-wrapped:
+    each rank routes and counts its own tokens, update_expert_bias sums the load over the group. Three
+    steps (the weights fixed: only the bias moves the routing); after each update every rank holds the
+    same biases, the ones a single process reaches from every rank's tokens, though the ranks' own loads
+    differ."""
+    cfg = ModelConfig(layers=2, hidden=16, heads=2, vocab=32, seq_len=8, ffn_hidden=32, activation="swiglu")
+    moe = MoEConfig(experts=4, router="token_choice", top_k=2, every=1, capacity_factor=0.0, balance="aux_free",
+                    bias_update=0.05)
+    ref = build_model(cfg, moe, seed=0).to(device)
+    model = build_model(cfg, moe, seed=0).to(device)
+    if ep > 1:
+        apply_expert_parallel(model, expert_groups(ep)[0])
+    wrapped = DDP(model)
+    for step in range(3):
+        for r in range(world):  # one process, every rank's tokens: the step's whole load
+            loss_of(ref, step_tokens(r, step, device))[0].backward()
+        update_expert_bias(ref)
+        loss_of(wrapped, step_tokens(rank, step, device))[0].backward()
+        own = torch.stack([layer.step_load for layer in moe_layers(model)])
+        loads = [torch.empty_like(own) for _ in range(world)]
+        dist.all_gather(loads, own)
+        assert any(not torch.equal(loads[0], other) for other in loads[1:]), "the ranks' loads must differ"
+        update_expert_bias(model, dist.group.WORLD)
+        biases = torch.stack([layer.expert_bias for layer in moe_layers(model)])
+        gathered = [torch.empty_like(biases) for _ in range(world)]
+        dist.all_gather(gathered, biases)
+        assert all(torch.equal(b, biases) for b in gathered)
+        assert torch.equal(biases, torch.stack([layer.expert_bias for layer in moe_layers(ref)]))
+    assert biases.any()
+
+
 def worker(rank, world, init_file, device, cases):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
@@ -237,12 +285,19 @@ def worker(rank, world, init_file, device, cases):
 
 
 ROUTERS = ("switch", "gshard", "expert_choice")
-CASES = {  # check_case: (router, ep, activation, expert impl, wrapping: none | ddp | ckpt+ddp)
+QWEN3_STYLE = (dict(norm="rmsnorm", position="rope", kv_heads=1, head_dim=16, qk_norm="per_head"),  # model
+               dict(experts=8, top_k=4, normalize_top_k=True, expert_hidden=8))  # moe
+CASES = {  # check_case: (router, ep, activation, expert impl, wrapping: none | ddp | ckpt+ddp[, capacity_factor,
+    #         model keys, moe keys])
     2: [(check_case, r, 2, "gelu", "padded_bmm", "none") for r in ROUTERS]
        + [(check_case, "gshard", 2, "swiglu", "padded_bmm", "ckpt+ddp"),
           (check_case, "switch", 2, "gelu", "grouped_mm", "ddp"), (check_variable_exchange,),
           (check_dropless_layer, "loop_mm", "swiglu", 1),
-          (check_case, "token_choice", 2, "gelu", "grouped_mm", "ddp", 0.0)],
+          (check_case, "token_choice", 2, "gelu", "grouped_mm", "ddp", 0.0),
+          (check_case, "token_choice", 2, "swiglu", "loop_mm", "ddp", 0.0, *QWEN3_STYLE),
+          (check_case, "token_choice", 2, "gelu", "padded_bmm", "none", 1.0, None, dict(top_k=3, routing="forced")),
+          (check_case, "gshard", 2, "swiglu", "loop_mm", "ddp", 0.0, None, dict(routing="forced")),
+          (check_aux_free_bias, 1), (check_aux_free_bias, 2)],
     4: [(check_case, r, 4, "gelu", "padded_bmm", "ddp") for r in ROUTERS]
        + [(check_case, "switch", 2, "swiglu", "padded_bmm", "ckpt+ddp"),
           (check_case, "expert_choice", 2, "gelu", "padded_bmm", "none"), (check_variable_exchange,),

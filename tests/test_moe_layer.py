@@ -163,9 +163,9 @@ def test_router_runs_in_fp32_under_autocast(monkeypatch):
     seen = {}
     real_route = moe_mod.route
 
-    def spy(logits, moe, generator=None):
+    def spy(logits, moe, generator=None, bias=None):
         seen["dtype"] = logits.dtype
-        return real_route(logits, moe, generator)
+        return real_route(logits, moe, generator, bias)
 
     monkeypatch.setattr(moe_mod, "route", spy)
     with torch.autocast("cpu", dtype=torch.bfloat16):

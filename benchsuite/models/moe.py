@@ -1,7 +1,8 @@
 """Mixture-of-experts FFN: four routers, stacked experts, dispatch and combine.
 
-Plain PyTorch with no ranks inside; benchsuite/parallel/expert.py swaps the experts
-for their local shard and adds the all-to-all.
+Plain PyTorch with no ranks inside, but for update_expert_bias, which sums the load over the
+data-parallel group it is given; benchsuite/parallel/expert.py swaps the experts for their
+local shard and adds the all-to-all.
 
 Shape legend: N tokens (B*T of the local batch), E experts, C capacity (slots per
 expert), H hidden, F expert FFN width, k experts per token, A assignments (token,
@@ -21,6 +22,12 @@ Experts.forward_sorted runs each expert on its contiguous group of rows, no padd
 Ties: every top-k here is a stable descending sort, so equal scores go to the
 lower index (lower expert for token-choice routers, earlier token for expert choice).
 torch.topk does not promise an order for equal values, hence the sort.
+
+The token-choice routers choose their k experts in one of three ways (_choose_experts): the k
+highest scores (learned); the k highest scores plus a per-expert bias that only chooses
+(balance = "aux_free", DeepSeek-V3's auxiliary-loss-free balancing; update_expert_bias moves the
+bias after each step); or a fixed round robin (routing = "forced"). In all three the gates are the
+router's own scores at the chosen experts, so the router's compute and gradient stay in the step.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
@@ -160,23 +168,46 @@ def _balance_loss(probs: torch.Tensor, chosen: torch.Tensor, moe: MoEConfig) -> 
     return moe.aux_loss_coef * moe.experts / chosen.shape[1] * (counts.mean(0) * probs.mean(0)).sum()
 
 
-def _choose_experts(logits: torch.Tensor, moe: MoEConfig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _renormalises(moe: MoEConfig) -> bool:
+    """Whether the k chosen scores are renormalised to sum to 1: gshard always (GShard), switch never
+    (Switch Transformer keeps its expert's probability), token_choice unless normalize_top_k = false
+    (Mixtral and Qwen3-MoE renormalise, OLMoE does not)."""
+    if moe.router == "token_choice":
+        return moe.normalize_top_k is not False
+    return moe.router == "gshard"
+
+
+def forced_experts(tokens: int, moe: MoEConfig, device: torch.device) -> torch.Tensor:
+    """Forced routing's choices [N, k]: token i's j-th expert is (i * k + j) mod E, a round robin over
+    the call's N * k assignments (Megatron's --moe-router-force-load-balancing, torchtitan's debug
+    balance). Each expert gets exactly k * N / E of them when E divides k * N, otherwise the counts
+    differ by at most one; k <= E, so a token's k experts are distinct."""
+    return torch.arange(tokens * moe.k, device=device).view(tokens, moe.k) % moe.experts
+
+
+def _choose_experts(logits: torch.Tensor, moe: MoEConfig,
+                    bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The k experts of each token and their combine weights: (probs [N, E], experts [N, k], gates [N, k]).
 
     Scores are the softmax over experts, or for token_choice with score = "sigmoid" the per-expert
-    sigmoid (DeepSeek-V3). The k highest scores are chosen. Weights: switch keeps its expert's
-    softmax probability (Switch Transformer); gshard and token_choice renormalise the chosen k
-    scores to sum to 1 (GShard, Mixtral, DeepSeek-V3), so token_choice with k = 1 gives weight 1
-    and its router learns through the balancing loss alone. probs, for the balancing loss, are the
-    scores normalised over all E experts (the softmax itself; sigmoid scores / their sum).
+    sigmoid (DeepSeek-V3). Chosen: the k highest scores; with `bias` [E] (aux_free) the k highest of
+    scores + bias, the bias choosing only; with routing = "forced" the round robin of forced_experts.
+    Gates are the scores at the chosen experts (never the bias), renormalised to sum to 1 where
+    _renormalises says (so token_choice with k = 1 gives weight 1 and its router learns through the
+    balancing loss alone). probs, for the balancing loss, are the scores normalised over all E
+    experts (the softmax itself; sigmoid scores / their sum).
     """
     if moe.score == "sigmoid":
         scores = logits.sigmoid()
         probs = scores / scores.sum(-1, keepdim=True)
     else:
         scores = probs = logits.softmax(-1)
-    gates, experts = _top(scores, moe.k, dim=1)  # [N, k]
-    if moe.router != "switch":
+    if moe.routing == "forced":
+        experts = forced_experts(logits.shape[0], moe, logits.device)
+    else:
+        experts = _top(scores if bias is None else scores + bias, moe.k, dim=1)[1]  # [N, k]
+    gates = scores.gather(1, experts)
+    if _renormalises(moe):
         gates = gates / gates.sum(-1, keepdim=True)
     return probs, experts, gates
 
@@ -211,8 +242,9 @@ def _fill_slots(token, expert, pos, keep, gate, num_experts: int, cap: int):
             weight[:-1].view(num_experts, cap))
 
 
-def gshard_route(logits: torch.Tensor, moe: MoEConfig, generator: torch.Generator | None = None) -> Routing:
-    """Top-2 (GShard). logits [N, E] fp32.
+def gshard_route(logits: torch.Tensor, moe: MoEConfig, generator: torch.Generator | None = None,
+                 bias: torch.Tensor | None = None) -> Routing:
+    """Top-2 (GShard). logits [N, E] fp32; bias [E] or None: _choose_experts.
 
     The two gates are renormalised over the pair. All top-1 assignments take their
     expert's slots before any top-2 assignment (GShard order), each group in token
@@ -222,11 +254,12 @@ def gshard_route(logits: torch.Tensor, moe: MoEConfig, generator: torch.Generato
     token keeps weight g1 alone. The draw uses `generator`, or the global RNG when
     None, which activation checkpointing restores on recompute (a private generator
     would draw again and route differently). dropped_frac = dropped assignments /
-    (N + kept 2nd assignments). The aux loss uses the top-1 assignment.
+    (N + kept 2nd assignments). The aux loss uses the top-1 assignment. Under forced routing the
+    random policy still draws on the forced pair's gates, so only "all" keeps the loads exact.
     """
     n, e = logits.shape
     cap = capacity(moe, n)
-    probs, experts, gates = _choose_experts(logits, moe)  # experts, gates [N, 2]
+    probs, experts, gates = _choose_experts(logits, moe, bias)  # experts, gates [N, 2]
     e1, e2 = experts.unbind(1)
     all_tokens = torch.ones(n, dtype=torch.bool, device=logits.device)
     if moe.second_expert_policy == "random":
@@ -246,10 +279,10 @@ def gshard_route(logits: torch.Tensor, moe: MoEConfig, generator: torch.Generato
                    _balance_loss(probs, experts[:, :1], moe), _z_loss(logits, moe))
 
 
-def token_choice_route(logits: torch.Tensor, moe: MoEConfig) -> Routing:
+def token_choice_route(logits: torch.Tensor, moe: MoEConfig, bias: torch.Tensor | None = None) -> Routing:
     """Top-k token choice with capacity (scores and weights: _choose_experts), and Switch at k = 1
     (each token to its argmax expert with its softmax probability as weight; a dropped token passes
-    on the residual path). logits [N, E] fp32.
+    on the residual path). logits [N, E] fp32; bias [E] or None: _choose_experts.
 
     The N*k assignments queue in token order, a token's k choices together (DeepSpeed's
     "position" drop policy); an expert keeps its first C = capacity(moe, N) and drops the rest.
@@ -258,7 +291,7 @@ def token_choice_route(logits: torch.Tensor, moe: MoEConfig) -> Routing:
     """
     n, e = logits.shape
     cap = capacity(moe, n)
-    probs, experts, gates = _choose_experts(logits, moe)  # [N, k]
+    probs, experts, gates = _choose_experts(logits, moe, bias)  # [N, k]
     flat = experts.reshape(-1)  # [N*k] token-major
     pos, load = _queue_position(flat, torch.ones_like(flat, dtype=torch.bool), e)
     keep = pos < cap
@@ -268,17 +301,19 @@ def token_choice_route(logits: torch.Tensor, moe: MoEConfig) -> Routing:
                    _balance_loss(probs, experts, moe), _z_loss(logits, moe))
 
 
-def sorted_route(logits: torch.Tensor, moe: MoEConfig) -> SortedRouting:
-    """Dropless routing of the token-choice routers (capacity_factor = 0). logits [N, E] fp32.
+def sorted_route(logits: torch.Tensor, moe: MoEConfig, bias: torch.Tensor | None = None) -> SortedRouting:
+    """Dropless routing of the token-choice routers (capacity_factor = 0). logits [N, E] fp32; bias [E]
+    or None: _choose_experts.
 
     Each token reaches its k experts with the weights of _choose_experts (switch: its top-1
-    probability; gshard, token_choice: renormalised over the k). The N*k assignments are sorted by
-    expert with a stable sort (token order inside an expert). Counts come from a scatter-add, not
+    probability; gshard, token_choice: renormalised over the k unless normalize_top_k = false). The
+    N*k assignments are sorted by expert with a stable sort (token order inside an expert). Counts
+    come from a scatter-add, not
     bincount (which reads its input's maximum on the host): no host sync. Balancing loss as the
     router's capacity form (top-1 for switch and gshard, all k for token_choice); z-loss the same.
     """
     n, e = logits.shape
-    probs, experts, gates = _choose_experts(logits, moe)  # [N, k]
+    probs, experts, gates = _choose_experts(logits, moe, bias)  # [N, k]
     flat = experts.reshape(-1)  # [N*k]: assignment j of token t at t*k + j
     order = torch.sort(flat, stable=True).indices
     counts = torch.zeros(e, dtype=torch.int64, device=logits.device).scatter_add_(0, flat, torch.ones_like(flat))
@@ -307,17 +342,17 @@ def expert_choice_route(logits: torch.Tensor, moe: MoEConfig) -> Routing:
                    1.0 - taken.float().mean(), logits.new_zeros(()), _z_loss(logits, moe))
 
 
-def route(logits: torch.Tensor, moe: MoEConfig,
-          generator: torch.Generator | None = None) -> Routing | SortedRouting:
+def route(logits: torch.Tensor, moe: MoEConfig, generator: torch.Generator | None = None,
+          bias: torch.Tensor | None = None) -> Routing | SortedRouting:
     """Dispatch to the router named by moe.router, dropless (sorted layout) when capacity_factor = 0.
-    logits [N, E] fp32."""
+    logits [N, E] fp32; bias [E]: the aux-free expert bias of a token-choice router (None: none)."""
     if moe.router == "expert_choice":
         return expert_choice_route(logits, moe)
     if moe.dropless:
-        return sorted_route(logits, moe)
+        return sorted_route(logits, moe, bias)
     if moe.router == "gshard":
-        return gshard_route(logits, moe, generator)
-    return token_choice_route(logits, moe)
+        return gshard_route(logits, moe, generator, bias)
+    return token_choice_route(logits, moe, bias)
 
 
 # ----------------------------------------------------------------------------- experts
@@ -436,6 +471,16 @@ class MoELayer(nn.Module):
     fixed before the first forward (set_expert_impl; parallelize picks it for the run's device and
     precision), never inside forward: a forward that writes attributes cannot be traced under
     activation checkpointing.
+
+    With balance = "aux_free" the layer has two fp32 [E] buffers (None otherwise): expert_bias, which
+    only chooses experts (persistent: routing state a checkpoint keeps), and step_load, to which every
+    training-mode forward adds its expert_load in place. update_expert_bias turns the step's load into
+    a bias step once per optimizer step. The bias does not move inside forward because a checkpointed
+    block's recompute must route exactly as its forward did. torch's checkpoint stops its recompute
+    once the saved tensors are rebuilt, before the add; a recompute that reached it would add the
+    load a second time, which the update's sign() ignores. DDP broadcasts buffers from rank 0 only
+    at the first forward of a step (after a synchronised backward), when every rank's step_load is 0
+    and the biases are equal anyway.
     """
 
     def __init__(self, cfg: ModelConfig, moe: MoEConfig, expert_impl: str = "padded_bmm"):
@@ -446,6 +491,9 @@ class MoELayer(nn.Module):
         self.router = nn.Linear(cfg.hidden, moe.experts, bias=False)
         self.experts = Experts(moe.experts, cfg.hidden, ffn, cfg.activation)
         self.shared = MLP(cfg.hidden, moe.shared_experts * ffn, cfg.activation) if moe.shared_experts else None
+        aux_free = moe.balance == "aux_free"
+        self.register_buffer("expert_bias", torch.zeros(moe.experts) if aux_free else None)
+        self.register_buffer("step_load", torch.zeros(moe.experts) if aux_free else None, persistent=False)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, RoutingStats]:
         b, t, h = x.shape
@@ -453,7 +501,7 @@ class MoELayer(nn.Module):
         shared = self.shared(tokens)[0] if self.shared is not None else None
         with torch.autocast(x.device.type, enabled=False):
             logits = F.linear(tokens.float(), self.router.weight.float())  # [N, E] fp32
-        r = route(logits, self.moe)
+        r = route(logits, self.moe, bias=self.expert_bias)
         if isinstance(r, SortedRouting):
             token, weight = r.token, r.weight  # [A]
             ys = self.experts.forward_sorted(tokens.index_select(0, token), r.counts, self.expert_impl)  # [A, H]
@@ -467,7 +515,10 @@ class MoELayer(nn.Module):
         if shared is not None:
             y = y + shared.float()
         aux = (r.aux_loss + r.z_loss) if has_aux_loss(self.moe) else None
-        return y.to(x.dtype).view(b, t, h), aux, r.stats()
+        stats = r.stats()
+        if self.step_load is not None and self.training:
+            self.step_load.add_(stats.expert_load)
+        return y.to(x.dtype).view(b, t, h), aux, stats
 
 
 def layout_impl(impl: str, moe: MoEConfig) -> str:
@@ -499,6 +550,30 @@ def has_aux_loss(moe: MoEConfig) -> bool:
 
 def moe_layers(model: nn.Module) -> list[MoELayer]:
     return [m for m in model.modules() if isinstance(m, MoELayer)]
+
+
+@torch.no_grad()
+def update_expert_bias(model: nn.Module, group=None) -> None:
+    """Aux-free balancing's step (DeepSeek-V3): each aux_free layer's expert_bias += bias_update *
+    sign(mean load - load), the overloaded experts' bias down and the underloaded ones' up, from the
+    step_load its training forwards added since the last update; then step_load restarts from 0.
+
+    The load is summed over `group`, the data-parallel ranks (expert-parallel ones included), which
+    route different tokens, in one all_reduce for all layers (None: this process alone). Every rank
+    then takes the same step from the same sum, so the replicated biases stay identical. Call it
+    once per optimizer step after the last backward (the worker adds it to parallelize's grad
+    hooks, as torchtitan runs it in an optimizer pre-step hook), so gradient accumulation's
+    micro-batches count together and no recompute routes with a moved bias.
+    """
+    layers = [layer for layer in moe_layers(model) if layer.expert_bias is not None]
+    if not layers:
+        return
+    loads = torch.stack([layer.step_load for layer in layers])  # [L, E]
+    if group is not None and dist.get_world_size(group) > 1:
+        dist.all_reduce(loads, group=group)
+    for layer, load in zip(layers, loads):
+        layer.expert_bias.add_(layer.moe.bias_update * torch.sign(load.mean() - load))
+        layer.step_load.zero_()
 
 
 def summarize_stats(routing: Sequence[RoutingStats]) -> dict[str, float]:

@@ -13,6 +13,12 @@ many per expert as were routed there: the splits vary per rank and step. forward
 exchanges the per-expert counts first, then the rows with uneven splits (the sizes read
 on the host once per layer call, see there), and the outputs come back the same way.
 
+Routing happens before the exchange, on each rank's own tokens with the replicated router, so
+forced routing (moe.routing) gives every expert exactly its share of each rank's tokens, and
+aux-free balancing's expert bias (a buffer of the replicated MoELayer) stays the same on every
+rank through models/moe.py's update_expert_bias, which sums the load over the data-parallel
+ranks, expert-parallel ones included.
+
 Gradients. Non-expert parameters (router included) stay replicated: the DDP wrapper
 averages them over all data-parallel ranks. Expert parameters are left out of DDP:
 ignore_expert_params_in_ddp sets `model._ddp_params_and_buffers_to_ignore` through
