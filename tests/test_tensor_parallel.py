@@ -33,7 +33,7 @@ TOL = 1e-5
 # model keys of the architecture cases: 4 query heads in 2 groups, so TP 2 gives each rank one group
 LLAMA = {"activation": "swiglu", "norm": "rmsnorm", "position": "rope", "kv_heads": 2}
 QWEN3 = {**LLAMA, "head_dim": 16, "qk_norm": "per_head", "bias": True, "tie_embeddings": True}
-WHOLE_UNDER_TP = re.compile(r"(^|\.)(ln\w*|[qk]_norm)\.|\.(out|down)\.bias$")  # replicated on every rank
+WHOLE_UNDER_TP = re.compile(r"(^|\.)(ln\w*|[qk]_norm|pos_emb)\.|\.(out|down)\.bias$")  # replicated on every rank
 
 
 def split_params_per_rank(model, tp: int) -> int:
@@ -91,8 +91,8 @@ def train_and_compare(rank: int, world: int, run: RunConfig, ctx) -> dict:
         ref_opt.zero_grad(set_to_none=True)
         if step == 2:
             probe.close()
-            gpt2 = replace(run.model, activation=CFG.activation) == CFG  # the architecture the formula counts
-            psi = params_per_rank(run.model, tp=ctx.dims.tp) if gpt2 else split_params_per_rank(ref, ctx.dims.tp)
+            psi = params_per_rank(run.model, tp=ctx.dims.tp)
+            out["psi"] = (psi, split_params_per_rank(ref, ctx.dims.tp))  # the formula, the model's own count
             analytic = implementation_model_state(psi, dp, 0, "fp32", replicate=dp > 1)
             out["state_ratio"] = {k: probe.result()[k] / analytic[k] for k in ("params", "grads", "optimizer")}
     ref_params = dict(ref.named_parameters())
@@ -156,6 +156,7 @@ def assert_matches_reference(out_dir, world: int, cases: list, tol: float) -> No
             assert r["grads"] <= tol, f"{where}: grad rel err {r['grads']:.2e}"
             assert r["params"] <= tol, f"{where}: params after {STEPS} steps rel err {r['params']:.2e}"
             assert r["logits_local_vocab"] == CFG.vocab // tp, f"{where}: logits must stay vocab-sharded"
+            assert r["psi"][0] == r["psi"][1], r["psi"]
             for part, ratio in r["state_ratio"].items():  # gradients and Adam state sharded like the weights
                 assert abs(ratio - 1) <= 0.05, f"{where}: measured {part} {ratio:.3f}× the formula"
             assert "all_reduce" in r["comm_kinds"], where

@@ -59,6 +59,11 @@ def _moe_layer_count(cfg: ModelConfig, moe: MoEConfig | None) -> int:
     return 0 if moe is None else cfg.layers // moe.every
 
 
+def attention_matmul(cfg: ModelConfig) -> int:
+    """One block's attention weights: q and out (heads × head_dim wide), k and v (kv_heads × head_dim)."""
+    return 2 * cfg.hidden * cfg.heads * cfg.dim_head + 2 * cfg.hidden * cfg.n_kv_heads * cfg.dim_head
+
+
 def _norm_params(cfg: ModelConfig) -> int:
     """Norm weights: two per block and a final one (LayerNorm's bias too), and the q/k norms."""
     per_norm = 2 * cfg.hidden if cfg.norm == "layernorm" else cfg.hidden
@@ -85,7 +90,7 @@ def param_counts(cfg: ModelConfig, moe: MoEConfig | None = None, tokens_per_rout
     """
     h, f = cfg.hidden, cfg.ffn
     mats = 3 if cfg.activation == "swiglu" else 2
-    attn = 2 * h * cfg.heads * cfg.dim_head + 2 * h * cfg.n_kv_heads * cfg.dim_head  # q and out, k and v
+    attn = attention_matmul(cfg)
     dense_ffn = mats * h * f
     n_moe = _moe_layer_count(cfg, moe)
     n_dense = cfg.layers - n_moe

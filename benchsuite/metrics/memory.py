@@ -143,18 +143,21 @@ def stage_table(psi: float, n: int, c: StateConstants = PAPER) -> list[dict]:
 
 def params_per_rank(cfg, moe=None, tp: int = 1) -> int:
     """Ψ one rank holds before data-parallel sharding: with tensor parallelism the column/row-
-    parallel matrices, the token embedding and the LM head are split over tp ranks; position
-    embedding, norms and MoE layers (replicated under TP) are not. Exact for models/transformer.py."""
-    from benchsuite.metrics.flops import _moe_layer_count, param_counts
+    parallel matrices, the column-parallel biases, the token embedding and the LM head (once when
+    tied) are split over tp ranks; position embedding, norms, row-parallel biases and MoE layers
+    (replicated under TP) are not. Exact for models/transformer.py."""
+    from benchsuite.metrics.flops import _moe_layer_count, attention_matmul, param_counts
 
     pc = param_counts(cfg, moe)
     if tp == 1:
         return pc.total
     h, f = cfg.hidden, cfg.ffn
     mats = 3 if cfg.activation == "swiglu" else 2
-    n_moe = _moe_layer_count(cfg, moe)
-    dense_layers = cfg.layers - n_moe
-    sharded = cfg.layers * 4 * h * h + dense_layers * mats * h * f + cfg.vocab * h + pc.lm_head
+    dense_layers = cfg.layers - _moe_layer_count(cfg, moe)
+    sharded = (cfg.layers * attention_matmul(cfg) + dense_layers * mats * h * f + cfg.vocab * h
+               + (0 if cfg.tie_embeddings else pc.lm_head))
+    if cfg.bias:  # q/k/v and up (and gate) biases are column-parallel
+        sharded += cfg.layers * (cfg.heads + 2 * cfg.n_kv_heads) * cfg.dim_head + dense_layers * (mats - 1) * f
     return (pc.total - sharded) + sharded // tp
 
 
