@@ -211,3 +211,18 @@ def test_estimated_energy_is_shown_never_ranked_or_held_against_a_claim():
     assert by_figure["tokens"].ranking is Ranking.LESS  # what is not energy is still ranked
     (claim,) = [c for c in v.claims if c.claim.key == "sparse-energy"]
     assert claim.consistency is Consistency.NOT_TESTABLE and "estimated energy" in claim.reason
+
+
+def test_a_cell_of_several_lines_keeps_its_line_breaks_in_the_report(tmp_path, capsys):
+    """One line per dense run of the layout in the ratio and verdict cells, not one line with \\x0a in it."""
+    from rich.console import Console
+
+    from benchsuite.results.report import interval_table
+
+    recs = (seeds("dense-a", [5000, 5200, 5100]) + seeds("dense-b", [6000, 6100, 5900])
+            + seeds("switch", [3000, 3100, 2900], router="switch"))
+    console = Console(record=True, width=300)
+    console.print(interval_table(results_of([complete(r) for r in recs]).verdicts))
+    text = console.export_text()
+    assert "\\x0a" not in text
+    assert any("÷ dense-a" in line and "÷ dense-b" not in line for line in text.splitlines())

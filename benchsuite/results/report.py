@@ -381,6 +381,11 @@ def _interval_cell(i, fmt: str = "{:.3g}") -> str:
     return f"{fmt.format(i.point)} ({fmt.format(i.lo)}–{fmt.format(i.hi)})"
 
 
+def _lines(text: str) -> str:
+    """A cell of several lines, each made safe for the terminal (printable would show the breaks as \\x0a)."""
+    return "\n".join(escape(printable(line)) for line in text.split("\n"))
+
+
 def interval_table(v) -> Table | None:
     """One row per (run of two or more seeds, figure): median over seeds with its 95 % interval, and the
     ratio to the dense run of the suite with its interval, ranked only where that interval excludes 1
@@ -409,7 +414,7 @@ def interval_table(v) -> Table | None:
             cells = [w.label if i == 0 else "", reached if i == 0 else "", labels[name], _interval_cell(interval),
                      "\n".join(f"{_interval_cell(p.ratio, '{:.2f}')} ÷ {p.dense}" for p in pairs),
                      "\n".join(p.text for p in pairs)]
-            table.add_row(*[escape(printable(c)) for c in cells])
+            table.add_row(*[_lines(c) for c in cells])
         table.add_section()
     return table
 

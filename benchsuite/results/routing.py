@@ -45,11 +45,11 @@ def routing_pairs(results) -> list[RoutingPair]:
     if runs.empty or "config.moe.routing" not in runs:
         return []
     by_key: dict[str, dict[str, dict]] = {}
-    for row in runs.to_dict("records"):
-        routing = row.get("config.moe.routing")
-        if routing in ("learned", "forced"):
-            rec = results.run_records(row["identity"])[0]
-            by_key.setdefault(pair_key(rec), {})[routing] = row
+    moe = runs[runs["config.moe.routing"].isin(("learned", "forced"))]
+    columns = [c for c in ("identity", "label", "config.moe.routing", *FIGURES) if c in moe]
+    for row in moe[columns].to_dict("records"):  # the columns read, not the run's ~300
+        rec = results.run_records(row["identity"])[0]
+        by_key.setdefault(pair_key(rec), {})[row["config.moe.routing"]] = row
     pairs = []
     for both in by_key.values():
         if len(both) < 2:
