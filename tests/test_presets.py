@@ -128,3 +128,23 @@ def test_the_model_benchsuite_builds_has_the_counted_parameters(name):
     with torch.device("meta"):
         model = build_model(m, moe)
     assert _count(model) == param_counts(m, moe).total
+
+
+@pytest.mark.parametrize("name", ["v4-dropless.json", "v4-pipe.json", "v4-zero3.json"])
+def test_a_run_from_before_the_architecture_keys_keeps_its_run_key(name):
+    """Resume and identities span the upgrade: the run key of a version-4 run's config, upgraded (the new
+    keys at their defaults), is the hash version 4 computed of the config it stored."""
+    import hashlib
+    import json
+
+    from benchsuite.config import RunConfig
+    from benchsuite.results.migrate import migrate
+    from helpers import REPO
+
+    stored = json.loads((REPO / "tests" / "fixtures" / "versions" / name).read_text())
+    hardware = {"gpus": ["NVIDIA H200"], "cpu": "x", "machine": "x86_64"}
+    then = hashlib.sha256(json.dumps({"config": stored["config"], "hardware": hardware},
+                                     sort_keys=True).encode()).hexdigest()[:16]
+    upgraded = migrate(json.loads(json.dumps(stored)))["config"]
+    assert set(upgraded["model"]) > set(stored["config"]["model"])  # the new keys are there, at their defaults
+    assert RunConfig.from_dict(upgraded).run_key(hardware) == then
