@@ -100,7 +100,12 @@ def _module_docs(name: str) -> list[str]:
             objects.append(obj)
             for member_name, member in sorted(vars(obj).items()):
                 member = getattr(member, "__func__", member)  # classmethod / staticmethod
-                if not member_name.startswith("_") and (inspect.isfunction(member) or isinstance(member, property)):
+                # the standard library's own: another package may add methods to a stdlib class (transformers
+                # adds logging.Logger.warning_once), which would change the corpus with what was imported before
+                where = getattr(getattr(member, "fget", member), "__module__", None) or ""
+                stdlib = where.partition(".")[0] in sys.stdlib_module_names
+                if not member_name.startswith("_") and stdlib and (
+                        inspect.isfunction(member) or isinstance(member, property)):
                     objects.append(member)
     return [d for d in (_clean(o.__doc__) for o in objects) if d is not None]
 

@@ -217,3 +217,20 @@ def test_a_sweeps_runs_sharing_a_token_file_scan_it_once_until_it_changes(tmp_pa
     with pytest.raises(ConfigError, match="largest token id is 399"):
         parse_suite({**doc, "defaults": {**doc["defaults"], "model": {**doc["defaults"]["model"], "vocab": 390}}})
     assert scans == [1200, 1600]
+
+
+def test_the_builtin_corpus_ignores_methods_other_packages_add_to_the_standard_library():
+    """transformers adds logging.Logger.warning_once: importing it must not change the corpus (and so the
+    in-process runs of a test pass) with what happened to be imported before."""
+    from benchsuite.data import builtin_documents
+
+    before = builtin_documents()
+    import logging
+
+    logging.Logger.added_by_a_package = lambda self: None
+    logging.Logger.added_by_a_package.__doc__ = "A method another package added."
+    logging.Logger.added_by_a_package.__module__ = "somepackage.patches"
+    try:
+        assert builtin_documents() == before
+    finally:
+        del logging.Logger.added_by_a_package
