@@ -35,7 +35,7 @@ def complete(rec: dict) -> dict:
 
 def record(workload, seed, tokens, *, router=None, reached=True, step_s=0.1, suite="s", energy_j=None, flops=1e6):
     kind = "dense" if router is None else "moe"
-    q = {"reached": reached, "final_val_loss": 2.7 + seed / 100}
+    q = {"target_loss": 3.0, "reached": reached, "final_val_loss": 2.7 + seed / 100}
     if reached:
         q.update(step=tokens / 1000, tokens=tokens, seconds=tokens / 10_000, model_flops=tokens * flops,
                  energy_j=energy_j if energy_j is not None else tokens / 100, co2e_g=tokens / 1e4)
@@ -226,3 +226,26 @@ def test_a_cell_of_several_lines_keeps_its_line_breaks_in_the_report(tmp_path, c
     text = console.export_text()
     assert "\\x0a" not in text
     assert any("÷ dense-a" in line and "÷ dense-b" not in line for line in text.splitlines())
+
+
+def test_without_a_target_there_are_no_to_target_rows_and_no_seed_is_said_to_miss_it():
+    recs = seeds("dense", [100_000, 200_000, 300_000])
+    for r in recs:
+        r["metrics"]["quality"] = {"target_loss": None, "reached": None, "final_val_loss": 2.7}
+    (w,) = verdicts(recs).workloads
+    assert list(w.figures) == ["final_val_loss"] and w.not_reached == [] and w.reached == 0
+
+
+def test_claims_these_runs_cannot_test_are_one_line_each_claim_once(capsys):
+    from rich.console import Console
+
+    from benchsuite.results.report import claims_table
+
+    v = verdicts(seeds("dense", [100_000, 200_000, 300_000]))
+    console = Console(record=True, width=200)
+    console.print(claims_table(v))
+    text = console.export_text()
+    assert "none of the" in text and "published claims is testable" in text
+    caption = " ".join(text.split())
+    for c in {c.claim.text for c in v.claims}:
+        assert caption.count(" ".join(c.split())) == 1  # each claim named once, not a row each

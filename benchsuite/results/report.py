@@ -423,10 +423,26 @@ def claims_table(v) -> Table | None:
     """The papers' claims beside the measured counterpart; a verdict only where the interval carries one."""
     if not any(w.n > 1 or w.figures for w in v.workloads):
         return None
+    from benchsuite.results.verdicts import Consistency
+
+    testable = [c for c in v.claims if c.consistency is not Consistency.NOT_TESTABLE]
+    reasons: dict[str, list[str]] = {}  # claim text -> why each of its checks cannot be made (a claim of two routers)
+    for c in v.claims:
+        if c not in testable:
+            reasons.setdefault(c.claim.text, []).append(c.reason)
+    untestable = [f"{text} ({'; or '.join(dict.fromkeys(why))})" for text, why in reasons.items()]
     table = Table(title="Claims: published figure vs these runs", header_style="bold")
+    if untestable:  # one line for the claims these runs cannot test, each once (`report --json` has every check)
+        table.caption = escape(printable(f"{Consistency.NOT_TESTABLE.value}: " + "; ".join(untestable)))
+    if not testable:
+        table.show_header = False
+        table.add_column("claims")
+        table.add_row(escape(printable(f"none of the {len(untestable)} published claims is testable with these "
+                                       f"runs (each names what it needs below)")))
+        return table
     for header in ("claim", "source", "published", "measured (95% interval)", "n", "verdict", "conditions"):
         table.add_column(header, justify="right" if header == "n" else "left")
-    for c in v.claims:
+    for c in testable:
         measured = _interval_cell(c.measured, "{:.2f}") if c.measured else "—"
         verdict = c.consistency.value + (f": {c.reason}" if c.reason else "")
         cells = [c.claim.text, c.claim.source, c.claim.published, measured,

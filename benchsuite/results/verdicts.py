@@ -136,13 +136,15 @@ def summarize(group: SeedGroup) -> WorkloadSummary:
     reached = group.reached()
     ok_seeds = [s for s, r in reached.items() if r]
     figures = {}
-    if group.quality:
+    targeted = any(dig(r, "metrics", "quality", "target_loss") is not None for r in group.records)
+    if group.quality and targeted:  # without a target there is no to-target figure to give, not a miss
         for name, column, _ in TO_TARGET:
             figures[name] = (log_t_interval(group.values(column)) if ok_seeds else
                              no_interval(0, f"no seed of {len(reached)} reached the target"))
+    if group.quality:
         figures[FINAL_LOSS[0]] = log_t_interval(group.values(FINAL_LOSS[1]))
     return WorkloadSummary(group.suite, group.workload, group.label, group.kind, group.router, group.seeds,
-                           len(ok_seeds), [s for s, r in reached.items() if not r] if group.quality else [],
+                           len(ok_seeds), [s for s, r in reached.items() if not r] if group.quality and targeted else [],
                            group.failed_seeds, figures, {m: log_t_interval(group.values(m)) for m in PER_STEP})
 
 
