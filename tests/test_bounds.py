@@ -144,3 +144,18 @@ def test_a_projection_uses_the_unflagged_seeds_and_names_the_flagged_one(tmp_pat
     (row,) = json.loads(capsys.readouterr().out)
     assert row["records_projected"] == 1 and row["j_per_token"] == pytest.approx(0.01)
     assert "flagged input metrics.energy.j_per_token = -0.01" in row["records_not_projected"][0]
+
+
+def test_an_moe_run_that_drops_many_tokens_is_flagged_as_no_like_for_like_comparison(tmp_path, capsys):
+    rec = sane()
+    rec["metrics"]["moe"]["dropped_frac"] = 0.64
+    (flag,) = sanity_flags(rec)
+    assert flag["field"] == "metrics.moe.dropped_frac"
+    assert "64% of the token assignments were dropped" in flag["reason"] and "not the model's" in flag["reason"]
+    rec["metrics"]["moe"]["dropped_frac"] = 0.05  # a little overflow, as capacity factors allow: no flag
+    assert sanity_flags(rec) == []
+    rec["metrics"]["moe"]["dropped_frac"] = 0.64
+    _folder_with(tmp_path, rec)
+    assert cli.main(["report", str(tmp_path)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "ok ⚠" in text and "64% of the token assignments were dropped" in text

@@ -26,6 +26,7 @@ import msgspec
 from benchsuite.record.types import MAX_DEVICE_W, Bound, Record
 from benchsuite.record.values import dig
 
+MAX_DROPPED_FRAC = 0.10  # MoE assignments dropped over capacity before a run's speed is no longer the model's
 SCALING_EFFICIENCY_MAX = 1.05  # N devices doing more than N times one device's work, past timing noise
 
 
@@ -213,6 +214,18 @@ def _implied_power_flags(energy: dict) -> list[dict]:
     return flags
 
 
+def _dropped_flags(metrics: dict) -> list[dict]:
+    """An MoE run whose routers dropped more than MAX_DROPPED_FRAC of the assignments: the dropped tokens
+    skipped their experts, so its speed is not the model's and it is no like-for-like comparison."""
+    dropped = _num(dig(metrics, "moe", "dropped_frac"))
+    if dropped is None or not MAX_DROPPED_FRAC < dropped <= 1:
+        return []
+    return [_flag("metrics.moe.dropped_frac", dropped,
+                  f"{dropped:.0%} of the token assignments were dropped (over the experts' capacity, above "
+                  f"{MAX_DROPPED_FRAC:.0%}): they skipped their experts, so the run's tok/s and FLOP/s are not the "
+                  f"model's; compare it only with runs that drop as much, or raise moe.capacity_factor (0: dropless)")]
+
+
 def sanity_flags(rec: dict) -> list[dict]:
     """Every figure of an ok record outside its physical range (the Bound its record type declares:
     energy, power, CO2e, FLOPs, MFU and HFU, fractions, losses, times), plus throughput above the device's
@@ -223,6 +236,8 @@ def sanity_flags(rec: dict) -> list[dict]:
     world_size = _num(dig(rec, "config", "world_size"))
     if isinstance(rec.get("metrics"), dict) and not any(f["field"] == "metrics.tokens_per_s" for f in flags):
         flags += _throughput_flags(rec["metrics"], int(world_size) if world_size else None)
+    if isinstance(rec.get("metrics"), dict) and not any(f["field"] == "metrics.moe.dropped_frac" for f in flags):
+        flags += _dropped_flags(rec["metrics"])
     if isinstance(rec.get("energy"), dict):
         seen = {f["field"] for f in flags}
         flags += [f for f in _implied_power_flags(rec["energy"]) if f["field"] not in seen]
