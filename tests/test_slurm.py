@@ -68,10 +68,11 @@ def test_directives_ask_for_the_node_cpus_and_name_the_job_output():
     assert _directives(script) == ["#SBATCH --job-name=benchsuite-s", "#SBATCH --nodes=2",
                                    "#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=8",
                                    "#SBATCH --cpus-per-task=96", "#SBATCH --exclusive",
-                                   "#SBATCH --output=/r/logs/slurm-%j.out"]
+                                   "#SBATCH --output=/r/logs/slurm-%j.out", "#SBATCH --signal=B:TERM@300",
+                                   "#SBATCH --requeue", "#SBATCH --open-mode=append"]
     default = _directives(sbatch_script("s.toml", "s", "/r", nodes=1, gpus_per_node=4))
     assert "#SBATCH --cpus-per-task=32" in default  # 8 per GPU, not Slurm's 1 per task
-    assert not any(d.startswith(("#SBATCH --exclusive", "#SBATCH --output")) for d in default)
+    assert not any(d.startswith(("#SBATCH --exclusive", "#SBATCH --output", "#SBATCH --mem")) for d in default)
 
 
 @pytest.mark.procs

@@ -2,16 +2,50 @@
 
 from __future__ import annotations
 
+import argparse
 import math
+import os
+import shlex
 import sys
 from pathlib import Path
 
-from benchsuite.commands.common import (COUNT, OUTPUT, REPEAT, UsageError, check_repeat, err, make_folder, output_file,
-                                        path_arg)
+from benchsuite.commands.common import (COUNT, INDEX, OUTPUT, REPEAT, UsageError, check_repeat, err, make_folder,
+                                        number, output_file, path_arg)
 from benchsuite.config import RANKS_PER_CORE, load_suite
+from benchsuite.slurm import GPU_REQUESTS, MAX_REQUEUES, MEM_SIZE, SIGNAL_SECONDS
 from benchsuite.terminal import printable
 
 DEFAULT_JOB_OUTPUT = "OUT/logs/slurm-%j.out"
+
+
+def node_counts(text: str) -> list[int]:
+    """--node-counts 1,2,4: distinct whole numbers >= 1, in ascending order (the steps' order)."""
+    try:
+        counts = sorted({int(part) for part in text.split(",")})
+    except ValueError:
+        counts = []
+    if not counts or counts[0] < 1:
+        raise argparse.ArgumentTypeError(f"expected node counts >= 1 separated by commas, e.g. 1,2, got {text!r}")
+    return counts
+
+
+def mem_size(text: str) -> str:
+    """--mem as Slurm reads it: checked now, not after the job's wait in the queue."""
+    if not MEM_SIZE.match(text):
+        raise argparse.ArgumentTypeError(f"expected a size as Slurm takes it: megabytes or a K, M, G or T suffix, "
+                                         f"e.g. 64G, 500000M, or 0 for all of the node's memory; got {text!r}")
+    return text
+
+
+def python_command(text: str) -> list[str]:
+    """--python: the words of the command that runs `-m benchsuite.cli` on the nodes."""
+    try:
+        words = shlex.split(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
+    if not words:
+        raise argparse.ArgumentTypeError("expected a command, e.g. python3, got ''")
+    return words
 
 
 def add_parser(sub) -> None:
@@ -29,9 +63,37 @@ def add_parser(sub) -> None:
                     help="the job's stdout/stderr (#SBATCH --output; %%j is the job id, %%u the user); its folder is "
                          "created now, as Slurm creates none, so %%-patterns, which Slurm expands at job start, go in "
                          f"the file name only; default {DEFAULT_JOB_OUTPUT.replace('%', '%%')}")
-    sl.add_argument("--nodes", type=COUNT, required=True, help="nodes of the allocation (#SBATCH --nodes)")
+    sl.add_argument("--nodes", type=COUNT, default=None,
+                    help="nodes of the allocation (#SBATCH --nodes), one of the suite's node counts (default: the "
+                         "largest of the job's node counts)")
+    sl.add_argument("--node-counts", type=node_counts, default=None, metavar="K[,K...]",
+                    help="the suite's node counts this job runs, each as its own srun step on the allocation's first "
+                         "K hosts (default: every node count of the suite up to --nodes); a smaller step leaves the "
+                         "other nodes idle: give one count for a job of its own")
     sl.add_argument("--gpus-per-node", type=COUNT, required=True,
-                    help="GPUs of each node (#SBATCH --gpus-per-node); at least the suite's ranks per node")
+                    help="GPUs of each node; at least the suite's ranks per node")
+    sl.add_argument("--gpu-request", choices=GPU_REQUESTS, default="gpus-per-node",
+                    help="how the GPUs are asked for: #SBATCH --gpus-per-node=G (default) or --gres=gpu:G, "
+                         "whichever the cluster takes")
+    sl.add_argument("--mem", type=mem_size, default=None,
+                    help="memory of each node (#SBATCH --mem), e.g. 64G, 500000M, 0 for all of it; default: the "
+                         "cluster's")
+    sl.add_argument("--setup", action="append", default=[], metavar="FILE_OR_LINES",
+                    help="shell lines run in the job before benchsuite, in the submit folder: `module load ...`, "
+                         "activating an environment; an existing file's lines are copied in, any other value is "
+                         "the lines themselves; repeatable, in order")
+    sl.add_argument("--python", type=python_command, default=["python3"], metavar="COMMAND",
+                    help="the command that runs `-m benchsuite.cli` on every node, looked up on the job's PATH "
+                         "after the set-up (default: python3); its words, e.g. 'apptainer exec --nv IMAGE python3'")
+    sl.add_argument("--requeue", action=argparse.BooleanOptionalAction, default=True,
+                    help="on SIGTERM (the time-limit warning, preemption) stop the runs and requeue the job, which "
+                         "resumes: runs recorded ok are skipped (default: on)")
+    sl.add_argument("--signal-seconds", type=number(int, at_least=1, at_most=65535), default=SIGNAL_SECONDS,
+                    metavar="S", help=f"SIGTERM this long before the time limit (#SBATCH --signal=B:TERM@S; "
+                                      f"default {SIGNAL_SECONDS}), for the run in progress to be recorded interrupted")
+    sl.add_argument("--max-requeues", type=INDEX, default=MAX_REQUEUES, metavar="N",
+                    help=f"requeues after which the job stops for good (default {MAX_REQUEUES}): a run longer than "
+                         f"--time would otherwise be requeued forever")
     sl.add_argument("--partition", help="Slurm partition (#SBATCH --partition); default: the cluster's")
     sl.add_argument("--time", help="wall-clock limit, e.g. 02:00:00")
     sl.add_argument("--account", help="account charged for the job (#SBATCH --account)")
@@ -49,24 +111,28 @@ def run(args) -> int:
 
     suite = load_suite(args.suite)
     check_repeat(suite, args.repeat)
-    runs = [r for r in suite.runs if r.nodes == args.nodes]
-    if not runs:
-        raise UsageError(f"{args.suite}: no run has nodes = {args.nodes}; set [sweep] nodes to include it")
+    nodes, counts, left_out = _steps(args, sorted({r.nodes for r in suite.runs}))
+    runs = [r for r in suite.runs if r.nodes in counts]
     ranks_per_node = max(r.nproc_per_node for r in runs)  # one rank per GPU
+    where = f"on {', '.join(map(str, counts))} node(s)"
     if args.gpus_per_node < ranks_per_node:
-        raise UsageError(f"--gpus-per-node {args.gpus_per_node}: the suite's runs on {args.nodes} node(s) start up to "
+        raise UsageError(f"--gpus-per-node {args.gpus_per_node}: the suite's runs {where} start up to "
                          f"{ranks_per_node} ranks per node, one per GPU; give --gpus-per-node {ranks_per_node} or more")
     if args.cpus_per_task is not None and args.cpus_per_task * RANKS_PER_CORE < ranks_per_node:
-        raise UsageError(f"--cpus-per-task {args.cpus_per_task}: the suite's runs on {args.nodes} node(s) start up to "
+        raise UsageError(f"--cpus-per-task {args.cpus_per_task}: the suite's runs {where} start up to "
                          f"{ranks_per_node} ranks per node, and `benchsuite run` starts at most {RANKS_PER_CORE} per "
                          f"CPU; give --cpus-per-task {math.ceil(ranks_per_node / RANKS_PER_CORE)} or more")
+    setup = [_setup_text(value) for value in args.setup]
     hint = "" if args.job_output else f"; give --job-output PATTERN (the default is {DEFAULT_JOB_OUTPUT})"
-    out_dir = Path(args.out).resolve()
-    job_output = args.job_output or str(out_dir / "logs" / "slurm-%j.out")
+    suite_path, out_dir = _submit_relative(args.suite), _submit_relative(args.out)
+    job_output = _submit_relative(args.job_output) if args.job_output else str(Path(out_dir, "logs", "slurm-%j.out"))
     try:
-        script = sbatch_script(Path(args.suite).resolve(), suite.name, out_dir, args.nodes, args.gpus_per_node,
-                               args.partition, args.time, args.account, cpus_per_task=args.cpus_per_task,
-                               exclusive=args.exclusive, job_output=job_output, repeat=args.repeat)
+        script = sbatch_script(suite_path, suite.name, out_dir, nodes, args.gpus_per_node, args.partition,
+                               args.time, args.account, python=args.python, cpus_per_task=args.cpus_per_task,
+                               exclusive=args.exclusive, job_output=job_output, repeat=args.repeat,
+                               node_counts=counts, setup=setup, mem=args.mem, gpu_request=args.gpu_request,
+                               requeue=args.requeue, signal_seconds=args.signal_seconds,
+                               max_requeues=args.max_requeues, left_out=left_out)
     except ValueError as e:
         raise UsageError(f"{e}{hint}") from None
     _check_job_output_folder(job_output, hint)
@@ -74,13 +140,64 @@ def run(args) -> int:
         output_file("-o", args.output, "sbatch script", source=args.suite)
     make_folder("--out", args.out, "results folder")
     output_file("--job-output", job_output, "job output")  # its folder: without it the job dies with no output
+    if left_out:
+        err.print(printable(f"note: the suite's runs on {', '.join(map(str, left_out))} node(s) are not in this job; "
+                            f"another job runs them: benchsuite slurm --node-counts "
+                            f"{','.join(map(str, left_out))} ..."), markup=False)
     if args.output == "-":
         sys.stdout.write(script)
         return 0
     with atomic_file(args.output, "w", encoding="utf-8") as f:
         f.write(script)
-    err.print(printable(f"wrote {args.output}; submit with: sbatch {args.output}"), markup=False)
+    err.print(printable(f"wrote {args.output}; submit it from this folder (relative paths resolve against it): "
+                        f"sbatch {args.output}"), markup=False)
     return 0
+
+
+def _steps(args, suite_counts: list[int]) -> tuple[int, list[int], list[int]]:
+    """The allocation's nodes, the node counts run as steps, and the suite's node counts left to another job."""
+    known = ", ".join(map(str, suite_counts))
+    if args.node_counts:
+        unknown = [k for k in args.node_counts if k not in suite_counts]
+        if unknown:
+            raise UsageError(f"--node-counts {','.join(map(str, args.node_counts))}: no run of {args.suite} has nodes "
+                             f"= {', '.join(map(str, unknown))} (its node counts: {known})")
+        counts = args.node_counts
+    else:
+        counts = [k for k in suite_counts if args.nodes is None or k <= args.nodes]
+    nodes = args.nodes or max(counts)
+    if nodes not in suite_counts or max(counts, default=nodes + 1) > nodes:
+        raise UsageError(f"{args.suite}: no run has nodes = {nodes}; set [sweep] nodes to include it, or give "
+                         f"--nodes as one of the suite's node counts ({known}) and at least each of --node-counts")
+    return nodes, counts, [k for k in suite_counts if k not in counts]
+
+
+def _setup_text(value: str) -> str:
+    """--setup: an existing file's text, or the value itself as shell lines. A lone word naming a script
+    (a / in it, or .sh) that is no file is refused: as a line it would only fail on the node, after the queue."""
+    path = Path(value)
+    if "\n" not in value and path.is_file():
+        try:
+            return path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise UsageError(f"--setup {value}: cannot read it ({e})") from None
+    if len(value.split()) == 1 and ("/" in value or value.endswith(".sh")):
+        raise UsageError(f"--setup {value}: no such file; to run a script of the cluster give the line itself, "
+                         f"e.g. --setup 'source {value}'")
+    return value
+
+
+def _submit_relative(path: str) -> str:
+    """A path inside this folder, where the job is submitted from, written relative to it: the script holds
+    no absolute path of this machine. A path outside it is kept as given (a cluster's /scratch)."""
+    if not os.path.isabs(path):
+        return path
+    for candidate in (Path(os.path.abspath(path)), Path(path).resolve()):
+        try:
+            return str(candidate.relative_to(Path.cwd()))
+        except ValueError:
+            continue
+    return path
 
 
 def _check_job_output_folder(pattern: str, hint: str) -> None:
