@@ -307,6 +307,14 @@ def record_path(out_dir: Path, run: RunConfig, key: str, repeat: int = 0) -> Pat
                                       "run_key": key, "repeat": repeat})
 
 
+def log_stem(final: Path, key: str, repeat: int, node_rank: int) -> str:
+    """'suite__dense__w2n1-weak-seed1-r0__KEY.node0': the record's name (final) with the repeat always
+    said, so `ls DIR/logs` shows each log's workload, seed and repeat; the run key keeps it unique and
+    the node tells the launchers of a multi-node job apart. The log is STEM.log, its JSON-lines twin STEM.jsonl."""
+    run_part = final.stem.removesuffix(f"__{record_id(key, repeat)}")
+    return f"{run_part}-r{repeat}__{key}.node{node_rank}"
+
+
 def _open_log(log_dir: Path, name: str):
     """The run's log, opened for writing without ever following a symlink: a link planted at the
     log's name (or a logs folder that is itself a link) cannot redirect the write elsewhere; a
@@ -356,14 +364,17 @@ def launch_run(run: RunConfig, key: str, out_dir: Path, hardware: dict, rdzv: Re
     started_at, t0 = utc_now(), time.perf_counter()
     final = record_path(out_dir, run, key, repeat)
     rid = record_id(key, repeat)
-    log_name = f"{final.stem}.node{rdzv.node_rank}.log"
+    stem = log_stem(final, key, repeat, rdzv.node_rank)
+    log_name, json_log_name = f"{stem}.log", f"{stem}.jsonl"
     log_path = out_dir / "logs" / log_name
+    _open_log(out_dir / "logs", json_log_name).close()  # created here, safely; the ranks append to it
     before = _fingerprint(final)
     with _stop_signals() as stop, tempfile.TemporaryDirectory(prefix=f"{WORKDIR_PREFIX}{rid}-") as tmp:
         workdir = Path(tmp)
         (workdir / "launcher.pid").write_text(str(os.getpid()))
         (workdir / "run.json").write_text(json.dumps({"run": run.to_dict(), "run_key": key, "repeat": repeat,
-                                                      "out": str(out_dir), "peak_tflops": peak_tflops}))
+                                                      "out": str(out_dir), "peak_tflops": peak_tflops,
+                                                      "log_json": str(out_dir / "logs" / json_log_name)}))
         cmd = torchrun_command(run, rid, workdir, rdzv)
         with _open_log(out_dir / "logs", log_name) as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -17,6 +17,7 @@ import signal
 import sys
 import time
 import traceback
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -39,10 +40,11 @@ from benchsuite.metrics.timing import StepTimer, synchronize
 from benchsuite.models.transformer import build_model
 from benchsuite.parallel import Parallelized, parallelize
 from benchsuite.parallel.pipeline import PipelinePlan
-from benchsuite.progress import StepFigures, line_due, warm_up_line
+from benchsuite.progress import StepFigures, eval_body, line_due, warm_up_body
 from benchsuite.results.record import RankQuality, RankResult, RunFacts, build_record
 from benchsuite.record import utc_now
 from benchsuite.record import write_record
+from benchsuite.runlog import ERROR, EVAL, STEP, WARM_UP, RunLog, Value
 
 
 def autocast(precision: str, device: torch.device):
@@ -77,10 +79,11 @@ def timed_steps(timer: StepTimer, step, batches: list, log: StepLog | None = Non
 
 
 class StepLog:
-    """Rank 0's step lines (progress.py) on stdout, which torchrun sends to the run's log: the
-    loss of the step just ended, and rates over the rank's timed steps since the previous line."""
+    """Rank 0's step lines (progress.py, written by runlog.RunLog to the run's log and its JSON-lines
+    twin): the loss of the step just ended, and rates over the rank's timed steps since the previous line."""
 
-    def __init__(self, run: RunConfig, timer: StepTimer, peak: float | None):
+    def __init__(self, run: RunConfig, timer: StepTimer, peak: float | None, log: RunLog):
+        self.log = log
         self.steps, self.timer, self.device, self.peak = run.train.steps, timer, timer.device, peak
         self.tokens_per_step = run.global_batch * run.model.seq_len
         self.flops_per_token = fl.flops_per_token(run.model, run.moe, micro_batch=run.micro_batch_per_rank,
@@ -104,7 +107,7 @@ class StepLog:
                               fl.mfu(per_device, self.peak),
                               memory["peak_allocated_bytes"] or memory.get("peak_rss_bytes"),
                               time.perf_counter() - self.t0)
-        print(figures.line(), flush=True)
+        self.log.emit(STEP, figures.body(), figures.fields())
         self.lined = self.done
 
 
@@ -325,7 +328,19 @@ class WarmUp(NamedTuple):
     ceiling: MatmulCeiling  # the device's matmul rate, measured after the steps
 
 
-def warm_up(bench: Bench) -> WarmUp:
+def header_fields(bench: Bench) -> dict[str, Value]:
+    """What the log's header says of the run: the record's config, parameters, layout, precision and
+    rank 0's device (each equal to the record's value: metrics.params, metrics.precision, env.devices)."""
+    run, par = bench.run, bench.run.parallel
+    f = fl.flops_per_token(run.model, run.moe, micro_batch=run.micro_batch_per_rank, recompute=run.train.recompute)
+    return {"suite": run.suite, "workload": run.workload, "kind": run.kind, "preset": run.model.preset,
+            "params": int(f.params), "active": int(f.params_active), "world": run.world_size, "nodes": run.nodes,
+            "layout": f"tp{par.tensor}·pp{par.pipeline}·ep{par.expert}·zero{par.zero}", "seed": run.train.seed,
+            "precision": bench.precision, "device": device_info(bench.ctx.device)["name"],
+            "steps": run.train.steps, "eval_every": run.train.eval_every}
+
+
+def warm_up(bench: Bench, log: RunLog) -> WarmUp:
     """The unmeasured steps. Step 0 is counted by FlopCounterMode; step 1 measures the model-state
     bytes held and the bytes sent in collectives. Both run eager: a dispatch mode sees every op only
     outside compiled graphs. The remaining steps warm up compile, the allocator and caches; then the
@@ -342,7 +357,9 @@ def warm_up(bench: Bench) -> WarmUp:
         bench.step(bench.batches(step))
     synchronize(device)
     if bench.ctx.is_main:
-        print(warm_up_line(steps, time.perf_counter() - t0, bench.run.train.compile), flush=True)
+        seconds, compiled = time.perf_counter() - t0, bench.run.train.compile
+        log.emit(WARM_UP, warm_up_body(steps, seconds, compiled), {"steps": steps, "seconds": seconds,
+                                                                    "compiled": compiled})
     ceiling = measure_matmul_ceiling(device, torch.bfloat16 if bench.precision == "bf16" else torch.float32)
     return WarmUp(counter.get_total_flops(), probe.result(), comm_counter.result(), ceiling)
 
@@ -377,11 +394,11 @@ class StagedBatches:
             i = end
 
 
-def measured_loop(bench: Bench, warm: WarmUp, peak: float | None) -> RankResult:
+def measured_loop(bench: Bench, warm: WarmUp, peak: float | None, log: RunLog) -> RankResult:
     """The measured steps, in energy windows "train-k" between validation points (one window when
     train.eval_every = 0); each evaluation has its own window "eval-k" outside the step timer. The
     record's energy is the training windows summed (energy/windows.py). peak: rank 0's peak
-    FLOP/s, for its step lines."""
+    FLOP/s, for its step lines; rank 0 logs each validation loss after its window."""
     run, ctx, monitor = bench.run, bench.ctx, bench.monitor
     first = unmeasured_steps(run)
     if ctx.device.type == "cuda":
@@ -394,20 +411,24 @@ def measured_loop(bench: Bench, warm: WarmUp, peak: float | None) -> RankResult:
            for x, y in qual.eval_rows(bench.source.val_batches(run.micro_batch_per_rank))] \
         if evaluating else []  # same rows on every rank
     timer = StepTimer(ctx.device)
-    log = StepLog(run, timer, peak) if ctx.is_main else None
+    step_log = StepLog(run, timer, peak, log) if ctx.is_main else None
     losses, val_losses, train_windows, eval_windows, routing_by_step = [], [], [], [], []
 
     def evaluate(k: int) -> None:
         monitor.begin(f"eval-{k}")
         val_losses.append(evaluate_loss(bench.par, val, bench.precision, ctx.device))
         eval_windows.append(monitor.end(f"eval-{k}").to_dict())
+        if ctx.is_main:  # rank 0's value: every rank evaluates the same rows, so it is the record's mean
+            val_loss = val_losses[-1].item()
+            log.emit(EVAL, eval_body(k, run.train.steps, val_loss),
+                     {"step": k, "steps": run.train.steps, "val_loss": val_loss})
 
     if evaluating:
         evaluate(0)
     for start, stop in zip(points, points[1:]):
         monitor.begin(f"train-{start}")  # window edges synchronise the device
         for chunk in measured.chunks(start, stop):
-            results = timed_steps(timer, bench.step, chunk, log)
+            results = timed_steps(timer, bench.step, chunk, step_log)
             losses.extend(r.loss for r in results)
             routing_by_step.extend(r.routing for r in results)
         train_windows.append(monitor.end(f"train-{start}").to_dict())
@@ -434,12 +455,17 @@ def measured_loop(bench: Bench, warm: WarmUp, peak: float | None) -> RankResult:
         pipeline=par.pipeline.figures() if par.pipeline is not None else None)
 
 
-def measure(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None) -> tuple[RankResult, RunFacts | None]:
-    """Everything one rank measures, and on rank 0 the run's own facts (None on other ranks)."""
+def measure(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None,
+            log: RunLog | None = None) -> tuple[RankResult, RunFacts | None]:
+    """Everything one rank measures, and on rank 0 the run's own facts (None on other ranks). Rank 0
+    logs the header first (log: stdout alone by default)."""
+    log = log or RunLog(ctx.rank)
     bench = set_up(run, ctx)
+    if ctx.is_main:
+        log.header(header_fields(bench))
     facts = run_facts(bench, peak_tflops) if ctx.is_main else None
-    warm = warm_up(bench)
-    return measured_loop(bench, warm, facts.peak_flops if facts else None), facts
+    warm = warm_up(bench, log)
+    return measured_loop(bench, warm, facts.peak_flops if facts else None, log), facts
 
 
 def apply_threads() -> None:
@@ -458,12 +484,15 @@ def main(argv: list[str] | None = None) -> int:
     rank = int(os.environ.get("RANK", "0"))
     (workdir / f"pid.{rank}").write_text(str(os.getpid()))
     started_at, t0 = utc_now(), time.perf_counter()
+    log = RunLog(rank)  # stdout alone until run.json names the JSON-lines twin
     try:
         spec = json.loads((workdir / "run.json").read_text())
+        log = RunLog(rank, spec.get("log_json"))
+        warnings.showwarning = log.showwarning  # a warning is one log line, never a source line
         run = RunConfig.from_dict(spec["run"])
         apply_threads()
         ctx = bdist.init_distributed(run)
-        mine, facts = measure(run, ctx, spec["peak_tflops"])
+        mine, facts = measure(run, ctx, spec["peak_tflops"], log)
         ranks = bdist.all_gather_objects(mine, ctx)
         if ctx.is_main:
             record = build_record(run, facts, ranks, run_key=spec["run_key"], started_at=started_at,
@@ -476,8 +505,12 @@ def main(argv: list[str] | None = None) -> int:
         err = {"type": type(e).__name__, "message": str(e)[:2000], "rank": rank, "time": time.time_ns(),
                "traceback": traceback.format_exc()[-4000:]}
         (workdir / f"error.{rank}.json").write_text(json.dumps(err))
+        log.emit(ERROR, f"{err['type']}: {' '.join(err['message'].split())}",
+                 {"type": err["type"], "message": err["message"]})
         traceback.print_exc()
         return 1
+    finally:
+        log.close()
     return 0
 
 

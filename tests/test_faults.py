@@ -198,12 +198,13 @@ def test_a_symlink_planted_in_the_logs_folder_is_never_written_through(tmp_path,
     suite = tiny_suite(name="links", world_sizes=(1,))
     out, outside = tmp_path / "out", tmp_path / "precious.txt"
     outside.write_text("a user's file\n")
+    from benchsuite.launch import log_stem
     from benchsuite.record import record_filename
 
     (run,) = load_suite(suite).runs
     (key,) = run_keys(suite)
     name = record_filename({"suite": run.suite, "workload": run.workload, "config": run.to_dict(), "run_key": key})
-    log = out / "logs" / f"{Path(name).stem}.node0.log"
+    log = out / "logs" / f"{log_stem(out / name, key, repeat=0, node_rank=0)}.log"
     log.parent.mkdir(parents=True)
     log.symlink_to(outside)
     res = run_cli("run", str(suite), "--out", str(out), "--json", timeout=120)

@@ -15,6 +15,7 @@ from benchsuite.progress import ProgressLine, line_due, log_every
 from benchsuite.worker import timed_steps
 from helpers import run_cli
 
+T = "2026-12-02T07:55:01.123Z"  # a log line's time
 STEP_LINE = re.compile(r"^step (\d+)/(\d+) loss [\d.]+ tok/s [\d,]+ TFLOP/s \S+ MFU n/a mem [\d.]+ GiB "
                        r"elapsed [\d.]+s ETA [\d.]+s$")
 
@@ -58,19 +59,19 @@ def test_log_tail_reports_complete_progress_lines_once(tmp_path):
     path.write_text("")
     tail = LogTail(path)
     with path.open("a") as f:
-        f.write("warm-up 3 steps 1.0 s\nsome warning\nstep 1/4 loss 1")
+        f.write(f"{T} rank0 header workload=dense\n{T} rank0 warm-up 3 steps 1.0 s\nsome torchrun line\n"
+                f"{T} rank1 warning low disk (fix: free space)\n{T} rank0 step 1/4 loss 1")
         f.flush()
-        assert tail.new_lines() == [ProgressLine("warm-up 3 steps 1.0 s")]
-        f.write(".5\n")
+        assert tail.new_lines() == [ProgressLine("warming up…"), ProgressLine("warm-up 3 steps 1.0 s")]
+        f.write(f".5\n{T} rank0 eval step 1/4 val_loss 2.0000\n")
         f.flush()
-        assert tail.new_lines() == [ProgressLine("step 1/4 loss 1.5")]
+        assert tail.new_lines() == [ProgressLine("step 1/4 loss 1.5"), ProgressLine("eval step 1/4 val_loss 2.0000")]
         assert tail.new_lines() == []
     tail.close()
 
 
-def _progress(text: str, prefix: str = "") -> tuple[list[tuple[int, int]], list[str]]:
-    """(step, steps) of each step line, and the warm-up lines, after `prefix` on each line."""
-    lines = [line[len(prefix):] for line in text.splitlines() if line.startswith(prefix)]
+def _progress(lines: list[str]) -> tuple[list[tuple[int, int]], list[str]]:
+    """(step, steps) of each step line, and the warm-up lines."""
     steps = [STEP_LINE.match(line) for line in lines if line.startswith("step ")]
     assert all(steps), lines
     return [(int(m[1]), int(m[2])) for m in steps], [line for line in lines if line.startswith("warm-up ")]
@@ -78,7 +79,7 @@ def _progress(text: str, prefix: str = "") -> tuple[list[tuple[int, int]], list[
 
 @pytest.mark.procs
 def test_run_logs_and_shows_progress(tiny_suite, tmp_path):
-    """A real run: its log has a line every k steps and the warm-up line; stderr shows the same lines,
+    """A real run: its log has a step line every k steps and the warm-up line; stderr shows the same lines,
     non-TTY and under --json; the measured steps are as many as before."""
     label = "dense · w1 · weak · seed 0 · repeat 0: "
     for steps, json_flag, expected in ((20, ["--json"], [(s, 20) for s in range(2, 21, 2)]),
@@ -90,10 +91,11 @@ def test_run_logs_and_shows_progress(tiny_suite, tmp_path):
         res = run_cli("run", str(path), "--out", str(out), *json_flag)
         assert res.returncode == 0, res.stderr
         (log,) = (out / "logs").glob("*.log")
-        logged, warm = _progress(log.read_text())
+        logged, warm = _progress([p.text for p in map(ProgressLine.parse, log.read_text().splitlines()) if p])
         assert logged == expected
         assert len(warm) == 1 and re.fullmatch(r"warm-up 2 steps [\d.]+ s", warm[0])
-        shown, shown_warm = _progress(res.stderr, prefix=label)
+        shown, shown_warm = _progress([line.removeprefix(label) for line in res.stderr.splitlines()
+                                       if line.startswith(label)])
         assert shown == expected and shown_warm == warm
         (record,) = [json.loads(p.read_text()) for p in out.glob("*.json")]
         assert record["metrics"]["step_time_s"]["n"] == steps and len(record["steps"]) == steps
@@ -120,6 +122,7 @@ def test_a_terminal_shows_the_line_in_the_progress_bar(monkeypatch, tiny_suite, 
     monkeypatch.setattr(launch, "run_suite", fake_run_suite)
     monkeypatch.setattr(cli.err, "_force_terminal", True)
     assert cli.main(["run", str(tiny_suite()), "--out", str(tmp_path / "out")]) == 0
+    assert descriptions[0] == "dense · w1 · weak · seed 0 · repeat 0 · starting ranks…"  # not blank till step 1
     assert descriptions[-1] == "dense · w1 · weak · seed 0 · repeat 0 · step 1/3 loss 4.0000"
     assert "weak: step" not in capsys.readouterr().err  # no plain line on a terminal
 

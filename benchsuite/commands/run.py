@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchsuite.commands.common import (COUNT, INDEX, JSON, POSITIVE, REPEAT, UsageError, check_repeat, endpoint, err,
@@ -42,6 +43,7 @@ def run(args) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from benchsuite.launch import Rendezvous, RunStatus, plan, run_suite
+    from benchsuite.progress import STARTING
     from benchsuite.record import NewerRecordError
 
     if args.nnodes > 1 and not args.rdzv_endpoint:
@@ -53,15 +55,18 @@ def run(args) -> int:
         raise UsageError(f"{args.suite}: no run of this suite has nodes = {rdzv.nnodes}")
     make_folder("--out", args.out, "results folder")
     progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(),
-                        TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=err, transient=True,
-                        disable=args.json)
+                        TextColumn("{task.fields[suite]}", markup=False), TimeElapsedColumn(), console=err,
+                        transient=True, disable=args.json)
     planned = plan(suite.runs, args.repeat)
-    task = progress.add_task(printable(suite.name), total=len(planned))
+    eta = SuiteEta(len(planned))
+    task = progress.add_task(printable(suite.name), total=len(planned), suite=eta.line())
 
     def on_event(kind, i, total, payload):
         label = printable(run_name(planned[i].run, planned[i].repeat))
-        if kind == "start":
-            progress.update(task, description=label)
+        if kind == "start":  # the ranks take seconds to start and warm up: the bar says so meanwhile
+            progress.update(task, description=f"{label} · {STARTING}", suite=eta.line())
+            if not err.is_terminal or args.json:
+                err.print(f"suite {printable(suite.name)}: {eta.line()}", markup=False)
             return
         if kind == "progress":  # the bar's text on a terminal; a plain stderr line otherwise (--json too)
             if err.is_terminal and not args.json:
@@ -69,7 +74,8 @@ def run(args) -> int:
             else:
                 err.print(f"{label}: {printable(payload.text)}", markup=False)
             return
-        progress.advance(task)
+        eta.finished(payload)
+        progress.update(task, advance=1, suite=eta.line())
         if not args.json:
             progress.console.print(_outcome_line(payload))
 
@@ -113,6 +119,36 @@ def run(args) -> int:
     unmeasured = (RunStatus.FAILED, RunStatus.INTERRUPTED, RunStatus.SKIPPED_LOCK_UNAVAILABLE,
                   RunStatus.SKIPPED_NO_DECISION)
     return 1 if any(o.status in unmeasured for o in outcomes) else 0
+
+
+@dataclass
+class SuiteEta:
+    """The suite's runs done and left, and an ETA: the mean duration of the runs measured so far (a
+    skipped run takes no time and says nothing of the others) times the runs left."""
+
+    total: int
+    done: int = 0
+    measured_s: list[float] = field(default_factory=list)
+
+    def finished(self, outcome) -> None:
+        self.done += 1
+        if outcome.duration_s > 0:  # launched (ok, failed or interrupted), not skipped
+            self.measured_s.append(outcome.duration_s)
+
+    def line(self) -> str:
+        """'1/4 runs done, 3 left, ETA 0:38' (no ETA before a run was measured)."""
+        left = self.total - self.done
+        text = f"{self.done}/{self.total} runs done, {left} left"
+        if not left or not self.measured_s:
+            return text
+        return f"{text}, ETA {_clock(sum(self.measured_s) / len(self.measured_s) * left)}"
+
+
+def _clock(seconds: float) -> str:
+    """'0:38', '12:05', '1:02:09'."""
+    m, s = divmod(round(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
 SUMMARY_WORDS = {  # RunStatus value → how the summary line counts it
