@@ -44,6 +44,7 @@ bench: setup
 	$(BIN)/python -m pytest benchmarks/test_bench_step.py --benchmark-enable -q
 	$(BIN)/python benchmarks/bench_dashboard.py
 	$(BIN)/python benchmarks/bench_load.py
+	$(BIN)/python benchmarks/bench_measure.py
 	$(BIN)/python benchmarks/bench_meter_overhead.py
 	$(BIN)/python benchmarks/bench_moe.py
 	$(BIN)/python benchmarks/gpu_check.py --tiny --out $(BENCH_OUT)/gpu_check

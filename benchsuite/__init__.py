@@ -1,16 +1,23 @@
 """benchsuite: what training a transformer really costs.
 
 `benchsuite.load(DIR)` (one row per record), `benchsuite.load_runs(DIR)` (one row per run) and
-`benchsuite.load_steps(DIR)` (one row per measured step) read a results folder into pandas DataFrames (benchsuite/results/api.py); they are imported on first use, so `import benchsuite`
-stays light.
+`benchsuite.load_steps(DIR)` (one row per measured step) read a results folder into pandas DataFrames
+(benchsuite/results/api.py); `benchsuite.measure(name, ...)` measures your own training loop into a record
+of the same schema (benchsuite/measure.py). They are imported on first use, so `import benchsuite` stays light.
 """
 
-__all__ = ["load", "load_runs", "load_steps"]
+__all__ = ["load", "load_runs", "load_steps", "measure", "Measurement", "Window"]
 
 
 def __getattr__(name: str):
-    if name in __all__:
+    if name in ("load", "load_runs", "load_steps"):
         from benchsuite.results import api
 
         return getattr(api, name)
+    if name in ("measure", "Measurement", "Window"):
+        import importlib
+
+        module = importlib.import_module("benchsuite.measure")
+        globals()["measure"] = module.measure  # importing the submodule set the package's `measure` to it
+        return getattr(module, name)
     raise AttributeError(f"module 'benchsuite' has no attribute {name!r}")

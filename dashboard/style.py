@@ -24,6 +24,7 @@ class Style:
 
 
 DENSE = "dense"
+USER = "user"  # a record of the user's own loop (benchsuite.measure): a model benchsuite did not build
 DROPLESS = "dropless"
 SHARED = "shared_experts"
 TOKEN_CHOICE = ("switch", "gshard", "token_choice")  # the routers capacity_factor = 0 makes dropless
@@ -37,6 +38,7 @@ KNOWN = {
     "token_choice": Style("MoE · Top-k (capacity)", "#1098ad", "hexagon"),
     DROPLESS: Style("MoE · Dropless top-k", "#c2255c", "star"),
     SHARED: Style("MoE · Shared experts", "#8c564b", "pentagon"),
+    USER: Style("your loop", "#868e96", "circle-open"),
 }
 # Routers the suite does not know (hand-edited or newer records), in order of first need.
 SPARE = [("#5c940d", "cross"), ("#e67700", "x"), ("#495057", "triangle-down"), ("#364fc7", "hourglass"),
@@ -46,9 +48,12 @@ PATTERNS = ["", "/", ".", "x", "\\", "-", "|", "+"]
 
 
 def family(kind, router, capacity_factor=None, shared_experts=None) -> str:
-    """The family key of a record: "dense"; "shared_experts" with shared experts; "dropless" for a
-    token-choice router with capacity_factor 0; else its router normalised (lower case, `_` for `-`
-    and spaces). capacity_factor and shared_experts as the record's config.moe has them (None when absent)."""
+    """The family key of a record: "dense"; "user" for the user's own loop; "shared_experts" with shared
+    experts; "dropless" for a token-choice router with capacity_factor 0; else its router normalised
+    (lower case, `_` for `-` and spaces). capacity_factor and shared_experts as the record's config.moe
+    has them (None when absent)."""
+    if str(kind).strip().lower() == USER:
+        return USER
     if str(kind).strip().lower() != "moe":
         return DENSE
     if (num(shared_experts) or 0) > 0:

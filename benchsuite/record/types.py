@@ -94,6 +94,7 @@ class Status(enum.StrEnum):
 class Kind(enum.StrEnum):
     DENSE = "dense"
     MOE = "moe"
+    USER = "user"  # measured in the user's own training loop (benchsuite.measure), not a model benchsuite built
 
 
 class Scaling(enum.StrEnum):
@@ -503,6 +504,7 @@ class Metrics(Section):
     moe: MoEMetrics | None = None
     pipeline: Pipeline | None = None
     quality: Quality | None = None
+    reasons: list[Text] | None = None  # why figures are null that a user's loop could not tell (benchsuite.measure)
 
 
 # ----------------------------------------------------------------------------- energy and carbon

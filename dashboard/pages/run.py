@@ -156,6 +156,8 @@ def _headline(row, rec) -> str:
              else f"— ({m.get('mfu_vs_ceiling_reason') or 'not measured'})"),
             ("J / token", f_sig(row.get("j_per_token"))), ("g CO2e / Mtok", f_sig(row.get("gco2e_per_mtok"))),
             ("avg W per device (GPU)", f_sig(row.get("avg_w_per_device")))]
+    if m.get("reasons"):  # what a user's own loop could not tell (benchsuite.measure)
+        rows.append(("not known", "; ".join(m["reasons"])))
     return kv_table(rows)
 
 

@@ -1,0 +1,57 @@
+"""A plain PyTorch training loop over benchsuite's built-in GPT, as a user writes one, measured with
+benchsuite.measure(): the test of the API against the harness (same model, same batches), and the script
+the two-rank test starts under torchrun:
+
+    torchrun --nproc_per_node 2 tests/helpers/user_loop.py OUT STEPS
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+import torch.nn.functional as F
+
+import benchsuite
+from benchsuite.config import ModelConfig
+from benchsuite.data import SyntheticSource
+from benchsuite.models.transformer import build_model
+
+MODEL = ModelConfig(layers=2, hidden=64, heads=4, vocab=128, seq_len=32)
+MICRO_BATCH = 4
+
+
+def train(m: benchsuite.Measurement, steps: int, *, first_step: int = 0, rank: int = 0, world: int = 1,
+          eval_every: int = 0) -> None:
+    """`steps` AdamW steps of the built-in GPT on synthetic tokens, m.step() after each; with eval_every, an
+    evaluation in a window outside training every eval_every steps."""
+    model = build_model(MODEL, seed=0)
+    if world > 1:
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
+    source = SyntheticSource(MODEL.vocab, MODEL.seq_len, 0)
+    for step in range(first_step, first_step + steps):
+        x, y = source.batch(step, rank, world, MICRO_BATCH)
+        logits, aux, _ = model(x)
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten()) + aux
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        m.step(loss=loss)
+        if eval_every and (step + 1) % eval_every == 0:
+            with m.window("eval", training=False), torch.no_grad():
+                model(x)
+
+
+def main(out: str, steps: int) -> None:
+    """Every rank of a torchrun job: the process group first, then the measured loop."""
+    torch.distributed.init_process_group("gloo")
+    rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+    with benchsuite.measure("user-gpt", tokens_per_step=MICRO_BATCH * MODEL.seq_len * world, out=out,
+                            energy={"min_window_s": 0}, description="plain loop, built-in GPT, DDP on gloo") as m:
+        train(m, steps, rank=rank, world=world)
+    torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]))
