@@ -159,3 +159,16 @@ def test_a_real_runs_log_has_a_header_equal_to_the_record_and_timestamped_rank_l
     if m["peak_tflops"] is None:  # a device not in the peak table: said once, with the fix
         assert [o["fix"] for o in warned] == ["pass --peak-tflops"]
     assert "suite logs: 0/1 runs done, 1 left" in res.stderr  # the suite line, not a terminal
+
+
+@pytest.mark.procs
+def test_a_raising_rank_logs_one_error_line_before_its_traceback(tmp_path, tiny_suite):
+    out = tmp_path / "out"
+    res = run_cli("run", str(tiny_suite()), "--out", str(out), env={"BENCHSUITE_INJECT_FAULT": "raise:0"})
+    assert res.returncode == 1, res.stderr
+    (log,) = (out / "logs").glob("*.log")
+    errors = [p for p in map(ParsedLine.parse, log.read_text().splitlines()) if p and p.event == "error"]
+    assert [(p.rank, p.body) for p in errors] == [(0, "RuntimeError: injected fault on rank 0")]
+    twin = [json.loads(line) for line in log.with_suffix(".jsonl").read_text().splitlines()]
+    assert [(o["type"], o["message"]) for o in twin if o["event"] == "error"] == \
+        [("RuntimeError", "injected fault on rank 0")]
