@@ -3,7 +3,7 @@
 `benchsuite.load(DIR)` (one row per record), `benchsuite.load_runs(DIR)` (one row per run) and
 `benchsuite.load_steps(DIR)` (one row per measured step) read a results folder into pandas DataFrames
 (benchsuite/results/api.py); `benchsuite.measure(name, ...)` measures your own training loop into a record
-of the same schema (benchsuite/measure.py). They are imported on first use, so `import benchsuite` stays light.
+of the same schema (benchsuite/measuring.py). They are imported on first use, so `import benchsuite` stays light.
 """
 
 __all__ = ["load", "load_runs", "load_steps", "measure", "Measurement", "Window"]
@@ -15,9 +15,7 @@ def __getattr__(name: str):
 
         return getattr(api, name)
     if name in ("measure", "Measurement", "Window"):
-        import importlib
+        from benchsuite import measuring
 
-        module = importlib.import_module("benchsuite.measure")
-        globals()["measure"] = module.measure  # importing the submodule set the package's `measure` to it
-        return getattr(module, name)
+        return getattr(measuring, name)
     raise AttributeError(f"module 'benchsuite' has no attribute {name!r}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from transformers import TrainerCallback
 
-from benchsuite.measure import Measurement, measure
+from benchsuite.measuring import Measurement, measure
 
 
 class MeasureCallback(TrainerCallback):

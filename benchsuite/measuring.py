@@ -26,9 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 import statistics
-import sys
 import time
-import types
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
@@ -460,14 +458,4 @@ def next_repeat(out: Path, record: dict) -> int:
     return repeat
 
 
-class _CallableModule(types.ModuleType):
-    """Importing this module sets the package's attribute `benchsuite.measure` to it (Python binds a
-    submodule on its package), which would hide the function of the same name: calling the module calls
-    measure(), so `benchsuite.measure(name, ...)` works whatever was imported first."""
-
-    def __call__(self, *args, **kwargs) -> Measurement:
-        return measure(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
 __all__ = ["Measurement", "Window", "measure"]
