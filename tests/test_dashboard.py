@@ -463,9 +463,25 @@ def test_moe_run_page_draws_the_load_of_every_layer_and_expert(tmp_path, name):
         mean = sum(row) / len(row)
         assert z == pytest.approx([v / mean for v in row], rel=1e-3)
         assert counts == row
-    assert trace["x"] == list(range(8)) and trace["zmid"] == 1
+    assert trace["x"] == list(range(8)) and trace["zmin"] == 0 and trace["zmax"] >= 2
+    (_, blue), (white_at, white), (_, red) = trace["colorscale"]
+    assert white == "#f8f9fa" and white_at == pytest.approx(1 / trace["zmax"])  # white at exactly 1 × the mean
     text = " ".join(_parse(next(tmp_path.glob("runs/*.html"))).text)
     assert "expert implementation" in text and "grouped_mm" in text  # metrics.moe.expert_impl
+    assert "switch, top-1" in text and "8 (0 shared), every 2 block(s)" in text  # the run's MoE settings
+    assert "learned, balanced by aux_loss" in text
+    assert "parameters (total / active per token)" in text
+    assert "custom: 12 layers, hidden 1024, 16 heads (16 K/V) of 64, gelu, layernorm" in text  # the block that ran
+
+
+def test_an_idle_expert_is_an_empty_cell_not_a_nearly_balanced_one(tmp_path):
+    rec = copy.deepcopy(_record("make_dvs-switch-w2.json"))
+    moe = rec["metrics"]["moe"]
+    moe["tokens_per_expert"] = [[0.0, 600.0, 200.0, 200.0], [400.0, 400.0, 0.0, 800.0]]
+    page, figs = _run_page(tmp_path, rec)
+    (trace,) = figs["fig-run-experts"]["data"]
+    assert trace["z"][0] == [None, 2.4, 0.8, 0.8] and trace["z"][1] == [1.0, 1.0, None, 2.0]
+    assert trace["zmax"] == 2.4 and "empty = idle" in figs["fig-run-experts"]["layout"]["title"]["text"]
 
 
 def test_moe_run_page_without_per_layer_load_says_not_measured(tmp_path):

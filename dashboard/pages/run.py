@@ -73,7 +73,9 @@ def rank_figure(rec) -> Figure | None:
                   layout(title, "rank", "ms", xaxis={"type": "category"}, **SMALL))
 
 
-LOAD_COLORS = [[0, "#1971c2"], [0.5, "#f8f9fa"], [1, "#e03131"]]  # under-used blue, balanced white, overloaded red
+def load_colors(top: float) -> list:
+    """Under-used blue, balanced white at exactly 1 on a 0–top axis, overloaded red."""
+    return [[0, "#1971c2"], [1 / top, "#f8f9fa"], [1, "#e03131"]]
 
 
 def expert_figure(rec) -> Figure | None:
@@ -84,13 +86,17 @@ def expert_figure(rec) -> Figure | None:
         return None
     rows, counts = table
     rel = [[short(v / (sum(row) / len(row)), 4) if sum(row) > 0 else None for v in row] for row in rows]
+    top = max([2.0, *(v for row in rel for v in row if v is not None)])
     return Figure("fig-run-experts", [{
         "type": "heatmap", "name": f"tokens {counts}", "x": list(range(max(map(len, rows)))),
-        "y": list(range(len(rows))), "z": rel, "customdata": [[short(v) for v in row] for row in rows],
+        "y": list(range(len(rows))), "z": [[None if v == 0 else v for v in row] for row in rel],  # idle: empty
+        "customdata": [[short(v) for v in row] for row in rows],
         "hovertemplate": f"MoE layer %{{y}}, expert %{{x}}: %{{customdata:,}} tokens {counts}, "
                          "%{z:.2f} × the layer mean<extra></extra>",
-        "colorscale": LOAD_COLORS, "zmid": 1, "colorbar": {"title": {"text": "÷ mean"}}}],
-        layout(f"MoE expert load, last step: tokens {counts} (÷ the layer's mean; 1 = balanced)", "expert",
+        # 0 to the busiest, white at exactly 1: an expert at half its share is as blue as one at twice is red
+        "zmin": 0, "zmax": top, "colorscale": load_colors(top), "colorbar": {"title": {"text": "÷ mean"}}}],
+        layout(f"MoE expert load, last step: tokens {counts} (÷ the layer's mean; white = balanced, "
+               f"empty = idle)", "expert",
                "MoE layer", xaxis={"type": "category"}, yaxis={"type": "category", "autorange": "reversed"},
                **SMALL))
 
@@ -142,6 +148,8 @@ def _headline(row, rec) -> str:
                                                    row.get("step_time_ci95_hi_s"))),
             ("TFLOP/s per device (model / hardware)",
              f"{f_sig(m.get('tflops_per_device'))} / {f_sig(m.get('hardware_tflops_per_device'))}"),
+            ("parameters (total / active per token)",
+             f"{f_sig(dig(m, 'params', 'total'))} / {f_sig(dig(m, 'params', 'active'))}"),
             ("model FLOPs / token", f_sig(fl.get("model_per_token"))),
             ("hardware FLOPs / token", f_sig(fl.get("hardware_per_token"))),
             ("counted FLOPs / token", f_sig(fl.get("counted_per_token"))),
@@ -161,11 +169,23 @@ def _headline(row, rec) -> str:
     return kv_table(rows)
 
 
+def _architecture(model) -> str | None:
+    """'llama3-8b: 2 layers, hidden 64, 4 heads (2 K/V) of 16, swiglu, rmsnorm, rope': the block that ran."""
+    if not isinstance(model, dict):
+        return None
+    heads, kv = model.get("heads"), model.get("kv_heads") or model.get("heads")
+    head_dim = model.get("head_dim") or (model["hidden"] // heads if model.get("hidden") and heads else None)
+    return (f"{model.get('preset') or 'custom'}: {model.get('layers')} layers, hidden {model.get('hidden')}, "
+            f"{heads} heads ({kv} K/V) of {head_dim}, {model.get('activation')}, {model.get('norm') or 'layernorm'}, "
+            f"{model.get('position') or 'learned'} positions")
+
+
 def _identity(row, rec) -> str:
     cfg = rec.get("config") or {}
     return kv_table([("suite", rec.get("suite")), ("workload", rec.get("workload")),
                      ("seed", row.get("seed")), ("repeat", row.get("repeat")),
                      ("description", cfg.get("description")), ("kind", row.get("kind_label")),
+                     ("model", _architecture(cfg.get("model"))),
                      ("world size", cfg.get("world_size")), ("nodes", cfg.get("nodes")),
                      ("scaling", cfg.get("scaling")), ("parallel", json.dumps(cfg.get("parallel"))),
                      ("status", rec.get("status")), ("started", rec.get("started_at")),
@@ -199,13 +219,28 @@ def _error(rec) -> str:
 MOE_LABELS = {"expert_impl": "expert implementation", "load_max_over_mean": "load max / mean (mean over layers)"}
 
 
-def _moe(rec) -> str:
-    """The routing figures of metrics.moe; strings (expert_impl, source) shown as they are."""
-    moe = dig(rec, "metrics", "moe")
+def _moe_settings(cfg: dict) -> list[tuple[str, str]]:
+    """What the run's MoE layers were: router, experts and k, capacity, routing and balancing."""
+    moe = cfg.get("moe")
     if not isinstance(moe, dict):
+        return []
+    k = moe.get("top_k") if moe.get("router") == "token_choice" else {"switch": 1, "gshard": 2}.get(moe.get("router"))
+    cf = num(moe.get("capacity_factor"))
+    return [("router", f"{moe.get('router')}" + (f", top-{k}" if k else "")),
+            ("experts (shared)", f"{moe.get('experts')} ({moe.get('shared_experts') or 0} shared), every "
+                                 f"{moe.get('every')} block(s)"),
+            ("capacity factor", "0: dropless" if cf == 0 else f_sig(cf)),
+            ("routing", f"{moe.get('routing') or 'learned'}, balanced by {moe.get('balance') or 'aux_loss'}")]
+
+
+def _moe(rec) -> str:
+    """The MoE settings of the run's config, then the routing figures of metrics.moe (strings as they are)."""
+    moe = dig(rec, "metrics", "moe")
+    settings = _moe_settings(rec.get("config") or {})
+    if not isinstance(moe, dict) and not settings:
         return ""
-    rows = [(MOE_LABELS.get(k, k.replace("_", " ")), f_sig(v) if num(v) is not None else v)
-            for k, v in moe.items() if not isinstance(v, (list, dict))]
+    rows = settings + [(MOE_LABELS.get(k, k.replace("_", " ")), f_sig(v) if num(v) is not None else v)
+                       for k, v in (moe if isinstance(moe, dict) else {}).items() if not isinstance(v, (list, dict))]
     return kv_table(rows)
 
 
