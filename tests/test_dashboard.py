@@ -749,3 +749,12 @@ def test_summary_pages_turn_only_the_columns_they_read_into_rows(tmp_path, monke
     build_site(FIXTURES, tmp_path / "site")
     full = len(load(FIXTURES).df.columns)
     assert len([w for w in widths if w >= full]) == 3 and max(w for w in widths if w < full) <= 13, widths
+
+
+def test_the_environment_block_says_its_figures_in_words_and_units_and_collapses_what_was_not_recorded(tmp_path):
+    rec = copy.deepcopy(_record("make_dvs-switch-w2.json"))
+    rec["env"].update(ram_total_gb=23.585494995117188, cuda=None, nccl=None, driver=None)
+    page, _ = _run_page(tmp_path, rec)
+    text = " ".join(_parse(next(tmp_path.glob("runs/*.html"))).text)
+    assert "RAM (GB)" in text and "23.6" in text and "23.585494995117188" not in text
+    assert "not recorded" in text and "CUDA, NCCL, driver" in text

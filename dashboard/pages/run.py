@@ -349,14 +349,28 @@ def _quality(rec) -> str:
                                                       for k, v in q.items() if not isinstance(v, (list, dict))])
 
 
+ENV_LABELS = {"ram_total_gb": "RAM (GB)", "cpu_model": "CPU model", "cpu_count": "CPU cores", "gpu_count": "GPUs",
+              "os": "OS", "git_commit": "git commit", "nccl": "NCCL", "cuda": "CUDA", "world_size": "world size"}
+
+
 def _env(rec) -> str:
     env = rec.get("env") or {}
     if not isinstance(env, dict) or not env:
         return missing("Environment", "not recorded")
     shown_apart = ("devices", "threads_per_rank", "threads_source")
-    rows = [(k, ", ".join(map(str, v)) if isinstance(v, list) else v) for k, v in env.items()
-            if k not in shown_apart and (not isinstance(v, (dict, list)) or all(not isinstance(x, (dict, list))
-                                                                                for x in v))]
+    rows, unrecorded = [], []
+    for k, v in env.items():
+        if k in shown_apart or isinstance(v, dict) or (isinstance(v, list) and any(isinstance(x, (dict, list))
+                                                                                   for x in v)):
+            continue
+        label = ENV_LABELS.get(k, k.replace("_", " "))
+        if not present(v) or v == []:
+            unrecorded.append(label)  # one line for all of them, not a row of "—" each
+        else:
+            rows.append((label, ", ".join(map(str, v)) if isinstance(v, list) else f_sig(v) if isinstance(v, float)
+                         else v))
+    if unrecorded:
+        rows.append(("not recorded", ", ".join(unrecorded)))
     # the same for every run of a sweep (launch.thread_plan), so scaling compares like with like
     threads = env.get("threads_per_rank") if present(env.get("threads_per_rank")) else "—"
     rows.insert(0, ("CPU threads per rank", f"{threads} · {env.get('threads_source') or 'not recorded'}"))
