@@ -14,13 +14,18 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 import time
 import warnings
+from pathlib import Path
 
 import torch
 
 import benchsuite
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_meter_overhead import make_step  # noqa: E402  the same small model and AdamW step
 
 STEP_S = 0.050  # the step the goal is stated for
 GOAL = 0.01
@@ -37,23 +42,6 @@ def per_call_s(device: torch.device, calls: int, out: str) -> tuple[float, float
                 m.step(**kwargs)
             figures.append((time.perf_counter() - t0) / calls)
     return figures[0], figures[1]
-
-
-def make_step(device: torch.device, width: int, batch: int):
-    """A small transformer and one AdamW step on it; its loss, still on the device."""
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(*[torch.nn.TransformerEncoderLayer(width, 4, 4 * width, batch_first=True)
-                                  for _ in range(2)]).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    x = torch.randn(batch, 128, width, device=device)
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        loss = model(x).square().mean()
-        loss.backward()
-        opt.step()
-        return loss
-    return step
 
 
 def loop_s(step, steps: int, device: torch.device, out: str | None) -> float:

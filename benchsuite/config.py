@@ -417,12 +417,11 @@ def _apply_preset(merged: dict, origins: dict[str, str], refused: set[str], wher
         refused.add("model.preset")
         return None
     for sec, values in (("model", preset.model), ("moe", preset.moe)):
-        given = merged.get(sec) if isinstance(merged.get(sec), dict) else {}
-        if values and (sec in merged and not isinstance(merged[sec], dict)):
-            continue  # a section that is not a table: refused by _build_section
-        if values:
-            merged[sec] = {**values, **given}
-            origins.update({f"{sec}.{key}": "preset" for key in values if key not in given})
+        if not values or not isinstance(merged.get(sec, {}), dict):
+            continue  # nothing to lay, or a section that is not a table (refused by _build_section)
+        given = merged.get(sec, {})
+        merged[sec] = {**values, **given}
+        origins.update({f"{sec}.{key}": "preset" for key in values if key not in given})
     return preset
 
 

@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from benchsuite.config import ModelConfig
+from helpers.hf_layout import decoder_in_our_layout, fuse_qkv
 from benchsuite.models.transformer import build_model
 
 transformers = pytest.importorskip("transformers")
@@ -91,36 +92,17 @@ def hf_gpt2(cfg: ModelConfig):
 
 # ------------------------------------------------------------------ their tensors in our layout
 
-def fuse_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, groups: int) -> torch.Tensor:
-    """Separate q, k, v rows (heads in order; weights [rows, H] or biases [rows]) -> our fused rows,
-    per key/value head g: [q heads of g, k_g, v_g]."""
-    parts = [t.reshape(groups, -1, *t.shape[1:]) for t in (q, k, v)]
-    return torch.cat(parts, dim=1).reshape(-1, *q.shape[1:])
+def dense_ffn(hf: dict, layer: str) -> dict:
+    """A block's dense FFN (Llama, Qwen3), or OLMoE's one expert ([gate; up] rows, then down)."""
+    if layer + "mlp.experts.gate_up_proj" in hf:
+        gate, up = hf[layer + "mlp.experts.gate_up_proj"][0].chunk(2, dim=0)
+        return {"gate.weight": gate, "up.weight": up, "down.weight": hf[layer + "mlp.experts.down_proj"][0]}
+    return {f"{p}.weight": hf[f"{layer}mlp.{p}_proj.weight"] for p in ("gate", "up", "down")}
 
 
 def from_llama_family(hf: dict, cfg: ModelConfig) -> dict:
     """{our parameter name: tensor} from Llama/Qwen3/OLMoE names (their weights or their gradients)."""
-    out = {"tok_emb.weight": hf["model.embed_tokens.weight"], "ln_f.weight": hf["model.norm.weight"]}
-    if not cfg.tie_embeddings:
-        out["head.weight"] = hf["lm_head.weight"]
-    for i in range(cfg.layers):
-        theirs, ours = f"model.layers.{i}.", f"blocks.{i}."
-        attn = theirs + "self_attn."
-        out[ours + "ln1.weight"] = hf[theirs + "input_layernorm.weight"]
-        out[ours + "ln2.weight"] = hf[theirs + "post_attention_layernorm.weight"]
-        out[ours + "attn.qkv.weight"] = fuse_qkv(*(hf[f"{attn}{p}_proj.weight"] for p in "qkv"), cfg.n_kv_heads)
-        out[ours + "attn.out.weight"] = hf[attn + "o_proj.weight"]
-        if cfg.qk_norm != "none":
-            out[ours + "attn.q_norm.weight"] = hf[attn + "q_norm.weight"]
-            out[ours + "attn.k_norm.weight"] = hf[attn + "k_norm.weight"]
-        if theirs + "mlp.experts.gate_up_proj" in hf:  # OLMoE's one expert: [gate; up] rows, then down
-            out[ours + "ffn.gate.weight"], out[ours + "ffn.up.weight"] = \
-                hf[theirs + "mlp.experts.gate_up_proj"][0].chunk(2, dim=0)
-            out[ours + "ffn.down.weight"] = hf[theirs + "mlp.experts.down_proj"][0]
-        else:
-            for p in ("gate", "up", "down"):
-                out[f"{ours}ffn.{p}.weight"] = hf[f"{theirs}mlp.{p}_proj.weight"]
-    return out
+    return decoder_in_our_layout(hf, cfg, dense_ffn)
 
 
 def linear_layout(t: torch.Tensor) -> torch.Tensor:

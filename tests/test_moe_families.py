@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch.testing import assert_close
 
 from benchsuite.config import ModelConfig, MoEConfig
+from helpers.hf_layout import decoder_in_our_layout
 from benchsuite.models.moe import MoELayer, forced_experts, moe_layers, route, update_expert_bias
 from benchsuite.models.transformer import build_model
 
@@ -408,27 +409,9 @@ def moe_in_our_layout(hf: dict, prefix: str) -> dict:
             "experts.w_down": hf[prefix + "experts.down_proj"].mT}
 
 
-def fuse_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, groups: int) -> torch.Tensor:
-    """q_proj, k_proj, v_proj rows -> our fused QKV rows, per key/value head g: [q heads of g, k_g, v_g]."""
-    return torch.cat([t.reshape(groups, -1, t.shape[-1]) for t in (q, k, v)], dim=1).reshape(-1, q.shape[-1])
-
-
 def model_in_our_layout(hf: dict, cfg: ModelConfig) -> dict:
     """A Mixtral/Qwen3-MoE/OLMoE ForCausalLM's tensors (weights or gradients) by our GPT names."""
-    out = {"tok_emb.weight": hf["model.embed_tokens.weight"], "ln_f.weight": hf["model.norm.weight"],
-           "head.weight": hf["lm_head.weight"]}
-    for i in range(cfg.layers):
-        theirs, ours = f"model.layers.{i}.", f"blocks.{i}."
-        attn = theirs + "self_attn."
-        out[ours + "ln1.weight"] = hf[theirs + "input_layernorm.weight"]
-        out[ours + "ln2.weight"] = hf[theirs + "post_attention_layernorm.weight"]
-        out[ours + "attn.qkv.weight"] = fuse_qkv(*(hf[f"{attn}{p}_proj.weight"] for p in "qkv"), cfg.n_kv_heads)
-        out[ours + "attn.out.weight"] = hf[attn + "o_proj.weight"]
-        if cfg.qk_norm != "none":
-            out[ours + "attn.q_norm.weight"] = hf[attn + "q_norm.weight"]
-            out[ours + "attn.k_norm.weight"] = hf[attn + "k_norm.weight"]
-        out.update({ours + "ffn." + n: t for n, t in moe_in_our_layout(hf, theirs + "mlp.").items()})
-    return out
+    return decoder_in_our_layout(hf, cfg, lambda tensors, layer: moe_in_our_layout(tensors, layer + "mlp."))
 
 
 def load_into(ours: torch.nn.Module, weights: dict) -> None:
