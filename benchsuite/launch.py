@@ -354,11 +354,13 @@ class LogTail:
 
 def launch_run(run: RunConfig, key: str, out_dir: Path, hardware: dict, rdzv: Rendezvous,
                peak_tflops: float | None = None, threads: Threads | None = None,
-               on_progress: Callable[[ProgressLine], None] | None = None, repeat: int = 0) -> RunOutcome:
+               on_progress: Callable[[ProgressLine], None] | None = None, repeat: int = 0,
+               constants: Path | None = None) -> RunOutcome:
     """One torchrun for one repeat of a run; returns when its record (ok or failed) is on disk, also
     after Ctrl-C / SIGTERM (then the outcome says interrupted and the suite stops). threads: the
     sweep's (thread_plan); by default the plan of this run alone. on_progress gets each progress
-    line of the run's log while it runs."""
+    line of the run's log while it runs. constants: the suite's folder of host constants
+    (suite_constants.py); without it the ranks measure each one."""
     on_progress = on_progress or (lambda line: None)
     threads = threads or thread_plan([run])[run.sweep_id]
     started_at, t0 = utc_now(), time.perf_counter()
@@ -374,7 +376,9 @@ def launch_run(run: RunConfig, key: str, out_dir: Path, hardware: dict, rdzv: Re
         (workdir / "launcher.pid").write_text(str(os.getpid()))
         (workdir / "run.json").write_text(json.dumps({"run": run.to_dict(), "run_key": key, "repeat": repeat,
                                                       "out": str(out_dir), "peak_tflops": peak_tflops,
-                                                      "log_json": str(out_dir / "logs" / json_log_name)}))
+                                                      "log_json": str(out_dir / "logs" / json_log_name),
+                                                      "suite_constants": str(constants) if constants else None,
+                                                      "record_name": final.stem}))
         cmd = torchrun_command(run, rid, workdir, rdzv)
         with _open_log(out_dir / "logs", log_name) as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -505,7 +509,8 @@ def run_suite(suite: Suite, out_dir: str | Path, resume: bool = True, peak_tflop
     remove_stale_workdirs()
     done = ok_record_ids(out_dir) if resume else set()
     outcomes = []
-    with coordinate(out_dir, rdzv.rdzv_id, rdzv.endpoint, rdzv.nnodes, rdzv.node_rank) as nodes:
+    with coordinate(out_dir, rdzv.rdzv_id, rdzv.endpoint, rdzv.nnodes, rdzv.node_rank) as nodes, \
+            _suite_folder() as constants:
         for i, (run, rep) in enumerate((p.run, p.repeat) for p in planned):
             key = run.run_key(hardware)
             rid = record_id(key, rep)
@@ -513,7 +518,8 @@ def run_suite(suite: Suite, out_dir: str | Path, resume: bool = True, peak_tflop
             def launch() -> RunOutcome:
                 on_event("start", i, len(planned), run)
                 return launch_run(run, key, out_dir, hardware, rdzv, peak_tflops, threads=threads[run.sweep_id],
-                                  on_progress=lambda line: on_event("progress", i, len(planned), line), repeat=rep)
+                                  on_progress=lambda line: on_event("progress", i, len(planned), line), repeat=rep,
+                                  constants=constants)
 
             if run.nodes != rdzv.nnodes:
                 status = RunStatus.SKIPPED_RECORDED if rid in done else RunStatus.SKIPPED_OTHER_NODES
@@ -528,6 +534,15 @@ def run_suite(suite: Suite, out_dir: str | Path, resume: bool = True, peak_tflop
             if outcome.interrupted or outcome.status == RunStatus.SKIPPED_NO_DECISION:
                 break
     return outcomes
+
+
+@contextlib.contextmanager
+def _suite_folder():
+    """The folder of the suite's host constants (suite_constants.py), for as long as the suite runs;
+    named like a run's work folder, so a launcher that dies leaves nothing remove_stale_workdirs keeps."""
+    with tempfile.TemporaryDirectory(prefix=f"{WORKDIR_PREFIX}suite-") as tmp:
+        (Path(tmp) / "launcher.pid").write_text(str(os.getpid()))
+        yield Path(tmp)
 
 
 def _claim_and_launch(run: RunConfig, key: str, repeat: int, out_dir: Path, resume: bool, recorded: bool,

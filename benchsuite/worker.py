@@ -33,7 +33,7 @@ from benchsuite.metrics import comm
 from benchsuite.metrics import flops as fl
 from benchsuite.metrics import memory as mem
 from benchsuite.metrics import quality as qual
-from benchsuite.metrics.ceiling import MatmulCeiling, measure_matmul_ceiling
+from benchsuite.metrics.ceiling import MatmulCeiling, suite_ceiling
 from benchsuite.energy.meters import NodeEnergyMonitor
 from benchsuite.energy.windows import combine_windows
 from benchsuite.metrics.timing import StepTimer, synchronize
@@ -45,6 +45,7 @@ from benchsuite.results.record import RankQuality, RankResult, RunFacts, build_r
 from benchsuite.record import utc_now
 from benchsuite.record import write_record
 from benchsuite.runlog import ERROR, EVAL, STEP, WARM_UP, RunLog, Value
+from benchsuite.suite_constants import NOT_SHARED, SuiteConstants, ranks_on_this_node
 
 
 def autocast(precision: str, device: torch.device):
@@ -259,6 +260,7 @@ class Bench:
     par: Parallelized
     source: object  # data.SyntheticSource | data.TokenSource
     monitor: NodeEnergyMonitor
+    constants: SuiteConstants = NOT_SHARED  # the suite's host constants (ceiling, idle power), measured once
 
     @property
     def precision(self) -> str:
@@ -288,9 +290,9 @@ class Bench:
         return out
 
 
-def set_up(run: RunConfig, ctx: bdist.DistContext) -> Bench:
-    """Seed, energy monitor (and its idle baseline, before the model touches the device), the
-    parallel model and the data source."""
+def set_up(run: RunConfig, ctx: bdist.DistContext, constants: SuiteConstants = NOT_SHARED) -> Bench:
+    """Seed, energy monitor (and its idle baseline, before the model touches the device, or the
+    suite's, measured by an earlier run), the parallel model and the data source."""
     from benchsuite.data import make_source
 
     torch.manual_seed(run.train.seed)
@@ -298,7 +300,7 @@ def set_up(run: RunConfig, ctx: bdist.DistContext) -> Bench:
     monitor = NodeEnergyMonitor.create([ctx.device], run.energy, rank=ctx.rank,
                                        sample_power=ctx.device.type == "cuda")
     if run.energy.idle_baseline_s > 0:  # before the model touches the device: a cold, idle GPU
-        monitor.measure_idle(run.energy.idle_baseline_s)
+        idle_baseline(monitor, run.energy.idle_baseline_s, constants)
     model = build_model(run.model, run.moe, seed=run.train.seed).to(ctx.device)
     par = parallelize(model, dims=ctx.dims, train=run.train, moe=run.moe, device=ctx.device,
                       pipeline=PipelinePlan.from_run(run) if ctx.dims.pp_enabled else None)
@@ -307,7 +309,18 @@ def set_up(run: RunConfig, ctx: bdist.DistContext) -> Bench:
 
         par.grad_hooks.append(lambda: update_expert_bias(model, ctx.dims.group(bdist.DP)))
     source = make_source(run.train.data, run.model.vocab, run.model.seq_len, run.train.seed)
-    return Bench(run, ctx, par, source, monitor)
+    return Bench(run, ctx, par, source, monitor, constants)
+
+
+def idle_baseline(monitor: NodeEnergyMonitor, seconds: float, constants: SuiteConstants) -> None:
+    """The monitor's idle watts: measured here, or the suite's figure for the same devices, host,
+    duration and ranks per node, said in the energy reasons."""
+    key = {"host": monitor.host, "gpus": [g.uuid for g in monitor.gpu_meters], "seconds": seconds,
+           "ranks_on_node": ranks_on_this_node()}
+    idle, reuse = constants.reuse_or_measure("idle-power", key, lambda: monitor.measure_idle(seconds))
+    if reuse is not None:
+        monitor.idle_w = idle
+        monitor.notes.append(f"idle baseline {reuse.label()}")
 
 
 def run_facts(bench: Bench, peak_tflops: float | None) -> RunFacts:
@@ -360,7 +373,7 @@ def warm_up(bench: Bench, log: RunLog) -> WarmUp:
         seconds, compiled = time.perf_counter() - t0, bench.run.train.compile
         log.emit(WARM_UP, warm_up_body(steps, seconds, compiled), {"steps": steps, "seconds": seconds,
                                                                     "compiled": compiled})
-    ceiling = measure_matmul_ceiling(device, torch.bfloat16 if bench.precision == "bf16" else torch.float32)
+    ceiling = suite_ceiling(bench.constants, device, torch.bfloat16 if bench.precision == "bf16" else torch.float32)
     return WarmUp(counter.get_total_flops(), probe.result(), comm_counter.result(), ceiling)
 
 
@@ -456,11 +469,11 @@ def measured_loop(bench: Bench, warm: WarmUp, peak: float | None, log: RunLog) -
 
 
 def measure(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None,
-            log: RunLog | None = None) -> tuple[RankResult, RunFacts | None]:
+            log: RunLog | None = None, constants: SuiteConstants = NOT_SHARED) -> tuple[RankResult, RunFacts | None]:
     """Everything one rank measures, and on rank 0 the run's own facts (None on other ranks). Rank 0
     logs the header first (log: stdout alone by default)."""
     log = log or RunLog(ctx.rank)
-    bench = set_up(run, ctx)
+    bench = set_up(run, ctx, constants)
     if ctx.is_main:
         log.header(header_fields(bench))
     facts = run_facts(bench, peak_tflops) if ctx.is_main else None
@@ -492,7 +505,9 @@ def main(argv: list[str] | None = None) -> int:
         run = RunConfig.from_dict(spec["run"])
         apply_threads()
         ctx = bdist.init_distributed(run)
-        mine, facts = measure(run, ctx, spec["peak_tflops"], log)
+        constants = SuiteConstants(Path(spec["suite_constants"]), spec["record_name"]) \
+            if spec.get("suite_constants") else NOT_SHARED
+        mine, facts = measure(run, ctx, spec["peak_tflops"], log, constants)
         ranks = bdist.all_gather_objects(mine, ctx)
         if ctx.is_main:
             record = build_record(run, facts, ranks, run_key=spec["run_key"], started_at=started_at,

@@ -179,9 +179,9 @@ def _check_ranks_per_node(suite, args) -> None:
     limit, source = ((args.max_ranks_per_node, "--max-ranks-per-node") if args.max_ranks_per_node is not None
                      else (RANKS_PER_CORE * cores, f"{RANKS_PER_CORE} × {cores} usable cores"))
     check_ranks_per_node(suite, runs, limit, source)
-    import torch
+    from benchsuite.environment import gpu_names
 
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    gpus = len(gpu_names())
     shared = sorted({r.nproc_per_node for r in runs if gpus and r.nproc_per_node > gpus})
     if shared:
         err.print(f"note: runs with {', '.join(map(str, shared))} ranks per node share this node's {gpus} GPU(s): "

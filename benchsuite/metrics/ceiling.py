@@ -9,6 +9,10 @@ of at least `duration_s` each (CUDA events on GPU, perf_counter on CPU, where wo
 synchronous) and keeps the best window. On CPU it runs with the rank's own thread count (the
 launcher's thread rule is applied before it is called).
 
+The ceiling is a constant of the host for the suite's duration: suite_ceiling measures it in the
+first run that needs it (per device, precision, CPU threads and ranks on the node) and later runs
+reuse it, their record's source saying so (suite_constants.py).
+
 When a run still achieves more than the ceiling, the ceiling measurement is what is wrong (a
 run cannot outpace the device's best matmul): `mfu_vs_ceiling` is then null with that reason.
 torch is imported where something is measured, so the record upgrade below needs none.
@@ -17,10 +21,11 @@ torch is imported where something is measured, so the record upgrade below needs
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Callable
 
 from benchsuite.record.types import MFU_VS_CEILING_MAX
+from benchsuite.suite_constants import SuiteConstants, ranks_on_this_node
 
 # (warm-up s, window s, windows) per device type: on GPU past the power-limit transient, then
 # 2 s timed; on CPU (no transient; a 512^3 matmul takes ~5 ms) 50 ms windows, best of three:
@@ -123,6 +128,21 @@ def measure_matmul_ceiling(device, dtype, n: int | None = None, warmup_s: float 
     source = (f"{n}^3 {str(dtype).removeprefix('torch.')} matmul: best of {repeats} windows of >= {duration_s:g} s "
               f"after {warmup_s:g} s warm-up{threads}")
     return MatmulCeiling(2 * n**3 * timing.best.rate, source)
+
+
+def suite_ceiling(constants: SuiteConstants, device, dtype) -> MatmulCeiling:
+    """The device's ceiling at dtype, measured once per suite: another run of the suite on the same
+    device (GPU UUID, or the CPU model and this rank's thread count), dtype and ranks per node reuses
+    it, its source extended with where it came from."""
+    from benchsuite.environment import device_info
+
+    info = device_info(device)
+    key = {"host": info["host"], "device": info["uuid"] or info["name"], "dtype": str(dtype),
+           "cpu_threads": info["cpu_threads"] if device.type == "cpu" else None, "ranks_on_node": ranks_on_this_node()}
+    value, reuse = constants.reuse_or_measure("matmul-ceiling", key,
+                                              lambda: asdict(measure_matmul_ceiling(device, dtype)))
+    ceiling = MatmulCeiling(**value)
+    return ceiling if reuse is None else MatmulCeiling(ceiling.flops_per_s, f"{ceiling.source}; {reuse.label()}")
 
 
 def vs_ceiling(achieved_flops_per_s: float, ceiling_flops_per_s: float | None) -> tuple[float | None, str | None]:

@@ -39,6 +39,7 @@ dp rank, gradients all-reduced and averaged over dp) that understands 2-D DTenso
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -83,10 +84,14 @@ def dtensor_param_groups(params) -> list[dict]:
     """DTensor and plain parameters in separate groups. AdamW runs one fused kernel per group, and
     that kernel refuses a mix of the two ("got mixed torch.Tensor and DTensor"), which tensor
     parallel without data parallel gives: its sharded Linears are DTensors, the position embedding,
-    norms and MoE layers stay plain. Groups keep the order of `params` within each kind."""
+    norms and MoE layers stay plain. Groups keep the order of `params` within each kind. Without
+    torch.distributed.tensor imported no parameter is a DTensor, and a run of one rank does not pay
+    the import (about a quarter of a torch import)."""
+    params = list(params)
+    if "torch.distributed.tensor" not in sys.modules:
+        return [{"params": params}] if params else []
     from torch.distributed.tensor import DTensor
 
-    params = list(params)
     kinds = ([p for p in params if isinstance(p, DTensor)], [p for p in params if not isinstance(p, DTensor)])
     return [{"params": group} for group in kinds if group]
 
