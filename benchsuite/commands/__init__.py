@@ -2,8 +2,8 @@
 declares the verb's arguments and sets `fn`, the function that runs it (`run(args) -> int`, the exit
 code; carbon's two sub-verbs: `estimate` and `project`). What the verbs share is in common.py."""
 
-from benchsuite.commands import (carbon, compare, dashboard, export, flops, listing, memory, report, run, schema,
-                                 slurm, tokenize)
+from benchsuite.commands import (carbon, compare, dashboard, export, flops, listing, memory, predict, report, run,
+                                 schema, slurm, tokenize)
 
 # --help's order
-VERBS = (run, listing, report, dashboard, compare, slurm, carbon, export, tokenize, flops, memory, schema)
+VERBS = (run, listing, report, dashboard, compare, slurm, carbon, export, tokenize, flops, memory, predict, schema)

@@ -31,6 +31,7 @@ DDP all-reduces once per optimizer step: the worker skips accumulation micro-bat
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -149,6 +150,51 @@ class CommCounter(TorchDispatchMode):
                 "total_bytes": sum(self.sent.values())}
 
 
+@dataclass(frozen=True)
+class Collective:
+    """Calls of one collective kind with one payload (the full tensor, this module's convention)."""
+
+    kind: str  # one of KINDS
+    payload: float  # bytes
+    calls: int
+
+
+def tensor_parallel_collectives(model, moe, *, micro_batch: int, recompute: str, sequence_parallel: bool,
+                                act_bytes: int, grad_bytes: int) -> list[Collective]:
+    """The collectives of one micro-batch on a tensor-parallel group (Shoeybi et al. 2019, §3): one
+    all-reduce of the b·s·h activations after each attention and dense MLP in forward (MoE layers stay
+    replicated), one before each in backward, one for the vocab-parallel embedding (forward) and one for
+    the LM head's input (backward): 4L + 2. Full recompute repeats the forward ones. With sequence
+    parallelism (Korthikanti et al. 2022, §4.2.2) each all-reduce is a reduce-scatter plus an all-gather of
+    the same payload: the same bytes in twice the calls. act_bytes: the forward activations' dtype size;
+    grad_bytes: the embedding's output and the backward gradients' (the fp32 residual stream here)."""
+    from benchsuite.metrics.flops import _moe_layer_count
+
+    bsh = micro_batch * model.seq_len * model.hidden
+    fwd = model.layers + (model.layers - _moe_layer_count(model, moe))
+    n_act = fwd * (2 if recompute == "full" else 1)
+    n_grad = 1 + fwd + 1
+    pairs = ((act_bytes, n_act), (grad_bytes, n_grad)) if act_bytes != grad_bytes else ((act_bytes, n_act + n_grad),)
+    if not sequence_parallel:
+        return [Collective("all_reduce", bsh * size, n) for size, n in pairs]
+    return [Collective(kind, bsh * size, n) for size, n in pairs for kind in ("reduce_scatter", "all_gather")]
+
+
+def data_parallel_collectives(psi: float, *, stage: int, grad_accum: int, grad_bytes: int, gather_bytes: int,
+                              zero1_broadcast: bool = False) -> list[Collective]:
+    """The collectives of one step on a data-parallel group of Ψ = psi parameters per rank (Rajbhandari
+    et al. 2019, §7): DDP and stage 1 all-reduce the gradients once per step (accumulation micro-batches
+    skip the sync); stages 2 and 3 (FSDP2) reduce-scatter the gradients and all-gather the parameters
+    (stage 3 again in backward) for every micro-batch. zero1_broadcast: torch's ZeroRedundancyOptimizer
+    then broadcasts each rank's updated parameters (fp32), Ψ more than the paper's stage 1."""
+    if stage in (0, 1):
+        extra = [Collective("broadcast", psi * 4, 1)] if stage == 1 and zero1_broadcast else []
+        return [Collective("all_reduce", psi * grad_bytes, 1), *extra]
+    gathers = 1 if stage == 2 else 2
+    return [Collective("all_gather", psi * gather_bytes, gathers * grad_accum),
+            Collective("reduce_scatter", psi * grad_bytes, grad_accum)]
+
+
 def paper_bytes(*, model, moe, train, dims, micro_batch: int, precision) -> tuple[float | None, str]:
     """(bytes per rank per step, formula) by the ZeRO and Megatron volumes, ring convention.
     model, moe, train: the run's config sections; dims: its dist.ParallelDims; micro_batch: sequences
@@ -165,31 +211,30 @@ def paper_bytes(*, model, moe, train, dims, micro_batch: int, precision) -> tupl
     total, parts = 0.0, []
     accum = train.grad_accum
     if dims.dp_enabled:
+        # DDP all-reduces fp32 gradients (autocast keeps fp32 params), once per step (the worker skips the
+        # sync on accumulation micro-batches with no_sync); FSDP2 gathers in param_dtype and reduces in fp32,
+        # for every micro-batch.
+        gathered = 2 if precision.forward_params == "bf16" else 4
+        calls = data_parallel_collectives(psi, stage=stage, grad_accum=accum, grad_bytes=4, gather_bytes=gathered)
+        total += sum(ring_bytes(c.kind, c.payload, n) * c.calls for c in calls)
         if stage in (0, 1):
-            # DDP all-reduces fp32 gradients (autocast keeps fp32 params): 2Ψ elements, once per step
-            # (the worker skips the sync on accumulation micro-batches with no_sync).
-            total += 2 * psi * 4 * (n - 1) / n
             parts.append("2Ψ·4B·(N−1)/N")
         else:
-            # FSDP2 gathers in param_dtype and reduces in fp32, for every micro-batch.
-            gathered = 2 if precision.forward_params == "bf16" else 4
             gathers = 1 if stage == 2 else 2
-            total += (gathers * gathered + 4) * psi * (n - 1) / n * accum
             parts.append(f"({gathers}·{gathered}B + 4B)Ψ·(N−1)/N" + (" (≈3Ψ)" if stage == 3 else " (2Ψ)")
                          + (" per micro-batch" if accum > 1 else ""))
     if dims.tp_enabled:
         m = model
         act = 2 if precision.compute == "bf16" else 4
+        # forward activations in the compute dtype (the row-parallel matmul's output; full recompute repeats
+        # them); the embedding's forward and every backward one carry fp32: autocast keeps the residual
+        # stream, and so its gradients, in fp32.
+        calls = tensor_parallel_collectives(m, moe, micro_batch=micro_batch, recompute=train.recompute,
+                                            sequence_parallel=False, act_bytes=act, grad_bytes=4)
+        total += sum(ring_bytes(c.kind, c.payload, t) * c.calls for c in calls) * accum
         moe_layers = _moe_layer_count(m, moe)
-        # forward: one all-reduce after attention, one after a dense MLP (MoE layers stay replicated),
-        # in the compute dtype (the row-parallel matmul's output; full recompute repeats them);
-        # the embedding's forward and every backward one (f operators, the LM head's input) carry
-        # fp32: autocast keeps the residual stream, and so its gradients, in fp32.
-        fwd = m.layers + (m.layers - moe_layers)
-        n_act = fwd * (2 if train.recompute == "full" else 1)
-        n_fp32 = 1 + fwd + 1
-        per_micro = (n_act * act + n_fp32 * 4) * micro_batch * m.seq_len * m.hidden
-        total += per_micro * accum * 2 * (t - 1) / t
+        n_act = (m.layers + (m.layers - moe_layers)) * (2 if train.recompute == "full" else 1)
+        n_fp32 = sum(c.calls for c in calls) - n_act
         parts.append(f"({n_act}·{act}B + {n_fp32}·4B)·b·s·h·2(t−1)/t per micro-batch "
                      f"({n_act + n_fp32} all-reduces: 4L+2{', MoE layers 2' if moe_layers else ''}"
                      f"{', + recompute' if train.recompute == 'full' else ''})")

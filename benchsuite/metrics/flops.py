@@ -128,6 +128,46 @@ class TokenFlops:
     params_non_embedding: int
 
 
+@dataclass(frozen=True)
+class FlopParts:
+    """FLOPs per token split by the kernels that run them, so a step-time model can give each its own
+    rate (benchsuite.predict): the weight matmuls and the attention core (Q·Kᵀ and the weighted sum of V),
+    each as the model needs it and as the device executes it, and what recompute adds to each."""
+
+    matmul: float  # model: 6 · (active matmul parameters + LM head)
+    attention: float  # model: 12 · layers · seq_len · heads · head_dim
+    executed_matmul: float  # hardware: 6 · (executed matmul parameters + LM head), computed padding included
+    fused_attention_backward: float  # the fused attention backward's recomputed Q·Kᵀ
+    recompute_matmul: float  # the weight matmuls the checkpoint re-runs
+    recompute_attention: float  # the attention core it re-runs
+
+    @property
+    def model(self) -> float:
+        return self.matmul + self.attention
+
+    @property
+    def hardware(self) -> float:
+        return (self.executed_matmul + self.attention + self.fused_attention_backward + self.recompute_matmul
+                + self.recompute_attention)
+
+
+def flop_parts(cfg: ModelConfig, moe: MoEConfig | None, *, micro_batch: int, recompute: str,
+               slot_share: float = 1.0, whole_block_recompute: bool = False) -> FlopParts:
+    """FLOPs per token by kernel (arguments as flops_per_token). recompute: "none" | "selective" (the
+    attention core re-run, Korthikanti et al. 2022) | "full". whole_block_recompute: the checkpoint re-runs
+    every GEMM of the block (Megatron-LM's reentrant checkpoint) instead of stopping before the dense FFN
+    down-projection (benchsuite's non-reentrant one, module docstring)."""
+    if recompute not in ("none", "selective", "full"):
+        raise ValueError(f"recompute must be none, selective or full, got {recompute!r}")
+    pc = param_counts(cfg, moe, micro_batch * cfg.seq_len, slot_share)
+    scores = cfg.layers * cfg.seq_len * cfg.heads * cfg.dim_head  # Q·Kᵀ per token and layer: s·heads·D MACs
+    rerun = pc.executed_matmul - (0 if whole_block_recompute else pc.dense_down)
+    return FlopParts(matmul=6 * (pc.active_matmul + pc.lm_head), attention=12 * scores,
+                     executed_matmul=6 * (pc.executed_matmul + pc.lm_head), fused_attention_backward=2 * scores,
+                     recompute_matmul=2 * rerun if recompute == "full" else 0.0,
+                     recompute_attention=4 * scores if recompute != "none" else 0.0)
+
+
 def flops_per_token(cfg: ModelConfig, moe: MoEConfig | None, *, micro_batch: int, recompute: str,
                     slot_share: float = 1.0) -> TokenFlops:
     """Model and hardware FLOPs per token of one run (formulas in the module docstring).
@@ -139,12 +179,8 @@ def flops_per_token(cfg: ModelConfig, moe: MoEConfig | None, *, micro_batch: int
     (computed_slot_share).
     """
     pc = param_counts(cfg, moe, micro_batch * cfg.seq_len, slot_share)
-    scores = cfg.layers * cfg.seq_len * cfg.heads * cfg.dim_head  # Q·Kᵀ per token and layer: s·heads·D MACs
-    model = 6 * (pc.active_matmul + pc.lm_head) + 12 * scores
-    hardware = 6 * (pc.executed_matmul + pc.lm_head) + (12 + 2) * scores  # + the fused backward's Q·Kᵀ
-    if recompute == "full":
-        hardware += 2 * (pc.executed_matmul - pc.dense_down) + 4 * scores
-    return TokenFlops(model=model, hardware=hardware, params=pc.total,
+    parts = flop_parts(cfg, moe, micro_batch=micro_batch, recompute=recompute, slot_share=slot_share)
+    return TokenFlops(model=parts.model, hardware=parts.hardware, params=pc.total,
                       params_active=pc.total - pc.matmul + pc.active_matmul,  # all but the experts a token skips
                       params_non_embedding=pc.matmul + pc.lm_head)
 

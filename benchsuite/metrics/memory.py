@@ -51,6 +51,10 @@ in Large Transformer Models", §4: per layer, 16-bit activations with 1-byte dro
     tensor parallel t    s·b·h·(10 + 24/t + 5·a·s/(h·t))          (no sequence parallelism)
     selective recompute  s·b·h·(10 + 24/t)                         (attention core recomputed)
     full recompute       2·s·b·h                                   (each layer's input only)
+and with sequence parallelism (the norms' and dropouts' activations split over the t ranks too, §4.2.2):
+    no recompute         s·b·h/t·(34 + 5·a·s/h)
+    selective recompute  s·b·h·34/t
+    full recompute       2·s·b·h/t
 plus the output layer, 4·s·b·h/t·(1 + v/h) (final norm, head input, fp32 logits for the loss).
 Fused SDPA attention (flash / memory-efficient kernels) never stores the s×s matrices, so for
 this model the selective figure is the closer one; the model has no dropout either, so the
@@ -164,24 +168,28 @@ def params_per_rank(cfg, moe=None, tp: int = 1) -> int:
 # ------------------------------------------------------------------ activations
 
 def activation_bytes(seq_len: int, micro_batch: int, hidden: int, heads: int, layers: int, vocab: int,
-                     tp: int = 1, recompute: str = "none") -> dict:
+                     tp: int = 1, recompute: str = "none", sequence_parallel: bool = False) -> dict:
     """Korthikanti et al. 2022 estimate of activation bytes per micro-batch (module docstring).
-    recompute: "none" | "selective" | "full"."""
+    recompute: "none" | "selective" | "full"; sequence_parallel: Megatron's sequence parallelism (§4.2.2)."""
     s, b, h, a, t, v = seq_len, micro_batch, hidden, heads, tp, vocab
-    if recompute == "none":
+    sp = sequence_parallel and t > 1
+    if recompute == "none" and sp:
+        per_layer = s * b * h / t * (34 + 5 * a * s / h)
+        formula = "s·b·h/t·(34 + 5·a·s/h)"
+    elif recompute == "none":
         per_layer = s * b * h * (10 + 24 / t + 5 * a * s / (h * t))
         formula = "s·b·h·(34 + 5·a·s/h)" if t == 1 else "s·b·h·(10 + 24/t + 5·a·s/(h·t))"
     elif recompute == "selective":
-        per_layer = s * b * h * (10 + 24 / t)
-        formula = "s·b·h·34" if t == 1 else "s·b·h·(10 + 24/t)"
+        per_layer = s * b * h * 34 / t if sp else s * b * h * (10 + 24 / t)
+        formula = "s·b·h·34/t" if sp else "s·b·h·34" if t == 1 else "s·b·h·(10 + 24/t)"
     elif recompute == "full":
-        per_layer = 2 * s * b * h
-        formula = "2·s·b·h"
+        per_layer = 2 * s * b * h / (t if sp else 1)
+        formula = "2·s·b·h/t" if sp else "2·s·b·h"
     else:
         raise ValueError(f"recompute must be none, selective or full, got {recompute!r}")
     output = 4 * s * b * h / t * (1 + v / h)
-    return {"recompute": recompute, "tp": t, "per_layer_bytes": per_layer, "layers": layers,
-            "output_layer_bytes": output, "total_bytes": layers * per_layer + output,
+    return {"recompute": recompute, "tp": t, "sequence_parallel": sp, "per_layer_bytes": per_layer,
+            "layers": layers, "output_layer_bytes": output, "total_bytes": layers * per_layer + output,
             "formula": f"L·{formula} + 4·s·b·h/t·(1 + v/h)",
             "source": "Korthikanti et al. 2022 (16-bit activations, with dropout masks)"}
 

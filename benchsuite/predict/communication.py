@@ -1,0 +1,105 @@
+"""Communication time: each collective costs latency + the bytes one rank sends / the link's bandwidth.
+
+Bytes follow metrics.comm's ring convention (all-reduce 2(n−1)/n·M, the others (n−1)/n·M), the link is
+the system's intra-node or inter-node one by whether the group spans nodes (ranks are laid out pp × dp ×
+tp, tp fastest, as dist.ParallelDims builds its mesh). Which collectives run comes from metrics.comm:
+tensor_parallel_collectives (per micro-batch, Megatron's all-reduces or, with sequence parallelism, its
+reduce-scatter/all-gather pairs) and data_parallel_collectives (per step, DDP and ZeRO 1-3).
+
+Overlap model, stated: tensor-parallel, expert-parallel and pipeline point-to-point transfers sit on the
+critical path (each waits for the compute before it and the compute after waits for it). Data-parallel
+communication overlaps compute by the system's `dp_overlap`: DDP and ZeRO-1 all-reduce gradient buckets
+while the last micro-batch's backward runs; FSDP2 (ZeRO-2/3) prefetches each micro-batch's gathers and
+reduce-scatters beside its forward and backward. Only the part longer than that compute is exposed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from benchsuite.metrics.comm import (Collective, data_parallel_collectives, ring_bytes,
+                                     tensor_parallel_collectives)
+from benchsuite.models.moe import expected_slots_per_token
+from benchsuite.predict.system import Link, System
+from benchsuite.predict.workload import Implementation, Recompute, Workload
+
+
+@dataclass(frozen=True)
+class CommTime:
+    """Seconds and bytes sent by one rank for one group of collectives."""
+
+    seconds: float
+    bytes_sent: float
+    calls: int
+    crosses_nodes: bool
+
+
+def time_of(calls: list[Collective], group: int, link: Link, crosses_nodes: bool) -> CommTime:
+    if group <= 1:
+        return CommTime(0.0, 0.0, 0, crosses_nodes)
+    sent = sum(ring_bytes(c.kind, c.payload, group) * c.calls for c in calls)
+    n = sum(c.calls for c in calls)
+    return CommTime(n * link.latency_us * 1e-6 + sent / (link.gbps * 1e9), sent, n, crosses_nodes)
+
+
+def _spans(group: int, stride: int, system: System) -> bool:
+    """Whether a group of `group` ranks `stride` apart spans more than one node."""
+    return group > 1 and group * stride > system.node.devices_per_node
+
+
+def _stage_model(w: Workload):
+    """One pipeline stage's layers (the tensor-parallel and expert collectives run per layer)."""
+    return dataclasses.replace(w.model, layers=max(1, w.model.layers // w.layout.pp))
+
+
+def tensor_parallel(w: Workload, system: System) -> CommTime:
+    """Per micro-batch, on the tensor-parallel group."""
+    calls = tensor_parallel_collectives(_stage_model(w), w.moe, micro_batch=w.micro_batch,
+                                        recompute="full" if w.recompute is Recompute.FULL else "none",
+                                        sequence_parallel=w.layout.sequence_parallel, act_bytes=w.compute_bytes,
+                                        grad_bytes=w.grad_bytes)
+    crosses = _spans(w.layout.tp, 1, system)
+    return time_of(calls, w.layout.tp, system.link(crosses), crosses)
+
+
+def expert_parallel(w: Workload, system: System) -> CommTime:
+    """Per micro-batch: each MoE layer's dispatch and combine all-to-alls, forward and backward (and the
+    forward's again under full recompute), of the routed load: every expert slot the layer fills (E·C
+    with capacity, k per token dropless) × hidden."""
+    if w.moe is None or w.layout.ep <= 1:
+        return CommTime(0.0, 0.0, 0, False)
+    from benchsuite.metrics.flops import _moe_layer_count
+
+    tokens = w.micro_batch * w.model.seq_len
+    payload = expected_slots_per_token(w.moe, tokens) * tokens * w.model.hidden * w.compute_bytes
+    per_layer = 4 + (2 if w.recompute is Recompute.FULL else 0)
+    calls = [Collective("all_to_all", payload, per_layer * _moe_layer_count(_stage_model(w), w.moe))]
+    crosses = _spans(w.layout.ep, w.layout.tp, system)
+    return time_of(calls, w.layout.ep, system.link(crosses), crosses)
+
+
+def data_parallel(w: Workload, system: System, psi: float) -> CommTime:
+    """Per step, on the data-parallel group, for psi parameters per device."""
+    benchsuite = w.implementation is Implementation.BENCHSUITE
+    grad = 4 if benchsuite else w.compute_bytes  # fp32 gradients here; Megatron reduces bf16 ones
+    gather = w.compute_bytes if w.layout.zero >= 2 else 4
+    calls = data_parallel_collectives(psi, stage=w.layout.zero, grad_accum=w.microbatches, grad_bytes=grad,
+                                      gather_bytes=gather, zero1_broadcast=benchsuite)
+    crosses = _spans(w.layout.dp, w.layout.tp, system)
+    return time_of(calls, w.layout.dp, system.link(crosses), crosses)
+
+
+def pipeline_p2p(w: Workload, system: System) -> CommTime:
+    """Per step: each rank sends one activation forward and one gradient backward per micro-batch and
+    virtual stage, all on the critical path: b·s·h, fp32 here (every tensor rank sends the whole tensor);
+    Megatron-LM sends 1/tp of it (the scatter/gather optimisation, Narayanan et al. 2021, §4.1)."""
+    if w.layout.pp <= 1:
+        return CommTime(0.0, 0.0, 0, False)
+    bsh = w.micro_batch * w.model.seq_len * w.model.hidden
+    benchsuite = w.implementation is Implementation.BENCHSUITE
+    payload = bsh * w.grad_bytes if benchsuite else bsh * w.compute_bytes / w.layout.tp
+    n = 2 * w.microbatches * w.layout.virtual_stages
+    crosses = w.layout.dp * w.layout.tp >= system.node.devices_per_node
+    link = system.link(crosses)
+    return CommTime(n * (link.latency_us * 1e-6 + payload / (link.gbps * 1e9)), n * payload, n, crosses)

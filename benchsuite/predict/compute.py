@@ -1,0 +1,76 @@
+"""Compute time of one micro-batch on one device, and of the optimizer step.
+
+The weight matmuls run at the system's achieved matmul rate and the attention core (Q·Kᵀ, the weighted
+sum of V, and the fused backward's recomputed Q·Kᵀ) at its achieved attention rate: FLOPs from
+metrics.flops.flop_parts, what recompute adds counted apart. A device does 1/tp of each matmul (tensor
+parallelism) and 1/pp of the layers (pipeline stages, split evenly: the embedding and LM head of the end
+stages are averaged in). Each data-parallel rank computes its own tokens' experts (expert parallelism moves
+tokens, not FLOPs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from benchsuite.metrics.flops import FlopParts, flop_parts
+from benchsuite.metrics.memory import params_per_rank
+from benchsuite.predict.system import System
+from benchsuite.predict.workload import Implementation, Workload
+
+# AdamW's bytes of memory traffic per parameter (fused: reads parameter, gradient, m and v, 4 bytes each;
+# writes parameter, m and v): the step is bound by memory bandwidth, not FLOPs.
+OPTIMIZER_BYTES_PER_PARAM = 28
+BACKWARD_SHARE = 2 / 3  # backward does twice the forward's FLOPs (input and weight gradients)
+
+
+@dataclass(frozen=True)
+class MicrobatchCompute:
+    """Seconds of one micro-batch on one device (forward + backward), by what runs."""
+
+    matmul_s: float
+    attention_s: float
+    recompute_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.matmul_s + self.attention_s + self.recompute_s
+
+    @property
+    def backward_s(self) -> float:
+        """The backward pass's share (with the recompute it runs)."""
+        return BACKWARD_SHARE * (self.matmul_s + self.attention_s) + self.recompute_s
+
+
+def token_flops(w: Workload) -> FlopParts:
+    whole_block = w.implementation is Implementation.MEGATRON
+    return flop_parts(w.model, w.moe, micro_batch=w.micro_batch, recompute=w.recompute.value,
+                      whole_block_recompute=whole_block)
+
+
+def microbatch_compute(w: Workload, system: System) -> MicrobatchCompute:
+    f = token_flops(w)
+    tokens = w.micro_batch * w.model.seq_len / (w.layout.tp * w.layout.pp)  # one device's share of the work
+    mm, att = system.device.matmul_tflops * 1e12, system.device.attention_tflops * 1e12
+    fused = f.fused_attention_backward if w.implementation is Implementation.BENCHSUITE else 0.0
+    return MicrobatchCompute(matmul_s=tokens * f.executed_matmul / mm,
+                             attention_s=tokens * (f.attention + fused) / att,
+                             recompute_s=tokens * (f.recompute_matmul / mm + f.recompute_attention / att))
+
+
+def params_per_device(w: Workload) -> float:
+    """Parameters one device holds before ZeRO sharding: its tensor-parallel share (metrics.memory), its
+    pipeline stage's share of the layers, its expert-parallel share of the experts."""
+    psi = params_per_rank(w.model, w.moe, w.layout.tp)
+    if w.moe is not None and w.layout.ep > 1:
+        from benchsuite.metrics.flops import param_counts
+
+        pc = param_counts(w.model, w.moe)
+        psi -= pc.moe_layers * w.moe.experts * pc.expert * (1 - 1 / w.layout.ep)
+    return psi / w.layout.pp
+
+
+def optimizer_s(w: Workload, system: System) -> float:
+    """AdamW over the parameters this device updates (its ZeRO shard from stage 1), at memory bandwidth."""
+    psi = params_per_device(w) / (w.layout.dp if w.layout.zero >= 1 else 1)
+    return OPTIMIZER_BYTES_PER_PARAM * psi / (system.device.memory_gbps * 1e9)
+

@@ -1,0 +1,125 @@
+"""The system file (`benchsuite predict --system SYSTEM.toml`): one node type's devices and links.
+
+A prediction is only as good as these numbers, so each is a key the user can read and replace: the
+datasheet figures (peak FLOP/s, memory, power) and the achieved ones (the matmul and attention rates a
+training step reaches, the bus bandwidth a collective reaches), which `--calibrate RECORD` replaces with
+the user's own measurement. Every problem names the key and the fix (config.ConfigError, as a suite's).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+from benchsuite.config import ConfigError, _build_section, _one_of, _positive, _spec
+
+EXAMPLE = "workloads/systems/h100-8x.toml"
+
+
+def _fraction(v):
+    return None if 0 <= v <= 1 else "must be between 0 and 1"
+
+
+@dataclass(frozen=True)
+class Device:
+    """One accelerator (or one CPU rank): datasheet figures and the rates a training step achieves."""
+
+    name: str | None = _spec(None, None, "the device, e.g. NVIDIA H100 80GB HBM3")
+    kind: str = _spec("gpu", _one_of("gpu", "cpu"), "cpu: precision \"auto\" is fp32, as the harness runs it")
+    peak_tflops: float | None = _spec(None, _positive, "dense bf16 (fp32 on a CPU) peak, datasheet")
+    matmul_tflops: float | None = _spec(None, _positive, "achieved on the weight matmuls of a training step")
+    attention_tflops: float | None = _spec(None, _positive, "achieved on the attention core")
+    memory_gb: float | None = _spec(None, _positive, "device memory (HBM), GB = 1e9 bytes")
+    memory_gbps: float | None = _spec(None, _positive, "memory bandwidth, GB/s (the optimizer step is bound by it)")
+    max_w: float | None = _spec(None, _positive, "board power at full load (TDP)")
+    idle_w: float | None = _spec(None, _positive, "board power while idle")
+
+
+@dataclass(frozen=True)
+class Link:
+    """A collective's cost on one kind of link: latency per call plus bytes sent per rank / bandwidth."""
+
+    gbps: float | None = _spec(None, _positive, "bus bandwidth per device a ring collective achieves, GB/s")
+    latency_us: float | None = _spec(None, _positive, "the fixed cost of one collective call, µs")
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str | None = _spec(None, None, "what the file describes, e.g. 8x H100 SXM (DGX H100)")
+    devices_per_node: int | None = _spec(None, _positive, "devices one node holds")
+    dp_overlap: float = _spec(1.0, _fraction, "share of data-parallel communication hidden behind backward")
+
+
+@dataclass(frozen=True)
+class System:
+    """What `benchsuite predict` knows of the machine (the typed system file)."""
+
+    node: Node
+    device: Device
+    intra_node: Link
+    inter_node: Link
+    source: str  # the file, and what calibrated it
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+    def link(self, crosses_nodes: bool) -> Link:
+        return self.inter_node if crosses_nodes else self.intra_node
+
+    def calibrated(self, matmul_tflops: float, attention_tflops: float, how: str) -> System:
+        """The same system with the achieved rates of one measurement."""
+        return replace(self, device=replace(self.device, matmul_tflops=matmul_tflops,
+                                            attention_tflops=attention_tflops), source=f"{self.source}; {how}")
+
+
+SECTIONS = {"system": Node, "device": Device, "intra_node": Link, "inter_node": Link}
+OPTIONAL = {"system.dp_overlap", "device.kind"}
+
+
+def parse_system(doc: dict, path: str | Path) -> System:
+    """A parsed system file as the typed System; ConfigError listing every problem (key, reason, fix)."""
+    problems: list[tuple[str, str]] = []
+    for key in doc:
+        if key not in SECTIONS:
+            problems.append((key, f"unknown section; valid sections: {', '.join(SECTIONS)}"))
+    built = {}
+    for sec, cls in SECTIONS.items():
+        raw = doc.get(sec)
+        if raw is None:
+            problems.append((sec, f"missing section [{sec}]; add it (see {EXAMPLE})"))
+            raw = {}
+        built[sec], _ = _build_section(cls, raw, sec, problems)
+        for f in fields(cls):
+            given = isinstance(raw, dict) and f.name in raw
+            if not given and f"{sec}.{f.name}" not in OPTIONAL and sec in doc:
+                problems.append((f"{sec}.{f.name}", f"missing key ({f.metadata['doc']}); add it "
+                                                    f"(see {EXAMPLE})"))
+    d = built["device"]
+    if d.idle_w is not None and d.max_w is not None and d.idle_w > d.max_w:
+        problems.append(("device.idle_w", f"idle power ({d.idle_w:g} W) above device.max_w ({d.max_w:g} W); "
+                                          f"give the board's idle and full-load power"))
+    for key in ("matmul_tflops", "attention_tflops"):
+        rate = getattr(d, key)
+        if rate is not None and d.peak_tflops is not None and rate > d.peak_tflops:
+            problems.append((f"device.{key}", f"achieved {rate:g} TFLOP/s above device.peak_tflops "
+                                              f"({d.peak_tflops:g}); an achieved rate is at most the peak"))
+    if problems:
+        raise ConfigError(path, problems)
+    return System(node=built["system"], device=d, intra_node=built["intra_node"], inter_node=built["inter_node"],
+                  source=str(path))
+
+
+def load_system(path: str | Path) -> System:
+    """Read and check a system file; every failure is a ConfigError naming the file."""
+    path = Path(path)
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(path, [("", f"file not found; pass a system file such as {EXAMPLE}")]) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(path, [("", f"cannot read file: {e}; pass a system .toml")]) from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(path, [("", f"TOML syntax error: {e}")]) from None
+    return parse_system(doc, path)
