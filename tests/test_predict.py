@@ -1,0 +1,145 @@
+"""`benchsuite predict`: each component against its formula, the system file's errors, calibration
+from a record, and the verb's JSON."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+
+import pytest
+
+from benchsuite.cli import main
+from benchsuite.config import CarbonConfig, ConfigError, ModelConfig, MoEConfig
+from benchsuite.metrics.memory import activation_bytes
+from benchsuite.predict import load_system, predict
+from benchsuite.predict.system import parse_system
+from benchsuite.predict.workload import Implementation, Layout, Recompute, Schedule, Workload
+
+H100 = "workloads/systems/h100-8x.toml"
+MODEL = ModelConfig(layers=8, hidden=1024, heads=16, vocab=32000, seq_len=1024)
+
+
+def workload(layout=Layout(), recompute=Recompute.NONE, moe=None, micro_batch=2, microbatches=1,
+             impl=Implementation.MEGATRON, model=MODEL) -> Workload:
+    return Workload(model=model, moe=moe, layout=layout, micro_batch=micro_batch, microbatches=microbatches,
+                    recompute=recompute, compute_bytes=2, implementation=impl)
+
+
+def run(w, system=None):
+    return predict(w, system or load_system(H100), carbon=CarbonConfig(intensity_g_per_kwh=400, pue=1.2),
+                   run_tokens=1e12)
+
+
+def test_single_device_is_compute_plus_optimizer():
+    p = run(workload(microbatches=3))
+    busy = {c.name for c in p.components if c.seconds > 0}
+    assert busy == {"compute.matmul", "compute.attention", "optimizer"}
+    s = load_system(H100).device
+    tokens = 2 * 1024 * 3
+    from benchsuite.metrics.flops import flop_parts
+    f = flop_parts(MODEL, None, micro_batch=2, recompute="none")
+    assert p.seconds("compute.matmul") == pytest.approx(tokens * f.executed_matmul / (s.matmul_tflops * 1e12))
+    assert p.seconds("compute.attention") == pytest.approx(tokens * f.attention / (s.attention_tflops * 1e12))
+
+
+def test_tensor_parallel_bytes_are_megatrons_4l_plus_2_all_reduces_and_sp_moves_the_same():
+    t, b, s, h = 4, 2, 1024, 1024
+    plain = run(workload(Layout(tp=t)))
+    sp = run(workload(Layout(tp=t, sequence_parallel=True)))
+    ring = 2 * (t - 1) / t * b * s * h * 2  # one bf16 all-reduce of b·s·h per rank, ring
+    assert plain.tp_bytes_per_microbatch == pytest.approx((4 * MODEL.layers + 2) * ring)
+    assert sp.tp_bytes_per_microbatch == pytest.approx(plain.tp_bytes_per_microbatch)
+    assert "34 collectives" in plain.components[3].detail and "68 collectives" in sp.components[3].detail
+    full = run(workload(Layout(tp=t), recompute=Recompute.FULL))
+    assert full.tp_bytes_per_microbatch == pytest.approx((6 * MODEL.layers + 2) * ring)  # forward ones again
+
+
+@pytest.mark.parametrize("schedule,v,bubble", [(Schedule.ONE_F_ONE_B, 1, 3 / 8), (Schedule.GPIPE, 1, 3 / 8),
+                                               (Schedule.INTERLEAVED, 2, 3 / 16)])
+def test_pipeline_bubble_by_schedule(schedule, v, bubble):
+    p = run(workload(Layout(pp=4, schedule=schedule, virtual_stages=v), microbatches=8))
+    per_micro = sum(p.seconds(n) for n in ("compute.matmul", "compute.attention", "compute.recompute",
+                                           "tensor_parallel", "expert_parallel"))
+    assert p.bubble_fraction == bubble
+    assert p.seconds("pipeline_bubble") == pytest.approx(bubble * per_micro)
+
+
+def test_memory_in_flight_microbatches_and_korthikanti_sp_selective():
+    gpipe = run(workload(Layout(pp=4, schedule=Schedule.GPIPE), microbatches=8)).memory
+    one = run(workload(Layout(pp=4), microbatches=8)).memory
+    assert (gpipe.inflight_microbatches, one.inflight_microbatches) == (8, 4)
+    assert gpipe.activation_bytes == pytest.approx(2 * one.activation_bytes)
+    sp = run(workload(Layout(tp=8, sequence_parallel=True), recompute=Recompute.SELECTIVE)).memory
+    s, b, h, L, t = 1024, 2, 1024, 8, 8
+    assert sp.activation_bytes == pytest.approx(L * 34 * s * b * h / t + 4 * s * b * h / t * (1 + 32000 / h))
+    # selective + SP saves the attention core's 5·a·s/h and splits the rest over t (Korthikanti, table 2)
+    none = activation_bytes(s, b, h, 16, L, 32000, tp=8)["per_layer_bytes"]
+    assert none == pytest.approx(s * b * h * (10 + 24 / 8 + 5 * 16 * s / (h * 8)))
+
+
+def test_data_parallel_overlap_hides_what_backward_covers():
+    system = load_system(H100)
+    w = workload(Layout(dp=8), impl=Implementation.BENCHSUITE)
+    hidden = run(w, system)
+    exposed = run(w, dataclasses.replace(system, node=dataclasses.replace(system.node, dp_overlap=0.0)))
+    from benchsuite.predict.compute import params_per_device
+    assert exposed.dp_bytes_per_step == pytest.approx(2 * 7 / 8 * 4 * params_per_device(w))  # DDP: fp32 grads
+    dp_s = 10e-6 + exposed.dp_bytes_per_step / 370e9  # one all-reduce inside the node: latency + bytes / bus bw
+    assert exposed.seconds("data_parallel") == pytest.approx(dp_s)
+    backward = 2 / 3 * (hidden.seconds("compute.matmul") + hidden.seconds("compute.attention"))
+    assert hidden.seconds("data_parallel") == pytest.approx(max(0.0, dp_s - backward))
+
+
+def test_expert_parallel_all_to_all_carries_the_routed_slots():
+    moe = MoEConfig(experts=8, router="switch", capacity_factor=1.0, every=2)
+    p = run(workload(Layout(dp=4, ep=4), moe=moe))
+    tokens, h = 2 * 1024, 1024
+    slots = 8 * (tokens // 8)  # E · C, C = cf·N/E
+    assert p.ep_bytes_per_microbatch == pytest.approx(4 * (MODEL.layers // 2) * 3 / 4 * slots * h * 2)
+
+
+def test_energy_is_power_at_utilisation_times_time():
+    p = run(workload(Layout(tp=8)))
+    s = load_system(H100).device
+    e = p.energy
+    assert e.device_w == pytest.approx(s.idle_w + (s.max_w - s.idle_w) * e.utilisation)
+    assert e.j_per_token == pytest.approx(e.device_w * 8 * p.step_s / p.tokens_per_step)
+    assert e.run_kwh == pytest.approx(e.j_per_token * 1e12 / 3.6e6 * 1.2)
+    assert e.run_co2e_kg == pytest.approx(e.run_kwh * 400 / 1000)
+
+
+def test_system_file_problems_name_the_key_and_the_fix(tmp_path):
+    with pytest.raises(ConfigError) as e:
+        parse_system({"system": {"name": "x", "devices_per_node": 0}, "device": {"max_w": 100, "idle_w": 200},
+                      "intra_node": {"gbps": "fast"}, "extra": {}}, "s.toml")
+    problems = dict(e.value.problems)
+    assert problems["extra"].startswith("unknown section")
+    assert problems["system.devices_per_node"] == "must be > 0"
+    assert "add it" in problems["device.peak_tflops"] and "workloads/systems" in problems["device.peak_tflops"]
+    assert "above device.max_w" in problems["device.idle_w"]
+    assert problems["intra_node.gbps"].startswith("expected float")
+    assert problems["inter_node"].startswith("missing section")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[system\n")
+    assert main(["predict", "workloads/smoke.toml", "--system", str(bad)]) == 2
+
+
+def test_calibrate_reproduces_the_records_step_time(tmp_path, capsys):
+    """A world-1 record (the fixture's dense run): after calibration the prediction of that same run is
+    its measured median step time."""
+    record = shutil.copy("tests/fixtures/results/make_dvs-dense-w1.json", tmp_path / "r.json")
+    rec = json.loads(open(record).read())
+    suite = tmp_path / "s.toml"
+    m = rec["config"]["model"]
+    suite.write_text(f"""[suite]\nname = "s"\n[[workload]]\nname = "dense"\nkind = "dense"
+model = {{ layers = {m['layers']}, hidden = {m['hidden']}, heads = {m['heads']}, vocab = {m['vocab']}, seq_len = {m['seq_len']} }}
+train = {{ micro_batch = {rec['config']['train']['micro_batch']}, precision = "bf16" }}\n""")
+    assert main(["predict", str(suite), "--system", H100, "--calibrate", str(record), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["runs"][0]["step_time_s"] == pytest.approx(rec["metrics"]["step_time_s"]["median"])
+    assert "calibrated from" in doc["system_source"]
+    assert sum(c["seconds"] for c in doc["runs"][0]["components"]) == pytest.approx(doc["runs"][0]["step_time_s"])
+    w2 = shutil.copy("tests/fixtures/results/make_dvs-dense-w2.json", tmp_path / "w2.json")
+    assert main(["predict", str(suite), "--system", H100, "--calibrate", str(w2)]) == 2
+    assert "single-device record" in capsys.readouterr().err
