@@ -203,6 +203,15 @@ class CarbonConfig:
     intensity_g_per_kwh: float | None = _spec(None, _non_negative)
     country: str | None = _spec(None, None, "ISO 3166 alpha-3, e.g. FRA")
     region: str | None = _spec(None)
+    # Beside the location-based CO2e, never added to it (energy/footprint.py).
+    market_intensity_g_per_kwh: float | None = _spec(None, _non_negative, "contractual factor (market-based Scope 2)")
+    embodied_kg_per_device: float | None = _spec(None, _non_negative, "default: a GPU's share of its server")
+    device_lifetime_years: float = _spec(5.0, _positive, "the years embodied emissions are spread over")
+    wue_l_per_kwh: float | None = _spec(None, _non_negative, "on-site water per kWh of IT energy")
+    water_intensity_l_per_kwh: float | None = _spec(None, _non_negative, "the grid's water per kWh (off-site)")
+
+    LATER = ("market_intensity_g_per_kwh", "embodied_kg_per_device", "device_lifetime_years", "wue_l_per_kwh",
+             "water_intensity_l_per_kwh")  # as ModelConfig.LATER
 
 
 @dataclass(frozen=True)
@@ -248,25 +257,32 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunConfig:
-        sections = {"model": ModelConfig, "train": TrainConfig, "parallel": ParallelConfig,
-                    "energy": EnergyConfig, "carbon": CarbonConfig, "moe": MoEConfig}
         kw = dict(d)
-        for name, typ in sections.items():
+        for name, typ in SECTIONS.items():
             if kw.get(name) is not None:
                 kw[name] = typ(**kw[name])
         return cls(**kw)
 
     def run_key(self, hardware: dict[str, Any]) -> str:
         """Content hash of the resolved config plus the hardware identity; keys added since schema version
-        4 are hashed only where they differ from their default (ModelConfig.LATER), so an earlier run's
+        4 are hashed only where they differ from their default (a section's LATER), so an earlier run's
         key is unchanged."""
         config = self.to_dict()
-        for sec, cls in (("model", ModelConfig), ("moe", MoEConfig)):
-            if config.get(sec) is not None:
+        for sec, cls in SECTIONS.items():
+            if config.get(sec) is not None and later_keys(cls):
                 defaults = {f.name: f.default for f in fields(cls)}
                 config[sec] = {k: v for k, v in config[sec].items() if k not in cls.LATER or v != defaults[k]}
         blob = json.dumps({"config": config, "hardware": hardware}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+SECTIONS = {"model": ModelConfig, "train": TrainConfig, "parallel": ParallelConfig, "energy": EnergyConfig,
+            "carbon": CarbonConfig, "moe": MoEConfig}
+
+
+def later_keys(section: type) -> tuple[str, ...]:
+    """The keys a config section gained after schema version 4 (its LATER; none for most sections)."""
+    return getattr(section, "LATER", ())
 
 
 @dataclass

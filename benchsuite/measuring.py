@@ -37,7 +37,7 @@ import torch.distributed as dist
 from benchsuite import config as cfg
 from benchsuite.dist import pick_device, resolve_precision
 from benchsuite.energy.attribution import attribute_energy
-from benchsuite.energy.carbon import carbon_section
+from benchsuite.energy.carbon import record_carbon
 from benchsuite.energy.meters import NodeEnergyMonitor
 from benchsuite.energy.windows import combine_windows
 from benchsuite.environment import device_info, hardware_identity
@@ -431,7 +431,7 @@ def user_record(m: Measurement, facts: JobFacts, ranks: list[RankFigures], *, du
     note = left_out_note(ranks)
     if note:
         energy["reasons"].append(note)
-    carbon = carbon_section(energy["total_j"], m.carbon, energy_source=energy["source"])
+    carbon = record_carbon(energy, m.carbon)
     config = {"world_size": facts.world_size, "nodes": len({r.node_rank for r in ranks}), "scaling": "weak",
               "suite": m.suite, "workload": m.name, "kind": Kind.USER.value, "description": m.description,
               "sweep_id": "", "model": None, "moe": None, "parallel": None, "train": None,

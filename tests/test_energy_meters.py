@@ -34,7 +34,9 @@ def test_handle_chosen_by_uuid_under_reordered_visible_devices(monkeypatch):
     assert (m1.handle, m1.uuid) == ("h0", UUIDS["h0"])
     m0.begin("w")
     fig = m0.end("w")
-    assert fig.source == "measured" and fig.energy_j == pytest.approx(3.0)   # h2's 3000 mJ step
+    # each edge reads until the counter moves (the double adds a step per read): two steps in the window
+    assert fig.source == "measured" and fig.energy_j == pytest.approx(6.0)   # h2's 3000 mJ steps
+    assert fig.detail["counter_edge_s"] <= 2 * nvml.EDGE_POLL_S  # read within a poll of an update
     assert m0.name == "NVIDIA H200"
 
 
@@ -76,8 +78,9 @@ def test_sample_power_beside_counter_uses_instant_field():
     meter.begin("w")
     time.sleep(0.05)
     fig = meter.end("w")
-    assert fig.source == "measured" and fig.energy_j == pytest.approx(1.0)
+    assert fig.source == "measured" and fig.energy_j == pytest.approx(2.0)  # two steps: an aligned edge reads twice
     assert fig.sampled_energy_j == pytest.approx(100.0 * 0.05, rel=0.5)
+    assert fig.detail["sample_min_w"] == fig.detail["sample_max_w"] == 100.0
     assert fig.detail["power_api"] == "instant"
 
 
@@ -102,9 +105,8 @@ def test_overlapping_windows_on_one_sampler():
     time.sleep(0.02)
     b = sampler.open()
     time.sleep(0.02)
-    ea = sampler.close(a)
-    eb = sampler.close(b)
-    assert ea > eb > 0
+    (ea, low, high), (eb, _, _) = sampler.close(a), sampler.close(b)
+    assert ea > eb > 0 and low == high == 50.0
     assert sampler._thread is None and sampler._samples == []
 
 
@@ -371,8 +373,11 @@ def test_energy_modules_import_one_way():
     from benchsuite.energy import attribution, windows
 
     assert _benchsuite_imports(common) == set()
-    for vendor in (nvml, rapl, estimate, attribution, windows):
+    from benchsuite.energy import bounds
+
+    for vendor in (nvml, rapl, estimate, windows, bounds):
         assert _benchsuite_imports(vendor) == {"benchsuite.energy.common"}, vendor.__name__
+    assert _benchsuite_imports(attribution) == {"benchsuite.energy.common", "benchsuite.energy.bounds"}
     assert {"benchsuite.energy.nvml", "benchsuite.energy.rapl", "benchsuite.energy.estimate"} <= \
         _benchsuite_imports(meters)
 
@@ -452,7 +457,7 @@ def test_a_gpu_nodes_energy_section_is_one_the_record_types_accept(powercap):
     mon.close()
     section = attribute_energy([combine_windows(windows, "measure", 0.0)])
     dev, node = section["per_device"][0], section["per_node"][0]
-    assert dev["source"] == "measured" and dev["sampled_energy_j"] > 0 and dev["detail"] == {"windows": 2}
+    assert dev["source"] == "measured" and dev["sampled_energy_j"] > 0 and dev["detail"]["windows"] == 2
     assert node["cpu"]["source"] == node["dram"]["source"] == "measured"
     typed = msgspec.convert(section, Energy, strict=True)
     assert typed.per_device[0].cuda_index == 0 and typed.sources.gpu == "measured"

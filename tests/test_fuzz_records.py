@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 import benchsuite
 from benchsuite import cli
-from benchsuite.results.migrate import update_to_2, update_to_3, update_to_4, update_to_5
+from benchsuite.results.migrate import update_to_2, update_to_3, update_to_4, update_to_5, update_to_6
 from benchsuite.record import SCHEMA_VERSION, RecordError, decode, to_dict
 from benchsuite.record.io import MAX_RECORD_BYTES
 from benchsuite.results.store import load_records, ok_record_ids, read_record
@@ -382,16 +382,16 @@ def test_run_resume_scan_survives_every_bad_file(folder):
 
 
 def test_schema_1_fixtures_load_through_the_chain_as_the_current_version():
-    assert SCHEMA_VERSION == 5
+    assert SCHEMA_VERSION == 6
     raw = {p.name: json.loads(p.read_text()) for p in FIXTURES.glob("*.json")}
     assert {d["schema_version"] for d in raw.values()} == {1}
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         recs = load_records(FIXTURES)
-    assert len(recs) == len(raw) and {r["schema_version"] for r in recs} == {5}
+    assert len(recs) == len(raw) and {r["schema_version"] for r in recs} == {6}
     for r in recs:  # exactly what the chain's steps make of the stored record, nothing else touched
         before = raw[Path(r["_path"]).name]
-        chained = update_to_5(update_to_4(update_to_3(update_to_2(copy.deepcopy(before)))))
+        chained = update_to_6(update_to_5(update_to_4(update_to_3(update_to_2(copy.deepcopy(before))))))
         assert {k: v for k, v in r.items() if k not in ("_path", "flags")} == \
             {k: v for k, v in to_dict(decode(chained)).items() if k != "flags"}
         assert r["repeat"] == 0
@@ -404,12 +404,13 @@ def test_updates_run_in_order_before_the_types_check_their_output(folder, monkey
     monkeypatch.setitem(migrate.UPDATES, 2, lambda r: seen.append(2) or {**r, "schema_version": 2})
     monkeypatch.setitem(migrate.UPDATES, 3, lambda r: seen.append(3) or {**r, "schema_version": 3})
     monkeypatch.setitem(migrate.UPDATES, 4, lambda r: seen.append(4) or {**r, "schema_version": 4})
-    monkeypatch.setitem(migrate.UPDATES, 5, lambda r: seen.append(5) or {**r, "schema_version": 5,
+    monkeypatch.setitem(migrate.UPDATES, 5, lambda r: seen.append(5) or {**r, "schema_version": 5})
+    monkeypatch.setitem(migrate.UPDATES, 6, lambda r: seen.append(6) or {**r, "schema_version": 6,
                                                                           "duration_s": "broken"})
     (folder / "v1.json").write_text(_record_text(run_key="v1"))
     with pytest.warns(UserWarning, match="v1.json: duration_s: expected `float | null`, got `str`"):
         recs = load_records(folder)
-    assert seen == [2, 3, 4, 5, 2, 3, 4, 5] and len(recs) == 0  # GOOD is version 1 too: upgraded, broken, skipped
+    assert seen == [2, 3, 4, 5, 6, 2, 3, 4, 5, 6] and len(recs) == 0  # GOOD is version 1 too: upgraded, broken, skipped
 
 
 @pytest.mark.parametrize("field, value, named", [

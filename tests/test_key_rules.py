@@ -47,7 +47,11 @@ VALUES = {
             "bias_update": st.sampled_from([1e-3, 1e-2]), "routing": st.sampled_from(["learned", "forced"])},
     "energy": {"idle_baseline_s": st.sampled_from([0.0, 1.0]), "min_window_s": st.sampled_from([0.5, 1.0])},
     "carbon": {"pue": st.sampled_from([1.0, 1.2]), "intensity_g_per_kwh": st.sampled_from([0.0, 50.0]),
-               "country": st.sampled_from(["FRA", "USA"]), "region": st.just("california")},
+               "country": st.sampled_from(["FRA", "USA"]), "region": st.just("california"),
+               "market_intensity_g_per_kwh": st.sampled_from([0.0, 120.0]),
+               "embodied_kg_per_device": st.sampled_from([150.0, 312.5]),
+               "device_lifetime_years": st.sampled_from([4.0, 6.0]), "wue_l_per_kwh": st.sampled_from([0.0, 0.5]),
+               "water_intensity_l_per_kwh": st.sampled_from([1.0, 3.0])},
 }
 
 

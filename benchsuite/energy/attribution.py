@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from benchsuite.energy.bounds import add_bounds
 from benchsuite.energy.common import SOURCES, sum_or_none, weakest
 
 
@@ -28,7 +29,7 @@ def attribute_energy(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
     are None unless every device / node has a figure, so no field holds a partial sum.
     total_j = sum of the available figures among gpu_j, cpu_j, dram_j -- listed in
     `total_includes` -- and None when none is available; `source` is the weakest source
-    among them, `sources` gives each one's.
+    among them, `sources` gives each one's. Every figure carries its bound (energy/bounds.py).
     """
     ranks = sorted(per_rank, key=lambda r: r["rank"])
     reasons: list[str] = []
@@ -84,7 +85,7 @@ def attribute_energy(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
     included = [k for k in ("gpu", "cpu", "dram") if totals[k] is not None]
     idle_parts = {k: sum_or_none([f["idle_w"] for f in parts[k]]) for k in included}
     above_parts = {k: sum_or_none([f["above_idle_j"] for f in parts[k]]) for k in included}
-    return {
+    return add_bounds({
         "gpu_j": totals["gpu"], "cpu_j": totals["cpu"], "dram_j": totals["dram"],
         "total_j": sum(totals[k] for k in included) if included else None,
         "total_includes": included,
@@ -98,7 +99,7 @@ def attribute_energy(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
         "per_device": per_device,
         "per_node": per_node,
         "reasons": reasons,
-    }
+    })
 
 
 def _flat(f: dict) -> dict:

@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from benchsuite.energy import footprint
+from benchsuite.energy.bounds import scaled
+from benchsuite.energy.footprint import Usage
 from benchsuite.record.values import ratio
 
 J_PER_KWH = 3.6e6
@@ -194,6 +197,24 @@ def carbon_section(energy_j: float | None, carbon_cfg, energy_source: str | None
     }
     if energy_source is not None:
         out["energy_source"] = energy_source
+    return out
+
+
+def usage_of(energy: dict[str, Any], pue: float) -> Usage:
+    """What the footprint parts read of a record's energy section: the GPUs metered (each once), else
+    the nodes (a CPU host is the device), over the energy window."""
+    gpus = len(energy.get("per_device") or [])
+    window_s = energy.get("window_s")
+    return Usage(energy.get("total_j"), pue, gpus or len(energy.get("per_node") or []) or None,
+                 None if window_s is None else window_s / 3600.0, gpus > 0)
+
+
+def record_carbon(energy: dict[str, Any], carbon_cfg) -> dict[str, Any]:
+    """The record's `carbon` section from its `energy` section: the location-based CO2e with the bound its
+    energy carries (energy/bounds.py), and beside it the market-based, embodied and water parts."""
+    out = carbon_section(energy.get("total_j"), carbon_cfg, energy_source=energy.get("source"))
+    out["co2e_g_bound"] = scaled((energy.get("bounds") or {}).get("total"), energy.get("total_j"), out["co2e_g"])
+    out.update(footprint.parts(usage_of(energy, out["pue"]), carbon_cfg))
     return out
 
 

@@ -131,15 +131,17 @@ class NodeEnergyMonitor:
         return cls(gpus, FirstAvailable(sensors, notes), min_window_s=min_s, rank=rank, sync=sync if indices else None)
 
     def begin(self, name: str) -> None:
-        """Open window `name` after the device has finished queued work."""
+        """Open window `name` after the device has finished queued work. The GPU meters first (each waits
+        for its counter's next update), then the clock and the CPU sensor, so every source's window starts
+        within a poll of the GPU counter's edge."""
         if name in self._open:
             raise ValueError(f"energy window {name!r} is already open")
         self._sync()
-        self._open[name] = time.monotonic()
         for i, g in enumerate(self.gpu_meters):
             failed = _safe(lambda: g.begin(name), default_reason="GPU meter failed at window start")
             if failed is not None:
                 self._begin_failed[(name, i)] = failed
+        self._open[name] = time.monotonic()
         _safe(lambda: self.cpu_sensor.begin(name))
 
     def end(self, name: str) -> WindowResult:
@@ -147,13 +149,12 @@ class NodeEnergyMonitor:
         if name not in self._open:
             raise ValueError(f"energy window {name!r} was not begun")
         self._sync()
+        figs = [self._begin_failed.pop((name, i), None) or _safe(lambda: g.end(name), default_reason="GPU meter failed")
+                for i, g in enumerate(self.gpu_meters)]  # each waits for its counter's update, as at begin
         window_s = time.monotonic() - self._open.pop(name)
-        gpus = []
-        for i, g in enumerate(self.gpu_meters):
-            fig = self._begin_failed.pop((name, i), None) or _safe(lambda: g.end(name),
-                                                                   default_reason="GPU meter failed")
-            gpus.append(DeviceEnergy(g.uuid, g.name, g.cuda_index, self._finish(fig, window_s, f"gpu:{g.uuid}")))
         cpu_figs = _safe(lambda: self.cpu_sensor.end(name), default_reason="CPU sensor failed", many=True)
+        gpus = [DeviceEnergy(g.uuid, g.name, g.cuda_index, self._finish(fig, window_s, f"gpu:{g.uuid}"))
+                for g, fig in zip(self.gpu_meters, figs)]
         reasons = list(self.notes)
         short = window_s < self.min_window_s
         if short:

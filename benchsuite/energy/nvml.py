@@ -18,6 +18,12 @@ from benchsuite.energy.common import EmptyGpuMeter, EnergyError, Figure
 # 10 s windows (measured beside the plain-PyTorch reference run).
 SAMPLE_INTERVAL_S = 0.02
 
+# Window edges wait for the energy counter's next update (it advances about every 100 ms), polled this
+# often, so an edge is read within one poll of an update rather than up to a whole period late; a counter
+# that does not move within EDGE_WAIT_S is read as it is (the bound then counts a whole period).
+EDGE_POLL_S = 0.001
+EDGE_WAIT_S = 0.25
+
 # c_nvmlValue_t member per nvmlValueType_t (nvml.h: NVML_VALUE_TYPE_*).
 _VALUE_MEMBER = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 
@@ -119,8 +125,9 @@ class PowerSampler:
         self._take()
         return start
 
-    def close(self, start: int) -> float:
-        """Energy (J) from the window's samples; stops the thread when no window is open."""
+    def close(self, start: int) -> tuple[float, float, float]:
+        """(energy J, lowest W, highest W) from the window's samples; stops the thread when no window is
+        open. The range is what the unseen part of the time may have drawn (energy/bounds.py)."""
         self._take()
         with self._lock:
             window = self._samples[start:]
@@ -139,7 +146,8 @@ class PowerSampler:
             raise EnergyError(self.error)
         if len(window) < 2:
             raise EnergyError("fewer than 2 power samples in the window")
-        return trapezoid(window)
+        watts = [w for _, w in window]
+        return trapezoid(window), min(watts), max(watts)
 
 
 def trapezoid(samples: list[tuple[float, float]]) -> float:
@@ -171,6 +179,19 @@ class NvmlGpuMeter:
     def _counter_mj(self) -> int:
         return self.nvml.call(self.nvml.lib.nvmlDeviceGetTotalEnergyConsumption, self.handle)
 
+    def _counter_at_update(self) -> tuple[int, float | None]:
+        """(counter mJ, seconds within which it was read after an update): the counter polled until it
+        advances, so the edge falls on an update; (last value, None) when it does not move in time."""
+        first = self._counter_mj()
+        deadline = time.monotonic() + EDGE_WAIT_S
+        while time.monotonic() < deadline:
+            before = time.monotonic()
+            now = self._counter_mj()
+            if now != first:
+                return now, max(time.monotonic() - before, EDGE_POLL_S)
+            time.sleep(EDGE_POLL_S)
+        return first, None
+
     def _power_w(self) -> float:
         """Instantaneous power where the field exists (the plain reading is a 1 s average on
         Ampere and newer, per the NVML docs), else nvmlDeviceGetPowerUsage. mW -> W."""
@@ -192,7 +213,7 @@ class NvmlGpuMeter:
         state: dict[str, Any] = {}
         if self.counter_reason is None:
             try:
-                state["mj"] = self._counter_mj()
+                state["mj"], state["edge_s"] = self._counter_at_update()
             except EnergyError as e:
                 state["counter_error"] = f"counter failed at window start: {e}"
         if self.sampler is not None:
@@ -201,12 +222,14 @@ class NvmlGpuMeter:
 
     def end(self, name: str) -> Figure:
         state = self._open.pop(name)
-        counter_j, reasons = None, []
+        counter_j, reasons, edges = None, [], [state.get("edge_s")]
         if self.counter_reason is not None:
             reasons.append(self.counter_reason)
         elif "mj" in state:
             try:
-                counter_j = (self._counter_mj() - state["mj"]) / 1000.0
+                end_mj, end_edge_s = self._counter_at_update()
+                counter_j = (end_mj - state["mj"]) / 1000.0
+                edges.append(end_edge_s)
             except EnergyError as e:
                 reasons.append(f"counter failed at window end: {e}")
             if counter_j is not None and counter_j < 0:  # the counter restarts on a GPU reset / driver reload
@@ -215,14 +238,18 @@ class NvmlGpuMeter:
                 counter_j = None
         else:
             reasons.append(state["counter_error"])
-        sampled_j = None
+        sampled_j, detail = None, {}
         if "i0" in state:
             try:
-                sampled_j = self.sampler.close(state["i0"])
+                sampled_j, low_w, high_w = self.sampler.close(state["i0"])
+                detail.update(sample_min_w=low_w, sample_max_w=high_w)
             except EnergyError as e:
                 reasons.append(f"power sampling: {e}")
-        detail = {"power_api": self.power_api} if self.sampler is not None else {}
+        if self.sampler is not None:
+            detail["power_api"] = self.power_api
         if counter_j is not None:
+            if None not in edges:  # both edges on a counter update (else the bound counts a whole period)
+                detail["counter_edge_s"] = max(edges)
             return Figure(counter_j, "measured", "; ".join(reasons) or None, sampled_energy_j=sampled_j, detail=detail)
         if sampled_j is not None:
             return Figure(sampled_j, "sampled", "; ".join(reasons), sampled_energy_j=sampled_j, detail=detail)

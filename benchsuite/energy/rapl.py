@@ -103,8 +103,14 @@ class RaplSensor:
         def total(kind: str) -> float:
             return sum(now[z.path] - start[z.path] for z in self.zones if z.kind == kind) / 1e6
 
-        zones = {k: [z.name for z in self.zones if z.kind == k] for k in ("package", "dram")}
-        cpu = Figure(total("package"), "measured", detail={"rapl_zones": zones["package"]})
-        dram = (Figure(total("dram"), "measured", detail={"rapl_zones": zones["dram"]}) if self.has_dram else
+        def detail(kind: str) -> dict:
+            """The zones read, and the smallest counter range (J) among them: a window drawing half of it
+            between reads may hide a wrap (energy/bounds.py)."""
+            zones = [z for z in self.zones if z.kind == kind]
+            ranges = [z.max_range_uj / 1e6 for z in zones if z.max_range_uj]
+            return {"rapl_zones": [z.name for z in zones], "rapl_range_j": min(ranges) if ranges else None}
+
+        cpu = Figure(total("package"), "measured", detail=detail("package"))
+        dram = (Figure(total("dram"), "measured", detail=detail("dram")) if self.has_dram else
                 Figure.unavailable("no RAPL dram zone (common on client and AMD CPUs)"))
         return {"cpu": cpu, "dram": dram}

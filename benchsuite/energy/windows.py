@@ -25,8 +25,21 @@ def _combine_figure(figs: list[dict], window_s: float) -> dict:
         "avg_w": energy / window_s if energy is not None and window_s > 0 else None,
         "idle_w": idle,
         "above_idle_j": sum_or_none(f.get("above_idle_j") for f in figs) if idle is not None else None,
-        "detail": {"windows": len(figs)},
+        "detail": _combine_detail(figs),
     }
+
+
+def _combine_detail(figs: list[dict]) -> dict:
+    """What the bound of the summed figure needs (energy/bounds.py): the window count (each has two
+    edges), the latest edge, the samples' whole range, the smallest counter range."""
+    details = [f.get("detail") or {} for f in figs]
+    out = {k: v for k, v in details[0].items() if k in ("power_api", "rapl_zones", "cpu_max_w")}
+    out["windows"] = sum(int(d.get("windows") or 1) for d in details)
+    for key, pick in (("counter_edge_s", max), ("sample_min_w", min), ("sample_max_w", max), ("rapl_range_j", min)):
+        values = [d.get(key) for d in details]
+        if values and None not in values:
+            out[key] = pick(values)
+    return out
 
 
 def combine_windows(windows: list[dict], name: str = "measure", min_window_s: float | None = None) -> dict:

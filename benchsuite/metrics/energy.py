@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from benchsuite.energy.bounds import scaled
 from benchsuite.record.values import ratio
 
 
@@ -32,9 +33,13 @@ def derived_metrics(energy_section: dict, tokens: float | None, model_flops: flo
     devices = devices if devices is not None else len(energy_section.get("per_device") or []) or None
     co2e_g = (carbon or {}).get("co2e_g")
     gpu_per_token, gpu_reason = gpu_j_per_token(energy_section, tokens)
+    per_token = ratio(total, tokens)
+    bounds = energy_section.get("bounds") or {}
     return {
-        "j_per_token": ratio(total, tokens),
+        "j_per_token": per_token,
+        "j_per_token_bound": scaled(bounds.get("total"), total, per_token),
         "gpu_j_per_token": gpu_per_token,
+        "gpu_j_per_token_bound": scaled(bounds.get("gpu"), energy_section.get("gpu_j"), gpu_per_token),
         "gpu_j_per_token_reason": gpu_reason,
         "gpu_energy_source": (energy_section.get("sources") or {}).get("gpu", "unavailable"),
         "j_per_pflop": ratio(total, None if model_flops is None else model_flops / 1e15),

@@ -23,7 +23,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 _MAX = sys.float_info.max
 Num = Annotated[float, Meta(ge=-_MAX, le=_MAX, description="a finite number")]
@@ -192,6 +192,11 @@ class CarbonConfig(Section):
     intensity_g_per_kwh: Num | None = None
     country: Text | None = None
     region: Text | None = None
+    market_intensity_g_per_kwh: Num | None = None
+    embodied_kg_per_device: Num | None = None
+    device_lifetime_years: Num | None = None
+    wue_l_per_kwh: Num | None = None
+    water_intensity_l_per_kwh: Num | None = None
 
 
 class Config(Section):
@@ -475,6 +480,8 @@ class PerWork(Section):
     gpu_energy_source: Source | None = None
     energy_source: Source | None = None
     energy_includes: list[Text] | None = None
+    j_per_token_bound: list[PerWorkJ | None] | None = None  # [low, high] from energy.bounds.total
+    gpu_j_per_token_bound: list[PerWorkJ | None] | None = None  # from energy.bounds.gpu
 
 
 class Metrics(Section):
@@ -510,13 +517,44 @@ class Metrics(Section):
 # ----------------------------------------------------------------------------- energy and carbon
 
 class MeterDetail(Section):
-    """What a meter adds to its figure: the estimate's inputs, RAPL zones, NVML's power API."""
+    """What a meter adds to its figure: the estimate's inputs, RAPL zones, NVML's power API, and what its
+    bound needs (energy/bounds.py): edges, the samples' range, the counter's range."""
     watts: Power | None = None
     load_percent: Percent | None = None
     cpu_max_w: Power | None = None
     windows: Int | None = None
     power_api: Text | None = None
     rapl_zones: list[Text] | None = None
+    counter_edge_s: Elapsed | None = None  # edges aligned to a counter update, each read within this
+    sample_min_w: Power | None = None
+    sample_max_w: Power | None = None
+    rapl_range_j: Joules | None = None
+
+
+class BoundPart(Section):
+    """One source of a figure's error, as a half-width in joules (null: named but not quantifiable)."""
+    part: Text
+    j: Joules | None = None
+    basis: Text | None = None  # how it was set, with its source
+
+
+class EnergyBound(Section):
+    """Where the true energy lies, as the meters can tell: [low_j, high_j] (high null: unbounded), the
+    half-width's share of the figure, its parts, and whether it is flagged (above BOUND_SHARE, a short
+    window, a possibly missed counter wrap) with why."""
+    low_j: Joules | None = None
+    high_j: Joules | None = None
+    share: Ratio | None = None
+    parts: list[BoundPart] = []
+    exceeds: bool = False
+    reason: Text | None = None
+
+
+class EnergyBounds(Section):
+    gpu: EnergyBound | None = None
+    cpu: EnergyBound | None = None
+    dram: EnergyBound | None = None
+    total: EnergyBound | None = None
 
 
 class PartEnergy(Section):
@@ -530,6 +568,7 @@ class PartEnergy(Section):
     reason: Text | None = None
     reading_rank: Int | None = None
     detail: MeterDetail | None = None
+    bound: EnergyBound | None = None
 
 
 class DeviceEnergy(PartEnergy):
@@ -572,6 +611,36 @@ class Energy(Section):
     per_device: list[DeviceEnergy] | None = None
     per_node: list[NodeEnergy] | None = None
     reasons: list[Text] | None = None
+    bounds: EnergyBounds | None = None  # of gpu_j, cpu_j, dram_j and total_j
+
+
+class MarketBased(Section):
+    """Scope 2 market-based: the same energy at the user's contractual factor, beside the location-based
+    figure and never added to it (GHG Protocol Scope 2 Guidance)."""
+    intensity_g_per_kwh: Intensity | None = None
+    co2e_g: Grams | None = None
+    source: Text | None = None
+    reason: Text | None = None
+
+
+class Embodied(Section):
+    """Scope 3: the devices' manufacturing emissions spread over their service life, per device-hour used."""
+    kg_per_device: Amount | None = None
+    lifetime_years: Amount | None = None
+    devices: Int | None = None
+    device_hours: Amount | None = None
+    co2e_g: Grams | None = None
+    source: Text | None = None
+    reason: Text | None = None
+
+
+class Water(Section):
+    """Litres: on-site (IT energy × WUE) and off-site (facility energy × the grid's water intensity)."""
+    wue_l_per_kwh: Amount | None = None
+    onsite_l: Amount | None = None
+    grid_l_per_kwh: Amount | None = None
+    offsite_l: Amount | None = None
+    reason: Text | None = None
 
 
 class Carbon(Section):
@@ -583,6 +652,10 @@ class Carbon(Section):
     intensity_source: Text | None = None
     intensity_note: Text | None = None
     energy_source: Source | None = None
+    co2e_g_bound: list[Grams | None] | None = None  # [low, high] from the energy's bound (energy.bounds.total)
+    market: MarketBased | None = None
+    embodied: Embodied | None = None
+    water: Water | None = None
 
 
 # ----------------------------------------------------------------------------- the record
@@ -614,7 +687,7 @@ class Error(Section):
 
 class Record(Section):
     """One run's measurement: a JSON file per run, the project's product."""
-    schema_version: Literal[5]
+    schema_version: Literal[6]
     run_key: Text
     suite: Text
     workload: Text

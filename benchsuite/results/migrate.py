@@ -318,16 +318,16 @@ def update_to_4(rec: dict) -> dict:
 # ----------------------------------------------------------------------------- version 4 -> 5
 
 
-def upgrade_v4_architecture(rec: dict) -> dict:
-    """config.model and config.moe gain the architecture keys of version 5 at their defaults (the
-    GPT-2-style decoder and the learned, loss-balanced router every version-4 run ran), so an older
-    run's identity matches a new run's."""
-    from benchsuite.config import ModelConfig, MoEConfig
+def upgrade_later_keys(rec: dict) -> dict:
+    """Every config section gains the keys added since version 4 (its LATER) at their defaults: what
+    every older run ran (the GPT-2-style decoder, the learned loss-balanced router, no market-based or
+    embodied carbon), so an older run's identity matches a new run's."""
+    from benchsuite.config import SECTIONS, later_keys
 
     config = rec.get("config") or {}
-    for sec, cls in (("model", ModelConfig), ("moe", MoEConfig)):
-        if isinstance(config.get(sec), dict):
-            defaults = {f.name: f.default for f in fields(cls) if f.name in cls.LATER}
+    for sec, cls in SECTIONS.items():
+        if isinstance(config.get(sec), dict) and later_keys(cls):
+            defaults = {f.name: f.default for f in fields(cls) if f.name in later_keys(cls)}
             config[sec].update({k: v for k, v in defaults.items() if k not in config[sec]})
     return rec
 
@@ -335,7 +335,73 @@ def upgrade_v4_architecture(rec: dict) -> dict:
 def update_to_5(rec: dict) -> dict:
     """Version 4 -> 5: the model's architecture keys (norm, positions, grouped-query attention, presets)
     and the router's balancing and forced routing."""
-    return _apply(rec, 5, [Upgrade(upgrade_v4_architecture, "config.model / config.moe")])
+    return _apply(rec, 5, [Upgrade(upgrade_later_keys, "config.model / config.moe")])
+
+
+# ----------------------------------------------------------------------------- version 5 -> 6
+
+
+def _well_formed(step: Callable[[dict], object], section: object) -> bool:
+    """Whether `step` ran on `section` (changing it in place): False for a section of the wrong shape or
+    types, which the upgrade leaves as it is for the decoder to name the field (a record/types error, not
+    an upgrade's)."""
+    if not isinstance(section, dict):
+        return False
+    trial = copy.deepcopy(section)
+    try:
+        step(trial)
+    except (TypeError, ValueError, KeyError, AttributeError, ArithmeticError):
+        return False
+    section.clear()
+    section.update(trial)
+    return True
+
+
+def upgrade_v5_energy_bounds(rec: dict) -> dict:
+    """Every energy figure gains its bound (energy/bounds.py), computed from what the record holds: the
+    figure, its source and window, the summed windows and, where recorded, sampled power. Counter edges
+    were not aligned to an update before version 6, so the bound counts a whole update period at each."""
+    from benchsuite.energy.bounds import add_bounds, scaled
+
+    energy = rec.get("energy")
+    if not _well_formed(add_bounds, energy):
+        return rec
+    per_work = (rec.get("metrics") or {}).get("energy")
+    if isinstance(per_work, dict):
+        per_work["j_per_token_bound"] = scaled(energy["bounds"]["total"], energy.get("total_j"),
+                                               per_work.get("j_per_token"))
+        per_work["gpu_j_per_token_bound"] = scaled(energy["bounds"]["gpu"], energy.get("gpu_j"),
+                                                   per_work.get("gpu_j_per_token"))
+    return rec
+
+
+def upgrade_v5_carbon_parts(rec: dict) -> dict:
+    """The carbon section gains the CO2e's bound and, beside it, the market-based, embodied and water parts
+    as a new run would state them from the same energy and the (upgraded) config's [carbon] keys."""
+    from benchsuite.config import CarbonConfig
+    from benchsuite.energy import footprint
+    from benchsuite.energy.bounds import scaled
+    from benchsuite.energy.carbon import usage_of
+
+    carbon, energy, config = rec.get("carbon"), rec.get("energy"), rec.get("config") or {}
+    if not isinstance(energy, dict):
+        return rec
+
+    def fill(section: dict) -> None:
+        cfg = CarbonConfig(**(config.get("carbon") or {}))
+        section["co2e_g_bound"] = scaled((energy.get("bounds") or {}).get("total"), energy.get("total_j"),
+                                         section.get("co2e_g"))
+        section.update(footprint.parts(usage_of(energy, float(section.get("pue") or 1.0)), cfg))
+
+    _well_formed(fill, carbon)  # a malformed section is left for the decoder to name
+    return rec
+
+
+def update_to_6(rec: dict) -> dict:
+    """Version 5 -> 6: a bound on every energy figure, and the carbon parts beside the location-based
+    CO2e (market-based, embodied, water) with their [carbon] keys."""
+    return _apply(rec, 6, [Upgrade(upgrade_later_keys, "config.carbon"), Upgrade(upgrade_v5_energy_bounds, "energy"),
+                           Upgrade(upgrade_v5_carbon_parts, "carbon")])
 
 
 # ----------------------------------------------------------------------------- the chain
@@ -354,7 +420,8 @@ def _apply(rec: dict, version: int, upgrades: list[Upgrade]) -> dict:
     return rec
 
 
-UPDATES: dict[int, Callable[[dict], dict]] = {2: update_to_2, 3: update_to_3, 4: update_to_4, 5: update_to_5}  # version reached
+UPDATES: dict[int, Callable[[dict], dict]] = {2: update_to_2, 3: update_to_3, 4: update_to_4, 5: update_to_5,
+                                               6: update_to_6}  # version reached
 
 
 def migrate(doc: object) -> dict:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from benchsuite.config import RunConfig, TrainConfig
 from benchsuite.dist import ParallelDims
 from benchsuite.energy.attribution import attribute_energy
-from benchsuite.energy.carbon import carbon_section
+from benchsuite.energy.carbon import record_carbon
 from benchsuite.energy.common import sum_or_none
 from benchsuite.environment import THREADS_SOURCE_VAR, host_facts, software_versions
 from benchsuite.metrics import comm
@@ -200,7 +200,7 @@ def build_record(run: RunConfig, facts: RunFacts, ranks: list[RankResult], *, ru
         "speed_valid": not facts.shared_device,
     }
     energy = attribute_energy([r.energy_window for r in ranks])
-    carbon = carbon_section(energy["total_j"], run.carbon, energy_source=energy["source"])
+    carbon = record_carbon(energy, run.carbon)
     measured_tokens = tokens_per_step * len(step_times)
     metrics["energy"] = derived_metrics(energy, tokens=measured_tokens, model_flops=measured_tokens * f.model,
                                         carbon=carbon)
