@@ -30,7 +30,7 @@ name = "overhead"
 
 [defaults]
 model = {{ layers = 2, hidden = 32, heads = 2, vocab = 128, seq_len = 16 }}
-train = {{ micro_batch = 2, steps = 4, warmup_steps = 2, timeout_s = 600, compile = {compile} }}
+train = {{ micro_batch = 2, steps = 4, warmup_steps = {warmup}, timeout_s = 600, compile = {compile} }}
 
 [[workload]]
 name = "dense"
@@ -39,12 +39,14 @@ kind = "dense"
 [sweep]
 world_size = [{world}]
 """
-CASES = {"world 1": (1, "false"), "world 2": (2, "false"), "world 1, compile": (1, "true")}
+CASES = {"world 1": (1, False), "world 2": (2, False), "world 1, compile": (1, True)}
 
 
 def wall_s(cmd: list[str]) -> float:
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        sys.exit(f"bench_overhead: {' '.join(cmd)} exited {done.returncode}:\n{done.stderr}")
     return time.perf_counter() - t0
 
 
@@ -52,10 +54,11 @@ def import_torch_s() -> float:
     return wall_s([sys.executable, "-c", "import torch"])
 
 
-def fixed_cost_s(folder: Path, world: int, compile_: str) -> tuple[float, float]:
-    """(wall time of one `benchsuite run`, its measured steps' time from the record)."""
+def fixed_cost_s(folder: Path, world: int, compile_: bool) -> tuple[float, float]:
+    """(wall time of one `benchsuite run`, its measured steps' time from the record). With compile, the
+    one more warm-up step a compiled run must have (config.py)."""
     suite = folder / f"w{world}-{compile_}.toml"
-    suite.write_text(SUITE.format(world=world, compile=compile_))
+    suite.write_text(SUITE.format(world=world, compile=str(compile_).lower(), warmup=3 if compile_ else 2))
     out = Path(tempfile.mkdtemp(dir=folder))
     wall = wall_s([sys.executable, "-m", "benchsuite.cli", "run", str(suite), "--out", str(out)])
     (record,) = out.glob("*.json")
