@@ -106,7 +106,7 @@ def seed_groups(results: Results) -> list[SeedGroup]:
         groups.append(SeedGroup(str(row["suite"]), str(row["workload"]), str(row["kind"]), dig(cfg, "moe", "router"),
                                 row["identity"], str(row["label"]),
                                 (row["world_size"], row["nodes"], row["scaling"], row["scaling.hardware"],
-                                 row["scaling.threads_per_rank"]),
+                                 num(row["scaling.threads_per_rank"])),  # NaN (a GPU run) never equals NaN
                                 present(row.get(FINAL_LOSS[1])), tables[row["identity"]],
                                 results.run_records(row["identity"]), list(row["failed_seeds"]),
                                 row["energy.source"] if isinstance(row["energy.source"], str) else None))
