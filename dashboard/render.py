@@ -89,6 +89,43 @@ def f_ms(median, lo=None, hi=None) -> str:
     return format_step_ms(num(median), num(lo), num(hi)) or DASH
 
 
+_SI = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1, ""), (1e-3, "m"), (1e-6, "µ"))
+
+
+def f_si(v, unit: str, digits: int = 3) -> str:
+    """A figure in its unit with an SI prefix, `digits` significant: 1.70 GFLOP, 33.9 mJ, 520 W."""
+    v = num(v)
+    if v is None:
+        return DASH
+    if v == 0:
+        return f"0 {unit}"
+    scale, prefix = next(((s, p) for s, p in _SI if abs(v) >= s), _SI[-1])
+    return f"{v / scale:.{digits}g} {prefix}{unit}"
+
+
+def f_count(v) -> str:
+    """A count as people say it: 950, 12.3 k, 380 M, 1.20 B (parameters, tokens)."""
+    v = num(v)
+    if v is None:
+        return DASH
+    for scale, suffix in ((1e12, " T"), (1e9, " B"), (1e6, " M"), (1e3, " k")):
+        if abs(v) >= scale:
+            return f"{v / scale:.3g}{suffix}"
+    return f"{v:,.0f}" if v == int(v) else f"{v:.3g}"
+
+
+def f_duration(v) -> str:
+    """Seconds as a reader wants them: 316 ms, 7.92 s, 12.5 min, 3.2 h."""
+    v = num(v)
+    if v is None:
+        return DASH
+    if abs(v) < 1:
+        return f_si(v, "s")
+    if abs(v) < 120:
+        return f"{v:.3g} s"
+    return f"{v / 60:.3g} min" if abs(v) < 7200 else f"{v / 3600:.3g} h"
+
+
 # -- HTML pieces --------------------------------------------------------------------------
 
 def missing(what: str, why: str = NOT_MEASURED) -> str:
@@ -96,13 +133,30 @@ def missing(what: str, why: str = NOT_MEASURED) -> str:
     return f'<div class="missing"><strong>{esc(what)}</strong>: {esc(why)}</div>'
 
 
-def kv_table(rows: list[tuple[str, Any]], cls: str = "kv") -> str:
-    """Two-column table; values are escaped here (pass plain strings)."""
-    body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v if present(v) else DASH)}</td></tr>" for k, v in rows)
+def says_nothing(v: Any) -> bool:
+    """A value with nothing to say: missing, or only dashes and separators ("—", "— / —")."""
+    return not present(v) or (isinstance(v, str) and not v.strip(" —/·,()"))
+
+
+def kv_table(rows: list[tuple[str, Any]], cls: str = "kv", empty: str = "not recorded") -> str:
+    """Label/value rows, one line each (values are escaped here: pass plain strings); the rows with
+    nothing to say are one last line, `empty: label, label`, not a row of "—" each."""
+    said = [(k, v) for k, v in rows if not says_nothing(v)]
+    silent = [k for k, v in rows if says_nothing(v)]
+    if silent:
+        said.append((empty, ", ".join(silent)))
+    body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in said)
     return f'<table class="{cls}">{body}</table>'
 
 
-def table(headers: list[str], rows: list[list[Any]], cls: str = "grid") -> str:
+def table(headers: list[str], rows: list[list[Any]], cls: str = "grid", drop_silent: bool = False) -> str:
+    """A table with a header row. drop_silent: the columns with nothing to say in any row are left out,
+    named on one line under the table."""
+    silent = [i for i in range(len(headers)) if rows and all(says_nothing(r[i]) for r in rows)] if drop_silent else []
+    if silent:
+        kept = [i for i in range(len(headers)) if i not in silent]
+        note = f'<p class="note">not recorded: {esc(", ".join(headers[i] for i in silent))}</p>'
+        return table([headers[i] for i in kept], [[r[i] for i in kept] for r in rows], cls) + note
     head = "".join(f"<th>{esc(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{esc(c if present(c) else DASH)}</td>" for c in r) + "</tr>"
                    for r in rows)

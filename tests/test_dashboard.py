@@ -758,3 +758,83 @@ def test_the_environment_block_says_its_figures_in_words_and_units_and_collapses
     text = " ".join(_parse(next(tmp_path.glob("runs/*.html"))).text)
     assert "RAM (GB)" in text and "23.6" in text and "23.585494995117188" not in text
     assert "not recorded" in text and "CUDA, NCCL, driver" in text
+
+
+# ----------------------------------------------------------------------------- run page: rows in words and units
+
+
+def _kv_rows(page: str) -> list[list[tuple[str, str]]]:
+    """Every label/value table of a run page, as (label, value) text pairs."""
+    return [[(html.unescape(k), html.unescape(v)) for k, v in re.findall(r"<tr><th>(.*?)</th><td>(.*?)</td></tr>", t)]
+            for t in re.findall(r'<table class="kv">(.*?)</table>', page, flags=re.S)]
+
+
+def test_run_page_rows_that_have_nothing_to_say_are_one_line_per_block(tmp_path):
+    rec = copy.deepcopy(_record("make_dvs-switch-w2.json"))
+    rec["metrics"].update(hfu=None, hardware_tflops_per_device=None)
+    rec["metrics"]["moe"].update(padding_frac=None, z_loss=None, all_to_all_share=None)
+    page, _ = _run_page(tmp_path, rec)
+    blocks = _kv_rows(page)
+    assert len(blocks) >= 6
+    for rows in blocks:
+        assert not [v for _, v in rows if not v.strip(" —/·,()")], rows  # no row of "—" (or "— / —")
+        silent = [v for k, v in rows if k in ("not recorded", "not measured")]
+        assert len(silent) <= 1 and rows[-1][0] in ("not recorded", "not measured") if silent else True
+    flat = dict(kv for rows in blocks for kv in rows if kv[0] not in ("not recorded", "not measured"))
+    said = [v for rows in blocks for k, v in rows if k == "not recorded"]
+    assert "HFU (hardware FLOPs, recompute included)" in said[0] and "hardware FLOP/s per device" in said[0]
+    moe = next(v for rows in blocks for k, v in rows if k == "not recorded" and "router z-loss" in v)
+    assert moe == ("padding (empty capacity slots), imbalance per step, mean / worst, tokens per expert, "
+                   "busiest / mean, router z-loss, all-to-all share of step time")
+    assert flat["tokens dropped (over capacity)"] == "2.7%"
+
+
+def test_run_page_numbers_are_in_their_units_and_labels_in_words(tmp_path):
+    rec = _record("make_dvs-switch-w2.json")
+    page, _ = _run_page(tmp_path, rec)
+    rows = dict(kv for rows in _kv_rows(page) for kv in rows)
+    m, e = rec["metrics"], rec["energy"]
+    assert rows["model FLOPs / token"] == f"{m['flops']['model_per_token'] / 1e9:.3g} GFLOP"
+    assert rows["model FLOP/s per device"] == f"{m['tflops_per_device']:.3g} TFLOP/s"
+    assert rows["parameters (total / active per token)"] == (f"{m['params']['total'] / 1e6:.3g} M / "
+                                                            f"{m['params']['active'] / 1e6:.3g} M")
+    assert rows["energy / token"] == f"{m['energy']['j_per_token'] * 1e3:.3g} mJ"
+    assert rows["GPU energy"] == f"{e['gpu_j'] / 1e3:.3g} kJ · measured"
+    assert rows["measured window"] == f"{e['window_s']:.3g} s"
+    assert rows["CO2e (the run's)"] == f"{rec['carbon']['co2e_g'] * 1e3:.3g} mg"
+    assert rows["CO2e to target"] == f"{m['quality']['co2e_g'] * 1e3:.3g} mg"
+    assert rows["duration"] == f"{rec['duration_s']:.3g} s"
+    assert rows["parallelism"] == "none (data parallel only)"
+    assert rows["router z-loss"] == "0.0007"
+    visible = re.sub(r"<script.*?</script>|<details>.*?</details>", "", page, flags=re.S)
+    assert not re.findall(r"\d\.\d{5,}", visible)  # no raw float (23.54010009765625) anywhere a reader looks
+    for label, _ in (kv for rows in _kv_rows(page) for kv in rows):
+        assert "_" not in label, label  # words, not record field names
+
+
+def test_an_moe_run_dropping_more_than_the_threshold_is_flagged_on_its_page_and_in_the_runs_table(tmp_path):
+    from benchsuite.record.sanity import MAX_DROPPED_FRAC
+
+    rec = copy.deepcopy(_record("make_dvs-switch-w2.json"))
+    rec["metrics"]["moe"]["dropped_frac"] = 0.64
+    assert 0.64 > MAX_DROPPED_FRAC
+    page, _ = _run_page(tmp_path, rec)
+    box = re.search(r'<div class="flags" role="alert">(.*?)</div>', page, flags=re.S).group(1)
+    assert "metrics.moe.dropped_frac" in box and "64% of the token assignments were dropped" in html.unescape(box)
+    rows = dict(kv for rows in _kv_rows(page) for kv in rows)
+    assert rows["tokens dropped (over capacity)"] == "64.0% ⚠ above 10%: the run's speed is not the model's"
+    (row,) = _runs_rows(tmp_path)
+    assert row[1] == "ok" and "64% of the token assignments were dropped" in row[3]  # the page script: ⚠ flagged
+
+
+def test_the_runs_table_marks_the_columns_a_narrow_window_leaves_out(tmp_path):
+    from dashboard.pages.overview import COLUMNS, WIDE
+
+    build_site(FIXTURES, tmp_path)
+    index = (tmp_path / "index.html").read_text(encoding="utf-8")
+    heads = re.findall(r'<th data-type="\w+" data-render="\w*" class="(\w*)" tabindex="0">(.*?)</th>', index)
+    assert [html.unescape(h) for _, h in heads] == [c[0] for c in COLUMNS]
+    assert [h for w, h in heads if w == WIDE] == ["Suite", "Repeat", "Nodes", "Scaling", "Energy/token (J)",
+                                                   "CO2e/Mtok (g)"]
+    css = (tmp_path / "assets" / "dashboard.css").read_text(encoding="utf-8")
+    assert re.search(r"@media \(max-width: 1199px\) \{\s*table\.runs \.wide \{ display: none; \}", css)

@@ -65,6 +65,7 @@
       } else {
         td.textContent = c[0];
       }
+      if (heads[col].classList.contains("wide")) td.classList.add("wide");  // left out in a narrow window
       return td;
     }
 

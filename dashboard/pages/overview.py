@@ -10,12 +10,14 @@ from dashboard.page import Page
 from dashboard.render import DASH, DataFile, Section, esc, f_ms, f_num, f_pct, f_sig, num, present
 
 
-COLUMNS = [  # (header, sort type, how the page script draws the cell)
-    ("Suite", "text", ""), ("Workload", "text", "link"), ("Seed", "num", ""), ("Repeat", "num", ""),
-    ("Model", "text", ""), ("Devices", "num", ""),
-    ("Nodes", "num", ""), ("Scaling", "text", ""), ("Status", "text", "status"), ("Tokens/s", "num", ""),
-    ("MFU (HFU)", "num", ""), ("Step time (ms, 95% CI)", "num", ""), ("Scaling efficiency (the run's)", "num", ""),
-    ("Energy/token (J)", "num", ""), ("CO2e/Mtok (g)", "num", "")]
+WIDE = "wide"  # a column left out below 1,200 px (dashboard.css), so the table fits a 900 px window
+COLUMNS = [  # (header, sort type, how the page script draws the cell, WIDE or "")
+    ("Suite", "text", "", WIDE), ("Workload", "text", "link", ""), ("Seed", "num", "", ""),
+    ("Repeat", "num", "", WIDE), ("Model", "text", "", ""), ("Devices", "num", "", ""),
+    ("Nodes", "num", "", WIDE), ("Scaling", "text", "", WIDE), ("Status", "text", "status", ""),
+    ("Tokens/s", "num", "", ""), ("MFU (HFU)", "num", "", ""), ("Step time (ms, 95% CI)", "num", "", ""),
+    ("Scaling efficiency (the run's)", "num", "", ""), ("Energy/token (J)", "num", "", WIDE),
+    ("CO2e/Mtok (g)", "num", "", WIDE)]
 PAGE_SIZE = 100
 
 
@@ -101,7 +103,8 @@ def render(data: SiteData) -> Section:
     df = data.df
     if df.empty:
         return Section("overview", "Runs", '<p class="missing">No records in this results folder.</p>')
-    head = "".join(f'<th data-type="{t}" data-render="{r}" tabindex="0">{esc(h)}</th>' for h, t, r in COLUMNS)
+    head = "".join(f'<th data-type="{t}" data-render="{r}" class="{w}" tabindex="0">{esc(h)}</th>'
+                   for h, t, r, w in COLUMNS)
     kinds = "".join(f'<option value="{esc(k)}">{esc(k)}</option>' for k in sorted(df["kind_label"].unique()))
     controls = (
         '<div class="filters" data-for="runs-table">'
@@ -118,7 +121,9 @@ def render(data: SiteData) -> Section:
             f'data-page-size="{PAGE_SIZE}"><thead><tr>{head}</tr></thead><tbody></tbody></table></div>' + pager +
             '<noscript><p class="missing">The runs table needs JavaScript; each run page is runs/&lt;run key&gt;.html.'
             '</p></noscript>'
-            f'<p class="note">{PAGE_SIZE} records a page, one per seed and repeat of a run. Click a column to sort; '
+            f'<p class="note">{PAGE_SIZE} records a page, one per seed and repeat of a run. A window narrower '
+            "than 1,200 px leaves out suite, repeat, nodes, scaling, energy and CO2e (each run's page has them). "
+            "Click a column to sort; "
             "click a workload for its record's page. Scaling efficiency is the run's (its median over seeds and "
             "repeats): weak = throughput(N) / (N × throughput(1)), strong = time(1) / (N × time(N)), against the "
             "1-device run of the sweep with the same config, hardware and threads per rank.</p>")

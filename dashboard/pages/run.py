@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 
+from benchsuite.record.sanity import MAX_DROPPED_FRAC
 from benchsuite.record.values import dig
 from benchsuite.results.scaling import BASELINE
 from dashboard.data import load_table
-from dashboard.render import (Figure, Section, esc, f_bytes, f_ms, f_num, f_pct, f_sig, kv_table, layout,
-                              missing, num, present, ptext, series, short, table)
+from dashboard.render import (Figure, Section, esc, f_bytes, f_count, f_duration, f_ms, f_num, f_pct, f_si, f_sig,
+                              kv_table, layout, missing, num, present, ptext, series, short, table)
 
 SMALL = {"height": 300}
 
@@ -138,32 +139,40 @@ def memory_figure(rec) -> Figure | None:
                                                  unit, barmode="group", **SMALL))
 
 
+def _flops_per_s(tflops) -> str:
+    """Model or hardware FLOP/s per device from the record's TFLOP/s: 312 TFLOP/s, 45.2 GFLOP/s on a CPU."""
+    v = num(tflops)
+    return f_si(None if v is None else v * 1e12, "FLOP/s")
+
+
 def _headline(row, rec) -> str:
     m = rec.get("metrics") or {}
     fl = m.get("flops") or {}
+    efficiency = ("baseline" if row.get("scaling_baseline") == BASELINE else f_pct(row.get("scaling_efficiency"))) \
+        if present(row.get("scaling_efficiency")) else row.get("scaling_efficiency_reason")
+    ceiling = _flops_per_s(m.get("matmul_ceiling_tflops"))
+    if num(m.get("matmul_ceiling_tflops")) is not None and present(m.get("matmul_ceiling_source")):
+        ceiling += f" · {m['matmul_ceiling_source']}"
     rows = [("tokens / s", f_num(row.get("tokens_per_s"))),
             ("MFU (model FLOPs, no recompute)", f_pct(row.get("mfu"))),
             ("HFU (hardware FLOPs, recompute included)", f_pct(m.get("hfu"))),
             ("step time, ms (median, 95% CI)", f_ms(row.get("step_time_median_s"), row.get("step_time_ci95_lo_s"),
                                                    row.get("step_time_ci95_hi_s"))),
-            ("TFLOP/s per device (model / hardware)",
-             f"{f_sig(m.get('tflops_per_device'))} / {f_sig(m.get('hardware_tflops_per_device'))}"),
+            ("model FLOP/s per device", _flops_per_s(m.get("tflops_per_device"))),
+            ("hardware FLOP/s per device", _flops_per_s(m.get("hardware_tflops_per_device"))),
             ("parameters (total / active per token)",
-             f"{f_sig(dig(m, 'params', 'total'))} / {f_sig(dig(m, 'params', 'active'))}"),
-            ("model FLOPs / token", f_sig(fl.get("model_per_token"))),
-            ("hardware FLOPs / token", f_sig(fl.get("hardware_per_token"))),
-            ("counted FLOPs / token", f_sig(fl.get("counted_per_token"))),
-            ("scaling efficiency (the run's: its median over seeds and repeats)",
-             ("baseline" if row.get("scaling_baseline") == BASELINE else f_pct(row.get("scaling_efficiency")))
-             if present(row.get("scaling_efficiency"))
-             else f"— ({row.get('scaling_efficiency_reason') or 'not computed'})"),
+             f"{f_count(dig(m, 'params', 'total'))} / {f_count(dig(m, 'params', 'active'))}"),
+            ("model FLOPs / token", f_si(fl.get("model_per_token"), "FLOP")),
+            ("hardware FLOPs / token", f_si(fl.get("hardware_per_token"), "FLOP")),
+            ("counted FLOPs / token", f_si(fl.get("counted_per_token"), "FLOP")),
+            ("scaling efficiency (the run's: its median over seeds and repeats)", efficiency),
             ("scaling baseline", row.get("scaling_baseline")),
-            ("matmul ceiling, TFLOP/s", f_sig(m.get("matmul_ceiling_tflops"))
-             + (f" · {m['matmul_ceiling_source']}" if present(m.get("matmul_ceiling_source")) else "")),
+            ("matmul ceiling", ceiling),
             ("model FLOP/s vs ceiling", f_pct(m.get("mfu_vs_ceiling")) if present(m.get("mfu_vs_ceiling"))
-             else f"— ({m.get('mfu_vs_ceiling_reason') or 'not measured'})"),
-            ("J / token", f_sig(row.get("j_per_token"))), ("g CO2e / Mtok", f_sig(row.get("gco2e_per_mtok"))),
-            ("avg W per device (GPU)", f_sig(row.get("avg_w_per_device")))]
+             else m.get("mfu_vs_ceiling_reason")),
+            ("energy / token", f_si(row.get("j_per_token"), "J")),
+            ("CO2e / million tokens", f_si(row.get("gco2e_per_mtok"), "g")),
+            ("average power per device (GPU)", f_si(row.get("avg_w_per_device"), "W"))]
     if m.get("reasons"):  # what a user's own loop could not tell (benchsuite.measure)
         rows.append(("not known", "; ".join(m["reasons"])))
     return kv_table(rows)
@@ -180,6 +189,19 @@ def _architecture(model) -> str | None:
             f"{model.get('position') or 'learned'} positions")
 
 
+PARALLEL_WORDS = (("tensor", "tensor"), ("pipeline", "pipeline"), ("expert", "expert"), ("zero", "ZeRO stage"))
+
+
+def _parallel(parallel) -> str | None:
+    """'tensor 2 · expert 4 · ZeRO stage 1': the layout in words (degrees of 1 and ZeRO 0 left out), or
+    'none (data parallel only)'."""
+    if not isinstance(parallel, dict):
+        return None
+    parts = [f"{word} {num(parallel.get(k)):g}" for k, word in PARALLEL_WORDS
+             if (num(parallel.get(k)) or 0) > (0 if k == "zero" else 1)]
+    return " · ".join(parts) or "none (data parallel only)"
+
+
 def _identity(row, rec) -> str:
     cfg = rec.get("config") or {}
     return kv_table([("suite", rec.get("suite")), ("workload", rec.get("workload")),
@@ -187,9 +209,9 @@ def _identity(row, rec) -> str:
                      ("description", cfg.get("description")), ("kind", row.get("kind_label")),
                      ("model", _architecture(cfg.get("model"))),
                      ("world size", cfg.get("world_size")), ("nodes", cfg.get("nodes")),
-                     ("scaling", cfg.get("scaling")), ("parallel", json.dumps(cfg.get("parallel"))),
+                     ("scaling", cfg.get("scaling")), ("parallelism", _parallel(cfg.get("parallel"))),
                      ("status", rec.get("status")), ("started", rec.get("started_at")),
-                     ("duration (s)", f_sig(rec.get("duration_s"))), ("run key", rec.get("run_key"))])
+                     ("duration", f_duration(rec.get("duration_s"))), ("run key", rec.get("run_key"))])
 
 
 def _flags(row, rec) -> str:
@@ -216,9 +238,6 @@ def _error(rec) -> str:
             f"<pre>{esc(e.get('message') or '')}</pre></div>")
 
 
-MOE_LABELS = {"expert_impl": "expert implementation", "load_max_over_mean": "load max / mean (mean over layers)"}
-
-
 def _moe_settings(cfg: dict) -> list[tuple[str, str]]:
     """What the run's MoE layers were: router, experts and k, capacity, routing and balancing."""
     moe = cfg.get("moe")
@@ -233,15 +252,35 @@ def _moe_settings(cfg: dict) -> list[tuple[str, str]]:
             ("routing", f"{moe.get('routing') or 'learned'}, balanced by {moe.get('balance') or 'aux_loss'}")]
 
 
+def _dropped(frac) -> str:
+    """The share of token assignments dropped, marked when the sanity guard flags it (record/sanity.py)."""
+    v = num(frac)
+    if v is None or v <= MAX_DROPPED_FRAC:
+        return f_pct(v)
+    return f"{f_pct(v)} ⚠ above {MAX_DROPPED_FRAC:.0%}: the run's speed is not the model's"
+
+
+def _moe_figures(moe: dict) -> list[tuple[str, str]]:
+    """metrics.moe in words and units, one row each."""
+    return [("tokens dropped (over capacity)", _dropped(moe.get("dropped_frac"))),
+            ("padding (empty capacity slots)", f_pct(moe.get("padding_frac"))),
+            ("busiest expert ÷ mean (mean over layers)", f_sig(moe.get("load_max_over_mean"))),
+            ("imbalance per step, mean / worst", f"{f_sig(moe.get('imbalance_mean'))} / "
+                                                 f"{f_sig(moe.get('imbalance_max'))}"),
+            ("tokens per expert, busiest / mean", f"{f_count(moe.get('tokens_per_expert_max'))} / "
+                                                  f"{f_count(moe.get('tokens_per_expert_mean'))}"),
+            ("auxiliary (balancing) loss", _loss(moe.get("aux_loss"))), ("router z-loss", _loss(moe.get("z_loss"))),
+            ("all-to-all share of step time", f_pct(moe.get("all_to_all_share"))),
+            ("expert implementation", moe.get("expert_impl")), ("how measured", moe.get("source"))]
+
+
 def _moe(rec) -> str:
-    """The MoE settings of the run's config, then the routing figures of metrics.moe (strings as they are)."""
+    """The MoE settings of the run's config, then the routing figures of metrics.moe."""
     moe = dig(rec, "metrics", "moe")
     settings = _moe_settings(rec.get("config") or {})
     if not isinstance(moe, dict) and not settings:
         return ""
-    rows = settings + [(MOE_LABELS.get(k, k.replace("_", " ")), f_sig(v) if num(v) is not None else v)
-                       for k, v in (moe if isinstance(moe, dict) else {}).items() if not isinstance(v, (list, dict))]
-    return kv_table(rows)
+    return kv_table(settings + (_moe_figures(moe) if isinstance(moe, dict) else []))
 
 
 def _memory_table(rec) -> str:
@@ -250,15 +289,15 @@ def _memory_table(rec) -> str:
         return missing("Peak memory per rank")
     rows = [[i, f_bytes(dig(r, "peak_allocated_bytes")), f_bytes(dig(r, "peak_reserved_bytes")),
              f_bytes(dig(r, "peak_rss_bytes")), dig(r, "source")] for i, r in enumerate(per_rank)]
-    return table(["rank", "peak allocated", "peak reserved", "peak host RSS", "source"], rows)
+    return table(["rank", "peak allocated", "peak reserved", "peak host RSS", "source"], rows, drop_silent=True)
 
 
 def _memory_notes(rec) -> str:
     ms = dig(rec, "metrics", "memory", "model_state_bytes")
     if not isinstance(ms, dict):
         return ""
-    rows = [(k, ms.get(k)) for k in ("formula", "K", "N", "method") if present(ms.get(k))]
-    return kv_table(rows) if rows else ""
+    return kv_table([("ZeRO formula", ms.get("formula")), ("optimizer bytes per parameter (K)", f_sig(ms.get("K"))),
+                     ("ranks sharing the state (N)", f_sig(ms.get("N"))), ("how measured", ms.get("method"))])
 
 
 def _comm(rec) -> str:
@@ -268,8 +307,8 @@ def _comm(rec) -> str:
     by_kind = c.get("bytes_per_step_by_kind") if isinstance(c.get("bytes_per_step_by_kind"), dict) else {}
     rows = [("bytes per step (per rank)", f_bytes(c.get("total_bytes_per_step"))),
             ("paper formula", c.get("paper_formula")), ("paper bytes per step", f_bytes(c.get("paper_bytes_per_step"))),
-            ("measured / paper", f_sig(c.get("ratio")))]
-    rows += [(f"{k} per step", f_bytes(v)) for k, v in by_kind.items()]
+            ("measured ÷ paper", f_sig(c.get("ratio")))]
+    rows += [(f"{str(k).replace('_', ' ')} per step", f_bytes(v)) for k, v in by_kind.items()]
     return "<h3>Communication</h3>" + kv_table(rows)
 
 
@@ -278,24 +317,22 @@ def _pipeline(rec) -> str:
     p = dig(rec, "metrics", "pipeline")
     if not isinstance(p, dict):
         return ""
-    rows = [("Stages × virtual stages", f"{p.get('stages')} × {p.get('virtual_stages')}"),
-            ("Schedule, microbatches", f"{p.get('schedule')}, {p.get('microbatches')}"),
-            ("Bubble measured", f_sig(p.get("bubble_measured"))), ("Bubble formula (P−1)/(V·M)", f_sig(p.get("bubble_formula"))),
-            ("Bubble per rank", ", ".join(f_sig(b) for b in p.get("bubble_per_rank") or [])),
-            ("How measured", p.get("bubble_source")),
-            ("Point-to-point bytes per step", f_bytes(p.get("p2p_bytes_per_step"))),
-            ("Point-to-point formula", f_bytes(p.get("p2p_bytes_formula"))),
-            ("Activation memory per stage", f_bytes(p.get("activation_bytes_per_stage"))
+    rows = [("stages × virtual stages", f"{f_num(p.get('stages'))} × {f_num(p.get('virtual_stages'))}"),
+            ("schedule", p.get("schedule")), ("microbatches", f_num(p.get("microbatches"))),
+            ("bubble measured", f_pct(p.get("bubble_measured"))),
+            ("bubble formula (P−1)/(V·M)", f_pct(p.get("bubble_formula"))),
+            ("bubble per rank", ", ".join(f_pct(b) for b in p.get("bubble_per_rank") or [])),
+            ("how measured", p.get("bubble_source")),
+            ("point-to-point bytes per step", f_bytes(p.get("p2p_bytes_per_step"))),
+            ("point-to-point formula", f_bytes(p.get("p2p_bytes_formula"))),
+            ("activation memory per stage", f_bytes(p.get("activation_bytes_per_stage"))
              if num(p.get("activation_bytes_per_stage")) is not None else p.get("activation_reason"))]
     return "<h3>Pipeline</h3>" + kv_table(rows)
 
 
-QUALITY_LABELS = {"target_loss": "Target loss", "reached": "Reached", "step": "Step", "tokens": "Tokens",
-                  "seconds": "Training time (s)", "model_flops": "Model FLOPs", "energy_j": "Energy (J)",
-                  "co2e_g": "CO2e (g)", "initial_val_loss": "Initial validation loss",
-                  "final_val_loss": "Final validation loss", "best_val_loss": "Best validation loss",
-                  "best_step": "Best step", "eval_seconds": "Evaluation time (s)",
-                  "eval_energy_j": "Evaluation energy (J)"}
+def _energy_part(joules, source) -> str | None:
+    """'8.27 kJ · measured'; None (collapsed with the others) where the part was not measured."""
+    return None if num(joules) is None else f"{f_si(joules, 'J')} · {source or 'source not recorded'}"
 
 
 def _energy(rec) -> str:
@@ -303,24 +340,26 @@ def _energy(rec) -> str:
     if not isinstance(e, dict):
         return missing("Energy", "not measured for this run")
     srcs = e.get("sources") or {}
-    html = kv_table([("GPU (J)", f"{f_sig(e.get('gpu_j'))} · {srcs.get('gpu', e.get('source', '—'))}"),
-                     ("CPU (J)", f"{f_sig(e.get('cpu_j'))} · {srcs.get('cpu', e.get('source', '—'))}"),
-                     ("DRAM (J)", f"{f_sig(e.get('dram_j'))} · {srcs.get('dram', e.get('source', '—'))}"),
-                     ("total (J)", f"{f_sig(e.get('total_j'))} · {e.get('source', '—')}"),
-                     ("includes", ", ".join(map(str, e.get("total_includes") or [])) or None),
-                     ("window (s)", f_sig(e.get("window_s"))), ("idle (W)", f_sig(e.get("idle_w"))),
-                     ("above idle (J)", f_sig(e.get("above_idle_j")))])
+    html = kv_table([("GPU energy", _energy_part(e.get("gpu_j"), srcs.get("gpu", e.get("source")))),
+                     ("CPU energy", _energy_part(e.get("cpu_j"), srcs.get("cpu", e.get("source")))),
+                     ("DRAM energy", _energy_part(e.get("dram_j"), srcs.get("dram", e.get("source")))),
+                     ("total energy", _energy_part(e.get("total_j"), e.get("source"))),
+                     ("total includes", ", ".join(map(str, e.get("total_includes") or []))),
+                     ("measured window", f_duration(e.get("window_s"))), ("idle power", f_si(e.get("idle_w"), "W")),
+                     ("energy above idle", f_si(e.get("above_idle_j"), "J"))], empty="not measured")
     devs = [d for d in e.get("per_device") or [] if isinstance(d, dict)]
     if devs:
-        html += table(["device", "name", "host", "ranks", "energy (J)", "source", "avg W"],
+        html += table(["device", "name", "host", "ranks", "energy", "source", "average power"],
                       [[d.get("uuid"), d.get("name"), d.get("host"), ", ".join(map(str, d.get("ranks") or [])),
-                        f_sig(d.get("energy_j")), d.get("source"), f_sig(d.get("avg_w"))] for d in devs[:64]])
+                        f_si(d.get("energy_j"), "J"), d.get("source"), f_si(d.get("avg_w"), "W")] for d in devs[:64]],
+                      drop_silent=True)
     nodes = [n for n in e.get("per_node") or [] if isinstance(n, dict)]
     if nodes:
-        html += table(["node", "ranks", "CPU (J)", "CPU source", "DRAM (J)", "DRAM source"],
+        html += table(["node", "ranks", "CPU energy", "CPU source", "DRAM energy", "DRAM source"],
                       [[n.get("host"), ", ".join(map(str, n.get("ranks") or [])),
-                        f_sig(dig(n, "cpu", "energy_j")), dig(n, "cpu", "source"),
-                        f_sig(dig(n, "dram", "energy_j")), dig(n, "dram", "source")] for n in nodes[:64]])
+                        f_si(dig(n, "cpu", "energy_j"), "J"), dig(n, "cpu", "source"),
+                        f_si(dig(n, "dram", "energy_j"), "J"), dig(n, "dram", "source")] for n in nodes[:64]],
+                      drop_silent=True)
     reasons = [r for r in e.get("reasons") or [] if r]
     for n in nodes[:64]:
         reasons += [f"{part} on {n.get('host')}: {dig(n, part, 'reason')}" for part in ("cpu", "dram")
@@ -334,19 +373,38 @@ def _carbon(rec) -> str:
     c = rec.get("carbon")
     if not isinstance(c, dict):
         return missing("Carbon", "not measured for this run")
-    return kv_table([("energy (kWh)", f_sig(c.get("kwh"))), ("PUE", f_sig(c.get("pue"))),
-                     ("grid intensity (g CO2e/kWh)", f_sig(c.get("intensity_g_per_kwh"))),
-                     ("intensity source", c.get("intensity_source")), ("note", c.get("intensity_note")),
-                     ("CO2e (g)", f_sig(c.get("co2e_g")))])
+    kwh = num(c.get("kwh"))
+    intensity = num(c.get("intensity_g_per_kwh"))
+    return kv_table([("energy (the run's)", f_si(None if kwh is None else kwh * 1e3, "Wh")), ("PUE", f_sig(c.get("pue"))),
+                     ("grid intensity", None if intensity is None else f"{f_sig(intensity)} g CO2e/kWh"),
+                     ("intensity source", c.get("intensity_source")), ("intensity note", c.get("intensity_note")),
+                     ("CO2e (the run's)", f_si(c.get("co2e_g"), "g"))])
+
+
+def _loss(v) -> str | None:
+    return None if num(v) is None else f"{num(v):.4g}"
 
 
 def _quality(rec) -> str:
+    """metrics.quality: the time, tokens, FLOPs and energy to train.target_loss, and the validation losses."""
     q = dig(rec, "metrics", "quality")
     if not isinstance(q, dict):
         return ""
-    return "<h3>Time to target loss</h3>" + kv_table([(QUALITY_LABELS.get(k, k.replace("_", " ").capitalize()),
-                                                       f_sig(v) if num(v) is not None else v)
-                                                      for k, v in q.items() if not isinstance(v, (list, dict))])
+    reached = q.get("reached")
+    return "<h3>Time to target loss</h3>" + kv_table([
+        ("target loss", _loss(q.get("target_loss"))),
+        ("reached", ("yes" if reached else "no") if isinstance(reached, bool) else None),
+        ("at step", f_num(q.get("step"))), ("tokens to target", f_count(q.get("tokens"))),
+        ("training time to target", f_duration(q.get("seconds"))),
+        ("model FLOPs to target", f_si(q.get("model_flops"), "FLOP")),
+        ("energy to target", f_si(q.get("energy_j"), "J")), ("CO2e to target", f_si(q.get("co2e_g"), "g")),
+        ("initial validation loss", _loss(q.get("initial_val_loss"))),
+        ("final validation loss", _loss(q.get("final_val_loss"))),
+        ("best validation loss", _loss(q.get("best_val_loss"))), ("best at step", f_num(q.get("best_step"))),
+        ("evaluation time", f_duration(q.get("eval_seconds"))),
+        ("evaluation energy", f_si(q.get("eval_energy_j"), "J")),
+        *([("why not reached", q.get("reason"))] if reached is False else []),
+        ("how counted", q.get("counting"))], empty="not measured")
 
 
 ENV_LABELS = {"ram_total_gb": "RAM (GB)", "cpu_model": "CPU model", "cpu_count": "CPU cores", "gpu_count": "GPUs",
@@ -358,27 +416,22 @@ def _env(rec) -> str:
     if not isinstance(env, dict) or not env:
         return missing("Environment", "not recorded")
     shown_apart = ("devices", "threads_per_rank", "threads_source")
-    rows, unrecorded = [], []
+    # the same for every run of a sweep (launch.thread_plan), so scaling compares like with like
+    threads = env.get("threads_per_rank")
+    rows = [("CPU threads per rank", f"{threads} · {env.get('threads_source') or 'source not recorded'}"
+             if present(threads) else None)]
     for k, v in env.items():
         if k in shown_apart or isinstance(v, dict) or (isinstance(v, list) and any(isinstance(x, (dict, list))
                                                                                    for x in v)):
             continue
-        label = ENV_LABELS.get(k, k.replace("_", " "))
-        if not present(v) or v == []:
-            unrecorded.append(label)  # one line for all of them, not a row of "—" each
-        else:
-            rows.append((label, ", ".join(map(str, v)) if isinstance(v, list) else f_sig(v) if isinstance(v, float)
-                         else v))
-    if unrecorded:
-        rows.append(("not recorded", ", ".join(unrecorded)))
-    # the same for every run of a sweep (launch.thread_plan), so scaling compares like with like
-    threads = env.get("threads_per_rank") if present(env.get("threads_per_rank")) else "—"
-    rows.insert(0, ("CPU threads per rank", f"{threads} · {env.get('threads_source') or 'not recorded'}"))
-    html = kv_table(rows)
+        value = ", ".join(map(str, v)) if isinstance(v, list) else f_sig(v) if isinstance(v, float) else v
+        rows.append((ENV_LABELS.get(k, k.replace("_", " ")), value))
+    html = kv_table(rows)  # what was not recorded: one line
     devs = [d for d in env.get("devices") or [] if isinstance(d, dict)]
     if devs:
         html += table(["rank", "host", "type", "name", "uuid"],
-                      [[d.get("rank"), d.get("host"), d.get("type"), d.get("name"), d.get("uuid")] for d in devs[:64]])
+                      [[d.get("rank"), d.get("host"), d.get("type"), d.get("name"), d.get("uuid")] for d in devs[:64]],
+                      drop_silent=True)
         if len(devs) > 64:
             html += f'<p class="note">… and {len(devs) - 64} more devices (see the record).</p>'
     return html
