@@ -170,3 +170,41 @@ def test_carbon_project_text_states_its_assumptions_and_sources(tmp_path, capsys
     assert "from measured energy of gpu, cpu, dram (a measured counter)" in text
     assert "no short-window flag" in text
     assert "PUE 1.5 from --pue" in text
+
+
+def _answer(capsys, folder) -> tuple[str, str]:
+    """The report's text, and its dense-vs-sparse table's (the first table), each on one line."""
+    assert cli.main(["report", str(folder)]) == 0
+    text = capsys.readouterr().out
+    first = text.split("benchsuite results")[0]
+    return " ".join(text.split()), " ".join(first.split())
+
+
+def test_report_gives_the_dense_vs_sparse_answer_first_and_in_words(capsys):
+    text, answer = _answer(capsys, FIXTURES)
+    assert text.startswith("Dense vs sparse: each sparse run ÷ the dense run of its suite")
+    assert text.index("Dense vs sparse") < text.index("benchsuite results") < text.index("Claims")
+    recs = {r["_path"].rsplit("/", 1)[-1]: r for r in load_records(FIXTURES)}
+    ratio = (recs["make_dvs-switch-w1.json"]["metrics"]["tokens_per_s"]
+             / recs["make_dvs-dense-w1.json"]["metrics"]["tokens_per_s"])  # one seed each: the ratio of the two
+    assert f"│ switch · w1 │ tok/s {ratio:.2f}×" in answer and "│ ÷ dense · w1 │" in answer
+    assert "one seed on a side: no interval (sweep train.seed)" in answer
+    assert "not compared: energy per token, energy to target, CO2e to target (energy not measured" in answer
+    for field in ("tokens_per_s", "j_per_token", "quality.", "final_val_loss", "co2e_g"):
+        assert field not in answer, field  # words, not the results model's column names
+
+
+def test_the_answer_ranks_a_ratio_whose_interval_over_seeds_excludes_one(tmp_path, capsys):
+    import copy
+
+    recs = {r["_path"].rsplit("/", 1)[-1]: r for r in load_records(FIXTURES)}
+    for name, speeds in (("make_dvs-dense-w1.json", (1.0, 1.02, 0.99)), ("make_dvs-switch-w1.json", (1.5, 1.52, 1.49))):
+        for seed, speed in enumerate(speeds):
+            rec = copy.deepcopy(recs[name])
+            rec.pop("_path", None)
+            rec["config"]["train"]["seed"] = seed
+            rec["run_key"] = f"{rec['run_key']}{seed}"
+            rec["metrics"]["tokens_per_s"] = 20000 * speed
+            (tmp_path / f"{rec['run_key']}.json").write_text(json.dumps(rec))
+    _, answer = _answer(capsys, tmp_path)
+    assert "│ switch · w1 │ tok/s 1.50× (" in answer and "): switch · w1 higher" in answer

@@ -31,8 +31,8 @@ def run(args) -> int:
 
 
 def _report(args, fit, results) -> int:
-    from benchsuite.results.report import (ENERGY_COLUMNS, ENERGY_WHEN, report_rows, report_table, section_rows,
-                                           section_tables, verdict_tables)
+    from benchsuite.results.report import (ENERGY_COLUMNS, ENERGY_WHEN, answer_table, report_rows, report_table,
+                                           section_rows, section_tables, verdict_tables)
     from benchsuite.results.verdicts import verdicts_doc
 
     if args.json:
@@ -43,7 +43,8 @@ def _report(args, fit, results) -> int:
     if results.runs.empty:
         err.print(f"no records in {printable(args.dir)}", markup=False)
         return 0
-    out.print(report_table(results, fit))
-    for table in section_tables(results, fit) + verdict_tables(results.verdicts):
+    answer = answer_table(results)  # the answer first, then the runs and their sections
+    for table in ([answer] if answer else []) + [report_table(results, fit)] + section_tables(results, fit) + \
+            verdict_tables(results.verdicts):
         out.print(table)
     return 0

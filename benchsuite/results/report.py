@@ -381,6 +381,54 @@ def _interval_cell(i, fmt: str = "{:.3g}") -> str:
     return f"{fmt.format(i.point)} ({fmt.format(i.lo)}–{fmt.format(i.hi)})"
 
 
+# How the answer names each sparse ÷ dense figure (results/verdicts.py), the per-step figures first.
+ANSWER_FIGURES = {"tokens_per_s": "tok/s", "j_per_token": "energy per token", "tokens": "tokens to target",
+                  "seconds": "time to target", "energy_j": "energy to target", "co2e_g": "CO2e to target",
+                  "steps": "steps to target", "model_flops": "model FLOPs to target",
+                  "final_val_loss": "final validation loss"}
+
+
+def _answer_lines(pairs) -> list[str]:
+    """One pair of runs in words: each figure whose ratio has an interval on its own line ('tok/s 1.17×
+    (1.05–1.30): switch · w1 higher'); the ratios without one, and the figures not compared, one line
+    per shared reason."""
+    lines, unjudged, missing = [], {}, {}
+    for p in sorted(pairs, key=lambda p: list(ANSWER_FIGURES).index(p.figure) if p.figure in ANSWER_FIGURES else 99):
+        name, r = ANSWER_FIGURES.get(p.figure, p.figure.replace("_", " ")), p.ratio
+        if r.point is None:
+            missing.setdefault(r.reason or "not recorded", []).append(name)
+        elif r.lo is None:
+            unjudged.setdefault(r.reason or "no interval", []).append(f"{name} {r.point:.2f}×")
+        else:
+            lines.append(f"{name} {r.point:.2f}× ({r.lo:.2f}–{r.hi:.2f}): {p.text}")
+    lines += [f"{', '.join(figures)} — {why}" for why, figures in unjudged.items()]
+    lines += [f"not compared: {', '.join(figures)} ({why})" for why, figures in missing.items()]
+    return lines
+
+
+def answer_table(results: Results) -> Table | None:
+    """The dense-vs-sparse answer, first in the report: each sparse run ÷ the dense run of its suite on the
+    same devices and scaling (results/verdicts.py pairs), in words. None without a sparse run."""
+    v = results.verdicts
+    if not any(w.kind == "moe" for w in v.workloads):
+        return None
+    table = Table(title="Dense vs sparse: each sparse run ÷ the dense run of its suite on the same devices "
+                        "(medians over seeds; 95 % interval, Welch's t on the logs)", header_style="bold")
+    table.add_column("sparse run ÷ dense run")
+    table.add_column("sparse ÷ dense (× the dense run's figure)")
+    by_run: dict[tuple, list] = {}
+    for p in v.pairs:
+        by_run.setdefault((p.suite, p.sparse, p.dense), []).append(p)
+    if not by_run:
+        table.show_header = False
+        table.add_row(escape("no suite has a dense and a sparse run on the same devices and scaling: nothing to "
+                             "compare (add a dense workload to the suite)"), "")
+    for (_, sparse, dense), pairs in by_run.items():
+        table.add_row(_lines(f"{sparse}\n÷ {dense}"), _lines("\n".join(_answer_lines(pairs))))
+        table.add_section()
+    return table
+
+
 def _lines(text: str) -> str:
     """A cell of several lines, each made safe for the terminal (printable would show the breaks as \\x0a)."""
     return "\n".join(escape(printable(line)) for line in text.split("\n"))
