@@ -8,8 +8,8 @@ Targets on a 2-core box: 1,000 records build in ≤ 10 s into a site of ≤ 20 M
 no faster than linearly (≤ 11× the time for 10× the records: a little slack for noise), and the
 index page stays ≤ 5 MB at 10,000 records (its runs table loads its rows from assets/runs.js).
 The records are the fixture records (tests/fixtures/results) made into four-point sweeps (1, 2,
-4, 8 devices), 50 steps each, about one in twenty failed: the sections and list lengths of real
-runs, not empty shells.
+4, 8 devices), five sweeps to a suite, 50 steps each, about one in twenty failed: the sections and
+list lengths of real runs, not empty shells.
 """
 
 from __future__ import annotations
@@ -44,7 +44,9 @@ def synthetic_records(n: int = 1000, steps: int = 50) -> list[dict]:
         world = 2 ** size
         rec = copy.deepcopy(templates[sweep % len(templates)])
         cfg = rec["config"]
-        cfg.update(suite=f"bench-{sweep % 10}", workload=f"{cfg['workload']}-{sweep}", world_size=world)
+        # five sweeps to a suite: a suite compares a handful of workloads however large the folder (the
+        # dense-vs-sparse pairs are per suite and layout, so ten suites of 250 sweeps each would be n² pairs)
+        cfg.update(suite=f"bench-{sweep // 5}", workload=f"{cfg['workload']}-{sweep}", world_size=world)
         cfg["sweep_id"] = f"{cfg['suite']}/{cfg['workload']}/{cfg['scaling']}"
         rec.update(suite=cfg["suite"], workload=cfg["workload"], run_key=f"{i:016x}",
                    started_at=f"2026-11-{1 + sweep % 28:02d}T{size:02d}:00:00+00:00")
