@@ -317,7 +317,8 @@ def test_disk_full_mid_suite_is_a_clear_error_not_a_traceback(tmp_path, tiny_sui
     out = tmp_path / "out"
     calls = []
 
-    def fake_launch(run, key, out_dir, hardware, rdzv, peak_tflops=None, threads=None, on_progress=None, repeat=0):
+    def fake_launch(run, key, out_dir, hardware, rdzv, peak_tflops=None, threads=None, on_progress=None, repeat=0,
+                    constants=None):
         calls.append(key)
         if len(calls) == 2:
             raise OSError(errno.ENOSPC, f"cannot write record {out_dir}/x.json: No space left on device")

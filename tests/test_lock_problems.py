@@ -231,7 +231,8 @@ def test_a_lock_file_replaced_between_open_and_flock_is_looked_at_again(tmp_path
 # ----------------------------------------------------------------------------- the suite goes on
 
 
-def fake_launch(run, key, out_dir, hardware, rdzv, peak_tflops=None, threads=None, on_progress=None, repeat=0):
+def fake_launch(run, key, out_dir, hardware, rdzv, peak_tflops=None, threads=None, on_progress=None, repeat=0,
+                constants=None):
     rec = {**make_record(key), "config": run.to_dict(), "suite": run.suite, "workload": run.workload}
     return launch.RunOutcome(run, key, launch.RunStatus.OK, str(write_record(out_dir, rec)), None, 0.1)
 
