@@ -17,14 +17,18 @@ gradients by 1/M, so they are those of the whole batch's mean loss. The mesh is 
 
 Measured figures (metrics.pipeline in the record, :func:`pipeline_section`):
 
-- bubble: on each rank, the schedule's wall time W minus the time B spent inside its stages'
-  forward and backward chunks is idle (waiting for a neighbour), and (W − B) / B is the bubble
-  over the ideal compute time, the ratio the formula (P − 1) / (V·M) of Narayanan et al. gives
-  (their t_pb / t_id). Per rank the median over the measured steps; the record has the mean over
-  ranks. Point-to-point transfer time, the loss and the schedule's own work per microbatch are
-  counted as idle, so the measured figure is the formula plus that overhead, which grows with M:
-  with small microbatches it can outweigh the bubble's fall (and a CPU shared by several ranks per
-  core adds the time a rank waits for a core).
+- bubble: on each rank, the wall time W from the start of its schedule step to the pipeline's
+  flush (the end of the last chunk of any rank: a loss all-reduce over the pipeline that no rank
+  leaves before every rank has finished its schedule) minus the time B spent inside its stages'
+  forward and backward chunks is idle (waiting for a neighbour, or for the flush), and (W − B) / B
+  is the bubble over the ideal compute time, the ratio the formula (P − 1) / (V·M) of Narayanan et
+  al. gives (their t_pb / t_id). Without the flush a rank whose schedule ends early (the last rank
+  in 1F1B, which does no work while the backward drains to the first) would not count that wait.
+  Per rank the median over the measured steps; the record has the mean over ranks. Point-to-point
+  transfer time, the loss and its all-reduce and the schedule's own work per microbatch are counted
+  as idle, so the measured figure is the formula plus that overhead, which grows with M: with small
+  microbatches it can outweigh the bubble's fall (and a CPU shared by several ranks per core adds
+  the time a rank waits for a core).
 - point-to-point bytes: the tensors the stages' send ops carry, summed over the ranks of one
   pipeline (world / dp). Formula: between the P·V − 1 stage boundaries each of the M microbatches
   (b = B/M sequences of T tokens, H hidden) crosses once forward (activation) and once backward
@@ -173,7 +177,7 @@ def _timed_stage_class():
 class StepSample:
     """One schedule step on one rank."""
 
-    wall_s: float  # the schedule's step, end to end
+    wall_s: float  # the schedule's step, from its start to the pipeline's flush
     busy_s: float  # inside this rank's forward and backward chunks
     sent_bytes: int  # in this rank's point-to-point sends
 
@@ -188,7 +192,7 @@ class PipelineRun:
     pp: int
     device: torch.device
     busy: SpanClock  # the stages' chunks
-    wall: SpanClock  # the schedule's steps
+    wall: SpanClock  # the schedule's steps, each up to the pipeline's flush
     keep_outputs: bool = False  # keep the last stage's merged logits in last_outputs (tests)
     last_outputs: torch.Tensor | None = None
     samples: list[StepSample] = field(default_factory=list)
@@ -203,7 +207,7 @@ class PipelineRun:
 
     def forward_backward(self, batches) -> torch.Tensor:
         """One schedule step over the rank's batch (grad_accum is 1 under a pipeline); returns the mean
-        of the microbatch losses, the same on every rank of the pipeline (broadcast from the last)."""
+        of the microbatch losses, the same on every rank of the pipeline (all-reduced from the last)."""
         (inputs, targets), = batches
         losses: list = []
         sent_before = sum(s.sent_bytes for s in self.stages)
@@ -211,11 +215,13 @@ class PipelineRun:
             out = self.schedule.step(*([inputs] if self.has_first else []),
                                      target=targets if self.has_last else None,
                                      losses=losses if self.has_last else None, return_outputs=self.keep_outputs)
+            loss = torch.stack(losses).mean().detach() if self.has_last else torch.zeros((), device=self.device)
+            # The flush: a sum (the loss plus zeros) no rank leaves before every rank of the pipeline has
+            # finished its schedule, so a rank whose own schedule ends early waits for the last one here.
+            dist.all_reduce(loss, group=self.pp_group)
         self.last_outputs = out if self.keep_outputs else None
         self.samples.append(StepSample(self.wall.take(), self.busy.take(),
                                        sum(s.sent_bytes for s in self.stages) - sent_before))
-        loss = torch.stack(losses).mean().detach() if self.has_last else torch.zeros((), device=self.device)
-        dist.broadcast(loss, group=self.pp_group, group_src=self.pp - 1)  # the last stage is on rank P-1
         return loss
 
     def figures(self) -> dict:
@@ -340,8 +346,9 @@ def pipeline_section(figs: list[dict], *, parallel: ParallelConfig, model: Model
         "bubble_measured": statistics.fmean(known) if known else None,
         "bubble_per_rank": per_rank,
         "bubble_formula": bubble_formula(p.pipeline, p.virtual_stages, p.n_microbatches),
-        "bubble_source": "per rank: (schedule wall time - time in its forward/backward chunks) / that time, "
-                         "median over measured steps; mean over ranks. Formula (P-1)/(V*M), Narayanan et al. 2021",
+        "bubble_source": "per rank: (time from its schedule's start to the pipeline's flush - time in its "
+                         "forward/backward chunks) / that time, median over measured steps; mean over ranks. "
+                         "Formula (P-1)/(V*M), Narayanan et al. 2021",
         "p2p_bytes_per_step": sent,
         "p2p_bytes_formula": p2p_bytes_formula(parallel=parallel, model=model, micro_batch=micro_batch),
         "p2p_source": "bytes in the stages' send ops, summed over one pipeline's ranks (world / dp); formula "
