@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -120,6 +121,7 @@ def main() -> int:
     p.add_argument("--keep", type=Path, default=None, help="build the largest site here and keep it")
     args = p.parse_args()
     counts = sorted(args.records)
+    print("load average (1, 5, 15 min) at the start: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     results = []
     for n in counts:
         with tempfile.TemporaryDirectory() as tmp:
@@ -138,6 +140,7 @@ def main() -> int:
             failures.append(f"build time grows faster than linearly: {ratio:.2f} > {allowed:.1f}")
     if large["records"] >= 10000 and large["index_kb"] / 1e3 > TARGET_INDEX_MB:
         failures.append(f"index.html {large['index_kb'] / 1e3:.2f} MB > {TARGET_INDEX_MB:.0f} MB")
+    print("load average (1, 5, 15 min) at the end: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     for f in failures:
         print(f"FAIL: {f}")
     return 1 if failures else 0

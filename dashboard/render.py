@@ -135,7 +135,9 @@ def missing(what: str, why: str = NOT_MEASURED) -> str:
 
 def says_nothing(v: Any) -> bool:
     """A value with nothing to say: missing, or only dashes and separators ("—", "— / —")."""
-    return not present(v) or (isinstance(v, str) and not v.strip(" —/·,()"))
+    if isinstance(v, str):  # most values: formatted text (no pandas NA check needed)
+        return not v.strip(" —/·,()")
+    return not present(v)
 
 
 def kv_table(rows: list[tuple[str, Any]], cls: str = "kv", empty: str = "not recorded") -> str:
@@ -150,8 +152,8 @@ def kv_table(rows: list[tuple[str, Any]], cls: str = "kv", empty: str = "not rec
 
 
 def table(headers: list[str], rows: list[list[Any]], cls: str = "grid", drop_silent: bool = False) -> str:
-    """A table with a header row. drop_silent: the columns with nothing to say in any row are left out,
-    named on one line under the table."""
+    """A table with a header row, in a box that scrolls sideways. drop_silent: the columns with nothing to
+    say in any row are left out, named on one line under the table."""
     silent = [i for i in range(len(headers)) if rows and all(says_nothing(r[i]) for r in rows)] if drop_silent else []
     if silent:
         kept = [i for i in range(len(headers)) if i not in silent]
@@ -160,7 +162,8 @@ def table(headers: list[str], rows: list[list[Any]], cls: str = "grid", drop_sil
     head = "".join(f"<th>{esc(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{esc(c if present(c) else DASH)}</td>" for c in r) + "</tr>"
                    for r in rows)
-    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    # in a box of its own that scrolls sideways: a wide table never widens the page (a 900 px window)
+    return f'<div class="scroll"><table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
 @dataclass

@@ -338,3 +338,76 @@ def test_the_dense_vs_sparse_bars_carry_the_reports_figures_and_the_runs_table_n
     assert heads[2:4] == ["Seed", "Repeat"]
     p.check_clean()
     p.page.close()
+
+
+@pytest.fixture(scope="module")
+def dropping_site(tmp_path_factory):
+    """The fixtures and a switch run that dropped 64 % of its token assignments (over the 10 % threshold)."""
+    import copy
+
+    from benchsuite.results.store import load_records
+
+    recs = load_records(FIXTURES)
+    rec = copy.deepcopy(next(r for r in recs if r["run_key"] == "s000000000000002"))
+    rec.pop("_path", None)
+    rec.update(run_key="drops00000000064", workload="switch-drops")
+    rec["config"].update(workload="switch-drops", sweep_id="dense-vs-sparse/switch-drops/weak")
+    rec["metrics"]["moe"]["dropped_frac"] = 0.64
+    out = tmp_path_factory.mktemp("dropping")
+    build_site([*recs, rec], out)
+    return out
+
+
+def test_a_run_dropping_most_tokens_is_flagged_in_the_runs_table_and_on_its_page(browser, dropping_site):
+    p = Page(browser, (dropping_site / "index.html").as_uri())
+    p.page.fill("[data-filter-text]", "switch-drops")
+    status = p.page.locator("#runs-table tbody tr td.status-flagged")
+    assert status.count() == 1 and status.inner_text() == "ok ⚠ flagged"
+    assert "64% of the token assignments were dropped" in status.locator(".warn").get_attribute("title")
+    p.page.click("#runs-table a:has-text('switch-drops')")
+    p.page.wait_for_function("() => document.querySelector('.flags') !== null")
+    box = p.page.inner_text(".flags")
+    assert p.page.is_visible(".flags") and "metrics.moe.dropped_frac" in box and "not the model's" in box
+    rows = dict(p.page.evaluate("""() => [...document.querySelectorAll('table.kv tr')]
+        .map(r => [r.cells[0].textContent, r.cells[1].textContent])"""))
+    assert rows["tokens dropped (over capacity)"] == "64.0% ⚠ above 10%: the run's speed is not the model's"
+    assert rows["parameters (total / active per token)"] == "350 M / 190 M"
+    assert rows["router"] == "switch, top-1" and rows["capacity factor"] == "1.25"
+    assert rows["experts (shared)"] == "8 (0 shared), every 2 block(s)"
+    p.check_clean()
+    p.page.close()
+
+
+def _widths(p: Page) -> dict:
+    return p.page.evaluate("""() => {
+        const box = document.querySelector('#runs-table').parentElement, table = document.querySelector('#runs-table');
+        const shown = [...table.tHead.rows[0].cells].filter(c => getComputedStyle(c).display !== 'none');
+        return {viewport: window.innerWidth, page: document.documentElement.scrollWidth,
+                box_right: box.getBoundingClientRect().right, box: box.clientWidth, table: table.scrollWidth,
+                columns: shown.map(c => c.textContent)};
+    }""")
+
+
+@pytest.mark.parametrize("width", [1400, 900])
+def test_the_runs_table_fits_its_window_without_a_cut_column(browser, site, width):
+    """Every shown column lies inside the window: the table is no wider than its box, the box ends inside
+    the viewport and the page does not scroll sideways; below 1,200 px the wide-only columns are left out."""
+    out, _ = site
+    p = Page(browser, (out / "index.html").as_uri(), width=width)
+    w = _widths(p)
+    assert w["table"] <= w["box"] and w["box_right"] <= w["viewport"] and w["page"] <= w["viewport"], w
+    narrow = ["Workload", "Seed", "Model", "Devices", "Status", "Tokens/s", "MFU (HFU)", "Step time (ms, 95% CI)",
+              "Scaling efficiency (the run's)"]
+    assert w["columns"] == (narrow if width < 1200 else [
+        "Suite", "Workload", "Seed", "Repeat", "Model", "Devices", "Nodes", "Scaling", "Status", "Tokens/s",
+        "MFU (HFU)", "Step time (ms, 95% CI)", "Scaling efficiency (the run's)", "Energy/token (J)", "CO2e/Mtok (g)"])
+    ARTIFACTS.mkdir(exist_ok=True)
+    p.page.screenshot(path=str(ARTIFACTS / f"dashboard-{width}.png"), full_page=True)
+    run = Page(browser, (out / "runs" / "s000000000000002.html").as_uri(), width=width)
+    page_width = run.page.evaluate("() => document.documentElement.scrollWidth")
+    assert page_width <= width, page_width
+    run.page.screenshot(path=str(ARTIFACTS / f"dashboard-run-{width}.png"), full_page=True)
+    p.check_clean()
+    run.check_clean()
+    p.page.close()
+    run.page.close()

@@ -66,6 +66,7 @@
         td.textContent = c[0];
       }
       if (heads[col].classList.contains("wide")) td.classList.add("wide");  // left out in a narrow window
+      if (how !== "status" && heads[col].getAttribute("data-type") === "text") td.classList.add("text");
       return td;
     }
 

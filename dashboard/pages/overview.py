@@ -19,6 +19,10 @@ COLUMNS = [  # (header, sort type, how the page script draws the cell, WIDE or "
     ("Scaling efficiency (the run's)", "num", "", ""), ("Energy/token (J)", "num", "", WIDE),
     ("CO2e/Mtok (g)", "num", "", WIDE)]
 PAGE_SIZE = 100
+ROW_COLUMNS = ["page", "status", "kind_label", "suite", "workload", "seed", "repeat", "world_size", "nodes", "scaling",
+               "tokens_per_s", "mfu", "metrics.hfu", "step_time_median_s", "step_time_ci95_lo_s", "step_time_ci95_hi_s",
+               "scaling_efficiency", "scaling_baseline", "j_per_token", "gco2e_per_mtok", "flagged", "flag_summary",
+               "error_type", "error_message", "error_rank"]  # what _row reads: only these become rows
 
 
 def _cell(text: str, sort_value=None) -> list:
@@ -127,7 +131,7 @@ def render(data: SiteData) -> Section:
             "click a workload for its record's page. Scaling efficiency is the run's (its median over seeds and "
             "repeats): weak = throughput(N) / (N × throughput(1)), strong = time(1) / (N × time(N)), against the "
             "1-device run of the sweep with the same config, hardware and threads per rank.</p>")
-    rows = DataFile("runs", "BENCHSUITE_RUNS", [_row(r) for r in df.to_dict("records")])
+    rows = DataFile("runs", "BENCHSUITE_RUNS", [_row(r) for r in df.reindex(columns=ROW_COLUMNS).to_dict("records")])
     return Section("overview", "Runs", html, data_files=[rows])
 
 

@@ -17,6 +17,12 @@ from dashboard.render import (Figure, Section, esc, f_bytes, f_count, f_duration
                               kv_table, layout, missing, num, present, ptext, series, short, table)
 
 SMALL = {"height": 300}
+# The columns of the site DataFrame a run page reads (data.SiteData.df): only these become each page's row
+# (a row of all ~200 columns costs more than the page at 10,000 records).
+ROW_COLUMNS = ["rec", "page", "suite", "status", "kind", "kind_label", "run_label", "seed", "repeat", "tokens_per_s",
+               "mfu", "step_time_median_s", "step_time_ci95_lo_s", "step_time_ci95_hi_s", "scaling_efficiency",
+               "scaling_baseline", "scaling_efficiency_reason", "j_per_token", "gco2e_per_mtok", "avg_w_per_device",
+               "flags"]
 
 
 def _steps(rec) -> list[dict]:
@@ -165,7 +171,7 @@ def _headline(row, rec) -> str:
             ("model FLOPs / token", f_si(fl.get("model_per_token"), "FLOP")),
             ("hardware FLOPs / token", f_si(fl.get("hardware_per_token"), "FLOP")),
             ("counted FLOPs / token", f_si(fl.get("counted_per_token"), "FLOP")),
-            ("scaling efficiency (the run's: its median over seeds and repeats)", efficiency),
+            ("scaling efficiency (the run's median over seeds and repeats)", efficiency),
             ("scaling baseline", row.get("scaling_baseline")),
             ("matmul ceiling", ceiling),
             ("model FLOP/s vs ceiling", f_pct(m.get("mfu_vs_ceiling")) if present(m.get("mfu_vs_ceiling"))
