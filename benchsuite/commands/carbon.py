@@ -16,6 +16,7 @@ def add_parser(sub) -> None:
     ce.add_argument("--watts", type=POSITIVE, required=True, help="average power per chip")
     ce.add_argument("--pue", type=PUE, default=1.0, help="data-centre PUE, >= 1 (default: 1.0)")
     _add_place(ce, "grid intensity, g CO2e per kWh")
+    _add_parts(ce, "default: a GPU's share of its server (README, Carbon)")
     ce.set_defaults(fn=estimate)
     cp = csub.add_parser("project", parents=[JSON],
                          help="hours, kWh and t CO2e of a full training run from measured rates")
@@ -24,6 +25,7 @@ def add_parser(sub) -> None:
     cp.add_argument("--devices", type=COUNT, help="devices of the full run (default: the record's world size)")
     cp.add_argument("--pue", type=PUE, help="data-centre PUE, >= 1 (default: the record's)")
     _add_place(cp, "grid intensity, g CO2e per kWh (default: the record's)")
+    _add_parts(cp, "default: the record's [carbon], else a GPU's share of its server")
     cp.set_defaults(fn=project)
 
 
@@ -33,6 +35,40 @@ def _add_place(p, intensity_help: str) -> None:
     where.add_argument("--intensity", type=NON_NEGATIVE, help=intensity_help)
     where.add_argument("--country", help="ISO 3166 alpha-3 code, looked up in codecarbon's offline data")
     p.add_argument("--region", help="region within --country (codecarbon's offline data), e.g. a US state")
+
+
+PART_OPTIONS = {"market_intensity": "market_intensity_g_per_kwh", "embodied_kg": "embodied_kg_per_device",
+                "lifetime_years": "device_lifetime_years", "wue": "wue_l_per_kwh",
+                "water_intensity": "water_intensity_l_per_kwh"}  # option dest -> [carbon] key
+
+
+def _add_parts(p, embodied_default: str) -> None:
+    """The parts reported beside the location-based CO2e, never added to it."""
+    g = p.add_argument_group("beside the location-based CO2e (never added to it)")
+    g.add_argument("--market-intensity", type=NON_NEGATIVE, help="contractual g CO2e/kWh (market-based Scope 2)")
+    g.add_argument("--embodied-kg", type=NON_NEGATIVE, help=f"manufacturing kg CO2e per device ({embodied_default})")
+    g.add_argument("--lifetime-years", type=POSITIVE, help="years the embodied CO2e is spread over (default 5)")
+    g.add_argument("--wue", type=NON_NEGATIVE, help="on-site water, litres per kWh of IT energy")
+    g.add_argument("--water-intensity", type=NON_NEGATIVE, help="the grid's water, litres per kWh (off-site)")
+
+
+def _parts_given(args) -> dict:
+    return {key: getattr(args, dest) for dest, key in PART_OPTIONS.items()}
+
+
+def _parts_lines(res: dict) -> list[str]:
+    """One line per part beside the location-based figure: its value and source, or why it is absent."""
+    m, e, w = res["market"], res["embodied"], res["water"]
+    market = (f"market-based (Scope 2): {m['co2e_g'] / 1000:,.1f} kg CO2e at {m['intensity_g_per_kwh']:g} g/kWh "
+              f"({m['source']}); not added to the location-based figure" if m.get("co2e_g") is not None
+              else f"market-based (Scope 2): not computed: {m['reason']}")
+    embodied = (f"embodied (Scope 3): {e['co2e_g'] / 1000:,.1f} kg CO2e: {e['kg_per_device']:g} kg per device × "
+                f"{e['device_hours']:,.0f} device-hours / ({e['lifetime_years']:g} y × 8,760 h); {e['source']}"
+                if e.get("co2e_g") is not None else f"embodied (Scope 3): not computed: {e['reason']}")
+    water = [f"{label}: {w[key]:,.0f} L" for label, key in (("water on-site", "onsite_l"), ("off-site", "offsite_l"))
+             if w.get(key) is not None]
+    return [market, embodied, "; ".join(water) + (f" ({w['reason']})" if w.get("reason") else "") if water
+            else f"water: not computed: {w['reason']}"]
 
 
 def _check_place(args) -> None:
@@ -49,7 +85,8 @@ def estimate(args) -> int:
 
     _check_place(args)
     try:
-        res = carbon.estimate(args.chips, args.hours, args.watts, args.pue, args.intensity, args.country, args.region)
+        res = carbon.estimate(args.chips, args.hours, args.watts, args.pue, args.intensity, args.country, args.region,
+                              carbon.parts_config({}, _parts_given(args)))
     except ValueError as e:
         raise UsageError(str(e)) from None
     if overflowed(res):
@@ -61,6 +98,8 @@ def estimate(args) -> int:
     out.print(f"{res['chips']:g} chips × {res['hours']:g} h × {res['watts']:g} W = {res['energy_kwh']:,.1f} kWh; "
               f"× PUE {res['pue']:g} × {res['intensity_g_per_kwh']:.0f} g/kWh ({res['intensity_source']}) "
               f"= {res['co2e_kg']:,.1f} kg CO2e", markup=False)
+    for line in _parts_lines(res):
+        out.print(printable(f"  {line}"), markup=False)
     if res.get("intensity_note"):
         err.print(f"note: {printable(res['intensity_note'])}", markup=False)
     return 0
@@ -72,7 +111,8 @@ PROJECTED = ("hours", "energy_kwh", "facility_kwh", "co2e_t", "j_per_token", "to
 def _run_projection(results, row: dict, args, intensity) -> dict:
     """One run's projection: each record's, and the run's figure the median over seeds of each seed's
     median over repeats (results/model.run_median), with the range over the records."""
-    from benchsuite.energy import carbon
+    from benchsuite.energy import carbon, footprint
+    from benchsuite.energy.footprint import J_PER_KWH, Usage
     from benchsuite.results.identity import seed_of
     from benchsuite.results.stats import run_median
 
@@ -84,7 +124,7 @@ def _run_projection(results, row: dict, args, intensity) -> dict:
     projections, errors = [], []
     for rec in recs:
         try:
-            proj = carbon.project_from_record(rec, args.tokens, args.devices, args.pue, intensity)
+            proj = carbon.project_from_record(rec, args.tokens, args.devices, args.pue, intensity, _parts_given(args))
         except ValueError as e:
             errors.append(str(e))
             continue
@@ -101,6 +141,10 @@ def _run_projection(results, row: dict, args, intensity) -> dict:
         values = [(seed, p[key]) for seed, p in projections]
         out[key] = run_median(values)
         out[f"{key}_range"] = [min(v for _, v in values), max(v for _, v in values)]
+    usage = Usage(out["energy_kwh"] * J_PER_KWH, out["pue"], out["devices"], out["hours"],
+                  bool((recs[0].get("energy") or {}).get("per_device")))  # the parts of the run's median figures
+    out.update(footprint.parts(usage, carbon.parts_config((recs[0].get("config") or {}).get("carbon") or {},
+                                                          _parts_given(args))))
     out["records_projected"] = len(projections)
     if errors:
         out["records_not_projected"] = errors
@@ -136,7 +180,7 @@ def project(args) -> int:
         out.print(f"{head}: {r['hours']:,.1f} h on {r['devices']} devices, {r['energy_kwh']:.3g} kWh, "
                   f"{r['co2e_t']:.3g} t CO2e{spread} (PUE {r['pue']:g}, {r['intensity_g_per_kwh']:.0f} g/kWh, "
                   f"{printable(r['intensity_source'])})", markup=False)
-        for line in _projection_assumptions(r, pue_given=args.pue is not None):
+        for line in _parts_lines(r) + _projection_assumptions(r, pue_given=args.pue is not None):
             out.print(printable(f"  {line}"), markup=False)
     return 0
 

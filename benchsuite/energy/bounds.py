@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from benchsuite.energy.common import sum_or_none
+from benchsuite.record.types import MAX_DEVICE_W
 
 # The share of its figure beyond which a bound is flagged: two runs closer than this cannot be told
 # apart by the meters (the field compares configurations a few percent apart).
@@ -46,6 +47,15 @@ def _part(name: str, j: float | None, basis: str) -> dict[str, Any]:
     return {"part": name, "j": j, "basis": basis}
 
 
+def _edges_part(edges: int, edge_s: float, how: str) -> dict[str, Any]:
+    """A window's two edges are read late by up to edge_s each; the errors have opposite signs (the start's
+    adds energy, the end's drops it), so a window is off by at most edge_s at the highest draw a device
+    can have (record/types.py MAX_DEVICE_W), whatever its power did at the edges."""
+    windows = edges // 2
+    return _part("counter edges", windows * edge_s * MAX_DEVICE_W,
+                 f"{windows} window(s), each edge {how}: at most {edge_s:.2g} s × {MAX_DEVICE_W:g} W per window")
+
+
 def _edges(figure: dict) -> int:
     """Window edges behind a figure: two per window summed into it (energy/windows.py keeps the count)."""
     return 2 * int((figure.get("detail") or {}).get("windows") or 1)
@@ -62,13 +72,10 @@ def nvml_parts(figure: dict, window_s: float) -> list[dict[str, Any]]:
     if figure["source"] == "measured":
         edge_s = detail.get("counter_edge_s")
         if edge_s is None:
-            edge_s = NVML_UPDATE_S
-            how = (f"each of {edges} edges read up to one update ({NVML_UPDATE_S:g} s) late, at up to twice the "
-                   f"average power")
+            edge_s, how = NVML_UPDATE_S, f"read up to one update ({NVML_UPDATE_S:g} s) late"
         else:
-            how = (f"each of {edges} edges aligned to a counter update, read within {edge_s:.2g} s, at up to twice "
-                   f"the average power")
-        parts.append(_part("counter edges", edges / 2 * edge_s * 2 * avg_w, how))
+            how = f"aligned to a counter update, read within {edge_s:.2g} s of it"
+        parts.append(_edges_part(edges, edge_s, how))
         parts.append(_part("counter resolution", edges * NVML_RESOLUTION_J, f"{NVML_RESOLUTION_J * 1e3:g} mJ per edge"))
         if figure.get("sampled_energy_j") is not None:
             parts.append(_part("sampled vs counter", abs(figure["sampled_energy_j"] - energy),
@@ -87,9 +94,9 @@ def nvml_parts(figure: dict, window_s: float) -> list[dict[str, Any]]:
 
 def rapl_parts(figure: dict, window_s: float) -> list[dict[str, Any]]:
     """RAPL's counter: its update period and unit at each edge; a possibly missed wrap; no stated accuracy."""
-    edges, avg_w = _edges(figure), figure.get("avg_w") or figure["energy_j"] / window_s
-    parts = [_part("counter edges", edges / 2 * RAPL_UPDATE_S * 2 * avg_w,
-                   f"each of {edges} edges up to one update ({RAPL_UPDATE_S * 1e3:g} ms) late (Intel SDM 15.10.3)"),
+    edges = _edges(figure)
+    parts = [_edges_part(edges, RAPL_UPDATE_S, f"read up to one update ({RAPL_UPDATE_S * 1e3:g} ms) late "
+                                               f"(Intel SDM 15.10.3)"),
              _part("counter resolution", edges * RAPL_RESOLUTION_J, "61 µJ per edge (default RAPL energy unit)"),
              _part("sensor accuracy", None, "Intel and AMD state no accuracy for RAPL: not in the bound")]
     range_j = (figure.get("detail") or {}).get("rapl_range_j")

@@ -218,6 +218,14 @@ def record_carbon(energy: dict[str, Any], carbon_cfg) -> dict[str, Any]:
     return out
 
 
+def parts_config(record_carbon_cfg: dict, given: dict):
+    """The [carbon] keys the parts read: a record's, with the caller's values (not None) over them."""
+    from benchsuite.config import CarbonConfig
+
+    known = {k: v for k, v in record_carbon_cfg.items() if k in CarbonConfig.LATER and v is not None}
+    return CarbonConfig(**{**known, **{k: v for k, v in given.items() if v is not None}})
+
+
 def _check(**values: float) -> None:
     for name, v in values.items():
         if v is None or v < 0:
@@ -225,10 +233,11 @@ def _check(**values: float) -> None:
 
 
 def estimate(chips: float, hours: float, watts: float, pue: float = 1.0, intensity: float | None = None,
-             country: str | None = None, region: str | None = None) -> dict[str, Any]:
+             country: str | None = None, region: str | None = None, parts_cfg=None) -> dict[str, Any]:
     """The plain calculator of published carbon accounting (Patterson et al. 2021):
     chips x hours x watts x PUE x intensity. energy_kwh is IT energy (before PUE),
-    facility_kwh = energy_kwh x PUE, co2e_kg = facility_kwh x intensity / 1000."""
+    facility_kwh = energy_kwh x PUE, co2e_kg = facility_kwh x intensity / 1000. Beside it, never added,
+    the market-based, embodied (chips are accelerators) and water parts of `parts_cfg` ([carbon] keys)."""
     _check(chips=chips, hours=hours, watts=watts)
     if pue < 1.0:
         raise ValueError(f"pue must be >= 1.0, got {pue}")
@@ -240,26 +249,31 @@ def estimate(chips: float, hours: float, watts: float, pue: float = 1.0, intensi
         "energy_kwh": energy_kwh, "facility_kwh": facility_kwh, "pue": pue,
         "intensity_g_per_kwh": it.value_g_per_kwh, "intensity_source": it.source, "intensity_note": it.note,
         "co2e_kg": facility_kwh * it.value_g_per_kwh / 1000.0,
+        **footprint.parts(Usage(energy_kwh * J_PER_KWH, pue, chips, hours, gpus=True), parts_cfg),
     }
 
 
 def project(tokens: float, devices: int, j_per_token: float, tokens_per_s_per_device: float,
-            pue: float = 1.0, intensity: float | Intensity = WORLD_AVERAGE_G_PER_KWH) -> dict[str, Any]:
+            pue: float = 1.0, intensity: float | Intensity = WORLD_AVERAGE_G_PER_KWH, parts_cfg=None,
+            gpus: bool = True) -> dict[str, Any]:
     """A full training run from measured rates: hours = tokens / (rate x devices);
     energy_kwh = tokens x J/token (IT energy); co2e_t = energy_kwh x PUE x intensity.
-    Assumes J/token and per-device throughput stay as measured at the new device count."""
+    Assumes J/token and per-device throughput stay as measured at the new device count. Beside it, never
+    added, the market-based, embodied and water parts of `parts_cfg` ([carbon] keys) over those hours."""
     _check(tokens=tokens, j_per_token=j_per_token)
     if not devices or devices < 1 or not tokens_per_s_per_device or tokens_per_s_per_device <= 0:
         raise ValueError("devices and tokens_per_s_per_device must be > 0")
     it = intensity if isinstance(intensity, Intensity) else Intensity(float(intensity), "explicit")
     energy_kwh = tokens * j_per_token / J_PER_KWH
+    hours = tokens / (tokens_per_s_per_device * devices) / 3600.0
     return {
         "tokens": tokens, "devices": devices, "j_per_token": j_per_token,
         "tokens_per_s_per_device": tokens_per_s_per_device,
-        "hours": tokens / (tokens_per_s_per_device * devices) / 3600.0,
+        "hours": hours,
         "energy_kwh": energy_kwh, "facility_kwh": energy_kwh * pue, "pue": pue,
         "intensity_g_per_kwh": it.value_g_per_kwh, "intensity_source": it.source,
         "co2e_t": energy_kwh * pue * it.value_g_per_kwh / 1e6,
+        **footprint.parts(Usage(tokens * j_per_token, pue, devices, hours, gpus), parts_cfg),
     }
 
 
@@ -271,10 +285,10 @@ def _projection_inputs(pue_given: bool, intensity_given: bool) -> tuple[str, ...
 
 
 def project_from_record(record: dict, tokens: float, devices: int | None = None, pue: float | None = None,
-                        intensity: float | Intensity | None = None) -> dict[str, Any]:
+                        intensity: float | Intensity | None = None, parts: dict | None = None) -> dict[str, Any]:
     """`project` with rates taken from a run record: J/token from metrics.energy.j_per_token
     when the worker stored it, else energy.total_j / (tokens_per_s x window_s); per-device
-    rate = tokens_per_s / world_size. PUE and intensity default to the record's. A record whose
+    rate = tokens_per_s / world_size. PUE, intensity and the parts' [carbon] keys (`parts` overrides them by key) default to the record's. A record whose
     inputs the sanity guard flagged (record/sanity.py) is refused with the flag's reason: a projection
     scales a wrong figure by millions of tokens."""
     from benchsuite.record.sanity import sanity_flags
@@ -300,7 +314,8 @@ def project_from_record(record: dict, tokens: float, devices: int | None = None,
           Intensity(carbon["intensity_g_per_kwh"], carbon.get("intensity_source") or "record")
           if carbon.get("intensity_g_per_kwh") is not None else world_average("record has no intensity"))
     pue = pue if pue is not None else carbon.get("pue") or 1.0
-    out = project(tokens, devices or world, jpt, tps / world, pue, it)
+    parts_cfg = parts_config((record.get("config") or {}).get("carbon") or {}, parts or {})
+    out = project(tokens, devices or world, jpt, tps / world, pue, it, parts_cfg, gpus=bool(energy.get("per_device")))
     out.update(run_key=record.get("run_key"), energy_source=energy.get("source") or "unavailable",
                energy_includes=energy.get("total_includes") or [])
     return out

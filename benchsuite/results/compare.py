@@ -11,7 +11,8 @@ side the pooled test covers 95 % where Welch's covers about 98 %.
 
 A gate must not pass what it did not compare: a run that failed in B, or is missing from B, is a
 regression; a folder inside the other is left out of it (and said); estimated energy (a fixed power
-× time) is shown, never judged.
+× time) is shown, never judged; an energy ratio inside the meters' bound (energy/bounds.py) is "not
+resolvable by the meters", whatever the repeats say.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class Verdict(str, Enum):
     BETTER = "better"
     WORSE = "worse"
     SAME = "no significant change"
+    UNRESOLVABLE = "not resolvable by the meters"  # B/A lies inside the energy meters' bound
     UNAVAILABLE = "n/a"
 
 
@@ -58,7 +60,7 @@ class Metric:
     label: str
     record_path: tuple[str, ...]  # where a record holds the figure
     higher_is_better: bool
-    energy: bool = False  # from the energy reading: judged only when measured
+    energy: bool = False  # from the energy reading: judged only when measured, and beyond the meters' bound
 
 
 METRICS = (
@@ -78,8 +80,9 @@ class MetricComparison:
     ratio: float | None  # B / A, of the medians
     ci95: tuple[float, float] | None
     verdict: Verdict
-    reason: str | None = None  # why the verdict is n/a
+    reason: str | None = None  # why the verdict is n/a or not resolvable
     estimated: bool = False  # energy from a fixed power × time on either side
+    meter_bound: tuple[float, float | None] | None = None  # B/A as far as the energy meters can tell
 
 
 @dataclass(frozen=True)
@@ -215,6 +218,36 @@ def _missing(values: list[float | None], side: str) -> str | None:
     return side if gaps == len(values) else f"{gaps} of {len(values)} records of {side}"
 
 
+# The relative bound of every energy figure is its energy's (J/token and CO2e scale the same joules).
+ENERGY_BOUND = ("metrics", "energy", "j_per_token_bound")
+ENERGY_FIGURE = ("metrics", "energy", "j_per_token")
+
+
+def relative_bound(rec: dict) -> tuple[float, float | None] | None:
+    """(share below, share above) of a record's energy figure as its meters bound it (energy/bounds.py);
+    above is None when unbounded (a possibly missed counter wrap), and None when the record has no bound."""
+    bound, value = dig(rec, *ENERGY_BOUND), num(dig(rec, *ENERGY_FIGURE))
+    if not isinstance(bound, list) or len(bound) != 2 or not value or num(bound[0]) is None:
+        return None
+    high = num(bound[1])
+    return 1 - bound[0] / value, None if high is None else high / value - 1
+
+
+def meter_ratio(a: float, b: float, recs_a: list[dict], recs_b: list[dict]) -> tuple[float, float | None] | None:
+    """The range of B/A the meters allow: each side's figure moved to the far ends of the widest bound among its
+    records; None when a record has no bound."""
+    sides = []
+    for recs in (recs_a, recs_b):
+        rel = [relative_bound(r) for r in recs]
+        if any(r is None for r in rel):
+            return None
+        sides.append((max(lo for lo, _ in rel), None if any(hi is None for _, hi in rel) else max(hi for _, hi in rel)))
+    (a_lo, a_hi), (b_lo, b_hi) = sides
+    low = b * (1 - b_lo) / (a * (1 + a_hi)) if a_hi is not None else 0.0
+    high = b * (1 + b_hi) / (a * (1 - a_lo)) if b_hi is not None and a_lo < 1 else None
+    return low, high
+
+
 def verdict(metric: Metric, ratio: float, ci95: tuple[float, float], threshold: float) -> Verdict:
     """Significant when the interval excludes 1 and the change exceeds the threshold."""
     if ci95[0] <= 1 <= ci95[1] or abs(ratio - 1) <= threshold:
@@ -234,10 +267,17 @@ def compare_metric(metric: Metric, recs_a: list[dict], recs_b: list[dict], thres
     ratio = b / a if a and interval.point is not None else None  # (a value not positive: no ratio)
     ci95 = None if interval.lo is None else (interval.lo, interval.hi)
     estimated = metric.energy and any(estimated_energy(r) for r in (*recs_a, *recs_b))
+    meters = meter_ratio(a, b, recs_a, recs_b) if metric.energy and not estimated and ratio is not None else None
+    if meters is not None and meters[0] <= 1 and (meters[1] is None or 1 <= meters[1]):
+        high = "unbounded" if meters[1] is None else f"{meters[1]:.3f}"
+        return MetricComparison(metric.name, a, b, ratio, ci95, Verdict.UNRESOLVABLE,
+                                f"B/A {ratio:.3f} lies within the meters' bound ({meters[0]:.3f}–{high}): "
+                                f"the energy meters cannot tell these runs apart", meter_bound=meters)
     if estimated or ci95 is None:  # (no interval: one repeat a side, or a value not positive)
         return MetricComparison(metric.name, a, b, ratio, ci95, Verdict.UNAVAILABLE,
-                                ESTIMATED if estimated else interval.reason, estimated)
-    return MetricComparison(metric.name, a, b, ratio, ci95, verdict(metric, ratio, ci95, threshold))
+                                ESTIMATED if estimated else interval.reason, estimated, meters)
+    return MetricComparison(metric.name, a, b, ratio, ci95, verdict(metric, ratio, ci95, threshold),
+                            meter_bound=meters)
 
 
 def compare_run(recs_a: list[dict], recs_b: list[dict], threshold: float = DEFAULT_THRESHOLD,
@@ -410,7 +450,8 @@ def comparison_table(c: Comparison) -> Table:
             label = LABELS[m.metric] + (" (estimated)" if m.estimated else "")
             first = [run.run, hardware, f"{run.repeats_a}, {run.repeats_b}"] if i == 0 else ["", "", ""]
             cells = [*first, label, _figure(m.a), _figure(m.b), _ratio(m),
-                     f"n/a: {m.reason}" if m.verdict is Verdict.UNAVAILABLE else m.verdict.value]
+                     f"n/a: {m.reason}" if m.verdict is Verdict.UNAVAILABLE else
+                     f"{m.verdict.value}: {m.reason}" if m.verdict is Verdict.UNRESOLVABLE else m.verdict.value]
             table.add_row(*[escape(printable(x)) for x in cells], style=style.get(m.verdict))
         table.add_section()
     return table
