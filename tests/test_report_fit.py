@@ -189,6 +189,7 @@ def test_report_gives_the_dense_vs_sparse_answer_first_and_in_words(capsys):
              / recs["make_dvs-dense-w1.json"]["metrics"]["tokens_per_s"])  # one seed each: the ratio of the two
     assert f"│ switch · w1 │ tok/s {ratio:.2f}×" in answer and "│ ÷ dense · w1 │" in answer
     assert "one seed on a side: no interval (sweep train.seed)" in answer
+    assert "no dense run of their suite on the same devices and scaling: <img src=x onerror=alert(1)> · w1" in answer
     assert "not compared: energy per token, energy to target, CO2e to target (energy not measured" in answer
     for field in ("tokens_per_s", "j_per_token", "quality.", "final_val_loss", "co2e_g"):
         assert field not in answer, field  # words, not the results model's column names

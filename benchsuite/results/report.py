@@ -426,6 +426,10 @@ def answer_table(results: Results) -> Table | None:
     for (_, sparse, dense), pairs in by_run.items():
         table.add_row(_lines(f"{sparse}\n÷ {dense}"), _lines("\n".join(_answer_lines(pairs))))
         table.add_section()
+    alone = [w.label for w in v.workloads if w.kind == "moe" and not any(k[:2] == (w.suite, w.label) for k in by_run)]
+    if alone and by_run:
+        table.caption = escape(printable(f"no dense run of their suite on the same devices and scaling: "
+                                         f"{', '.join(alone)}"))
     return table
 
 
