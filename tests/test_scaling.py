@@ -250,7 +250,7 @@ def test_the_dashboard_names_baselines_flags_superlinear_points_and_shows_thread
     page = pages["w2.html"]
     assert '<div class="flags" role="alert">' in page and "scaling_efficiency" in page
     assert "CPU threads per rank</th><td>1 · sweep rule</td>" in page
-    assert "0.05 · 512^3 fp32 matmul" in page and "the matmul ceiling measurement is unreliable" in page
+    assert "50 GFLOP/s · 512^3 fp32 matmul" in page and "the matmul ceiling measurement is unreliable" in page
 
 
 # ----------------------------------------------------------------------------- the matmul ceiling

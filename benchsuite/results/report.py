@@ -426,7 +426,8 @@ def answer_table(results: Results) -> Table | None:
     for (_, sparse, dense), pairs in by_run.items():
         table.add_row(_lines(f"{sparse}\n÷ {dense}"), _lines("\n".join(_answer_lines(pairs))))
         table.add_section()
-    alone = [w.label for w in v.workloads if w.kind == "moe" and not any(k[:2] == (w.suite, w.label) for k in by_run)]
+    compared = {(suite, sparse) for suite, sparse, _ in by_run}
+    alone = [w.label for w in v.workloads if w.kind == "moe" and (w.suite, w.label) not in compared]
     if alone and by_run:
         table.caption = escape(printable(f"no dense run of their suite on the same devices and scaling: "
                                          f"{', '.join(alone)}"))
