@@ -380,3 +380,24 @@ def test_the_repeats_of_a_run_written_to_one_folder_are_compared_as_its_repeats(
     (run,) = compare_folders(a, b).runs
     assert (run.repeats_a, run.repeats_b) == (3, 2)
     assert _metric(run, "tokens_per_s").a == pytest.approx(0.8 * _record(DENSE)["metrics"]["tokens_per_s"])
+
+
+def _bounded(rec: dict, share: float) -> dict:
+    """The record with its energy's relative bound set to ±share."""
+    jpt = rec["metrics"]["energy"]["j_per_token"]
+    rec["metrics"]["energy"]["j_per_token_bound"] = [jpt * (1 - share), jpt * (1 + share)]
+    return rec
+
+
+def test_an_energy_change_inside_the_meters_bound_is_not_resolvable_whatever_the_repeats_say():
+    """Two runs 1 % apart in J/token with ±3 % meter bounds: the meters cannot tell them apart, even where
+    the repeats are tight enough for a significant t-test; with ±0.2 % bounds a 10 % change is judged."""
+    a = [_bounded(r, 0.03) for r in _repeats(DENSE, spread=[1.0, 1.0005, 0.9995])]
+    b = [_bounded(r, 0.03) for r in _repeats(DENSE, speed=1 / 1.01, spread=[1.0, 1.0005, 0.9995])]
+    m = next(x for x in compare_run(a, b, threshold=0.0).metrics if x.metric == "j_per_token")
+    assert m.verdict is Verdict.UNRESOLVABLE and m.ratio == pytest.approx(1.01, rel=1e-3)
+    assert m.meter_bound[0] < 1 < m.meter_bound[1] and "cannot tell these runs apart" in m.reason
+    a = [_bounded(r, 0.002) for r in _repeats(DENSE, spread=[1.0, 1.0005, 0.9995])]
+    b = [_bounded(r, 0.002) for r in _repeats(DENSE, speed=1 / 1.1, spread=[1.0, 1.0005, 0.9995])]
+    m = next(x for x in compare_run(a, b).metrics if x.metric == "j_per_token")
+    assert m.verdict is Verdict.WORSE and m.meter_bound[0] > 1
