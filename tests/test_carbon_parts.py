@@ -116,7 +116,7 @@ def test_a_record_carbon_section_holds_each_part_and_the_market_factor_leaves_th
     market = carbon.record_carbon(energy, CarbonConfig(intensity_g_per_kwh=400.0, market_intensity_g_per_kwh=900.0))
     assert plain["co2e_g"] == market["co2e_g"] == pytest.approx(4000.0)  # never summed, never replaced
     assert market["market"]["co2e_g"] == pytest.approx(9000.0)
-    low, high = market["co2e_g_bound"]
+    low, high = market["co2e_g_bound"]["low"], market["co2e_g_bound"]["high"]
     assert low < 4000.0 < high and high / 4000.0 - 1 == pytest.approx(energy["bounds"]["total"]["share"])
     assert market["embodied"]["devices"] == 1 and market["embodied"]["device_hours"] == pytest.approx(100 / 3600)
 

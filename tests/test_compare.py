@@ -385,7 +385,7 @@ def test_the_repeats_of_a_run_written_to_one_folder_are_compared_as_its_repeats(
 def _bounded(rec: dict, share: float) -> dict:
     """The record with its energy's relative bound set to ±share."""
     jpt = rec["metrics"]["energy"]["j_per_token"]
-    rec["metrics"]["energy"]["j_per_token_bound"] = [jpt * (1 - share), jpt * (1 + share)]
+    rec["metrics"]["energy"]["j_per_token_bound"] = {"low": jpt * (1 - share), "high": jpt * (1 + share)}
     return rec
 
 

@@ -81,7 +81,7 @@ def test_rows_follow_codecarbon_units_and_pue_convention():
 
 
 def test_schema_1_record_without_host_fields_leaves_them_empty(tmp_path):
-    path = export.write_codecarbon_csv([record(env_host=False)], tmp_path / "emissions.csv").path
+    path = export.write_csv([record(env_host=False)], tmp_path / "emissions.csv").path
     row = next(csv.DictReader(path.open()))
     assert [row[k] for k in ("os", "cpu_count", "ram_total_size", "gpu_count")] == ["", "", "", ""]
     assert row["python_version"] == "3.11.7" and float(row["energy_consumed"]) > 0
@@ -171,7 +171,7 @@ def test_cells_a_spreadsheet_would_evaluate_are_neutralised_numbers_are_not(tmp_
     recs = [record(run_key=f"k{i}", workload=w) for i, w in enumerate(hostile)]
     negative = record(run_key="neg")
     negative["energy"]["cpu_j"] = -50.0               # a (flagged) negative figure stays a number
-    path = export.write_codecarbon_csv(recs + [negative], tmp_path / "emissions.csv").path
+    path = export.write_csv(recs + [negative], tmp_path / "emissions.csv").path
     rows = list(csv.DictReader(path.open(newline="")))
     assert [r["experiment_id"] for r in rows[:-1]] == ["'" + w for w in hostile]
     assert rows[-1]["cpu_energy"] == repr(-50.0 * 1.1 / 3.6e6) and rows[-1]["cpu_energy"].startswith("-")
@@ -219,12 +219,12 @@ def test_export_again_from_another_time_zone_adds_nothing(tmp_path, monkeypatch)
     column holds differs by time zone, the key does not."""
     recs = [record("abc"), {**record("abc"), "repeat": 1}, record("abc", started_at="2025-01-02T00:00:00+00:00")]
     target = tmp_path / "emissions.csv"
-    first = export.write_codecarbon_csv(recs, target)
+    first = export.write_csv(recs, target)
     assert first.rows_written == 3  # two repeats and a later measurement of one run: three rows
     for tz in ("Asia/Kolkata", "America/Los_Angeles"):
         monkeypatch.setenv("TZ", tz)
         time.tzset()
-        again = export.write_codecarbon_csv(recs, target)
+        again = export.write_csv(recs, target)
         assert (again.rows_written, again.rows_already_there, again.appended) == (0, 3, True)
     monkeypatch.undo()
     time.tzset()
@@ -245,7 +245,7 @@ def test_a_failed_append_leaves_the_file_as_it_was(tmp_path, monkeypatch):
     import os
 
     target = tmp_path / "emissions.csv"
-    export.write_codecarbon_csv([record("abc")], target)
+    export.write_csv([record("abc")], target)
     before = target.read_bytes()
 
     def full(fd, data):
@@ -254,5 +254,39 @@ def test_a_failed_append_leaves_the_file_as_it_was(tmp_path, monkeypatch):
 
     monkeypatch.setattr(export.os, "write", full)
     with pytest.raises(export.ExportError, match="No space left on device"):
-        export.write_codecarbon_csv([record("def")], target)
+        export.write_csv([record("def")], target)
     assert target.read_bytes() == before
+
+
+def test_footprint_export_joins_emissions_csv_by_run_id_with_the_bound_and_the_parts(tmp_path, capsys):
+    """codecarbon's columns stay codecarbon's; the bound and the parts it has no column for go to footprint.csv,
+    one row per record under the same run_id, in codecarbon's units (kWh × PUE, kg)."""
+    import csv as csv_module
+
+    from benchsuite.energy.attribution import attribute_energy
+    from benchsuite.energy.carbon import record_carbon
+
+    energy = attribute_energy([{"rank": 0, "host": "n0", "window_s": 100.0, "short_window": False, "reasons": [],
+                                "gpus": [{"uuid": "GPU-a", "name": "H200", "cuda_index": 0,
+                                          "figure": {"energy_j": 36e6, "source": "measured",
+                                                     "detail": {"counter_edge_s": 0.001}}}],
+                                "cpu": {"energy_j": None, "source": "unavailable", "reason": "none"},
+                                "dram": {"energy_j": None, "source": "unavailable", "reason": "none"}}])
+    from benchsuite.cli import main
+    from benchsuite.record.types import SCHEMA_VERSION
+
+    cfg = CarbonConfig(pue=1.5, intensity_g_per_kwh=400.0, market_intensity_g_per_kwh=100.0, wue_l_per_kwh=0.5)
+    rec = {**record("fp"), "schema_version": SCHEMA_VERSION, "energy": energy, "carbon": record_carbon(energy, cfg)}
+    rec["config"]["carbon"] = dataclasses.asdict(cfg)
+    folder = write_records(tmp_path / "results", [rec])
+    assert main(["export", str(folder), "--format", "footprint"]) == 0
+    assert main(["export", str(folder)]) == 0
+    [fp] = list(csv_module.DictReader((folder / "footprint.csv").open()))
+    [cc] = list(csv_module.DictReader((folder / "emissions.csv").open()))
+    assert fp["run_id"] == cc["run_id"] and float(fp["energy_consumed"]) == pytest.approx(float(cc["energy_consumed"]))
+    assert float(fp["energy_consumed"]) == pytest.approx(10 * 1.5)
+    assert float(fp["energy_consumed_low"]) < 15 < float(fp["energy_consumed_high"])
+    assert float(fp["emissions"]) == pytest.approx(float(cc["emissions"])) == pytest.approx(6.0)
+    assert float(fp["market_emissions"]) == pytest.approx(1.5) and float(fp["water_onsite"]) == pytest.approx(5.0)
+    assert fp["water_offsite"] == "" and "Luccioni" in fp["embodied_source"]
+    assert set(cc) == set(export.codecarbon_columns())  # nothing added to codecarbon's file

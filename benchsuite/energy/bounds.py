@@ -193,10 +193,10 @@ def add_bounds(energy: dict[str, Any]) -> dict[str, Any]:
     return energy
 
 
-def scaled(bound: dict | None, energy_j: float | None, value: float | None) -> list[float | None] | None:
-    """[low, high] of a figure proportional to an energy (J/token, CO2e): the energy's bound scaled by
+def scaled(bound: dict | None, energy_j: float | None, value: float | None) -> dict[str, float | None] | None:
+    """{low, high} of a figure proportional to an energy (J/token, CO2e): the energy's bound scaled by
     value / energy; None where either is unknown."""
     if bound is None or value is None or not energy_j:
         return None
     k = value / energy_j
-    return [bound["low_j"] * k, None if bound["high_j"] is None else bound["high_j"] * k]
+    return {"low": bound["low_j"] * k, "high": None if bound["high_j"] is None else bound["high_j"] * k}

@@ -164,6 +164,7 @@ class ParallelConfig(Section):
     microbatches: Int | None = None
     schedule: Text | None = None
     virtual_stages: Int | None = None
+    sequence_parallel: bool | None = None
 
 
 class TrainConfig(Section):
@@ -469,6 +470,12 @@ class Quality(Section):
     curve: list[CurvePoint] | None = None
 
 
+class Interval(Section):
+    """Where a figure proportional to an energy lies, as the meters bound that energy (high null: unbounded)."""
+    low: Amount | None = None
+    high: Amount | None = None
+
+
 class PerWork(Section):
     """Energy and carbon per unit of work over the measured steps (metrics/energy.py)."""
     j_per_token: PerWorkJ | None = None
@@ -480,8 +487,8 @@ class PerWork(Section):
     gpu_energy_source: Source | None = None
     energy_source: Source | None = None
     energy_includes: list[Text] | None = None
-    j_per_token_bound: list[PerWorkJ | None] | None = None  # [low, high] from energy.bounds.total
-    gpu_j_per_token_bound: list[PerWorkJ | None] | None = None  # from energy.bounds.gpu
+    j_per_token_bound: Interval | None = None  # from energy.bounds.total
+    gpu_j_per_token_bound: Interval | None = None  # from energy.bounds.gpu
 
 
 class Metrics(Section):
@@ -652,7 +659,7 @@ class Carbon(Section):
     intensity_source: Text | None = None
     intensity_note: Text | None = None
     energy_source: Source | None = None
-    co2e_g_bound: list[Grams | None] | None = None  # [low, high] from the energy's bound (energy.bounds.total)
+    co2e_g_bound: Interval | None = None  # from the energy's bound (energy.bounds.total)
     market: MarketBased | None = None
     embodied: Embodied | None = None
     water: Water | None = None

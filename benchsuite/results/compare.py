@@ -226,11 +226,11 @@ ENERGY_FIGURE = ("metrics", "energy", "j_per_token")
 def relative_bound(rec: dict) -> tuple[float, float | None] | None:
     """(share below, share above) of a record's energy figure as its meters bound it (energy/bounds.py);
     above is None when unbounded (a possibly missed counter wrap), and None when the record has no bound."""
-    bound, value = dig(rec, *ENERGY_BOUND), num(dig(rec, *ENERGY_FIGURE))
-    if not isinstance(bound, list) or len(bound) != 2 or not value or num(bound[0]) is None:
+    low, high, value = (num(dig(rec, *ENERGY_BOUND, "low")), num(dig(rec, *ENERGY_BOUND, "high")),
+                        num(dig(rec, *ENERGY_FIGURE)))
+    if low is None or not value:
         return None
-    high = num(bound[1])
-    return 1 - bound[0] / value, None if high is None else high / value - 1
+    return 1 - low / value, None if high is None else high / value - 1
 
 
 def meter_ratio(a: float, b: float, recs_a: list[dict], recs_b: list[dict]) -> tuple[float, float | None] | None:

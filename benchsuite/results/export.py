@@ -1,5 +1,7 @@
 """`benchsuite export --format codecarbon`: run records as codecarbon's emissions.csv, in its columns,
-units and conventions, so codecarbon's own users can concatenate the file with theirs.
+units and conventions, so codecarbon's own users can concatenate the file with theirs; `--format
+footprint`: what codecarbon has no column for (the energy's bound, market-based, embodied and water),
+one row per record keyed by the same run_id, so the two files join.
 
 Onto an existing file the rows are appended in place under a lock (a team's shared CSV keeps its
 mode, owner and symlink, and concurrent exports lose no row), each run once: a row's run_id is a
@@ -18,7 +20,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from filelock import FileLock, Timeout
 
@@ -114,6 +116,67 @@ def to_codecarbon_rows(records: list[dict]) -> list[dict]:
     return rows
 
 
+FOOTPRINT_COLUMNS = [
+    "run_id", "project_name", "experiment_id", "duration",
+    "energy_consumed", "energy_consumed_low", "energy_consumed_high", "energy_bound_flagged", "energy_bound_reason",
+    "emissions", "emissions_low", "emissions_high",
+    "market_intensity", "market_emissions", "embodied_emissions", "embodied_device_hours", "embodied_source",
+    "water_onsite", "water_offsite",
+]
+
+
+def to_footprint_rows(records: list[dict]) -> list[dict]:
+    """One row per ok record beside its emissions.csv row (same run_id), in codecarbon's units: energy kWh
+    × PUE with the meters' low and high, location-based emissions kg with theirs, the market-based figure
+    (kg, at its g/kWh: never added to emissions), embodied kg with its device-hours and source, water L."""
+    rows = []
+    for rec in records:
+        if rec.get("status") != "ok":
+            continue
+        energy, carbon = rec.get("energy") or {}, rec.get("carbon") or {}
+        bound = (energy.get("bounds") or {}).get("total") or {}
+        co2e, market, embodied, water = (carbon.get("co2e_g_bound") or {}, carbon.get("market") or {},
+                                         carbon.get("embodied") or {}, carbon.get("water") or {})
+        pue = carbon.get("pue") or 1.0
+
+        def kwh(j):
+            return None if j is None else j * pue / J_PER_KWH
+
+        def kg(g):
+            return None if g is None else g / 1000.0
+
+        rows.append({
+            "run_id": run_id(rec), "project_name": rec.get("suite"), "experiment_id": rec.get("workload"),
+            "duration": energy.get("window_s") or rec.get("duration_s"),
+            "energy_consumed": kwh(energy.get("total_j")), "energy_consumed_low": kwh(bound.get("low_j")),
+            "energy_consumed_high": kwh(bound.get("high_j")), "energy_bound_flagged": bound.get("exceeds"),
+            "energy_bound_reason": bound.get("reason"),
+            "emissions": kg(carbon.get("co2e_g")), "emissions_low": kg(co2e.get("low")),
+            "emissions_high": kg(co2e.get("high")),
+            "market_intensity": market.get("intensity_g_per_kwh"), "market_emissions": kg(market.get("co2e_g")),
+            "embodied_emissions": kg(embodied.get("co2e_g")), "embodied_device_hours": embodied.get("device_hours"),
+            "embodied_source": embodied.get("source"),
+            "water_onsite": water.get("onsite_l"), "water_offsite": water.get("offsite_l"),
+        })
+    return rows
+
+
+@dataclass(frozen=True)
+class CsvFormat:
+    """A CSV an export writes: its header, its rows from records, and how a foreign header is named."""
+
+    columns: Callable[[], list[str]]
+    rows: Callable[[list[dict]], list[dict]]
+    header_name: Callable[[], str]
+
+
+CODECARBON = CsvFormat(codecarbon_columns, to_codecarbon_rows,
+                       lambda: f"the emissions.csv header of codecarbon {_codecarbon_version()}")
+FOOTPRINT = CsvFormat(lambda: list(FOOTPRINT_COLUMNS), to_footprint_rows,
+                      lambda: "the footprint.csv header of this benchsuite")
+FORMATS = {"codecarbon": CODECARBON, "footprint": FOOTPRINT}
+
+
 class ExportError(Exception):
     """An export target that cannot take the file: the message names the path and the fix."""
 
@@ -152,8 +215,8 @@ class _ExistingCsv:
     ends_with_newline: bool
 
 
-def _existing_csv(path: Path, columns: list[str]) -> _ExistingCsv | None:
-    """An existing non-empty codecarbon file, else None. A file with other columns is refused:
+def _existing_csv(path: Path, columns: list[str], fmt: CsvFormat) -> _ExistingCsv | None:
+    """An existing non-empty file of the format, else None. A file with other columns is refused:
     appending would misalign every value."""
     if not path.is_file() or path.stat().st_size == 0:   # empty: a new file, as codecarbon treats it
         return None
@@ -163,8 +226,8 @@ def _existing_csv(path: Path, columns: list[str]) -> _ExistingCsv | None:
         reader = csv.DictReader(io.StringIO(text, newline=""))
         header = list(reader.fieldnames or [])
         if sorted(header) != sorted(columns):   # codecarbon's FileOutput.has_valid_headers: any order
-            raise ExportError(f"{path}: its header is not the emissions.csv header of codecarbon "
-                              f"{_codecarbon_version()} (missing: {_some(set(columns) - set(header))}; "
+            raise ExportError(f"{path}: its header is not {fmt.header_name()} "
+                              f"(missing: {_some(set(columns) - set(header))}; "
                               f"extra: {_some(set(header) - set(columns))}); export to another file with -o")
         run_ids = {r.get("run_id") for r in reader}
     except OSError as e:
@@ -193,19 +256,20 @@ def _codecarbon_version() -> str:
     return codecarbon.__version__
 
 
-def write_codecarbon_csv(records: list[dict], path: str | Path) -> CsvExport:
-    """emissions.csv in codecarbon's columns: a new file (header even when there are no rows), or the rows
-    appended in place to an existing codecarbon file in its column order, as codecarbon does. Under a lock
-    beside the file (.NAME.lock): concurrent exports wait their turn, and each row is written once."""
+def write_csv(records: list[dict], path: str | Path, fmt: CsvFormat = CODECARBON) -> CsvExport:
+    """emissions.csv in codecarbon's columns (or footprint.csv, with fmt=FOOTPRINT): a new file (header even
+    when there are no rows), or the rows appended in place to an existing file of the format in its column
+    order, as codecarbon does. Under a lock beside the file (.NAME.lock): concurrent exports wait their turn,
+    and each row is written once."""
     path = Path(path)
     _check_target(path)
     target = Path(os.path.realpath(path))  # a symlinked team file: its target gets the rows, the link stays
-    columns = codecarbon_columns()
-    rows = [{c: spreadsheet_safe(v) for c, v in row.items()} for row in to_codecarbon_rows(records)]
+    columns = fmt.columns()
+    rows = [{c: spreadsheet_safe(v) for c, v in row.items()} for row in fmt.rows(records)]
     lock = FileLock(target.parent / hidden_name(target, ".lock"), mode=0o666 & ~umask())
     try:
         with lock.acquire(timeout=LOCK_TIMEOUT_S):
-            existing = _existing_csv(target, columns)
+            existing = _existing_csv(target, columns, fmt)
             new = list({r["run_id"]: r for r in rows if not existing or r["run_id"] not in existing.run_ids}.values())
             if existing or target.exists():
                 _append(target, existing, columns, new)
