@@ -80,7 +80,8 @@ def nvml_gpu_names(visible: str | None, order: str | None, lib=None) -> list[str
     GPU-UUID prefixes), in their order, up to the first one CUDA would not accept. NotLikeCuda where
     NVML cannot say (no NVML, MIG, several models numbered fastest first)."""
     try:
-        lib = lib or __import__("pynvml")
+        if lib is None:
+            import pynvml as lib
         lib.nvmlInit()
     except Exception as e:  # no pynvml, no libnvidia-ml (ROCm), driver not loaded
         raise NotLikeCuda(f"NVML unavailable: {e}") from None
