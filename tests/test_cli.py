@@ -292,7 +292,7 @@ def test_json_is_one_option_shared_by_every_verb_that_prints_a_document():
                  for verb, sub in _subparsers(cli.build_parser())}
     assert {verb for verb, actions in with_json.items() if actions} == {
         f"benchsuite {v}" for v in ("run", "list", "report", "dashboard", "compare", "carbon estimate",
-                                    "carbon project", "tokenize", "flops", "memory", "schema")}
+                                    "carbon project", "tokenize", "flops", "memory", "schema", "predict")}
     assert all(actions in ([], [shared]) for actions in with_json.values())  # the same action, not a copy
 
 

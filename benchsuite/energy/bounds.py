@@ -20,6 +20,8 @@ from benchsuite.record.types import MAX_DEVICE_W
 # apart by the meters (the field compares configurations a few percent apart).
 BOUND_SHARE = 0.02
 
+SHARE_REASON = "the meters' bound is"
+
 # NVML's total-energy counter: millijoules, advanced about every 100 ms (10 updates/s measured on an
 # H200, benchmarks/NOTES.md). A window edge read between updates is up to one period stale.
 NVML_UPDATE_S = 0.1
@@ -144,7 +146,7 @@ def interval(energy: float, parts: list[dict[str, Any]], window_s: float | None)
     if unbounded:
         reasons.append(unbounded[0]["basis"])
     if share is None or share > BOUND_SHARE:
-        reasons.append(f"the meters' bound is ±{share:.1%} of the figure, above {BOUND_SHARE:.0%}" if share is not None
+        reasons.append(f"{SHARE_REASON} ±{share:.1%} of the figure, above {BOUND_SHARE:.0%}" if share is not None
                        else "a zero figure has no relative bound")
     if window_s is not None and window_s < 10 * NVML_UPDATE_S:
         reasons.append(f"the window ({window_s:.3g} s) is shorter than ten counter updates "
@@ -161,9 +163,11 @@ def _summed(bounds: list[dict | None], energy: float | None, window_s: float | N
     low = sum(b["low_j"] for b in bounds)
     half = max(energy - low, (high - energy) if high is not None else 0.0)
     share = half / energy if energy > 0 else None
-    reasons = list(dict.fromkeys(b["reason"] for b in bounds if b["reason"]))
-    if share is not None and share > BOUND_SHARE and not reasons:
-        reasons.append(f"the meters' bound is ±{share:.1%} of the figure, above {BOUND_SHARE:.0%}")
+    # its own share, then what its parts say besides theirs (a short window, a possible wrap), each once
+    reasons = [f"{SHARE_REASON} ±{share:.1%} of the figure, above {BOUND_SHARE:.0%}"] \
+        if share is not None and share > BOUND_SHARE else []
+    reasons += dict.fromkeys(r for b in bounds for r in (b["reason"] or "").split("; ")
+                             if r and not r.startswith(SHARE_REASON) and r not in reasons)
     parts = [{"part": p["part"], "j": p["j"], "basis": p["basis"]} for b in bounds for p in b["parts"]]
     merged: dict[str, dict] = {}
     for p in parts:  # one line per kind of part: the sum over devices and nodes
