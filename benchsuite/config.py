@@ -155,7 +155,8 @@ class TrainConfig:
     warmup_steps: int = _spec(3, _warmup, "at least 2, and 3 with compile = true")
     precision: str = _spec("auto", _one_of("auto", "fp32", "bf16"), "auto: bf16 on GPU, fp32 on CPU")
     grad_accum: int = _spec(1, _positive)
-    recompute: str = _spec("none", _one_of("none", "full"))
+    recompute: str = _spec("none", _one_of("none", "selective", "full"),
+                           "selective: the attention core only (Korthikanti et al. 2022)")
     compile: bool = _spec(False)
     data: str = _spec("synthetic", None, "synthetic | builtin | path to a .bin token file")
     seed: int = _spec(0, _non_negative)
@@ -182,6 +183,9 @@ class ParallelConfig:
     microbatches: int | None = _spec(None, _positive, "per step with pipeline > 1; default 2 * pipeline")
     schedule: str = _spec("1f1b", _one_of(*PIPELINE_SCHEDULES))
     virtual_stages: int = _spec(1, _positive, "stages per rank V; > 1 with schedule = \"interleaved\"")
+    sequence_parallel: bool = _spec(False, None, "Megatron's sequence parallelism with tensor > 1")
+
+    LATER = ("sequence_parallel",)  # as ModelConfig.LATER
 
     @property
     def n_microbatches(self) -> int:
@@ -613,6 +617,15 @@ def _check_layout(kind: str, sec: dict, refused: set[str], where: str, problems:
         if p.zero and _known(refused, "parallel.zero"):
             problems.append((f"{where}.parallel.zero", "ZeRO stages 1-3 with tensor > 1 are not supported; "
                                                        "set zero = 0 or tensor = 1"))
+        if p.sequence_parallel and kind == "moe" and _known(refused, "parallel.sequence_parallel", "kind"):
+            problems.append((f"{where}.parallel.sequence_parallel", "sequence parallelism supports dense models "
+                                                                    "(an MoE layer is not split over the sequence); "
+                                                                    "set sequence_parallel = false"))
+        if p.sequence_parallel and p.pipeline > 1 and _known(refused, "parallel.sequence_parallel",
+                                                              "parallel.pipeline"):
+            problems.append((f"{where}.parallel.sequence_parallel", "sequence parallelism with pipeline > 1 is not "
+                                                                    "supported; set sequence_parallel = false or "
+                                                                    "pipeline = 1"))
     if p.expert > 1 and _known(refused, "parallel.expert"):
         if p.tensor > 1 and _known(refused, "parallel.tensor"):
             problems.append((f"{where}.parallel.expert", "expert parallelism with tensor > 1 is not supported; "

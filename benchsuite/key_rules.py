@@ -93,6 +93,10 @@ RULES = (
     KeyRule("parallel.virtual_stages", "`parallel.pipeline` > 1", ("parallel.pipeline",),
             lambda w: w.parallel.pipeline > 1,
             lambda w, v: "virtual stages need a pipeline; set pipeline > 1 or virtual_stages = 1"),
+    KeyRule("parallel.sequence_parallel", "`parallel.tensor` > 1", ("parallel.tensor",),
+            lambda w: w.parallel.tensor > 1,
+            lambda w, v: "sequence parallelism splits the tensor-parallel ranks' norms and dropouts over the "
+                         "sequence; parallel.tensor is 1, so it would change nothing: set tensor > 1 or remove it"),
     KeyRule("parallel.expert", "`kind = \"moe\"`", ("kind",), lambda w: w.kind == "moe",
             lambda w, v: "expert parallelism needs kind = \"moe\" (a dense model has no experts to shard); "
                          "remove expert or set it to 1"),

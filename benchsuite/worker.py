@@ -303,7 +303,8 @@ def set_up(run: RunConfig, ctx: bdist.DistContext, constants: SuiteConstants = N
         idle_baseline(monitor, run.energy.idle_baseline_s, constants)
     model = build_model(run.model, run.moe, seed=run.train.seed).to(ctx.device)
     par = parallelize(model, dims=ctx.dims, train=run.train, moe=run.moe, device=ctx.device,
-                      pipeline=PipelinePlan.from_run(run) if ctx.dims.pp_enabled else None)
+                      pipeline=PipelinePlan.from_run(run) if ctx.dims.pp_enabled else None,
+                      sequence_parallel=run.parallel.sequence_parallel)
     if run.moe is not None and run.moe.balance == "aux_free":  # once per step, after the last backward
         from benchsuite.models.moe import update_expert_bias
 

@@ -3,7 +3,8 @@
 One spawn per world size checks several layouts: TP 2 (world 2), also with a Llama-style model
 (RMSNorm, RoPE, grouped-query attention with 2 key/value heads for 4 query heads, SwiGLU) and a
 Qwen3-style one (its own head width, per-head query/key norm, biases, tied LM head); TP 4 and
-TP 2 × DP 2 (world 4). Each layout builds the plain model with the same seed, parallelizes it with
+TP 2 × DP 2 (world 4); with sequence parallelism, alone (TP 2 Llama- and Qwen3-style), with selective
+recompute (TP 2, TP 4) and with full recompute and data parallel (TP 2 × DP 2). Each layout builds the plain model with the same seed, parallelizes it with
 benchsuite.parallel.parallelize and trains it with the worker's own train_step, beside a
 single-process reference trained on the concatenated global batch. Checked (fp32, relative
 error ‖a − b‖ / ‖b‖ ≤ 1e-5): logits (gathered from the vocab shards), the loss, every gradient
@@ -56,7 +57,8 @@ def train_and_compare(rank: int, world: int, run: RunConfig, ctx) -> dict:
     dp, device = ctx.dims.dp, ctx.device
     ref = build_model(run.model, seed=0).to(device)
     ref_opt = make_adamw(ref.parameters(), run.train)
-    par = parallelize(build_model(run.model, seed=0), dims=ctx.dims, train=run.train, moe=run.moe, device=ctx.device)
+    par = parallelize(build_model(run.model, seed=0), dims=ctx.dims, train=run.train, moe=run.moe, device=ctx.device,
+                      sequence_parallel=run.parallel.sequence_parallel)
     out = {"impl": par.applied.implementation(), "loss_parallel": par.loss_parallel,
            "fused": [g["fused"] for g in par.optimizer.param_groups]}
     sl = slice(ctx.dp_rank * MB, (ctx.dp_rank + 1) * MB)
@@ -110,17 +112,23 @@ def _rank(rank: int, world: int, cases: list, out_dir: str, device: str = "cpu")
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
     results = {}
-    for name, dp, tp, model in cases:
+    for name, dp, tp, model, keys in cases:
         run = make_run(world, tp)
-        run = replace(run, model=replace(run.model, **model))
+        run = replace(run, model=replace(run.model, **model), train=replace(run.train, recompute=keys.get("recompute", "none")),
+                      parallel=replace(run.parallel, sequence_parallel=keys.get("sequence_parallel", False)))
         results[name] = train_and_compare(rank, world, run, make_ctx(rank, world, dp, tp, device=device))
     (__import__("pathlib").Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(results))
     shutdown()  # collects FSDP2/mesh cycles first: no gloo abort at exit
 
 
-CASES = {  # name: (dp, tp, model keys)
-    2: [("tp2", 1, 2, {}), ("tp2_llama", 1, 2, LLAMA), ("tp2_qwen3_tied_bias", 1, 2, QWEN3)],
-    4: [("tp4", 1, 4, {"activation": "swiglu"}), ("tp2xdp2", 2, 2, {})],
+SP = {"sequence_parallel": True}
+CASES = {  # name: (dp, tp, model keys, other keys: recompute, sequence_parallel)
+    2: [("tp2", 1, 2, {}, {}), ("tp2_llama", 1, 2, LLAMA, {}), ("tp2_qwen3_tied_bias", 1, 2, QWEN3, {}),
+        ("tp2_sp_selective", 1, 2, {}, {**SP, "recompute": "selective"}), ("tp2_llama_sp", 1, 2, LLAMA, SP),
+        ("tp2_qwen3_tied_bias_sp", 1, 2, QWEN3, SP)],
+    4: [("tp4", 1, 4, {"activation": "swiglu"}, {}), ("tp2xdp2", 2, 2, {}, {}),
+        ("tp4_sp_selective", 1, 4, {"activation": "swiglu"}, {**SP, "recompute": "selective"}),
+        ("tp2xdp2_sp_full", 2, 2, {}, {**SP, "recompute": "full"})],
 }
 
 
@@ -144,13 +152,19 @@ def test_tensor_parallel_on_one_gpu_with_gloo(tmp_path):
 def assert_matches_reference(out_dir, world: int, cases: list, tol: float) -> None:
     for rank in range(world):
         results = json.loads((out_dir / f"rank{rank}.json").read_text())
-        for name, dp, tp, _ in cases:
+        for name, dp, tp, model, keys in cases:
             r = results[name]
             where = f"{name} rank {rank}"
             assert r["loss_parallel"] is True and "tensor" in r["impl"], where
+            sp = keys.get("sequence_parallel", False)
+            assert ("sequence parallel" in r["impl"]["tensor"]) == sp, where
+            assert r["impl"].get("recompute", "none").endswith(
+                {"none": "none", "selective": "(selective)", "full": "per block"}[keys.get("recompute", "none")]), where
             # the GPU's optimizer: fused AdamW, whose kernel refuses a mix of DTensor and plain parameters
-            # (TP alone keeps the position embedding and the norms plain: a group of their own)
-            assert r["fused"] == [True] * (2 if dp == 1 else 1), f"{where}: {r['fused']}"
+            # (TP alone keeps the position embedding and the norms plain, sequence parallel the position
+            # embedding: a group of their own)
+            plain = not sp or model.get("position", "learned") == "learned"
+            assert r["fused"] == [True] * (2 if dp == 1 and plain else 1), f"{where}: {r['fused']}"
             assert r["logits"] <= tol, f"{where}: logits rel err {r['logits']:.2e}"
             assert r["loss"] <= tol, f"{where}: loss rel err {r['loss']:.2e}"
             assert r["grads"] <= tol, f"{where}: grad rel err {r['grads']:.2e}"
@@ -161,6 +175,8 @@ def assert_matches_reference(out_dir, world: int, cases: list, tol: float) -> No
                 assert abs(ratio - 1) <= 0.05, f"{where}: measured {part} {ratio:.3f}× the formula"
             assert "all_reduce" in r["comm_kinds"], where
             assert tp in r["comm_groups"]["all_reduce"], where
+            if sp:  # the sequence regions' entries and exits
+                assert tp in r["comm_groups"]["all_gather"] and tp in r["comm_groups"]["reduce_scatter"], where
             if dp > 1:
                 assert dp in r["comm_groups"]["all_reduce"], f"{where}: gradients all-reduced over dp"
 

@@ -21,6 +21,8 @@ Hardware FLOPs, the numerator of HFU, count what the device executes in the eage
   are the model's;
 - the fused attention backward (flash / memory-efficient / the CPU flash kernel) recomputes the
   scores Q·Kᵀ from the saved log-sum-exp: 2 · seq_len · hidden more per layer;
+- with recompute = "selective", the attention core's forward (Q·Kᵀ and the weighted sum of V,
+  4 · seq_len · heads · head_dim per token and layer) that the checkpoint re-runs in backward;
 - with recompute = "full", the forward the non-reentrant checkpoint re-runs in backward. Its early
   stop ends the re-run once the last tensor saved for backward is rebuilt: in a dense block that is
   the input of the FFN down-projection (a matmul saves its inputs before it runs), so that GEMM is
@@ -198,6 +200,8 @@ def hardware_basis(moe: MoEConfig | None, *, recompute: str, expert_impl: str | 
     parts = ["analytic, eager step: fused attention backward recomputes Q·Kᵀ"]
     if recompute == "full":
         parts.append("full recompute of each block, less the dense FFN down-projection (checkpoint early stop)")
+    elif recompute == "selective":
+        parts.append("selective recompute: each attention core's forward (Q·Kᵀ and ·V) again in backward")
     if moe is not None and moe.dropless:
         parts.append(f"each routed assignment once, no padding (dropless, {expert_impl or 'sorted rows'})")
     elif moe is not None:

@@ -168,30 +168,47 @@ def params_per_rank(cfg, moe=None, tp: int = 1) -> int:
 # ------------------------------------------------------------------ activations
 
 def activation_bytes(seq_len: int, micro_batch: int, hidden: int, heads: int, layers: int, vocab: int,
-                     tp: int = 1, recompute: str = "none", sequence_parallel: bool = False) -> dict:
+                     tp: int = 1, recompute: str = "none", sequence_parallel: bool = False,
+                     value_bytes: int = 2, dropout: bool = True) -> dict:
     """Korthikanti et al. 2022 estimate of activation bytes per micro-batch (module docstring).
-    recompute: "none" | "selective" | "full"; sequence_parallel: Megatron's sequence parallelism (§4.2.2)."""
+    recompute: "none" | "selective" | "full"; sequence_parallel: Megatron's sequence parallelism (§4.2.2).
+    value_bytes and dropout: the paper's 16-bit values with 1-byte dropout masks by default; the model
+    here, without dropout, in fp32 is value_bytes=4, dropout=False. The paper's terms per layer, in
+    values: 4·s·b·h stored whole under tensor parallelism (the two norms' inputs and the QKV and FFN
+    inputs; split by sequence parallelism), 12·s·b·h split over t (Q, K, V, the out-projection input,
+    the FFN's two 4h-wide inputs), a·s²·b split over t (the softmax output), plus the dropout masks
+    (s·b·h twice, a·s²·b) and the attention dropout's output (a·s²·b)."""
     s, b, h, a, t, v = seq_len, micro_batch, hidden, heads, tp, vocab
     sp = sequence_parallel and t > 1
-    if recompute == "none" and sp:
-        per_layer = s * b * h / t * (34 + 5 * a * s / h)
-        formula = "s·b·h/t·(34 + 5·a·s/h)"
-    elif recompute == "none":
-        per_layer = s * b * h * (10 + 24 / t + 5 * a * s / (h * t))
-        formula = "s·b·h·(34 + 5·a·s/h)" if t == 1 else "s·b·h·(10 + 24/t + 5·a·s/(h·t))"
+    paper = value_bytes == 2 and dropout
+    masks = 1 if dropout else 0
+    stream_c, split_c = 4 * value_bytes + 2 * masks, 12 * value_bytes  # 10 and 24 in the paper
+    score_c = value_bytes + masks * (1 + value_bytes)  # 5 in the paper
+    stream_t = t if sp else 1
+    if recompute == "none":
+        per_layer = s * b * h * (stream_c / stream_t + split_c / t) + a * s * s * b * score_c / t
+        if paper:
+            formula = ("s·b·h/t·(34 + 5·a·s/h)" if sp else "s·b·h·(34 + 5·a·s/h)" if t == 1
+                       else "s·b·h·(10 + 24/t + 5·a·s/(h·t))")
+        else:
+            formula = f"s·b·h·({stream_c}{'/t' if sp else ''} + {split_c}/t) + {score_c}·a·s²·b/t"
     elif recompute == "selective":
-        per_layer = s * b * h * 34 / t if sp else s * b * h * (10 + 24 / t)
-        formula = "s·b·h·34/t" if sp else "s·b·h·34" if t == 1 else "s·b·h·(10 + 24/t)"
+        per_layer = s * b * h * (stream_c / stream_t + split_c / t)
+        if paper:
+            formula = "s·b·h·34/t" if sp else "s·b·h·34" if t == 1 else "s·b·h·(10 + 24/t)"
+        else:
+            formula = f"s·b·h·({stream_c}{'/t' if sp else ''} + {split_c}/t)"
     elif recompute == "full":
-        per_layer = 2 * s * b * h / (t if sp else 1)
-        formula = "2·s·b·h/t" if sp else "2·s·b·h"
+        per_layer = value_bytes * s * b * h / stream_t
+        formula = f"{value_bytes}·s·b·h{'/t' if sp else ''}"
     else:
         raise ValueError(f"recompute must be none, selective or full, got {recompute!r}")
     output = 4 * s * b * h / t * (1 + v / h)
+    source = "Korthikanti et al. 2022 (16-bit activations, with dropout masks)" if paper else \
+        f"Korthikanti et al. 2022's terms with {value_bytes}-byte values{'' if dropout else ', no dropout'}"
     return {"recompute": recompute, "tp": t, "sequence_parallel": sp, "per_layer_bytes": per_layer,
             "layers": layers, "output_layer_bytes": output, "total_bytes": layers * per_layer + output,
-            "formula": f"L·{formula} + 4·s·b·h/t·(1 + v/h)",
-            "source": "Korthikanti et al. 2022 (16-bit activations, with dropout masks)"}
+            "formula": f"L·{formula} + 4·s·b·h/t·(1 + v/h)", "source": source}
 
 
 def activation_estimates(m: ModelConfig, *, micro_batch: int, recompute: str, tp: int) -> dict:

@@ -78,8 +78,21 @@ def apply_rope(x: torch.Tensor, rope: Rope) -> torch.Tensor:
     return x * cos + rotate_half(x) * sin
 
 
+class AttentionCore(nn.Module):
+    """softmax(Q·Kᵀ/√D)·V, causal, through SDPA (flash path on GPU): Megatron's "core attention", a
+    module of its own (no weights) so that selective recompute can checkpoint exactly this part
+    (parallel/__init__.py). q [B, heads, T, D], k and v [B, G, T, D] -> [B, heads, T, D]."""
+
+    def __init__(self, grouped: bool):
+        super().__init__()
+        self.grouped = grouped
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.grouped)
+
+
 class Attention(nn.Module):
-    """Causal self-attention through SDPA (flash path on GPU), grouped-query when kv_heads < heads.
+    """Causal self-attention (the core through SDPA), grouped-query when kv_heads < heads.
 
     QKV is one GEMM whose output rows are laid out per key/value head g as
     [q heads of group g (R × D), k_g (D), v_g (D)], so a contiguous column shard holds whole groups
@@ -96,6 +109,7 @@ class Attention(nn.Module):
         self.group = cfg.heads // cfg.n_kv_heads  # R: fixed by the model, so a shard of whole groups keeps it
         q_width, kv_width = cfg.heads * self.head_dim, cfg.n_kv_heads * self.head_dim
         self.qkv = nn.Linear(cfg.hidden, q_width + 2 * kv_width, bias=cfg.bias)
+        self.core = AttentionCore(grouped=self.group > 1)
         self.out = nn.Linear(q_width, cfg.hidden, bias=cfg.bias)
         self.qk_norm = cfg.qk_norm
         if cfg.qk_norm != "none":
@@ -121,7 +135,7 @@ class Attention(nn.Module):
         q, k, v = (t.transpose(1, 2) for t in self.split_heads(x))  # [B, heads, T, D], k and v [B, G, T, D]
         if rope is not None:
             q, k = apply_rope(q, rope), apply_rope(k, rope)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.group > 1)
+        y = self.core(q, k, v)
         return self.out(y.transpose(1, 2).reshape(B, T, -1))  # [B, T, heads·D] -> [B, T, H]
 
 

@@ -66,14 +66,22 @@ class Parallelized:
         return loss_parallel()
 
 
-def apply_activation_checkpointing(model: nn.Module, preserve_rng_state: bool) -> None:
-    """Full recompute: each block's activations are rebuilt in the backward pass. The RNG state
-    is restored for the recompute only when the forward draws random numbers (GShard's random
-    second-expert policy): otherwise the save/restore is wasted work."""
+def apply_activation_checkpointing(model: nn.Module, preserve_rng_state: bool, recompute: str = "full") -> str:
+    """Activation recompute; returns its name. "full": each block's activations are rebuilt in the
+    backward pass. "selective" (Korthikanti et al. 2022, §5): only each block's attention core, whose
+    activations grow with seq_len² while its FLOPs are few; every GEMM keeps its stored input. The RNG
+    state is restored for the recompute only when the forward draws random numbers (GShard's random
+    second-expert policy, inside a block, never in the attention core): otherwise the save/restore is
+    wasted work."""
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
+    if recompute == "selective":
+        for block in model.blocks:
+            block.attn.core = checkpoint_wrapper(block.attn.core, preserve_rng_state=False)
+        return "checkpoint_wrapper per attention core (selective)"
     for i, block in enumerate(model.blocks):
         model.blocks[i] = checkpoint_wrapper(block, preserve_rng_state=preserve_rng_state)
+    return "checkpoint_wrapper per block"
 
 
 def apply_compile(model: nn.Module) -> None:
@@ -93,9 +101,10 @@ def choose_expert_impl(model: nn.Module, *, precision: str, device: torch.device
 
 
 def parallelize(model: nn.Module, *, dims: ParallelDims, train: TrainConfig, moe: MoEConfig | None,
-                device: torch.device, pipeline=None) -> Parallelized:
+                device: torch.device, pipeline=None, sequence_parallel: bool = False) -> Parallelized:
     """The parallel model, its optimizer and what was applied. dims carries the meshes (world > 1);
-    pipeline: the pipeline.PipelinePlan of a run with dims.pp_enabled."""
+    pipeline: the pipeline.PipelinePlan of a run with dims.pp_enabled; sequence_parallel: Megatron's
+    sequence parallelism with tensor parallel (parallel.sequence_parallel)."""
     from benchsuite.parallel.zero import apply_data_parallel, build_optimizer, precision_policy
 
     precision = resolve_precision(train.precision, device)
@@ -107,7 +116,7 @@ def parallelize(model: nn.Module, *, dims: ParallelDims, train: TrainConfig, moe
         from benchsuite.dist import TP
         from benchsuite.parallel.tensor import apply_tensor_parallel
 
-        applied["tensor"] = apply_tensor_parallel(model, dims.mesh[TP])
+        applied["tensor"] = apply_tensor_parallel(model, dims.mesh[TP], sequence_parallel=sequence_parallel)
     if dims.ep_enabled:
         from benchsuite.dist import EDP, EP
         from benchsuite.parallel import expert
@@ -118,10 +127,9 @@ def parallelize(model: nn.Module, *, dims: ParallelDims, train: TrainConfig, moe
         replicas = dims.group(EDP) if dims.dp > dims.ep else None
         hooks.append(lambda: expert.sync_expert_grads(model, dims.dp, replicas))
         hooks.append(lambda: expert.end_all_to_all_step(model))
-    if train.recompute == "full":
+    if train.recompute != "none":
         random_routing = moe is not None and moe.second_expert_policy == "random"
-        apply_activation_checkpointing(model, preserve_rng_state=random_routing)
-        applied["recompute"] = "checkpoint_wrapper per block"
+        applied["recompute"] = apply_activation_checkpointing(model, random_routing, train.recompute)
     if train.compile:
         apply_compile(model)
         applied["compile"] = "torch.compile per block"

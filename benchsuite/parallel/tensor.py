@@ -37,38 +37,78 @@ the vocabulary). The LM head's logits stay sharded over the vocabulary and the w
 loss under ``loss_parallel()``: full-vocabulary logits never exist on one rank. Blocks whose FFN is
 an MoE layer keep that layer replicated on every tensor-parallel rank (correct, but not sharded;
 expert parallelism is the way to split experts).
+
+Sequence parallelism (``sequence_parallel=True``; Korthikanti et al. 2022, §4.2.2; the plan torchtitan
+applies with DTensor's SequenceParallel): between the tensor-parallel regions the residual stream is
+split along the sequence, so each rank holds and normalises T/t positions:
+
+==========================  ===============================================  ===================
+blocks.0 input              Replicate -> Shard(1): each rank keeps its T/t   (the embedding's
+                            positions (a local slice, no communication)      reduce-scatter)
+ln1, ln2, ln_f              SequenceParallel: Shard(1), weight Replicate,    LayerNorm in the
+                            its gradient summed over ranks                   sequence region
+attn.qkv, ffn.up, ffn.gate  ColwiseParallel(input Shard(1)): all-gather      g: all-gather
+attn.out, ffn.down          RowwiseParallel(output Shard(1)): reduce-scatter ḡ: reduce-scatter
+head                        ColwiseParallel(input Shard(1))                  all-gather
+==========================  ===============================================  ===================
+
+Megatron stores a column-parallel linear's input as the rank's sequence shard and all-gathers it
+again in the backward pass; a DTensor linear would store the gathered input. So each of those
+linears runs under a non-reentrant checkpoint together with its all-gather: the checkpoint stores
+the shard, and its recompute stops once the linear's input is rebuilt (a matmul saves its inputs
+before it runs), so only the all-gather is repeated, never the GEMM. Two differences from Megatron
+remain: the embedding's partial sums are all-reduced and then sliced (the learned position table
+is added to the whole sequence first), and SwiGLU's gate and up projections gather each (Megatron
+fuses them into one GEMM).
 """
 
 from __future__ import annotations
 
 from torch import nn
 
+from benchsuite.models.ffn import MLP
+
 IMPLEMENTATION = ("torch.distributed.tensor.parallel (DTensor): column/row-parallel Linear, "
                   "vocab-parallel embedding, loss_parallel cross-entropy")
 
 
-def tensor_parallel_plan(model: nn.Module) -> dict:
-    """{module path: ParallelStyle} for parallelize_module."""
+def column_inputs(model: nn.Module) -> list[str]:
+    """The column-parallel linears that read the residual stream (their input is all-gathered under
+    sequence parallelism): each block's attn.qkv and its dense FFN's up and gate."""
+    paths = []
+    for i, block in enumerate(model.blocks):
+        paths.append(f"blocks.{i}.attn.qkv")
+        if isinstance(block.ffn, MLP):
+            paths += [f"blocks.{i}.ffn.up"] + ([f"blocks.{i}.ffn.gate"] if block.ffn.gate is not None else [])
+    return paths
+
+
+def tensor_parallel_plan(model: nn.Module, sequence_parallel: bool = False) -> dict:
+    """{module path: ParallelStyle} for parallelize_module (the module docstring's tables)."""
     from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
+                                                   SequenceParallel)
 
-    from benchsuite.models.ffn import MLP
-
+    stream = Shard(1) if sequence_parallel else Replicate()  # the residual stream between the regions
     plan = {
         "tok_emb": RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
-        "head": ColwiseParallel(output_layouts=Shard(-1), use_local_output=False),
+        "head": ColwiseParallel(input_layouts=stream, output_layouts=Shard(-1), use_local_output=False),
     }
+    plan.update({path: ColwiseParallel(input_layouts=stream) for path in column_inputs(model)})
+    if sequence_parallel:
+        plan["blocks.0"] = PrepareModuleInput(input_layouts=(Replicate(), None), desired_input_layouts=(Shard(1), None),
+                                              use_local_output=True)
+        plan["ln_f"] = SequenceParallel()
     for i, block in enumerate(model.blocks):
-        plan[f"blocks.{i}.attn.qkv"] = ColwiseParallel()
-        plan[f"blocks.{i}.attn.out"] = RowwiseParallel()
+        plan[f"blocks.{i}.attn.out"] = RowwiseParallel(output_layouts=stream)
+        if sequence_parallel:
+            plan[f"blocks.{i}.ln1"] = SequenceParallel()
+            plan[f"blocks.{i}.ln2"] = SequenceParallel()
         if model.cfg.qk_norm == "per_head":  # on q and k as [B, T, local heads, D]
             plan[f"blocks.{i}.attn.q_norm"] = SequenceParallel(sequence_dim=2, use_local_output=True)
             plan[f"blocks.{i}.attn.k_norm"] = SequenceParallel(sequence_dim=2, use_local_output=True)
         if isinstance(block.ffn, MLP):
-            plan[f"blocks.{i}.ffn.up"] = ColwiseParallel()
-            if block.ffn.gate is not None:
-                plan[f"blocks.{i}.ffn.gate"] = ColwiseParallel()
-            plan[f"blocks.{i}.ffn.down"] = RowwiseParallel()
+            plan[f"blocks.{i}.ffn.down"] = RowwiseParallel(output_layouts=stream)
     return plan
 
 
@@ -85,7 +125,7 @@ def check_divisible(model: nn.Module, tp: int) -> None:
                          "not supported")
 
 
-def apply_tensor_parallel(model: nn.Module, tp_mesh) -> str:
+def apply_tensor_parallel(model: nn.Module, tp_mesh, sequence_parallel: bool = False) -> str:
     """Shard `model` in place over the 1-D device mesh `tp_mesh`; returns the implementation name.
 
     Afterwards model(idx) returns (logits, aux, routing) with logits a DTensor sharded on the vocabulary
@@ -93,11 +133,28 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh) -> str:
     from torch.distributed.tensor.parallel import parallelize_module
 
     check_divisible(model, tp_mesh.size())
-    parallelize_module(model, tp_mesh, tensor_parallel_plan(model))
+    if sequence_parallel and any(not isinstance(block.ffn, MLP) for block in model.blocks):
+        raise ValueError("sequence parallelism supports dense models (config.py refuses MoE with it)")
+    parallelize_module(model, tp_mesh, tensor_parallel_plan(model, sequence_parallel))
     if model.cfg.tie_embeddings:  # each style distributed its own copy of the one weight: share one again
         model.head.weight = model.tok_emb.weight
     keep_grad_sharded_like_param(model.tok_emb.weight)
-    return IMPLEMENTATION
+    if not sequence_parallel:
+        return IMPLEMENTATION
+    store_sequence_shards(model)
+    return IMPLEMENTATION + "; sequence parallel (SequenceParallel norms, all-gather / reduce-scatter)"
+
+
+def store_sequence_shards(model: nn.Module) -> None:
+    """Each column-parallel linear that all-gathers the sequence, with its all-gather, under a
+    non-reentrant checkpoint: the shard is stored and only the all-gather is repeated in backward
+    (module docstring)."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    for path in column_inputs(model):
+        parent, _, name = path.rpartition(".")
+        owner = model.get_submodule(parent)
+        setattr(owner, name, checkpoint_wrapper(getattr(owner, name), preserve_rng_state=False))
 
 
 def _to_param_layout(mesh, placements, grad):
