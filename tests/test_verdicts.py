@@ -249,3 +249,29 @@ def test_claims_these_runs_cannot_test_are_one_line_each_claim_once(capsys):
     caption = " ".join(text.split())
     for c in {c.claim.text for c in v.claims}:
         assert caption.count(" ".join(c.split())) == 1  # each claim named once, not a row each
+
+
+def _group(kind: str, jpt: list[float], share: float) -> "SeedGroup":
+    """A run of three seeds with these J/token and tok/s, whose energy the meters bound to ±share."""
+    from benchsuite.results.verdicts import SeedGroup
+
+    bound = {"low_j": 100 * (1 - share), "high_j": 100 * (1 + share), "share": share}
+    return SeedGroup("s", kind, kind, None if kind == "dense" else "switch", kind, kind, (1, 1, "weak", "cpu", None),
+                     False, {i: {"j_per_token": v, "tokens_per_s": 1000.0} for i, v in enumerate(jpt)},
+                     [{"energy": {"bounds": {"total": bound}}}] * len(jpt))
+
+
+def test_a_sparse_dense_energy_ratio_inside_the_meters_bounds_is_not_resolvable():
+    """1 % apart with tight seeds (a significant t-interval) but ±3 % meters: not resolvable; ±0.2 % meters and
+    10 % apart: ranked."""
+    from benchsuite.results.verdicts import Ranking, pair_ratios
+
+    dense = [1.0, 1.0005, 0.9995]
+    close = {p.figure: p for p in pair_ratios(_group("moe", [v * 0.99 for v in dense], 0.03),
+                                              _group("dense", dense, 0.03))}
+    assert close["j_per_token"].ranking is Ranking.UNRESOLVABLE
+    assert "cannot tell these runs apart" in close["j_per_token"].text
+    assert close["tokens_per_s"].ranking is not Ranking.UNRESOLVABLE  # the bound is the energy meters' alone
+    far = {p.figure: p for p in pair_ratios(_group("moe", [v * 0.9 for v in dense], 0.002),
+                                            _group("dense", dense, 0.002))}
+    assert far["j_per_token"].ranking is Ranking.LESS

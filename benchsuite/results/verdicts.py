@@ -24,6 +24,7 @@ how much of that is measurement.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING
@@ -152,6 +153,7 @@ class Ranking(str, Enum):
     LESS = "sparse less than dense"
     MORE = "sparse more than dense"
     NOT_SIGNIFICANT = "no significant difference"
+    UNRESOLVABLE = "not resolvable by the meters"  # the ratio lies inside the energy meters' bounds
     UNAVAILABLE = "n/a"
 
 
@@ -170,8 +172,8 @@ class PairRatio:
     def text(self) -> str:
         if self.ranking is Ranking.NOT_SIGNIFICANT:
             return f"no significant difference at {self.ratio.n} seeds"
-        if self.ranking is Ranking.UNAVAILABLE:
-            return self.ratio.reason or "n/a"
+        if self.ranking in (Ranking.UNAVAILABLE, Ranking.UNRESOLVABLE):
+            return self.ratio.reason or self.ranking.value
         return f"{self.sparse} {'lower' if self.ranking is Ranking.LESS else 'higher'}"
 
 
@@ -195,10 +197,41 @@ def pair_ratios(sparse: SeedGroup, dense: SeedGroup) -> list[PairRatio]:
     out = [(name, welch_ratio(sparse.values(column), dense.values(column))) for name, column in names]
     out += [(m, per_step_ratio(sparse, dense, m)) for m in PER_STEP]
     unmeasured = energy_not_measured(sparse, dense)
-    return [PairRatio(sparse.suite, sparse.label, dense.label, name, r, rank(r)) if not (
-        unmeasured and name in ENERGY_FIGURES) else PairRatio(sparse.suite, sparse.label, dense.label, name,
-                                                              Interval(r.point, r.lo, r.hi, r.n, unmeasured),
-                                                              Ranking.UNAVAILABLE) for name, r in out]
+    pairs = []
+    for name, r in out:
+        ranking = rank(r)
+        if name in ENERGY_FIGURES and unmeasured:
+            r, ranking = Interval(r.point, r.lo, r.hi, r.n, unmeasured), Ranking.UNAVAILABLE
+        elif name in ENERGY_FIGURES and (why := unresolvable(r, sparse, dense)):
+            r, ranking = Interval(r.point, r.lo, r.hi, r.n, why), Ranking.UNRESOLVABLE
+        pairs.append(PairRatio(sparse.suite, sparse.label, dense.label, name, r, ranking))
+    return pairs
+
+
+def meter_share(group: SeedGroup) -> float | None:
+    """The widest relative bound the meters put on the run's energy (energy.bounds.total, energy/bounds.py)
+    over its records: inf where one is unbounded, None where a record has none."""
+    shares = []
+    for rec in group.records:
+        bound = dig(rec, "energy", "bounds", "total") or {}
+        if num(bound.get("share")) is None:
+            return None
+        shares.append(math.inf if bound.get("high_j") is None else bound["share"])
+    return max(shares) if shares else None
+
+
+def unresolvable(ratio: Interval, sparse: SeedGroup, dense: SeedGroup) -> str | None:
+    """Why an energy ratio cannot be told from 1 by the meters (each side moved to the far ends of its bound),
+    or None when it can or no bound is known."""
+    s_sparse, s_dense = meter_share(sparse), meter_share(dense)
+    if ratio.point is None or s_sparse is None or s_dense is None:
+        return None
+    low = ratio.point * (1 - s_sparse) / (1 + s_dense)
+    high = ratio.point * (1 + s_sparse) / (1 - s_dense) if s_dense < 1 else math.inf
+    if low <= 1 <= high:
+        return (f"ratio {ratio.point:.3f} lies within the meters' bounds (±{s_sparse:.1%} sparse, ±{s_dense:.1%} "
+                f"dense): the energy meters cannot tell these runs apart")
+    return None
 
 
 def energy_not_measured(*groups: SeedGroup) -> str | None:
