@@ -24,7 +24,9 @@ EXPECTED = ["run_key", "identity", "name", "seed", "repeat", "suite", "workload"
             "step_time_ci95_lo_s", "step_time_ci95_hi_s", "scaling_efficiency", "scaling_baseline", "tflops_per_device",
             "model_flops_per_token", "params_active", "peak_memory_bytes", "energy_j", "gpu_energy_j",
             "energy_source", "j_per_token", "gpu_j_per_token", "gco2e_per_mtok", "co2e_g", "intensity_g_per_kwh",
-            "flagged", "error_type", "path",
+            "energy_low_j", "energy_high_j", "energy_bound_share", "energy_bound_exceeds", "j_per_token_low",
+            "j_per_token_high", "co2e_low_g", "co2e_high_g", "market_co2e_g", "embodied_co2e_g", "water_onsite_l",
+            "water_offsite_l", "flagged", "error_type", "path",
             *(p for p in field_columns() if p.startswith(("config.", "env.")))]
 
 

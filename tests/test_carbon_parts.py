@@ -2,6 +2,7 @@
 published footprints from their papers' inputs, within the rounding of those inputs."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -130,3 +131,33 @@ def test_carbon_estimate_cli_prints_each_part_beside_and_json_holds_them(capsys)
     assert main(["carbon", "estimate", "--chips", "8", "--hours", "10", "--watts", "500", "--intensity", "400"]) == 0
     text = capsys.readouterr().out
     assert "market-based (Scope 2): not computed" in text and "embodied (Scope 3):" in text
+
+
+def test_report_json_and_load_show_the_bound_and_the_parts_the_record_holds(tmp_path, capsys):
+    """One figure everywhere: a record's energy bound, CO2e bound and carbon parts read the same in
+    `report --json`, in `load()` and in the record."""
+    import benchsuite
+    from benchsuite.results.store import read_record
+
+    fixtures = Path(__file__).parent / "fixtures" / "results"
+    rec = read_record(fixtures / "make_dvs-dense-w1.json")
+    rec.pop("_path", None)
+    energy = _energy_section(36e6)
+    cfg = CarbonConfig(intensity_g_per_kwh=400.0, market_intensity_g_per_kwh=100.0, wue_l_per_kwh=0.5,
+                       water_intensity_l_per_kwh=2.0)
+    rec["energy"], rec["carbon"] = energy, carbon.record_carbon(energy, cfg)
+    rec["config"]["carbon"] = {**rec["config"]["carbon"], **{k: getattr(cfg, k) for k in CarbonConfig.LATER}}
+    folder = tmp_path / "results"
+    folder.mkdir()
+    (folder / "r.json").write_text(json.dumps(rec))
+    assert main(["report", str(folder), "--json"]) == 0
+    [run] = json.loads(capsys.readouterr().out)["runs"]
+    df = benchsuite.load(folder)
+    for column, loaded, value in (("carbon.co2e_g_bound.low", "co2e_low_g", rec["carbon"]["co2e_g_bound"]["low"]),
+                                  ("carbon.market.co2e_g", "market_co2e_g", rec["carbon"]["market"]["co2e_g"]),
+                                  ("carbon.water.offsite_l", "water_offsite_l", rec["carbon"]["water"]["offsite_l"]),
+                                  ("carbon.embodied.co2e_g", "embodied_co2e_g", rec["carbon"]["embodied"]["co2e_g"])):
+        assert run[column] == pytest.approx(value) == pytest.approx(df[loaded].iloc[0]), column
+    assert run["energy_bound_share"] == pytest.approx(energy["bounds"]["total"]["share"])
+    assert df["energy_high_j"].iloc[0] == pytest.approx(energy["bounds"]["total"]["high_j"])
+    assert benchsuite.load_runs(folder)["energy_bound_share"].iloc[0] == pytest.approx(run["energy_bound_share"])

@@ -221,9 +221,26 @@ def _runs(df: pd.DataFrame, per_seed: pd.DataFrame, records: list[dict]) -> pd.D
     runs["seed"] = [seeds_text(s) if s else str(s0) for s, s0 in zip(runs["seeds"], runs["seed"])]
     failed_seeds = df[df["status"] != "ok"].groupby("identity")["seed"].agg(set)
     runs["failed_seeds"] = [sorted(failed_seeds.get(i, set()) - set(s)) for i, s in zip(runs.index, runs["seeds"])]
+    runs = _with(runs, _meter_bounds(df, runs.index))
     runs = runs.reset_index().copy()
     _combine_flags(runs, df, records)
     return runs.sort_values(["suite", "series", "world_size", "nodes"], kind="stable", ignore_index=True)
+
+
+BOUND_SHARE, BOUND_EXCEEDS = "energy.bounds.total.share", "energy.bounds.total.exceeds"
+
+
+def _meter_bounds(df: pd.DataFrame, identities: pd.Index) -> dict[str, pd.Series]:
+    """`energy_bound_share`: the widest relative bound the meters put on a run's total energy over its ok
+    records (energy/bounds.py; NaN where none has one), and `energy_bound_exceeds`: whether any is flagged."""
+    ok = df[df["status"] == "ok"]
+    if BOUND_SHARE not in ok:
+        return {"energy_bound_share": np.nan, "energy_bound_exceeds": False}
+    by = ok.groupby("identity")
+    share = pd.to_numeric(by[BOUND_SHARE].max(), errors="coerce")
+    exceeds = by[BOUND_EXCEEDS].agg(lambda s: any(v is True for v in s))
+    return {"energy_bound_share": share.reindex(identities).astype(float),
+            "energy_bound_exceeds": exceeds.reindex(identities).fillna(False).astype(bool)}
 
 
 def _add_intervals(runs: pd.DataFrame, per_seed: pd.DataFrame) -> None:

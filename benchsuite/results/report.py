@@ -137,7 +137,11 @@ JSON_COLUMNS = ["identity", "label", "run_key", "suite", "workload", "kind", "ro
                 "status", "repeats", "failed", "failed_seeds", "tokens_per_s", "tokens_per_s_lo", "tokens_per_s_hi",
                 "tokens_per_s_min", "tokens_per_s_max", "repeat_cv", "mfu", "mfu_lo", "mfu_hi", "metrics.hfu",
                 "step_time_median_s", "step_time_median_s_lo", "step_time_median_s_hi", "j_per_token",
-                "j_per_token_lo", "j_per_token_hi", "gco2e_per_mtok", "gco2e_per_mtok_lo", "gco2e_per_mtok_hi",
+                "j_per_token_lo", "j_per_token_hi", "energy_bound_share", "energy_bound_exceeds",
+                "metrics.energy.j_per_token_bound.low", "metrics.energy.j_per_token_bound.high", "gco2e_per_mtok",
+                "gco2e_per_mtok_lo", "gco2e_per_mtok_hi", "carbon.co2e_g", "carbon.co2e_g_bound.low",
+                "carbon.co2e_g_bound.high", "carbon.market.co2e_g", "carbon.embodied.co2e_g", "carbon.water.onsite_l",
+                "carbon.water.offsite_l",
                 "interval_reason", "scaling_efficiency", "scaling_baseline", "scaling_baseline_identities",
                 "scaling_efficiency_reason", "error_type", "error_message", MEMORY_MEASURED, MEMORY_ANALYTIC,
                 "flagged", "flags", "flag_summary", "flags_in_repeats", *QUALITY]
@@ -320,12 +324,25 @@ MOE_COLUMNS = [("run", "label", "{}"), ("router", "router", "{}"),
 ENERGY_COLUMNS = [("run", "label", "{}"), ("seed", "seed", "{}"),
                   ("total J", "energy.total_j", "{:,.1f}"), ("source", "energy.source", "{}"),
                   ("J/token", "metrics.energy.j_per_token", "{:.3g}"),
+                  ("meters ±", "energy.bounds.total.share", "{:.1%}"),
                   ("GPU J/token", "metrics.energy.gpu_j_per_token", "{:.3g}"),
                   ("J/PFLOP", "metrics.energy.j_per_pflop", "{:.3g}"),
                   ("avg W/GPU", "metrics.energy.avg_w_per_device", "{:.0f}"),
                   ("gCO2e/Mtok", "metrics.energy.gco2e_per_mtok", "{:.3g}"),
                   ("g/kWh", "carbon.intensity_g_per_kwh", "{:.0f}"), ("PUE", "carbon.pue", "{:g}"),
                   ("intensity source", "carbon.intensity_source", "{}")]
+
+
+# Beside the location-based CO2e, never added to it (energy/footprint.py): shown when a run has one of them.
+CARBON_PART_COLUMNS = [("run", "label", "{}"), ("seed", "seed", "{}"),
+                       ("location gCO2e", "carbon.co2e_g", "{:.3g}"),
+                       ("low", "carbon.co2e_g_bound.low", "{:.3g}"), ("high", "carbon.co2e_g_bound.high", "{:.3g}"),
+                       ("market gCO2e", "carbon.market.co2e_g", "{:.3g}"),
+                       ("embodied gCO2e", "carbon.embodied.co2e_g", "{:.3g}"),
+                       ("embodied source", "carbon.embodied.source", "{}"),
+                       ("water on-site L", "carbon.water.onsite_l", "{:.3g}"),
+                       ("water off-site L", "carbon.water.offsite_l", "{:.3g}")]
+CARBON_PARTS_WHEN = "carbon.co2e_g"
 
 
 PIPELINE_COLUMNS = [("run", "label", "{}"),
@@ -368,7 +385,9 @@ def section_tables(results: Results, fit: Fit = Fit()) -> list[Table]:
               routing_table(results),
               _section_table(df, "Pipeline bubble (measured vs formula)", PIPELINE_COLUMNS,
                              "metrics.pipeline.bubble_formula", fit),
-              _section_table(df, "Energy and carbon (measured window)", ENERGY_COLUMNS, ENERGY_WHEN, fit)]
+              _section_table(df, "Energy and carbon (measured window)", ENERGY_COLUMNS, ENERGY_WHEN, fit),
+              _section_table(df, "Carbon beside the location-based figure (never added to it)", CARBON_PART_COLUMNS,
+                             CARBON_PARTS_WHEN, fit)]
     return [t for t in tables if t is not None]
 
 
