@@ -257,6 +257,8 @@ class Row:
     window_s: float | None
     speed_valid: bool  # False: several ranks shared the GPU (their speed is not a figure)
     error: str | None
+    gpu_bound: float | None = None  # the meters' bound on the first GPU's energy, ± share (energy/bounds.py)
+    edges_aligned: bool | None = None  # its counter edges waited for an update (None: no counter figure)
 
     @classmethod
     def of(cls, r: dict) -> Row:
@@ -269,10 +271,13 @@ class Row:
         err = r.get("error") or {}
         world = r["config"].get("world_size", 1)
         name = r["workload"] + (f" w{world}" if world > 1 else "")
+        measured = dev.get("source") == "measured"
         return cls(name, r["status"], m.get("tokens_per_s"), m.get("mfu"), m.get("mfu_vs_ceiling"),
                    (m.get("moe") or {}).get("dropped_frac"), e.get("j_per_token"), e.get("gpu_j_per_token"),
                    e.get("avg_w_per_device"), cross, energy.get("window_s"), m.get("speed_valid", True) is not False,
-                   f"{err.get('type')}: {str(err.get('message'))[:200]}" if r["status"] != "ok" else None)
+                   f"{err.get('type')}: {str(err.get('message'))[:200]}" if r["status"] != "ok" else None,
+                   (dev.get("bound") or {}).get("share"),
+                   "counter_edge_s" in (dev.get("detail") or {}) if measured else None)
 
     def misses(self) -> list[str]:
         target = TARGETS.get(self.workload, Target())
@@ -286,13 +291,15 @@ class Row:
                 and abs(self.nvml_vs_sampled) > NVML_AGREEMENT:
             out.append(f"NVML vs sampled {self.nvml_vs_sampled:+.2%} on {self.window_s:.1f} s, beyond "
                        f"±{NVML_AGREEMENT:.0%} by {(abs(self.nvml_vs_sampled) - NVML_AGREEMENT) * 100:.2f} pp")
+        if self.edges_aligned is False:
+            out.append("NVML counter edges not aligned to an update (the counter did not move within 0.25 s)")
         return out
 
 
 def table(records: list[dict], overhead: dict | None, tests: dict | None, info: dict) -> str:
     head = (f"{'workload':<26}{'status':<8}{'tok/s':>10}{'anchor':>10}{'MFU':>8}{'anchor':>8}{'target':>8}"
             f"{'MFU/ceil':>9}{'dropped':>9}{'mJ/tok':>8}{'GPU mJ/tok':>11}{'anchor':>8}{'avg W':>7}"
-            f"{'NVML vs sampled':>17}{'window':>8}")
+            f"{'NVML vs sampled':>17}{'window':>8}{'GPU ±':>7}")
     lines = [f"GPU: {info.get('gpu') or 'none'} · driver {info.get('driver') or '—'} · torch {info['torch']} · "
              f"CUDA {info.get('cuda') or '—'} · {info['date']}", head, "-" * len(head)]
     rows = [Row.of(r) for r in sorted(records, key=lambda r: (CHECK.index(r["workload"]) if r["workload"] in CHECK
@@ -305,7 +312,7 @@ def table(records: list[dict], overhead: dict | None, tests: dict | None, info: 
             f"{fmt(row.mfu, '.1%'):>8}{fmt(a_mfu, '.1%'):>8}{fmt(target.mfu, '.0%'):>8}"
             f"{fmt(row.mfu_vs_ceiling, '.1%'):>9}{fmt(row.dropped, '.1%'):>9}{fmt(row.j_per_token, '.2f', 1e3):>8}"
             f"{fmt(row.gpu_j_per_token, '.2f', 1e3):>11}{fmt(a_mj, '.2f'):>8}{fmt(row.avg_w, '.0f'):>7}"
-            f"{fmt(row.nvml_vs_sampled, '+.2%'):>17}{fmt(row.window_s, '.1f'):>7}s")
+            f"{fmt(row.nvml_vs_sampled, '+.2%'):>17}{fmt(row.window_s, '.1f'):>7}s{fmt(row.gpu_bound, '.1%'):>7}")
         if row.error:
             lines.append(f"    error: {row.error}")
         if not row.speed_valid:
@@ -318,7 +325,8 @@ def table(records: list[dict], overhead: dict | None, tests: dict | None, info: 
     lines.append(f"matmul ceiling (measured): {fmt(ceil, '.3g')} TFLOP/s   (reference: 660-666 on an H200)")
     lines.append("MFU: model FLOPs without recompute / peak (989.4 TFLOP/s bf16 on an H200); mJ/tok: GPU + CPU + "
                  "DRAM (CPU/DRAM may be estimated); GPU mJ/tok: NVML GPU counter alone (the reference's figure); dropped: "
-                 "share of token-expert assignments over capacity")
+                 "share of token-expert assignments over capacity; GPU ±: the meters' bound on the first GPU's energy "
+                 "(README, Energy and carbon)")
     misses = [f"{row.workload}: {m}" for row in rows for m in row.misses()]
     if overhead:
         lines.append(f"harness overhead: benchsuite {overhead['harness_step_s'] * 1e3:.2f} ms vs bare loop "

@@ -166,3 +166,16 @@ def test_gpu_check_dry_run_writes_each_step_under_out_and_prints_the_table(tmp_p
         label = gpu_check.Row.of(r).workload
         assert rows[label][:2] == ["ok", f"{r['metrics']['tokens_per_s']:,.0f}"], rows[label]
     assert set(rows) == {gpu_check.Row.of(r).workload for r in records} and "zero3-bf16 w2" in rows
+
+
+def test_the_table_states_the_gpu_bound_and_misses_unaligned_counter_edges():
+    gpu_check = load_gpu_check()
+    aligned, stale = record("dense-compiled", mfu=0.6), record("dense-eager", mfu=0.6)
+    aligned["energy"]["per_device"] = [{"energy_j": 7000.0, "source": "measured", "detail": {"counter_edge_s": 0.001},
+                                        "bound": {"share": 0.0075}}]
+    stale["energy"]["per_device"] = [{"energy_j": 7000.0, "source": "measured", "detail": {}, "bound": {"share": 0.036}}]
+    text = gpu_check.table([aligned, stale], OVERHEAD, None, INFO)
+    rows = {line.split()[0]: line for line in text.splitlines() if line.split() and line.split()[0] in gpu_check.CHECK}
+    assert rows["dense-compiled"].endswith("0.8%") and rows["dense-eager"].endswith("3.6%")
+    missed = text.splitlines()[-1]
+    assert "dense-eager: NVML counter edges not aligned to an update" in missed and "dense-compiled: NVML" not in missed
