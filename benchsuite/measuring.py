@@ -75,6 +75,12 @@ class Window:
     def source(self) -> str:
         return self.energy["source"]
 
+    @property
+    def bound(self) -> dict | None:
+        """Where the window's true total energy lies as the meters can tell (energy/bounds.py): low_j, high_j,
+        share, parts, exceeds and reason; None where a part has no figure."""
+        return self.energy["bounds"]["total"]
+
 
 @dataclass(frozen=True)
 class RankFigures:
