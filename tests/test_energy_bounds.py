@@ -297,3 +297,9 @@ def test_the_parts_are_named_with_their_sources_and_a_short_window_is_flagged():
     assert b["share"] == pytest.approx(half / 3000.0) and b["exceeds"]  # 2.8 % > 2 %
     short = bounds.figure_bound({**fig, "sampled_energy_j": None}, 0.5, "gpu")
     assert short["exceeds"] and "shorter than ten counter updates" in short["reason"]
+
+
+def test_the_to_target_energy_takes_the_records_relative_bound():
+    energy = {"total_j": 1000.0, "bounds": {"total": {"low_j": 950.0, "high_j": 1060.0}}}
+    assert bounds.to_target_bound(energy, 400.0) == pytest.approx({"low": 380.0, "high": 424.0})
+    assert bounds.to_target_bound({**energy, "bounds": {"total": None}}, 400.0) is None

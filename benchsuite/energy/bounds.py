@@ -197,6 +197,13 @@ def add_bounds(energy: dict[str, Any]) -> dict[str, Any]:
     return energy
 
 
+def to_target_bound(energy: dict[str, Any], to_target_j: float | None) -> dict[str, float | None] | None:
+    """The to-target energy's bound (metrics.quality.energy_bound): a share of the training windows the
+    record's energy sums, given the relative bound of that whole (its parts grow with the window's length,
+    its edges with the count of windows: the share of the whole is the closest single figure)."""
+    return scaled((energy.get("bounds") or {}).get("total"), energy.get("total_j"), to_target_j)
+
+
 def scaled(bound: dict | None, energy_j: float | None, value: float | None) -> dict[str, float | None] | None:
     """{low, high} of a figure proportional to an energy (J/token, CO2e): the energy's bound scaled by
     value / energy; None where either is unknown."""

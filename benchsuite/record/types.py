@@ -451,6 +451,7 @@ class Quality(Section):
     seconds: Elapsed | None = None
     model_flops: Amount | None = None
     energy_j: Joules | None = None
+    energy_bound: Interval | None = None  # the record's relative bound on its training energy, applied
     energy_reason: Text | None = None
     energy_source: Source | None = None
     co2e_g: Grams | None = None

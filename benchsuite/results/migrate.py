@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, fields
 
 from benchsuite.record.codec import RecordError, check_version
 from benchsuite.record.types import SCHEMA_VERSION
-from benchsuite.record.values import coefficient_of_variation
+from benchsuite.record.values import coefficient_of_variation, num
 
 
 @dataclass(frozen=True)
@@ -361,7 +361,7 @@ def upgrade_v5_energy_bounds(rec: dict) -> dict:
     """Every energy figure gains its bound (energy/bounds.py), computed from what the record holds: the
     figure, its source and window, the summed windows and, where recorded, sampled power. Counter edges
     were not aligned to an update before version 6, so the bound counts a whole update period at each."""
-    from benchsuite.energy.bounds import add_bounds, scaled
+    from benchsuite.energy.bounds import add_bounds, scaled, to_target_bound
 
     energy = rec.get("energy")
     if not _well_formed(add_bounds, energy):
@@ -372,6 +372,9 @@ def upgrade_v5_energy_bounds(rec: dict) -> dict:
                                                per_work.get("j_per_token"))
         per_work["gpu_j_per_token_bound"] = scaled(energy["bounds"]["gpu"], energy.get("gpu_j"),
                                                    per_work.get("gpu_j_per_token"))
+    quality = (rec.get("metrics") or {}).get("quality")
+    if isinstance(quality, dict) and num(quality.get("energy_j")) is not None:
+        quality["energy_bound"] = to_target_bound(energy, quality["energy_j"])
     return rec
 
 

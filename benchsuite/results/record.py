@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from benchsuite.config import RunConfig, TrainConfig
 from benchsuite.dist import ParallelDims
 from benchsuite.energy.attribution import attribute_energy
+from benchsuite.energy.bounds import to_target_bound
 from benchsuite.energy.carbon import record_carbon
 from benchsuite.energy.common import sum_or_none
 from benchsuite.environment import THREADS_SOURCE_VAR, host_facts, software_versions
@@ -115,6 +116,7 @@ def quality_section(train: TrainConfig, ranks: list[RankResult], data: dict | No
                         [s["total_j"] for s in segments])
     why = "; ".join(energy.get("reasons") or []) or energy.get("source")
     out = qual.to_target(points, train.target_loss, carbon, energy_reason=why)
+    out["energy_bound"] = to_target_bound(energy, out["energy_j"])
     best = min(points, key=lambda p: p["val_loss"])
     out.update({
         "initial_val_loss": points[0]["val_loss"], "final_val_loss": points[-1]["val_loss"],
