@@ -4,9 +4,12 @@
     python benchmarks/bench_dashboard.py --records 1000 5000 --keep /tmp/site
     pytest benchmarks/bench_dashboard.py --benchmark-enable
 
-Targets on a 2-core box: 1,000 records build in ≤ 10 s into a site of ≤ 20 MB; build time grows
-no faster than linearly (≤ 11× the time for 10× the records: a little slack for noise), and the
-index page stays ≤ 5 MB at 10,000 records (its runs table loads its rows from assets/runs.js).
+Targets on an idle 2-core box: 1,000 records build in ≤ 10 s into a site of ≤ 20 MB; build time
+grows no faster than linearly (≤ 11× the time for 10× the records: a little slack for noise), and
+the index page stays ≤ 5 MB at 10,000 records (its runs table loads its rows from assets/runs.js).
+The build is one thread, so on an idle box its wall-clock time is its CPU time: the targets are
+judged on the process's CPU time (time.process_time), which other processes on a shared box do
+not inflate; the wall-clock times are printed beside it, with the load average.
 The records are the fixture records (tests/fixtures/results) made into four-point sweeps (1, 2,
 4, 8 devices), five sweeps to a suite, 50 steps each, about one in twenty failed: the sections and
 list lengths of real runs, not empty shells.
@@ -87,12 +90,12 @@ def measure(n: int, work: Path, keep: Path | None = None) -> dict:
     results = work / "results"
     write_results(synthetic_records(n), results)
     site = keep or work / "site"
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     res = build_site(results, site)
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     size = site_bytes(site)
     run_pages = [p for p in res.pages if p.startswith("runs/")]
-    return {"records": res.records, "pages": len(res.pages), "build_s": seconds, "site_mb": size / 1e6,
+    return {"records": res.records, "pages": len(res.pages), "build_s": seconds, "cpu_s": cpu, "site_mb": size / 1e6,
             "index_kb": (site / "index.html").stat().st_size / 1e3,
             "mean_run_page_kb": sum((site / p).stat().st_size for p in run_pages) / max(len(run_pages), 1) / 1e3,
             "plotly_js_mb": (site / "assets" / "plotly.min.js").stat().st_size / 1e6}
@@ -109,7 +112,7 @@ def test_dashboard_1000_records(benchmark, tmp_path):
 
 
 def _report(r: dict) -> None:
-    print(f"{r['records']:>6} records: build {r['build_s']:7.2f} s, index {r['index_kb'] / 1e3:5.2f} MB, "
+    print(f"{r['records']:>6} records: build {r['build_s']:7.2f} s ({r['cpu_s']:.2f} s of CPU), index {r['index_kb'] / 1e3:5.2f} MB, "
           f"site {r['site_mb']:6.1f} MB (plotly.js {r['plotly_js_mb']:.1f} MB, run page "
           f"{r['mean_run_page_kb']:.1f} kB on average)")
 
@@ -129,13 +132,14 @@ def main() -> int:
         _report(results[-1])
     failures = []
     small, large = results[0], results[-1]
-    if small["records"] == 1000 and (small["build_s"] > TARGET_S or small["site_mb"] > TARGET_MB):
+    if small["records"] == 1000 and (small["cpu_s"] > TARGET_S or small["site_mb"] > TARGET_MB):
         failures.append(f"1,000 records: over {TARGET_S:.0f} s or {TARGET_MB:.0f} MB")
     if len(results) > 1:
         scale = large["records"] / small["records"]
-        ratio = large["build_s"] / small["build_s"]
+        ratio = large["cpu_s"] / small["cpu_s"]
+        print(f"wall-clock ratio {large['build_s'] / small['build_s']:.2f} (the load of other processes moves it)")
         allowed = TARGET_RATIO * scale / 10
-        print(f"time ratio {ratio:.2f} for {scale:.0f}× the records (target ≤ {allowed:.1f})")
+        print(f"CPU time ratio {ratio:.2f} for {scale:.0f}× the records (target ≤ {allowed:.1f})")
         if ratio > allowed:
             failures.append(f"build time grows faster than linearly: {ratio:.2f} > {allowed:.1f}")
     if large["records"] >= 10000 and large["index_kb"] / 1e3 > TARGET_INDEX_MB:

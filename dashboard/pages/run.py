@@ -381,7 +381,8 @@ def _carbon(rec) -> str:
         return missing("Carbon", "not measured for this run")
     kwh = num(c.get("kwh"))
     intensity = num(c.get("intensity_g_per_kwh"))
-    return kv_table([("energy (the run's)", f_si(None if kwh is None else kwh * 1e3, "Wh")), ("PUE", f_sig(c.get("pue"))),
+    return kv_table([("energy (the run's)", f_si(None if kwh is None else kwh * 1e3, "Wh")),
+                     ("PUE", f_sig(c.get("pue"))),
                      ("grid intensity", None if intensity is None else f"{f_sig(intensity)} g CO2e/kWh"),
                      ("intensity source", c.get("intensity_source")), ("intensity note", c.get("intensity_note")),
                      ("CO2e (the run's)", f_si(c.get("co2e_g"), "g"))])
