@@ -14,6 +14,12 @@ import pytest
 
 from helpers import TINY_SUITE, processes_matching, write_suite
 
+# OpenMP threads that spin while they wait hold a core the other thread of the same op, a rank of the same
+# run or another process needs: on a busy 2-core box a tiny model's forward took 370 ms instead of 2 ms.
+# Waiting threads sleep instead, here and in every process a test starts (they inherit the environment);
+# thread counts and results are unchanged. Set before this process imports torch (libgomp reads it once).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 # What a launch is: another Python (the CLI, torchrun, a rank), a shell, or a browser (Chromium, Playwright's
 # driver). The programs libraries run to learn the machine (git, uname, lscpu, nvidia-smi, and the Python
 # py-cpuinfo starts to read CPUID for codecarbon's power model) take milliseconds: probes, not launches.
