@@ -842,3 +842,31 @@ def test_the_runs_table_marks_the_columns_a_narrow_window_leaves_out(tmp_path):
                                                    "CO2e/Mtok (g)"]
     css = (tmp_path / "assets" / "dashboard.css").read_text(encoding="utf-8")
     assert re.search(r"@media \(max-width: 1199px\) \{\s*table\.runs \.wide \{ display: none; \}", css)
+
+
+def test_run_page_states_the_energy_bound_its_parts_and_the_carbon_beside_the_co2e(tmp_path):
+    """The bound the record holds (energy.bounds.total, carbon.co2e_g_bound), each part of it, the market-based
+    and embodied CO2e beside the location-based figure with their sources, and why a part is absent."""
+    import html
+    import re
+
+    from benchsuite.config import CarbonConfig
+    from benchsuite.energy.bounds import add_bounds
+    from benchsuite.energy.carbon import record_carbon
+
+    rec = _record("make_dvs-dense-w1.json")
+    per_device = rec["energy"]["per_device"][0]
+    per_device["detail"] = {"counter_edge_s": 0.001}
+    rec["energy"]["per_node"] = []
+    rec["energy"]["total_includes"], rec["energy"]["total_j"] = ["gpu"], per_device["energy_j"]
+    add_bounds(rec["energy"])
+    rec["carbon"] = record_carbon(rec["energy"], CarbonConfig(intensity_g_per_kwh=400.0, market_intensity_g_per_kwh=50.0))
+    page, _ = _run_page(tmp_path, rec)
+    text = html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", page)))
+    total = rec["energy"]["bounds"]["total"]
+    assert f"total, as the meters bound it {total['low_j'] / 1e3:.3g} kJ – {total['high_j'] / 1e3:.3g} kJ " \
+           f"(±{total['share']:.1%})" in text
+    assert "parts of that bound sensor accuracy" in text and "counter edges" in text
+    assert "market-based CO2e (Scope 2, not added)" in text and "at 50 g/kWh" in text
+    assert "Luccioni" in text  # the embodied default says where it comes from
+    assert "water: set carbon.wue_l_per_kwh and carbon.water_intensity_l_per_kwh" in text

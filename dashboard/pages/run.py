@@ -341,23 +341,44 @@ def _energy_part(joules, source) -> str | None:
     return None if num(joules) is None else f"{f_si(joules, 'J')} · {source or 'source not recorded'}"
 
 
+def _bound(b, unit: str = "J", low: str = "low_j", high: str = "high_j") -> str | None:
+    """'8.10 kJ – 8.44 kJ (±2.1 %)', '⚠' and why when flagged (energy/bounds.py); None where there is none."""
+    if not isinstance(b, dict) or num(b.get(low)) is None:
+        return None
+    top = "unbounded" if num(b.get(high)) is None else f_si(b[high], unit)
+    share = f" (±{b['share']:.1%})" if num(b.get("share")) is not None else ""
+    return f"{f_si(b[low], unit)} – {top}{share}" + (f" ⚠ {b['reason']}" if b.get("exceeds") and b.get("reason") else "")
+
+
+def _bound_parts(b) -> str | None:
+    """The parts of a bound, each with its half-width: 'sensor accuracy 42.4 J, counter edges 2 J, …'."""
+    if not isinstance(b, dict) or not b.get("parts"):
+        return None
+    return ", ".join(f"{p.get('part')} {f_si(p['j'], 'J') if num(p.get('j')) is not None else '(not in the bound)'}"
+                     for p in b["parts"] if isinstance(p, dict))
+
+
 def _energy(rec) -> str:
     e = rec.get("energy")
     if not isinstance(e, dict):
         return missing("Energy", "not measured for this run")
     srcs = e.get("sources") or {}
+    bounds = e.get("bounds") or {}
     html = kv_table([("GPU energy", _energy_part(e.get("gpu_j"), srcs.get("gpu", e.get("source")))),
                      ("CPU energy", _energy_part(e.get("cpu_j"), srcs.get("cpu", e.get("source")))),
                      ("DRAM energy", _energy_part(e.get("dram_j"), srcs.get("dram", e.get("source")))),
                      ("total energy", _energy_part(e.get("total_j"), e.get("source"))),
+                     ("total, as the meters bound it", _bound(bounds.get("total"))),
+                     ("parts of that bound", _bound_parts(bounds.get("total"))),
                      ("total includes", ", ".join(map(str, e.get("total_includes") or []))),
                      ("measured window", f_duration(e.get("window_s"))), ("idle power", f_si(e.get("idle_w"), "W")),
                      ("energy above idle", f_si(e.get("above_idle_j"), "J"))], empty="not measured")
     devs = [d for d in e.get("per_device") or [] if isinstance(d, dict)]
     if devs:
-        html += table(["device", "name", "host", "ranks", "energy", "source", "average power"],
+        html += table(["device", "name", "host", "ranks", "energy", "source", "bound", "average power"],
                       [[d.get("uuid"), d.get("name"), d.get("host"), ", ".join(map(str, d.get("ranks") or [])),
-                        f_si(d.get("energy_j"), "J"), d.get("source"), f_si(d.get("avg_w"), "W")] for d in devs[:64]],
+                        f_si(d.get("energy_j"), "J"), d.get("source"), _bound(d.get("bound")),
+                        f_si(d.get("avg_w"), "W")] for d in devs[:64]],
                       drop_silent=True)
     nodes = [n for n in e.get("per_node") or [] if isinstance(n, dict)]
     if nodes:
@@ -381,11 +402,24 @@ def _carbon(rec) -> str:
         return missing("Carbon", "not measured for this run")
     kwh = num(c.get("kwh"))
     intensity = num(c.get("intensity_g_per_kwh"))
-    return kv_table([("energy (the run's)", f_si(None if kwh is None else kwh * 1e3, "Wh")),
+    market, embodied, water = (c.get(k) if isinstance(c.get(k), dict) else {} for k in ("market", "embodied", "water"))
+    html = kv_table([("energy (the run's)", f_si(None if kwh is None else kwh * 1e3, "Wh")),
                      ("PUE", f_sig(c.get("pue"))),
                      ("grid intensity", None if intensity is None else f"{f_sig(intensity)} g CO2e/kWh"),
                      ("intensity source", c.get("intensity_source")), ("intensity note", c.get("intensity_note")),
-                     ("CO2e (the run's)", f_si(c.get("co2e_g"), "g"))])
+                     ("CO2e (the run's, location-based)", f_si(c.get("co2e_g"), "g")),
+                     ("CO2e, as the meters bound it", _bound(c.get("co2e_g_bound"), "g", "low", "high")),
+                     ("market-based CO2e (Scope 2, not added)", None if num(market.get("co2e_g")) is None else
+                      f"{f_si(market['co2e_g'], 'g')} at {f_sig(market.get('intensity_g_per_kwh'))} g/kWh"),
+                     ("embodied CO2e (Scope 3, not added)", None if num(embodied.get("co2e_g")) is None else
+                      f"{f_si(embodied['co2e_g'], 'g')} · {embodied.get('source')}"),
+                     ("water on site", f_si(water.get("onsite_l"), "L")),
+                     ("water off site", f_si(water.get("offsite_l"), "L"))])
+    reasons = [f"{name}: {part['reason']}" for name, part in (("market-based", market), ("embodied", embodied),
+                                                              ("water", water)) if part.get("reason")]
+    if reasons:
+        html += "<ul class=reasons>" + "".join(f"<li>{esc(r)}</li>" for r in reasons) + "</ul>"
+    return html
 
 
 def _loss(v) -> str | None:
