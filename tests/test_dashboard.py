@@ -805,7 +805,7 @@ def test_run_page_numbers_are_in_their_units_and_labels_in_words(tmp_path):
     assert rows["energy / token"] == f"{m['energy']['j_per_token'] * 1e3:.3g} mJ"
     assert rows["GPU energy"] == f"{e['gpu_j'] / 1e3:.3g} kJ · measured"
     assert rows["measured window"] == f"{e['window_s']:.3g} s"
-    assert rows["CO2e (the run's)"] == f"{rec['carbon']['co2e_g'] * 1e3:.3g} mg"
+    assert rows["CO2e (the run's, location-based)"] == f"{rec['carbon']['co2e_g'] * 1e3:.3g} mg"
     assert rows["CO2e to target"] == f"{m['quality']['co2e_g'] * 1e3:.3g} mg"
     assert rows["duration"] == f"{rec['duration_s']:.3g} s"
     assert rows["parallelism"] == "none (data parallel only)"
