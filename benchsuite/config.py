@@ -267,6 +267,13 @@ class RunConfig:
                 kw[name] = typ(**kw[name])
         return cls(**kw)
 
+    @classmethod
+    def from_record(cls, config: dict[str, Any]) -> RunConfig:
+        """A record's `config` as the run it describes: a section key the record holds as null (a key its
+        schema did not have, or one left unset) is the run's default."""
+        return cls.from_dict({k: ({f: v for f, v in sec.items() if v is not None} if isinstance(sec, dict) else sec)
+                              for k, sec in config.items()})
+
     def run_key(self, hardware: dict[str, Any]) -> str:
         """Content hash of the resolved config plus the hardware identity; keys added since schema version
         4 are hashed only where they differ from their default (a section's LATER), so an earlier run's

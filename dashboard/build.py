@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchsuite.atomic import atomic_file
+from benchsuite.results.predicted import beside
 from benchsuite.results.store import cyclic_gc_paused
 import dashboard.data as sitedata
 from dashboard.pages import run as run_page
@@ -130,18 +131,20 @@ NAV = [("Runs", "#overview"), ("Scaling", "#scaling"), ("Dense vs sparse", "#com
        ("Equal quality", "#quality"), ("Energy and carbon", "#energy"), ("Claims", "#claims")]
 
 
-def build_site(results, out, *, validate: bool = False) -> BuildResult:
+def build_site(results, out, *, validate: bool = False, system=None) -> BuildResult:
     """Build the site for `results` (a folder, or a list of records) into `out`.
-    validate=True checks every figure against Plotly's schema (slower; the tests use it).
+    validate=True checks every figure against Plotly's schema (slower; the tests use it); system: a
+    benchsuite.predict system, whose predictions run pages show beside the measured step time.
     The cyclic collector is paused throughout: the pages make millions of small strings and dicts, none in
     a cycle, and each collection would rescan every record held (a build time superlinear in the records)."""
     with cyclic_gc_paused():
-        return _build(results, Path(out), validate)
+        return _build(results, Path(out), validate, system)
 
 
-def _build(results, out: Path, validate: bool) -> BuildResult:
+def _build(results, out: Path, validate: bool, system) -> BuildResult:
     out.mkdir(parents=True, exist_ok=True)
     data = sitedata.load(results)
+    predicted = {b.identity: b for b in beside(data.results, system)} if system is not None else {}
     sections = [p.render(data) for p in summary_pages()]
     data_files = [d for s in sections for d in s.data_files]
     files = {"index.html", *(f"assets/{a}" for a in ASSET_FILES), *(d.path for d in data_files),
@@ -166,7 +169,7 @@ def _build(results, out: Path, validate: bool) -> BuildResult:
     runs.mkdir(exist_ok=True)
     run_nav = [(t, f"../index.html{h}") for t, h in NAV]
     for row in data.df.reindex(columns=run_page.ROW_COLUMNS).to_dict("records") if not data.df.empty else []:
-        section = run_page.render(row, data.record(row))
+        section = run_page.render(row, data.record(row), predicted.get(row["identity"]))
         if validate:
             _validate(section.figures)
         size += _write(out / row["page"], page_html(section.title, section.html, section.figures, "../", run_nav,

@@ -13,6 +13,9 @@ def add_parser(sub) -> None:
     db.add_argument("dir", type=path_arg, nargs="?", default="results", help="results folder (default: results)")
     db.add_argument("-o", "--out", type=path_arg, default="site",
                     help=OUTPUT + "the site folder (default: site); opens as OUT/index.html")
+    db.add_argument("--predict", metavar="SYSTEM.toml", type=path_arg,
+                    help="a system file (benchsuite predict): each run page shows its measured step time beside its "
+                         "prediction, a run far slower flagged with the component most likely responsible")
     db.set_defaults(fn=run)
 
 
@@ -21,9 +24,14 @@ def run(args) -> int:
     from dashboard.build import SiteError
 
     results_path(args.dir)  # checked here; the site reads it (and names it as its source)
+    system = None
+    if args.predict is not None:
+        from benchsuite.predict import load_system
+
+        system = load_system(args.predict)  # a ConfigError names the file, key and fix (exit 2)
     make_folder("-o", args.out, "site folder")
     try:
-        res = build_site(args.dir, args.out)
+        res = build_site(args.dir, args.out, system=system)
     except SiteError as e:
         raise UsageError(f"-o {e}") from None
     except OSError as e:  # a page's path taken by a folder, the disk full, ...: never a half-written file

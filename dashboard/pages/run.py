@@ -19,7 +19,7 @@ from dashboard.render import (Figure, Section, esc, f_bytes, f_count, f_duration
 SMALL = {"height": 300}
 # The columns of the site DataFrame a run page reads (data.SiteData.df): only these become each page's row
 # (a row of all ~200 columns costs more than the page at 10,000 records).
-ROW_COLUMNS = ["rec", "page", "suite", "status", "kind", "kind_label", "run_label", "seed", "repeat", "tokens_per_s",
+ROW_COLUMNS = ["rec", "page", "identity", "suite", "status", "kind", "kind_label", "run_label", "seed", "repeat", "tokens_per_s",
                "mfu", "step_time_median_s", "step_time_ci95_lo_s", "step_time_ci95_hi_s", "scaling_efficiency",
                "scaling_baseline", "scaling_efficiency_reason", "j_per_token", "gco2e_per_mtok", "avg_w_per_device",
                "flags"]
@@ -478,7 +478,22 @@ def _env(rec) -> str:
     return html
 
 
-def render(row: dict, rec: dict) -> Section:
+def _predicted(b) -> str:
+    """Measured beside predicted (results/predicted.py), with the component most likely to blame when the
+    run is far slower; '' when the site was built without a system file."""
+    if b is None:
+        return ""
+    if b.predicted_step_s is None:
+        return "<h3>Measured beside predicted</h3>" + kv_table([("not compared", b.reason)])
+    rows = [("measured step", f_duration(b.measured_step_s)), ("predicted step", f_duration(b.predicted_step_s)),
+            ("measured ÷ predicted", None if b.ratio is None else f"{b.ratio:.2f}×" + (" ⚠" if b.flagged else "")),
+            ("most likely responsible", b.suspect)]
+    rows += [(f"predicted {name.replace('_', ' ').replace('.', ': ')}", f_duration(s))
+             for name, s in b.components.items() if s > 0]
+    return "<h3>Measured beside predicted</h3>" + kv_table(rows)
+
+
+def render(row: dict, rec: dict, predicted=None) -> Section:
     figs = []
     moe_why = "not applicable: dense model" if row.get("kind") != "moe" else "not measured"
     blocks = {}
@@ -500,7 +515,7 @@ def render(row: dict, rec: dict) -> Section:
         blocks["loss"] = f'<div>{blocks["loss"]}{note}</div>'
     html = (_error(rec) + _flags(row, rec) +
             f'<div class="row2"><div><h3>Run</h3>{_identity(row, rec)}</div>'
-            f'<div><h3>Headline figures</h3>{_headline(row, rec)}</div></div>'
+            f'<div><h3>Headline figures</h3>{_headline(row, rec)}{_predicted(predicted)}</div></div>'
             f'<h2>Time and loss</h2><div class="row2">{blocks["steps"]}{blocks["loss"]}</div>'
             f'<h2>Ranks and experts</h2><div class="row2">{blocks["ranks"]}<div>{blocks["experts"]}{blocks["imbalance"]}{_moe(rec)}'
             f'</div></div>'
