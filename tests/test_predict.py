@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import shutil
 
 import pytest
@@ -43,16 +44,21 @@ def test_single_device_is_compute_plus_optimizer():
     assert p.seconds("compute.attention") == pytest.approx(tokens * f.attention / (s.attention_tflops * 1e12))
 
 
-def test_tensor_parallel_bytes_are_megatrons_4l_plus_2_all_reduces_and_sp_moves_the_same():
+def test_tensor_parallel_bytes_are_megatrons_4l_plus_2_all_reduces_and_sp_gathers_again_off_the_path():
     t, b, s, h = 4, 2, 1024, 1024
     plain = run(workload(Layout(tp=t)))
     sp = run(workload(Layout(tp=t, sequence_parallel=True)))
     ring = 2 * (t - 1) / t * b * s * h * 2  # one bf16 all-reduce of b·s·h per rank, ring
-    assert plain.tp_bytes_per_microbatch == pytest.approx((4 * MODEL.layers + 2) * ring)
-    assert sp.tp_bytes_per_microbatch == pytest.approx(plain.tp_bytes_per_microbatch)
-    assert "34 collectives" in plain.components[3].detail and "68 collectives" in sp.components[3].detail
+    loss = 3 * 2 * (t - 1) / t * b * s * 4  # the vocab-parallel cross-entropy's three fp32 all-reduces of b·s
+    assert plain.tp_bytes_per_microbatch == pytest.approx((4 * MODEL.layers + 2) * ring + loss)
+    # SP: each all-reduce is a reduce-scatter + an all-gather (half the ring bytes each), and the 2L + 1
+    # column-parallel inputs (QKV, MLP up, LM head) are gathered again in backward, beside the GEMM
+    assert sp.tp_bytes_per_microbatch == pytest.approx(plain.tp_bytes_per_microbatch + (2 * MODEL.layers + 1) * ring / 2)
+    assert "37 collectives" in plain.components[3].detail and "88 collectives" in sp.components[3].detail
+    latency = 10e-6 * (88 - 17 - 37)  # twice the calls for the same exposed bytes; the 17 re-gathers overlap
+    assert sp.seconds("tensor_parallel") - plain.seconds("tensor_parallel") == pytest.approx(latency)
     full = run(workload(Layout(tp=t), recompute=Recompute.FULL))
-    assert full.tp_bytes_per_microbatch == pytest.approx((6 * MODEL.layers + 2) * ring)  # forward ones again
+    assert full.tp_bytes_per_microbatch == pytest.approx((6 * MODEL.layers + 2) * ring + loss)  # forward ones again
 
 
 @pytest.mark.parametrize("schedule,v,bubble", [(Schedule.ONE_F_ONE_B, 1, 3 / 8), (Schedule.GPIPE, 1, 3 / 8),
@@ -85,7 +91,8 @@ def test_data_parallel_overlap_hides_what_backward_covers():
     exposed = run(w, dataclasses.replace(system, node=dataclasses.replace(system.node, dp_overlap=0.0)))
     from benchsuite.predict.compute import params_per_device
     assert exposed.dp_bytes_per_step == pytest.approx(2 * 7 / 8 * 4 * params_per_device(w))  # DDP: fp32 grads
-    dp_s = 10e-6 + exposed.dp_bytes_per_step / 370e9  # one all-reduce inside the node: latency + bytes / bus bw
+    buckets = 1 + math.ceil((4 * params_per_device(w) - 2 ** 20) / (25 * 2 ** 20))  # DDP's 1 MiB, then 25 MiB
+    dp_s = buckets * 10e-6 + exposed.dp_bytes_per_step / 370e9  # all-reduces inside the node: latency + bytes / bw
     assert exposed.seconds("data_parallel") == pytest.approx(dp_s)
     backward = 2 / 3 * (hidden.seconds("compute.matmul") + hidden.seconds("compute.attention"))
     assert hidden.seconds("data_parallel") == pytest.approx(max(0.0, dp_s - backward))

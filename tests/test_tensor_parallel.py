@@ -100,7 +100,7 @@ def train_and_compare(rank: int, world: int, run: RunConfig, ctx) -> dict:
     ref_params = dict(ref.named_parameters())
     out["params"] = max(rel(full(p), ref_params[clean_name(n)]) for n, p in par.model.named_parameters())
     out.update(loss=loss_err, grads=grad_err, comm_kinds=sorted(comm["calls_by_kind"]),
-               comm_groups=comm["group_sizes_by_kind"])
+               comm_groups=comm["group_sizes_by_kind"], comm_bytes=comm["bytes_by_kind"])
     return out
 
 
@@ -179,6 +179,22 @@ def assert_matches_reference(out_dir, world: int, cases: list, tol: float) -> No
                 assert tp in r["comm_groups"]["all_gather"] and tp in r["comm_groups"]["reduce_scatter"], where
             if dp > 1:
                 assert dp in r["comm_groups"]["all_reduce"], f"{where}: gradients all-reduced over dp"
+            else:  # every byte counted is one metrics.comm expects for this layout (SwiGLU's gate gathers too)
+                assert r["comm_bytes"] == expected_tensor_bytes(make_run(world, tp), model, keys), where
+
+
+def expected_tensor_bytes(run: RunConfig, model: dict, keys: dict) -> dict:
+    """metrics.comm's tensor-parallel collectives of one micro-batch, as bytes one rank sends by kind."""
+    from benchsuite.metrics.comm import ring_bytes, tensor_parallel_collectives
+
+    calls = tensor_parallel_collectives(replace(run.model, **model), None, micro_batch=MB,
+                                        recompute=keys.get("recompute", "none"),
+                                        sequence_parallel=keys.get("sequence_parallel", False), act_bytes=4,
+                                        grad_bytes=4)
+    out: dict[str, float] = {}
+    for c in calls:
+        out[c.kind] = out.get(c.kind, 0.0) + ring_bytes(c.kind, c.payload, run.parallel.tensor) * c.calls
+    return out
 
 
 # ------------------------------------------------------------------ validation before launch

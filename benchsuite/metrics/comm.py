@@ -22,9 +22,11 @@ torch's ZeroRedundancyOptimizer all-reduces full gradients (DDP) and then broadc
 updated parameters, Ψ more: about 1.5× the paper's stage-1 figure, which the ratio shows.
 Megatron (Shoeybi et al. 2019, §3): per layer two all-reduces of the b·s·h activations in forward
 and two in backward, plus one each for the vocab-parallel embedding (forward) and the LM head's
-input (backward): (4L + 2) all-reduces of b·s·h elements per micro-batch. MoE layers (replicated
-under tensor parallelism) contribute only their attention's two; full recompute repeats each
-layer's forward all-reduces in backward. FSDP2 (stages 2, 3) communicates for every micro-batch;
+input (backward): (4L + 2) all-reduces of b·s·h elements per micro-batch, beside the vocab-parallel
+cross-entropy's three of b·s. MoE layers (replicated under tensor parallelism) contribute only their
+attention's two; full recompute repeats each layer's forward all-reduces in backward. With
+`parallel.sequence_parallel` the expected collectives take Korthikanti et al. 2022's all-gather /
+reduce-scatter form as parallel/tensor.py runs it (tensor_parallel_collectives says which). FSDP2 (stages 2, 3) communicates for every micro-batch;
 DDP all-reduces once per optimizer step: the worker skips accumulation micro-batches (no_sync).
 """
 
@@ -157,50 +159,109 @@ class Collective:
     kind: str  # one of KINDS
     payload: float  # bytes
     calls: int
+    overlapped: bool = False  # runs beside compute that does not wait for it (off the critical path)
+
+
+FP32 = 4  # bytes: the parameters and their gradients, and the loss's reductions, stay fp32
+DDP_FIRST_BUCKET, DDP_BUCKET = 2 ** 20, 25 * 2 ** 20  # torch DDP's bucket sizes (bucket_cap_mb = 25)
 
 
 def tensor_parallel_collectives(model, moe, *, micro_batch: int, recompute: str, sequence_parallel: bool,
-                                act_bytes: int, grad_bytes: int) -> list[Collective]:
-    """The collectives of one micro-batch on a tensor-parallel group (Shoeybi et al. 2019, §3): one
-    all-reduce of the b·s·h activations after each attention and dense MLP in forward (MoE layers stay
-    replicated), one before each in backward, one for the vocab-parallel embedding (forward) and one for
-    the LM head's input (backward): 4L + 2. Full recompute repeats the forward ones. With sequence
-    parallelism (Korthikanti et al. 2022, §4.2.2) each all-reduce is a reduce-scatter plus an all-gather of
-    the same payload: the same bytes in twice the calls. act_bytes: the forward activations' dtype size;
-    grad_bytes: the embedding's output and the backward gradients' (the fp32 residual stream here)."""
+                                act_bytes: int, grad_bytes: int, megatron: bool = False) -> list[Collective]:
+    """The collectives of one micro-batch on a tensor-parallel group.
+
+    Without sequence parallelism (Shoeybi et al. 2019, §3): one all-reduce of the b·s·h activations after
+    each attention and dense MLP in forward (MoE layers stay replicated), one before each column-parallel
+    linear in backward, one for the vocab-parallel embedding (forward) and one for the LM head's input
+    (backward): 4L + 2 (SwiGLU's gate and up projections each take their input's gradient here, one more
+    per dense block; Megatron fuses them); full recompute repeats the forward ones. With sequence parallelism (Korthikanti et al. 2022, §4.2.2), per
+    block: an all-gather of the stream into each column-parallel linear (attention's QKV, the MLP's up
+    projection and, as parallel/tensor.py runs SwiGLU, its gate: Megatron fuses gate and up into one) and
+    a reduce-scatter of each row-parallel output in forward (again under full recompute); in backward a
+    reduce-scatter of each column input's gradient, an all-gather of its stored sequence shard again, and
+    an all-gather of each row output's gradient (Megatron launches the re-gather asynchronously beside the
+    input-gradient GEMM: `overlapped`; here it runs inside a checkpoint's recompute, on the critical path). The LM head gathers its input (and scatters the gradient;
+    Megatron also gathers again). The embedding's partial sums are all-reduced and sliced here (Megatron
+    reduce-scatters them); their gradient is gathered. The norms (replicated weights on sequence shards)
+    all-reduce their weight gradients: here each backward, in Megatron once per step outside this list.
+    Both forms: the vocab-parallel cross-entropy's three all-reduces of b·s values (max, target logit, sum
+    of exponentials), and with per-head query/key norms their weight gradients.
+
+    act_bytes: the dtype size of the row-parallel matmuls' outputs (the compute dtype) and so of their
+    gradients; grad_bytes: the residual stream's (the embedding's output, the norms' outputs, the column
+    inputs' gradients: fp32 here under autocast). megatron: Megatron-LM's forms where they differ."""
     from benchsuite.metrics.flops import _moe_layer_count
 
-    bsh = micro_batch * model.seq_len * model.hidden
-    fwd = model.layers + (model.layers - _moe_layer_count(model, moe))
-    n_act = fwd * (2 if recompute == "full" else 1)
-    n_grad = 1 + fwd + 1
-    pairs = ((act_bytes, n_act), (grad_bytes, n_grad)) if act_bytes != grad_bytes else ((act_bytes, n_act + n_grad),)
+    bs = micro_batch * model.seq_len
+    bsh = bs * model.hidden
+    layers, dense = model.layers, model.layers - _moe_layer_count(model, moe)
+    again = 2 if recompute == "full" else 1  # full recompute runs each block's forward again in backward
+    calls: list[tuple[str, float, int]] = [("all_reduce", bs * FP32, 3)]
+    if model.qk_norm == "per_head":
+        calls.append(("all_reduce", model.dim_head * FP32, 2 * layers))
+    columns = layers + dense * (2 if model.activation == "swiglu" and not megatron else 1)
+    rows = layers + dense
     if not sequence_parallel:
-        return [Collective("all_reduce", bsh * size, n) for size, n in pairs]
-    return [Collective(kind, bsh * size, n) for size, n in pairs for kind in ("reduce_scatter", "all_gather")]
+        calls += [("all_reduce", bsh * act_bytes, rows * again), ("all_reduce", bsh * grad_bytes, 1 + columns + 1)]
+    else:
+        regather = columns + (1 if megatron else 0)
+        calls += [("all_gather", bsh * grad_bytes, columns * again + 1 + 1 + (0 if megatron else regather)),
+                  ("reduce_scatter", bsh * act_bytes, rows * again),
+                  ("reduce_scatter", bsh * grad_bytes, columns + 1),
+                  ("all_gather", bsh * act_bytes, rows),
+                  ("reduce_scatter" if megatron else "all_reduce", bsh * grad_bytes, 1)]
+        if not megatron:
+            norm_params = 2 if model.norm == "layernorm" else 1
+            calls.append(("all_reduce", model.hidden * FP32, (2 * layers + 1) * norm_params))
+    merged: dict[tuple[str, float], int] = {}
+    for kind, payload, n in calls:
+        merged[kind, payload] = merged.get((kind, payload), 0) + n
+    out = [Collective(kind, payload, n) for (kind, payload), n in merged.items() if n]
+    if sequence_parallel and megatron:  # its weight-gradient GEMM's all-gather overlaps the input-gradient GEMM
+        out.append(Collective("all_gather", bsh * grad_bytes, regather, overlapped=True))
+    return out
 
 
 def data_parallel_collectives(psi: float, *, stage: int, grad_accum: int, grad_bytes: int, gather_bytes: int,
-                              zero1_broadcast: bool = False) -> list[Collective]:
+                              zero1_broadcast: bool = False, units: int = 1) -> list[Collective]:
     """The collectives of one step on a data-parallel group of Ψ = psi parameters per rank (Rajbhandari
     et al. 2019, §7): DDP and stage 1 all-reduce the gradients once per step (accumulation micro-batches
-    skip the sync); stages 2 and 3 (FSDP2) reduce-scatter the gradients and all-gather the parameters
-    (stage 3 again in backward) for every micro-batch. zero1_broadcast: torch's ZeroRedundancyOptimizer
-    then broadcasts each rank's updated parameters (fp32), Ψ more than the paper's stage 1."""
+    skip the sync) in DDP's buckets (the first 1 MiB, then 25 MiB each); stages 2 and 3 (FSDP2)
+    reduce-scatter the gradients and all-gather the parameters (stage 3 again in backward) for every
+    micro-batch, one call per fully_shard unit (`units`; bytes split evenly over them). zero1_broadcast:
+    torch's ZeroRedundancyOptimizer then broadcasts each rank's updated parameters (fp32), Ψ more than the
+    paper's stage 1."""
     if stage in (0, 1):
-        extra = [Collective("broadcast", psi * 4, 1)] if stage == 1 and zero1_broadcast else []
-        return [Collective("all_reduce", psi * grad_bytes, 1), *extra]
+        grads = psi * grad_bytes
+        buckets = 1 + max(0, -int(-(grads - DDP_FIRST_BUCKET) // DDP_BUCKET))
+        extra = [Collective("broadcast", psi * FP32, 1)] if stage == 1 and zero1_broadcast else []
+        return [Collective("all_reduce", grads / buckets, buckets), *extra]
     gathers = 1 if stage == 2 else 2
-    return [Collective("all_gather", psi * gather_bytes, gathers * grad_accum),
-            Collective("reduce_scatter", psi * grad_bytes, grad_accum)]
+    return [Collective("all_gather", psi * gather_bytes / units, units * gathers * grad_accum),
+            Collective("reduce_scatter", psi * grad_bytes / units, units * grad_accum)]
 
 
-def paper_bytes(*, model, moe, train, dims, micro_batch: int, precision) -> tuple[float | None, str]:
+def tensor_parallel_formula(calls: list[Collective], bs: int, hidden: int, sequence_parallel: bool) -> str:
+    """The tensor-parallel collectives in words: how many of each kind, each payload in units of b·s·h."""
+    def size(payload: float) -> str:
+        if payload % (bs * hidden) == 0:
+            return f"b·s·h·{payload // (bs * hidden):g}B"
+        return f"b·s·{payload // bs:g}B" if payload % bs == 0 else f"{payload:g}B"
+
+    words = " + ".join(f"{c.calls} {c.kind.replace('_', '-')} of {size(c.payload)}" for c in calls)
+    form = ("sequence parallel: per block all-gathers into the column-parallel linears (again in backward) and "
+            "reduce-scatters out of the row-parallel ones, the norms' gradients all-reduced"
+            if sequence_parallel else "4L+2 all-reduces (Megatron)")
+    return f"{words}, ring over t ({form}; the cross-entropy's 3 of b·s·4B)"
+
+
+def paper_bytes(*, model, moe, train, dims, micro_batch: int, precision,
+                sequence_parallel: bool = False) -> tuple[float | None, str]:
     """(bytes per rank per step, formula) by the ZeRO and Megatron volumes, ring convention.
     model, moe, train: the run's config sections; dims: its dist.ParallelDims; micro_batch: sequences
     per rank per micro-step; precision: the parallel.zero.PrecisionPolicy (compute: the activations'
-    dtype; forward_params: the parameters FSDP2 gathers)."""
-    from benchsuite.metrics.flops import _moe_layer_count
+    dtype; forward_params: the parameters FSDP2 gathers); sequence_parallel: parallel.sequence_parallel
+    (the tensor-parallel collectives take its all-gather / reduce-scatter form)."""
     from benchsuite.metrics.memory import params_per_rank
 
     if dims.ep_enabled:
@@ -224,26 +285,21 @@ def paper_bytes(*, model, moe, train, dims, micro_batch: int, precision) -> tupl
             parts.append(f"({gathers}·{gathered}B + 4B)Ψ·(N−1)/N" + (" (≈3Ψ)" if stage == 3 else " (2Ψ)")
                          + (" per micro-batch" if accum > 1 else ""))
     if dims.tp_enabled:
-        m = model
+        # the row-parallel matmuls' outputs in the compute dtype (full recompute repeats them); the residual
+        # stream, and so its gradients, in fp32: autocast keeps it there.
         act = 2 if precision.compute == "bf16" else 4
-        # forward activations in the compute dtype (the row-parallel matmul's output; full recompute repeats
-        # them); the embedding's forward and every backward one carry fp32: autocast keeps the residual
-        # stream, and so its gradients, in fp32.
-        calls = tensor_parallel_collectives(m, moe, micro_batch=micro_batch, recompute=train.recompute,
-                                            sequence_parallel=False, act_bytes=act, grad_bytes=4)
+        calls = tensor_parallel_collectives(model, moe, micro_batch=micro_batch, recompute=train.recompute,
+                                            sequence_parallel=sequence_parallel, act_bytes=act, grad_bytes=FP32)
         total += sum(ring_bytes(c.kind, c.payload, t) * c.calls for c in calls) * accum
-        moe_layers = _moe_layer_count(m, moe)
-        n_act = (m.layers + (m.layers - moe_layers)) * (2 if train.recompute == "full" else 1)
-        n_fp32 = sum(c.calls for c in calls) - n_act
-        parts.append(f"({n_act}·{act}B + {n_fp32}·4B)·b·s·h·2(t−1)/t per micro-batch "
-                     f"({n_act + n_fp32} all-reduces: 4L+2{', MoE layers 2' if moe_layers else ''}"
-                     f"{', + recompute' if train.recompute == 'full' else ''})")
+        parts.append(tensor_parallel_formula(calls, micro_batch * model.seq_len, model.hidden, sequence_parallel)
+                     + (" per micro-batch" if accum > 1 else ""))
     if not parts:
         return 0.0, "single process: no collectives"
     return total, " + ".join(parts)
 
 
-def comm_record(per_rank: list[dict], *, model, moe, train, dims, micro_batch: int, applied) -> dict:
+def comm_record(per_rank: list[dict], *, model, moe, train, dims, micro_batch: int, applied,
+                sequence_parallel: bool = False) -> dict:
     """metrics.comm: rank 0's bytes by kind, the largest rank's total, and the paper's volume
     (arguments as paper_bytes; applied: what parallelize applied, parallel.Applied)."""
     valid = [r for r in per_rank if r]
@@ -253,7 +309,7 @@ def comm_record(per_rank: list[dict], *, model, moe, train, dims, micro_batch: i
     r0 = valid[0]
     total = max(r["total_bytes"] for r in valid)
     paper, formula = paper_bytes(model=model, moe=moe, train=train, dims=dims, micro_batch=micro_batch,
-                                 precision=applied.precision)
+                                 precision=applied.precision, sequence_parallel=sequence_parallel)
     notes = []
     if applied.zero_stage == 1:
         notes.append("torch's ZeroRedundancyOptimizer all-reduces full gradients and then broadcasts the updated "

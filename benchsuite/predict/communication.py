@@ -6,9 +6,9 @@ tp, tp fastest, as dist.ParallelDims builds its mesh). Which collectives run com
 tensor_parallel_collectives (per micro-batch, Megatron's all-reduces or, with sequence parallelism, its
 reduce-scatter/all-gather pairs) and data_parallel_collectives (per step, DDP and ZeRO 1-3).
 
-Overlap model, stated: tensor-parallel, expert-parallel and pipeline point-to-point transfers sit on the
-critical path (each waits for the compute before it and the compute after waits for it). Data-parallel
-communication overlaps compute by the system's `dp_overlap`: DDP and ZeRO-1 all-reduce gradient buckets
+Overlap model, stated: tensor-parallel (but Megatron's sequence-parallel re-gather, which overlaps the
+input-gradient GEMM), expert-parallel and pipeline point-to-point transfers sit on the critical path
+(each waits for the compute before it and the compute after waits for it). Data-parallel communication overlaps compute by the system's `dp_overlap`: DDP and ZeRO-1 all-reduce gradient buckets
 while the last micro-batch's backward runs; FSDP2 (ZeRO-2/3) prefetches each micro-batch's gathers and
 reduce-scatters beside its forward and backward. Only the part longer than that compute is exposed.
 """
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from benchsuite.metrics.comm import (Collective, data_parallel_collectives, ring_bytes,
                                      tensor_parallel_collectives)
 from benchsuite.models.moe import expected_slots_per_token
+from benchsuite.predict.compute import expert_params_per_device
 from benchsuite.predict.system import Link, System
 from benchsuite.predict.workload import Implementation, Recompute, Workload
 
@@ -40,7 +41,10 @@ def time_of(calls: list[Collective], group: int, link: Link, crosses_nodes: bool
         return CommTime(0.0, 0.0, 0, crosses_nodes)
     sent = sum(ring_bytes(c.kind, c.payload, group) * c.calls for c in calls)
     n = sum(c.calls for c in calls)
-    return CommTime(n * link.latency_us * 1e-6 + sent / (link.gbps * 1e9), sent, n, crosses_nodes)
+    exposed = [c for c in calls if not c.overlapped]
+    seconds = sum(c.calls * (link.latency_us * 1e-6 + ring_bytes(c.kind, c.payload, group) / (link.gbps * 1e9))
+                  for c in exposed)
+    return CommTime(seconds, sent, n, crosses_nodes)
 
 
 def _spans(group: int, stride: int, system: System) -> bool:
@@ -58,7 +62,7 @@ def tensor_parallel(w: Workload, system: System) -> CommTime:
     calls = tensor_parallel_collectives(_stage_model(w), w.moe, micro_batch=w.micro_batch,
                                         recompute="full" if w.recompute is Recompute.FULL else "none",
                                         sequence_parallel=w.layout.sequence_parallel, act_bytes=w.compute_bytes,
-                                        grad_bytes=w.grad_bytes)
+                                        grad_bytes=w.grad_bytes, megatron=w.implementation is Implementation.MEGATRON)
     crosses = _spans(w.layout.tp, 1, system)
     return time_of(calls, w.layout.tp, system.link(crosses), crosses)
 
@@ -80,26 +84,40 @@ def expert_parallel(w: Workload, system: System) -> CommTime:
 
 
 def data_parallel(w: Workload, system: System, psi: float) -> CommTime:
-    """Per step, on the data-parallel group, for psi parameters per device."""
+    """Per step, for psi parameters per device: the replicated ones on the data-parallel group; with expert
+    parallelism the device's experts only on the ranks that hold the same experts (dp / ep of them)."""
     benchsuite = w.implementation is Implementation.BENCHSUITE
     grad = 4 if benchsuite else w.compute_bytes  # fp32 gradients here; Megatron reduces bf16 ones
     gather = w.compute_bytes if w.layout.zero >= 2 else 4
-    calls = data_parallel_collectives(psi, stage=w.layout.zero, grad_accum=w.microbatches, grad_bytes=grad,
-                                      gather_bytes=gather, zero1_broadcast=benchsuite)
+    experts = expert_params_per_device(w)
+    units = max(1, w.model.layers // w.layout.pp) + (1 if w.model.tie_embeddings else 2)  # fully_shard units
+    dense = data_parallel_collectives(psi - experts, stage=w.layout.zero, grad_accum=w.microbatches,
+                                      grad_bytes=grad, gather_bytes=gather, zero1_broadcast=benchsuite, units=units)
     crosses = _spans(w.layout.dp, w.layout.tp, system)
-    return time_of(calls, w.layout.dp, system.link(crosses), crosses)
+    out = time_of(dense, w.layout.dp, system.link(crosses), crosses)
+    replicas = w.layout.dp // w.layout.ep
+    if experts and replicas > 1:
+        mine = time_of(data_parallel_collectives(experts, stage=0, grad_accum=1, grad_bytes=grad, gather_bytes=gather),
+                       replicas, system.link(crosses), crosses)
+        out = CommTime(out.seconds + mine.seconds, out.bytes_sent + mine.bytes_sent, out.calls + mine.calls, crosses)
+    return out
 
 
 def pipeline_p2p(w: Workload, system: System) -> CommTime:
-    """Per step: each rank sends one activation forward and one gradient backward per micro-batch and
-    virtual stage, all on the critical path: b·s·h, fp32 here (every tensor rank sends the whole tensor);
-    Megatron-LM sends 1/tp of it (the scatter/gather optimisation, Narayanan et al. 2021, §4.1)."""
+    """Per step: each micro-batch crosses each of the P·V − 1 stage boundaries once forward (its
+    activation) and once backward (its gradient), b·s·h values each, fp32 here (every tensor rank sends
+    the whole tensor); Megatron-LM sends 1/tp of it (the scatter/gather optimisation, Narayanan et al.
+    2021, §4.1). Bytes: the whole pipeline's, as metrics.pipeline.p2p_bytes_per_step counts them. Time:
+    the sends of the busiest rank, all on the critical path: 2·M·V, less the M forward sends the last
+    stage and the M backward sends the first stage do not make when they are the same rank's."""
     if w.layout.pp <= 1:
         return CommTime(0.0, 0.0, 0, False)
     bsh = w.micro_batch * w.model.seq_len * w.model.hidden
     benchsuite = w.implementation is Implementation.BENCHSUITE
     payload = bsh * w.grad_bytes if benchsuite else bsh * w.compute_bytes / w.layout.tp
-    n = 2 * w.microbatches * w.layout.virtual_stages
+    m, p, v = w.microbatches, w.layout.pp, w.layout.virtual_stages
+    busiest = 2 * m * v - (m if p == 2 and v == 1 else 0)  # P = 2, V = 1: each rank sends one way only
     crosses = w.layout.dp * w.layout.tp >= system.node.devices_per_node
     link = system.link(crosses)
-    return CommTime(n * (link.latency_us * 1e-6 + payload / (link.gbps * 1e9)), n * payload, n, crosses)
+    sent = 2 * (p * v - 1) * m * payload * (w.layout.tp if benchsuite else 1)
+    return CommTime(busiest * (link.latency_us * 1e-6 + payload / (link.gbps * 1e9)), sent, busiest, crosses)

@@ -69,6 +69,17 @@ def params_per_device(w: Workload) -> float:
     return psi / w.layout.pp
 
 
+def expert_params_per_device(w: Workload) -> float:
+    """The expert parameters one device holds (its expert-parallel share, its stage's layers): gradients
+    that only the ranks holding the same experts reduce."""
+    if w.moe is None:
+        return 0.0
+    from benchsuite.metrics.flops import param_counts
+
+    pc = param_counts(w.model, w.moe)
+    return pc.moe_layers * w.moe.experts / w.layout.ep * pc.expert / w.layout.pp
+
+
 def optimizer_s(w: Workload, system: System) -> float:
     """AdamW over the parameters this device updates (its ZeRO shard from stage 1), at memory bandwidth."""
     psi = params_per_device(w) / (w.layout.dp if w.layout.zero >= 1 else 1)

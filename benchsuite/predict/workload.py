@@ -84,7 +84,8 @@ def from_run(run: RunConfig, device_kind: str) -> Workload:
     precision = run.train.precision if run.train.precision != "auto" else ("bf16" if device_kind == "gpu" else "fp32")
     per_rank = run.micro_batch_per_rank
     layout = Layout(tp=p.tensor, pp=p.pipeline, dp=run.data_parallel, ep=p.expert, zero=p.zero,
-                    schedule=Schedule(p.schedule), virtual_stages=p.virtual_stages)
+                    schedule=Schedule(p.schedule), virtual_stages=p.virtual_stages,
+                    sequence_parallel=p.sequence_parallel)
     if p.pipeline > 1:
         micro_batch, microbatches = per_rank // p.n_microbatches, p.n_microbatches
     else:

@@ -193,7 +193,7 @@ def build_record(run: RunConfig, facts: RunFacts, ranks: list[RankResult], *, ru
         "memory": memory_section(run, dims, facts.applied, ranks),
         "comm": comm.comm_record([r.comm for r in ranks], model=run.model, moe=run.moe, train=run.train,
                                  dims=dims, micro_batch=run.micro_batch_per_rank,
-                                 applied=facts.applied),
+                                 applied=facts.applied, sequence_parallel=run.parallel.sequence_parallel),
         "per_rank": {"step_time_median_s": rank_medians,
                      "straggler_ratio": max(rank_medians) / statistics.median(rank_medians)},
         "precision": facts.precision,
