@@ -36,10 +36,7 @@ def calibrate(system: System, path: str | Path) -> System:
     if rec.get("status") != "ok" or rec.get("config", {}).get("kind") == "user":
         raise ConfigError(path, [("--calibrate", "needs an ok record of a benchsuite run (not a failed run or "
                                                  "a benchsuite.measure() loop); give another record")])
-    # a key the record's schema did not have yet reads null: the run ran with its default
-    config = {k: ({f: v for f, v in sec.items() if v is not None} if isinstance(sec, dict) else sec)
-              for k, sec in rec["config"].items()}
-    run = RunConfig.from_dict(config)
+    run = RunConfig.from_record(rec["config"])
     if run.world_size != 1:
         raise ConfigError(path, [("--calibrate", f"needs a single-device record (world size 1), this one ran "
                                                  f"on {run.world_size}: its time holds communication; give a "
