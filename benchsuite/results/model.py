@@ -196,8 +196,9 @@ def _runs(df: pd.DataFrame, per_seed: pd.DataFrame, records: list[dict]) -> pd.D
     """One row per identity: its latest ok record's identity and text (its latest record's when none is
     ok), each figure as the median over seeds of per_seed, and the run's seeds, repeats, failures and
     intervals."""
-    latest_first = df.assign(_ok=df["status"] == "ok").sort_values(["_ok", "started_at"], kind="stable")
-    runs = latest_first.drop_duplicates("identity", keep="last").drop(columns="_ok").set_index("identity")
+    order = pd.DataFrame({"ok": df["status"] == "ok", "started_at": df["started_at"], "identity": df["identity"]})
+    latest = order.sort_values(["ok", "started_at"], kind="stable").drop_duplicates("identity", keep="last").index
+    runs = df.loc[latest].set_index("identity")  # (sorting the narrow frame: the whole one has ~400 columns)
     failed = df[df["status"] != "ok"].groupby("identity").size()
     runs = _with(runs, {"failed": failed.reindex(runs.index).fillna(0).astype(int), "repeats": 0,
                         "seeds": [[] for _ in range(len(runs))], "tokens_per_s_min": np.nan,
@@ -207,14 +208,15 @@ def _runs(df: pd.DataFrame, per_seed: pd.DataFrame, records: list[dict]) -> pd.D
     if not per_seed.empty:
         figures = [c for c in _figures(df) if c in per_seed]
         medians = per_seed[figures].groupby(level="identity").median()
-        ok_ids = medians.index
-        runs[figures] = runs[figures].astype(float)
-        runs.loc[ok_ids, figures] = medians
+        # whole columns at once (.loc on a subset of rows writes each of the ~160 columns on its own)
+        has_ok = runs.index.isin(medians.index)[:, None]
+        runs[figures] = np.where(has_ok, medians.reindex(index=runs.index, columns=figures).to_numpy(float),
+                                 runs[figures].to_numpy(float))
         by_id = per_seed.groupby(level="identity")
-        runs.loc[ok_ids, "repeats"] = by_id["repeats"].sum()
-        runs.loc[ok_ids, "tokens_per_s_min"] = by_id["tokens_per_s_min"].min()
-        runs.loc[ok_ids, "tokens_per_s_max"] = by_id["tokens_per_s_max"].max()
-        runs.loc[ok_ids, "repeat_cv"] = by_id["repeat_cv"].max()
+        runs["repeats"] = by_id["repeats"].sum().reindex(runs.index, fill_value=0)
+        runs["tokens_per_s_min"] = by_id["tokens_per_s_min"].min().reindex(runs.index)
+        runs["tokens_per_s_max"] = by_id["tokens_per_s_max"].max().reindex(runs.index)
+        runs["repeat_cv"] = by_id["repeat_cv"].max().reindex(runs.index)
         seeds = {i: sorted(int(s) for s in g.index.get_level_values("seed")) for i, g in by_id}
         runs["seeds"] = [seeds.get(i, []) for i in runs.index]
         _add_intervals(runs, per_seed)
