@@ -6,6 +6,8 @@ to what the two conventions name differently."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -46,6 +48,12 @@ def hf_model(m: ModelConfig, moe: MoEConfig | None) -> torch.nn.Module:
     raise AssertionError(f"no transformers model for {m.preset}")
 
 
+@functools.cache
+def hf_model_of(name: str) -> torch.nn.Module:
+    """hf_model of preset `name`, built once for the two tests that count it (a meta-device model is read only)."""
+    return hf_model(*resolved(name))
+
+
 def _count(model: torch.nn.Module, *, where=lambda name: True) -> int:
     return sum(p.numel() for name, p in model.named_parameters() if where(name))
 
@@ -54,7 +62,7 @@ def _count(model: torch.nn.Module, *, where=lambda name: True) -> int:
 def test_a_presets_parameter_count_is_the_published_architectures(name):
     m, moe = resolved(name)
     ours = param_counts(m, moe).total
-    assert ours == _count(hf_model(m, moe))
+    assert ours == _count(hf_model_of(name))
     if PRESETS[name].params is not None:
         assert ours == PRESETS[name].params
 
@@ -79,7 +87,7 @@ def test_model_flops_per_token_are_torchtitans_formula(name):
     pc = param_counts(m, moe)
     elementwise = pc.total - pc.matmul - pc.embedding - (0 if m.tie_embeddings else pc.lm_head)
     tied_head = pc.lm_head if m.tie_embeddings else 0
-    assert ours + 6 * elementwise - 6 * tied_head == pytest.approx(_torchtitan_flops(hf_model(m, moe), m, moe),
+    assert ours + 6 * elementwise - 6 * tied_head == pytest.approx(_torchtitan_flops(hf_model_of(name), m, moe),
                                                                   rel=1e-12)
 
 
