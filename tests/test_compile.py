@@ -144,3 +144,23 @@ def test_all_to_all_share_is_timed_over_a_step_that_compiles_nothing(backend, mo
     assert backend.frame_count > 2, "the timers were expected to recompile the blocks"
     assert start == end, f"{end - start} frames compiled inside the timed step"
     assert 0 < share < 1
+
+
+def test_loop_mm_runs_outside_the_graph_and_new_counts_never_recompile(backend):
+    """loop_mm splits the rows by per-expert counts read on the host: compiled, that loop runs outside the
+    graph (one graph before it, one after), so each step's new counts recompile nothing, and the result
+    is eager's. (Experts disables compilation of the loop at trace time, not when its module is imported.)"""
+    from benchsuite.models.moe import Experts
+
+    torch.manual_seed(0)
+    experts = Experts(4, 16, 32, "gelu")
+
+    def f(x, counts):
+        return (experts.forward_sorted(x * 2, counts, "loop_mm") * 3).sum()
+
+    compiled = torch.compile(f, backend=backend)
+    for counts in ([3, 1, 0, 4], [2, 2, 2, 2], [0, 0, 5, 3], [1, 6, 1, 0]):
+        counts = torch.tensor(counts)
+        x = torch.randn(int(counts.sum()), 16)
+        assert torch.equal(compiled(x, counts), f(x, counts)), counts
+    assert backend.frame_count == 2, f"{backend.frame_count} frames compiled (2: before and after the loop)"

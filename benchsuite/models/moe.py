@@ -436,9 +436,11 @@ class Experts(nn.Module):
             return self._grouped_ffn(x, offs, compute_dtype(x, self.w_up))
         if impl != "loop_mm":
             raise ValueError(f"forward_sorted runs one of {SORTED_IMPLS}, got {impl!r}")
+        if torch.compiler.is_compiling():  # data-dependent split sizes: a graph would recompile for each step's counts
+            # disabled here, at trace time, not by a decorator: that imports torch._dynamo (~1 s) with this module
+            return torch.compiler.disable(type(self)._loop)(self, x, counts, sizes)
         return self._loop(x, counts, sizes)
 
-    @torch.compiler.disable  # data-dependent split sizes: a compiled graph would recompile for each step's counts
     def _loop(self, x: torch.Tensor, counts: torch.Tensor, sizes: list[int] | None) -> torch.Tensor:
         """One matmul per expert group. unbind, not w[e]: its backward stacks the E slices once,
         where indexing would add a zero-filled [E, H, F] gradient per expert."""
