@@ -22,7 +22,6 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 LEVEL = 0.95
 ONE_SEED = "one seed: no interval (sweep train.seed)"
@@ -78,6 +77,8 @@ def log_t_interval(values: list[float], unit: str = "seed") -> Interval:
     if xs.size == 1:
         return no_interval(1, ONE_SEED if unit == "seed"
                            else f"one {unit}: no interval", point)
+    from scipy import stats  # here: importing scipy.stats takes ~0.5 s, which a view without intervals need not pay
+
     lo, hi = _exp_ci(_quiet(stats.ttest_1samp, np.log(xs), 0.0))
     if not (math.isfinite(lo) and math.isfinite(hi)):  # identical values: scipy's interval is the mean
         lo = hi = float(np.exp(np.log(xs).mean()))
@@ -97,6 +98,8 @@ def _ratio(num_values, den_values, equal_var: bool, unit: str) -> Interval:
         what = "on a side" if not equal_var else "a side"
         hint = " (sweep train.seed)" if unit == "seed" else " (run --repeat 2 or more)"
         return no_interval(n, f"one {unit} {what}: no interval{hint}", point)
+    from scipy import stats  # (as in log_t_interval)
+
     la, lb = np.log(a), np.log(b)
     lo, hi = _exp_ci(_quiet(stats.ttest_ind, la, lb, equal_var=equal_var))
     if not (math.isfinite(lo) and math.isfinite(hi)):  # no spread on either side
