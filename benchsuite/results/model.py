@@ -199,7 +199,7 @@ def _runs(df: pd.DataFrame, per_seed: pd.DataFrame, records: list[dict]) -> pd.D
     order = pd.DataFrame({"ok": df["status"] == "ok", "started_at": df["started_at"], "identity": df["identity"]})
     latest = order.sort_values(["ok", "started_at"], kind="stable").drop_duplicates("identity", keep="last").index
     runs = df.loc[latest].set_index("identity")  # (sorting the narrow frame: the whole one has ~400 columns)
-    failed = df[df["status"] != "ok"].groupby("identity").size()
+    failed = df.loc[df["status"] != "ok", ["identity"]].groupby("identity").size()  # (narrow: df is wide)
     runs = _with(runs, {"failed": failed.reindex(runs.index).fillna(0).astype(int), "repeats": 0,
                         "seeds": [[] for _ in range(len(runs))], "tokens_per_s_min": np.nan,
                         "tokens_per_s_max": np.nan, "repeat_cv": np.nan, "flags_in_repeats": None,
@@ -221,7 +221,7 @@ def _runs(df: pd.DataFrame, per_seed: pd.DataFrame, records: list[dict]) -> pd.D
         runs["seeds"] = [seeds.get(i, []) for i in runs.index]
         _add_intervals(runs, per_seed)
     runs["seed"] = [seeds_text(s) if s else str(s0) for s, s0 in zip(runs["seeds"], runs["seed"])]
-    failed_seeds = df[df["status"] != "ok"].groupby("identity")["seed"].agg(set)
+    failed_seeds = df.loc[df["status"] != "ok", ["identity", "seed"]].groupby("identity")["seed"].agg(set)
     runs["failed_seeds"] = [sorted(failed_seeds.get(i, set()) - set(s)) for i, s in zip(runs.index, runs["seeds"])]
     runs = _with(runs, _meter_bounds(df, runs.index))
     runs = runs.reset_index().copy()
@@ -235,9 +235,9 @@ BOUND_SHARE, BOUND_EXCEEDS = "energy.bounds.total.share", "energy.bounds.total.e
 def _meter_bounds(df: pd.DataFrame, identities: pd.Index) -> dict[str, pd.Series]:
     """`energy_bound_share`: the widest relative bound the meters put on a run's total energy over its ok
     records (energy/bounds.py; NaN where none has one), and `energy_bound_exceeds`: whether any is flagged."""
-    ok = df[df["status"] == "ok"]
-    if BOUND_SHARE not in ok:
+    if BOUND_SHARE not in df:
         return {"energy_bound_share": np.nan, "energy_bound_exceeds": False}
+    ok = df.loc[df["status"] == "ok", ["identity", BOUND_SHARE, BOUND_EXCEEDS]]
     by = ok.groupby("identity")
     share = pd.to_numeric(by[BOUND_SHARE].max(), errors="coerce")
     exceeds = by[BOUND_EXCEEDS].agg(lambda s: any(v is True for v in s))
@@ -273,7 +273,7 @@ def _combine_flags(runs: pd.DataFrame, df: pd.DataFrame, records: list[dict]) ->
     """A run of several records: its flags judged again on its medians (a flag on a figure it holds the
     median of), the rest kept from every record that had it, and `flags_in_repeats`: how many records
     carried a flag on each field. A run of one record keeps that record's flags."""
-    ok = df[df["status"] == "ok"]
+    ok = df.loc[df["status"] == "ok", ["identity", "rec"]]
     groups = {i: rows for i, rows in ok.groupby("identity").indices.items() if len(rows) > 1}
     figures = set(_figures(df))
     for idx in runs.index[runs["identity"].isin(groups.keys())]:
