@@ -161,3 +161,17 @@ def test_report_json_and_load_show_the_bound_and_the_parts_the_record_holds(tmp_
     assert run["energy_bound_share"] == pytest.approx(energy["bounds"]["total"]["share"])
     assert df["energy_high_j"].iloc[0] == pytest.approx(energy["bounds"]["total"]["high_j"])
     assert benchsuite.load_runs(folder)["energy_bound_share"].iloc[0] == pytest.approx(run["energy_bound_share"])
+
+
+def test_a_projection_states_the_meters_bound_of_the_energy_it_scales(tmp_path, capsys):
+    fixtures = Path(__file__).parent / "fixtures" / "results"
+    folder = tmp_path / "results"
+    folder.mkdir()
+    (folder / "r.json").write_bytes((fixtures / "smoke__dense-tiny__w1n1-weak__ee7bbe62e331231c.json").read_bytes())
+    from benchsuite.results.store import read_record
+
+    share = read_record(folder / "r.json")["energy"]["bounds"]["total"]["share"]
+    assert main(["carbon", "project", str(folder), "--tokens", "1e9"]) == 0
+    assert f"meters: the record's energy is bound to ±{share:.1%}" in capsys.readouterr().out
+    assert main(["carbon", "project", str(folder), "--tokens", "1e9", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["energy_bound_share"] == pytest.approx(share)

@@ -195,6 +195,9 @@ def _projection_assumptions(r: dict, pue_given: bool) -> list[str]:
         ("short window: a record's energy window was shorter than the meters resolve (energy.short_window), "
          "so its J/token is uncertain") if r["short_window"] else
         "window: long enough for the meters (no short-window flag)",
+        "meters: no bound recorded" if r.get("energy_bound_share") is None else
+        f"meters: the record's energy is bound to ±{r['energy_bound_share']:.1%}, and so is every energy and CO2e "
+        f"figure above" + (f" ({r['energy_bound_reason']})" if r.get("energy_bound_reason") else ""),
         f"throughput: {r['tokens_per_s_per_device']:,.0f} tok/s per device as measured at world "
         f"{r['world_size']}, held constant at {r['devices']} devices (no scaling loss assumed); "
         f"J/token held constant too",

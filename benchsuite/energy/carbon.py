@@ -316,6 +316,8 @@ def project_from_record(record: dict, tokens: float, devices: int | None = None,
     pue = pue if pue is not None else carbon.get("pue") or 1.0
     parts_cfg = parts_config((record.get("config") or {}).get("carbon") or {}, parts or {})
     out = project(tokens, devices or world, jpt, tps / world, pue, it, parts_cfg, gpus=bool(energy.get("per_device")))
+    bound = (energy.get("bounds") or {}).get("total") or {}
     out.update(run_key=record.get("run_key"), energy_source=energy.get("source") or "unavailable",
-               energy_includes=energy.get("total_includes") or [])
+               energy_includes=energy.get("total_includes") or [], energy_bound_share=bound.get("share"),
+               energy_bound_reason=bound.get("reason") if bound.get("exceeds") else None)
     return out
