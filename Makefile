@@ -31,8 +31,8 @@ test: setup chromium
 	$(BIN)/python -m pytest -q
 
 # Everything that runs in this one process (no torchrun, spawned ranks, CLI child or browser) and is not
-# heavy (torch.compile): about 2 min on an idle 2-core box. tests/conftest.py fails a test here that starts a process without
-# the procs mark.
+# heavy (torch.compile): about 2 min on an idle 2-core box. tests/conftest.py fails a test here that
+# starts a process without the procs mark.
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not procs and not heavy"
 
