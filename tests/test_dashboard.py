@@ -408,11 +408,11 @@ def test_a_build_stopped_part_way_keeps_the_previous_index_and_no_partial_page(t
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     real, calls = run_page.render, []
 
-    def render_then_fail(row, rec):  # the build dies while writing the run pages of a larger results folder
+    def render_then_fail(row, rec, predicted=None):  # the build dies while writing the run pages of a larger folder
         calls.append(1)
         if len(calls) == 5:
             raise MemoryError("stopped part-way")
-        return real(row, rec)
+        return real(row, rec, predicted)
 
     monkeypatch.setattr(run_page, "render", render_then_fail)
     with pytest.raises(MemoryError):

@@ -290,4 +290,4 @@ def test_run_page_shows_bubble_measured_beside_formula(tmp_path):
     res = build_site([rec], tmp_path)
     page = (tmp_path / res.pages[1]).read_text(encoding="utf-8")
     assert "<h3>Pipeline</h3>" in page
-    assert "Bubble measured</th><td>0.5<" in page and "Bubble formula (P−1)/(V·M)</th><td>0.125<" in page
+    assert "bubble measured</th><td>50.0%<" in page and "bubble formula (P−1)/(V·M)</th><td>12.5%<" in page
