@@ -295,8 +295,8 @@ def test_the_parts_are_named_with_their_sources_and_a_short_window_is_flagged():
     half = sum(p["j"] for p in b["parts"])
     assert (b["low_j"], b["high_j"]) == pytest.approx((3000.0 - half, 3000.0 + half))
     assert b["share"] == pytest.approx(half / 3000.0) and b["exceeds"]  # 2.8 % > 2 %
-    short = bounds.figure_bound({**fig, "sampled_energy_j": None}, 0.5, "gpu")
-    assert short["exceeds"] and "shorter than ten counter updates" in short["reason"]
+    short = bounds.figure_bound({**fig, "energy_j": 30000.0, "sampled_energy_j": None}, 20.0, "gpu", short=True)
+    assert short["share"] < bounds.BOUND_SHARE and short["exceeds"] and short["reason"] == bounds.SHORT_REASON
 
 
 def test_the_to_target_energy_takes_the_records_relative_bound():

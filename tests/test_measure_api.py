@@ -236,9 +236,10 @@ def test_an_outer_window_is_the_sum_of_its_parts_and_the_gaps(tmp_path, syntheti
     assert outer.energy["gpu_j"] == pytest.approx(300.0 * outer.seconds, rel=0.01)
     assert outer.source == "measured" and outer.energy["per_device"][0]["uuid"] == ClockedGpu.uuid
     assert [w.name for w in m.windows] == ["a", "b.inner", "b", "outer"]
-    # each window's bound holds its figure, and short windows are flagged: they cannot resolve 2 %
+    # each window's bound holds its figure; these sub-second windows cannot resolve 2 % (min_window_s = 0 here,
+    # so it is their share that flags them)
     assert all(w.bound["low_j"] <= w.total_j <= w.bound["high_j"] and w.bound["exceeds"] for w in m.windows)
-    assert "shorter than ten counter updates" in outer.bound["reason"]
+    assert outer.bound["reason"].startswith("the meters' bound is ±")
 
 
 def test_a_window_outside_training_is_in_no_step_and_not_in_the_record_energy(tmp_path, synthetic):

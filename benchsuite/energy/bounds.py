@@ -21,6 +21,8 @@ from benchsuite.record.types import MAX_DEVICE_W
 BOUND_SHARE = 0.02
 
 SHARE_REASON = "the meters' bound is"
+SHORT_REASON = ("a window was shorter than energy.min_window_s (energy.short_window): the counters, updated about "
+                "every 100 ms, cannot resolve it")
 
 # NVML's total-energy counter: millijoules, advanced about every 100 ms (10 updates/s measured on an
 # H200, benchmarks/NOTES.md). A window edge read between updates is up to one period stale.
@@ -49,26 +51,24 @@ def _part(name: str, j: float | None, basis: str) -> dict[str, Any]:
     return {"part": name, "j": j, "basis": basis}
 
 
-def _edges_part(edges: int, edge_s: float, how: str) -> dict[str, Any]:
+def _edges_part(windows: int, edge_s: float, how: str) -> dict[str, Any]:
     """A window's two edges are read late by up to edge_s each; the errors have opposite signs (the start's
     adds energy, the end's drops it), so a window is off by at most edge_s at the highest draw a device
     can have (record/types.py MAX_DEVICE_W), whatever its power did at the edges."""
-    windows = edges // 2
     return _part("counter edges", windows * edge_s * MAX_DEVICE_W,
                  f"{windows} window(s), each edge {how}: at most {edge_s:.2g} s × {MAX_DEVICE_W:g} W per window")
 
 
-def _edges(figure: dict) -> int:
-    """Window edges behind a figure: two per window summed into it (energy/windows.py keeps the count)."""
-    return 2 * int((figure.get("detail") or {}).get("windows") or 1)
+def _windows(figure: dict) -> int:
+    """Windows summed into a figure (energy/windows.py keeps the count), each with two edges."""
+    return int((figure.get("detail") or {}).get("windows") or 1)
 
 
 def nvml_parts(figure: dict, window_s: float) -> list[dict[str, Any]]:
     """The parts of an NVML figure's bound: counter edges, resolution and sensor accuracy for a counter
     (with sampled power beside it, their disagreement); accuracy and part-time sampling without one."""
     energy, avg_w = figure["energy_j"], figure.get("avg_w") or figure["energy_j"] / window_s
-    detail = figure.get("detail") or {}
-    edges = _edges(figure)
+    detail, windows = figure.get("detail") or {}, _windows(figure)
     parts = [_part("sensor accuracy", NVML_ACCURACY_W * window_s, f"±{NVML_ACCURACY_W:g} W × {window_s:.3g} s "
                    f"({ACCURACY_SOURCE})")]
     if figure["source"] == "measured":
@@ -77,8 +77,9 @@ def nvml_parts(figure: dict, window_s: float) -> list[dict[str, Any]]:
             edge_s, how = NVML_UPDATE_S, f"read up to one update ({NVML_UPDATE_S:g} s) late"
         else:
             how = f"aligned to a counter update, read within {edge_s:.2g} s of it"
-        parts.append(_edges_part(edges, edge_s, how))
-        parts.append(_part("counter resolution", edges * NVML_RESOLUTION_J, f"{NVML_RESOLUTION_J * 1e3:g} mJ per edge"))
+        parts.append(_edges_part(windows, edge_s, how))
+        parts.append(_part("counter resolution", 2 * windows * NVML_RESOLUTION_J,
+                           f"{NVML_RESOLUTION_J * 1e3:g} mJ per edge"))
         if figure.get("sampled_energy_j") is not None:
             parts.append(_part("sampled vs counter", abs(figure["sampled_energy_j"] - energy),
                                "integrated power samples beside the counter over the same window"))
@@ -94,12 +95,12 @@ def nvml_parts(figure: dict, window_s: float) -> list[dict[str, Any]]:
     return parts
 
 
-def rapl_parts(figure: dict, window_s: float) -> list[dict[str, Any]]:
+def rapl_parts(figure: dict) -> list[dict[str, Any]]:
     """RAPL's counter: its update period and unit at each edge; a possibly missed wrap; no stated accuracy."""
-    edges = _edges(figure)
-    parts = [_edges_part(edges, RAPL_UPDATE_S, f"read up to one update ({RAPL_UPDATE_S * 1e3:g} ms) late "
+    windows = _windows(figure)
+    parts = [_edges_part(windows, RAPL_UPDATE_S, f"read up to one update ({RAPL_UPDATE_S * 1e3:g} ms) late "
                                                f"(Intel SDM 15.10.3)"),
-             _part("counter resolution", edges * RAPL_RESOLUTION_J, "61 µJ per edge (default RAPL energy unit)"),
+             _part("counter resolution", 2 * windows * RAPL_RESOLUTION_J, "61 µJ per edge (default RAPL energy unit)"),
              _part("sensor accuracy", None, "Intel and AMD state no accuracy for RAPL: not in the bound")]
     range_j = (figure.get("detail") or {}).get("rapl_range_j")
     if range_j is not None and figure["energy_j"] >= range_j / 2:
@@ -120,9 +121,9 @@ def estimate_parts(figure: dict, window_s: float, key: str) -> list[dict[str, An
                   f"±{RAM_ESTIMATE_SHARE:.0%}: codecarbon's model ({key}) states no error; benchsuite's assumption")]
 
 
-def figure_bound(figure: dict, window_s: float | None, key: str) -> dict[str, Any] | None:
+def figure_bound(figure: dict, window_s: float | None, key: str, short: bool = False) -> dict[str, Any] | None:
     """The bound of one figure (key "gpu", "cpu" or "dram"), or None when the figure is unavailable or its
-    source not stated."""
+    source not stated. short: a window was shorter than energy.min_window_s (energy.short_window)."""
     energy, source = figure.get("energy_j"), figure.get("source")
     if energy is None or not window_s or source not in ("measured", "sampled", "estimated"):
         return None  # no figure, or one whose meter is not known
@@ -131,14 +132,14 @@ def figure_bound(figure: dict, window_s: float | None, key: str) -> dict[str, An
     elif key == "gpu":
         parts = nvml_parts(figure, window_s)
     else:
-        parts = rapl_parts(figure, window_s)
-    return interval(energy, parts, window_s)
+        parts = rapl_parts(figure)
+    return interval(energy, parts, short)
 
 
-def interval(energy: float, parts: list[dict[str, Any]], window_s: float | None) -> dict[str, Any]:
+def interval(energy: float, parts: list[dict[str, Any]], short: bool) -> dict[str, Any]:
     """figure ± the sum of the parts' half-widths; flagged when that exceeds BOUND_SHARE of the figure,
-    when a part could not be quantified in a way that may hide an error (a missed wrap), or when the
-    window is shorter than ten counter updates."""
+    when a part could not be quantified in a way that may hide an error (a missed wrap), or when a
+    window was shorter than energy.min_window_s."""
     half = sum(p["j"] for p in parts if p["j"] is not None)
     unbounded = [p for p in parts if p["part"] == "counter wrap"]
     share = half / energy if energy > 0 else None
@@ -148,14 +149,13 @@ def interval(energy: float, parts: list[dict[str, Any]], window_s: float | None)
     if share is None or share > BOUND_SHARE:
         reasons.append(f"{SHARE_REASON} ±{share:.1%} of the figure, above {BOUND_SHARE:.0%}" if share is not None
                        else "a zero figure has no relative bound")
-    if window_s is not None and window_s < 10 * NVML_UPDATE_S:
-        reasons.append(f"the window ({window_s:.3g} s) is shorter than ten counter updates "
-                       f"({10 * NVML_UPDATE_S:g} s)")
+    if short:
+        reasons.append(SHORT_REASON)
     return {"low_j": max(energy - half, 0.0), "high_j": None if unbounded else energy + half, "share": share,
             "parts": parts, "exceeds": bool(reasons), "reason": "; ".join(reasons) or None}
 
 
-def _summed(bounds: list[dict | None], energy: float | None, window_s: float | None) -> dict[str, Any] | None:
+def _summed(bounds: list[dict | None], energy: float | None) -> dict[str, Any] | None:
     """A sum of figures' bounds: lows and highs added (no partial sums), flagged when any part is."""
     if energy is None or not bounds or any(b is None for b in bounds):
         return None
@@ -168,9 +168,8 @@ def _summed(bounds: list[dict | None], energy: float | None, window_s: float | N
         if share is not None and share > BOUND_SHARE else []
     reasons += dict.fromkeys(r for b in bounds for r in (b["reason"] or "").split("; ")
                              if r and not r.startswith(SHARE_REASON) and r not in reasons)
-    parts = [{"part": p["part"], "j": p["j"], "basis": p["basis"]} for b in bounds for p in b["parts"]]
     merged: dict[str, dict] = {}
-    for p in parts:  # one line per kind of part: the sum over devices and nodes
+    for p in (p for b in bounds for p in b["parts"]):  # one line per kind of part: the sum over devices and nodes
         m = merged.setdefault(p["part"], {"part": p["part"], "j": 0.0, "basis": p["basis"]})
         m["j"] = None if m["j"] is None or p["j"] is None else m["j"] + p["j"]
     return {"low_j": low, "high_j": high, "share": share, "parts": list(merged.values()),
@@ -180,19 +179,19 @@ def _summed(bounds: list[dict | None], energy: float | None, window_s: float | N
 def add_bounds(energy: dict[str, Any]) -> dict[str, Any]:
     """The record's `energy` section with a bound on every figure: each device's and each node's part
     (`bound`), and the section's gpu, cpu, dram and total (`bounds`). Reads only the section itself."""
-    window_s = energy.get("window_s")
+    window_s, short = energy.get("window_s"), bool(energy.get("short_window"))
     for dev in energy.get("per_device") or []:
-        dev["bound"] = figure_bound(dev, window_s, "gpu")
+        dev["bound"] = figure_bound(dev, window_s, "gpu", short)
     for node in energy.get("per_node") or []:
         for key in ("cpu", "dram"):
             if node.get(key):
-                node[key]["bound"] = figure_bound(node[key], window_s, key)
+                node[key]["bound"] = figure_bound(node[key], window_s, key, short)
     by_part = {"gpu": [d.get("bound") for d in energy.get("per_device") or []],
                "cpu": [(n.get("cpu") or {}).get("bound") for n in energy.get("per_node") or []],
                "dram": [(n.get("dram") or {}).get("bound") for n in energy.get("per_node") or []]}
-    bounds = {k: _summed(by_part[k], energy.get(f"{k}_j"), window_s) for k in by_part}
+    bounds = {k: _summed(by_part[k], energy.get(f"{k}_j")) for k in by_part}
     included = energy.get("total_includes") or []
-    bounds["total"] = _summed([bounds[k] for k in included], energy.get("total_j"), window_s)
+    bounds["total"] = _summed([bounds[k] for k in included], energy.get("total_j"))
     energy["bounds"] = bounds
     return energy
 
