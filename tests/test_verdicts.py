@@ -255,10 +255,11 @@ def _group(kind: str, jpt: list[float], share: float) -> "SeedGroup":
     """A run of three seeds with these J/token and tok/s, whose energy the meters bound to ±share."""
     from benchsuite.results.verdicts import SeedGroup
 
-    bound = {"low_j": 100 * (1 - share), "high_j": 100 * (1 + share), "share": share}
+    records = [{"metrics": {"energy": {"j_per_token": v, "j_per_token_bound": {"low": v * (1 - share),
+                                                                              "high": v * (1 + share)}}}}
+               for v in jpt]
     return SeedGroup("s", kind, kind, None if kind == "dense" else "switch", kind, kind, (1, 1, "weak", "cpu", None),
-                     False, {i: {"j_per_token": v, "tokens_per_s": 1000.0} for i, v in enumerate(jpt)},
-                     [{"energy": {"bounds": {"total": bound}}}] * len(jpt))
+                     False, {i: {"j_per_token": v, "tokens_per_s": 1000.0} for i, v in enumerate(jpt)}, records)
 
 
 def test_a_sparse_dense_energy_ratio_inside_the_meters_bounds_is_not_resolvable():

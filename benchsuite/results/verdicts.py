@@ -24,7 +24,6 @@ how much of that is measurement.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING
@@ -32,7 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from benchsuite.record.values import dig, num, present
-from benchsuite.results.compare import ESTIMATED, MEASURED_ENERGY
+from benchsuite.results.compare import ESTIMATED, MEASURED_ENERGY, meter_ratio
 from benchsuite.results.identity import hardware_label
 from benchsuite.results.stats import Interval, log_t_interval, no_interval, welch_ratio
 
@@ -208,30 +207,15 @@ def pair_ratios(sparse: SeedGroup, dense: SeedGroup) -> list[PairRatio]:
     return pairs
 
 
-def meter_share(group: SeedGroup) -> float | None:
-    """The widest relative bound the meters put on the run's energy (energy.bounds.total, energy/bounds.py)
-    over its records: inf where one is unbounded, None where a record has none."""
-    shares = []
-    for rec in group.records:
-        bound = dig(rec, "energy", "bounds", "total") or {}
-        if num(bound.get("share")) is None:
-            return None
-        shares.append(math.inf if bound.get("high_j") is None else bound["share"])
-    return max(shares) if shares else None
-
-
 def unresolvable(ratio: Interval, sparse: SeedGroup, dense: SeedGroup) -> str | None:
-    """Why an energy ratio cannot be told from 1 by the meters (each side moved to the far ends of its bound),
-    or None when it can or no bound is known."""
-    s_sparse, s_dense = meter_share(sparse), meter_share(dense)
-    if ratio.point is None or s_sparse is None or s_dense is None:
+    """Why an energy ratio cannot be told from 1 by the meters (compare.meter_ratio: each side moved to the far
+    ends of its bound), or None when it can or no bound is known."""
+    meters = meter_ratio(1.0, ratio.point, dense.records, sparse.records) if ratio.point else None
+    if meters is None or not (meters[0] <= 1 and (meters[1] is None or 1 <= meters[1])):
         return None
-    low = ratio.point * (1 - s_sparse) / (1 + s_dense)
-    high = ratio.point * (1 + s_sparse) / (1 - s_dense) if s_dense < 1 else math.inf
-    if low <= 1 <= high:
-        return (f"ratio {ratio.point:.3f} lies within the meters' bounds (±{s_sparse:.1%} sparse, ±{s_dense:.1%} "
-                f"dense): the energy meters cannot tell these runs apart")
-    return None
+    high = "unbounded" if meters[1] is None else f"{meters[1]:.3f}"
+    return (f"ratio {ratio.point:.3f} lies within the meters' bounds ({meters[0]:.3f}–{high}): the energy meters "
+            f"cannot tell these runs apart")
 
 
 def energy_not_measured(*groups: SeedGroup) -> str | None:
