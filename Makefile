@@ -27,14 +27,20 @@ chromium:
 	@if [ ! -x /usr/bin/chromium ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; fi
 
-test: setup chromium
-	$(BIN)/python -m pytest -q
+# Two pytest workers (pytest-xdist), each taking whole test files (--dist loadfile: a module's shared launch
+# runs once): about 7 min for the whole pass and under a minute for test-fast on an idle 2-core box.
+# TEST_JOBS=0 runs in one process.
+TEST_JOBS ?= 2
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile
 
-# Everything that runs in this one process (no torchrun, spawned ranks, CLI child or browser) and is not
-# heavy (torch.compile): about 2 min on an idle 2-core box. tests/conftest.py fails a test here that
-# starts a process without the procs mark.
+test: setup chromium
+	$(PYTEST)
+
+# Everything that runs in the pytest processes themselves (no torchrun, spawned ranks, CLI child or browser)
+# and is not heavy (torch.compile). tests/conftest.py fails a test here that starts a process without the
+# procs mark.
 test-fast: setup
-	$(BIN)/python -m pytest -q -m "not procs and not heavy"
+	$(PYTEST) -m "not procs and not heavy"
 
 # Every benchmark in benchmarks/: the pytest-benchmark file, then each script in its CPU mode (the
 # ones that default to CUDA on a GPU box use it there). tests/test_bench_targets.py checks that

@@ -1,5 +1,5 @@
-"""Suite orchestration: one torchrun per run (and per repeat, `run --repeat N`), resume, failure
-isolation, timeouts.
+"""Suite orchestration: one process group per run (and per repeat, `run --repeat N`): torchrun, or the
+worker itself for a run of one rank (launch_command); resume, failure isolation, timeouts.
 
 A run that raises, is killed, segfaults or hangs past `train.timeout_s` becomes a failed
 record naming the rank and the reason; every process of the run is reaped; the suite goes on.
@@ -95,9 +95,20 @@ def plan(runs: list[RunConfig], repeat: int = 1) -> list[Planned]:
     return [Planned(run, r) for r in range(repeat) for run in runs]
 
 
-def torchrun_command(run: RunConfig, key: str, workdir: Path, rdzv: Rendezvous) -> list[str]:
+def direct(run: RunConfig) -> bool:
+    """A run of one rank on one node starts its worker directly, not under torchrun: torchrun's elastic
+    agent (a torch import of its own) gives one process nothing it needs (the worker's defaults are
+    rank 0 of 1 and it opens no process group), and the launcher keeps the same process group,
+    timeout, signals and record."""
+    return run.world_size == 1 and run.nodes == 1
+
+
+def launch_command(run: RunConfig, key: str, workdir: Path, rdzv: Rendezvous) -> list[str]:
     """The worker gets one positional argument, its work folder (run.json inside): torchrun's own
     parser would otherwise claim any --option that abbreviates one of its flags."""
+    worker = ["-m", "benchsuite.worker", str(workdir)]
+    if direct(run):
+        return [sys.executable, *worker]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(run.nproc_per_node),
            "--max-restarts", "0"]
     if run.nodes == 1:
@@ -105,7 +116,7 @@ def torchrun_command(run: RunConfig, key: str, workdir: Path, rdzv: Rendezvous) 
     else:
         cmd += ["--nnodes", str(run.nodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", rdzv.endpoint,
                 "--rdzv-id", f"{rdzv.rdzv_id}-{key}"]
-    return cmd + ["-m", "benchsuite.worker", str(workdir)]
+    return cmd + worker
 
 
 @dataclass(frozen=True)
@@ -149,7 +160,8 @@ def worker_env(run: RunConfig, threads: Threads) -> dict:
 
 
 def _kill_run(proc: subprocess.Popen, workdir: Path) -> None:
-    """SIGTERM torchrun's group (it stops its ranks), then SIGKILL everything left, ranks included."""
+    """SIGTERM the run's process group (torchrun and its ranks, or the one worker), then SIGKILL
+    everything left, ranks included."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGTERM)
     try:
@@ -196,19 +208,23 @@ def _signal_name(code: int) -> str:
     return signal.Signals(code).name if code in signal.valid_signals() else f"signal {code}"
 
 
-def diagnose(returncode: int, workdir: Path, log_text: str) -> dict:
+def diagnose(returncode: int, workdir: Path, log_text: str, direct: bool = False) -> dict:
     """The failed record's error. A rank killed by a signal writes nothing and its peers then fail
     on broken collectives, so a signal death is the root cause: the one torchrun names as its
     first observed failure, else any but SIGTERM (torchrun's own way of stopping the survivors).
-    Otherwise the earliest exception a rank wrote; otherwise torchrun's own summary."""
+    Otherwise the earliest exception a rank wrote; otherwise torchrun's own summary. direct: the
+    process was the one rank's worker itself (launch.direct), its exit status rank 0's."""
     errors = {}
     for f in workdir.glob("error.*.json"):
         with contextlib.suppress(OSError, json.JSONDecodeError):
             e = json.loads(f.read_text())
             errors[e["rank"]] = e
-    deaths = [(int(r), int(c)) for r, c in _FAILURE.findall(log_text.split("Failures:", 1)[-1])]
-    root = _FAILURE.search(log_text.split("Root Cause", 1)[1]) if "Root Cause" in log_text else None
-    root = (int(root.group(1)), int(root.group(2))) if root else None
+    if direct:
+        deaths, root = [(0, returncode)], (0, returncode)
+    else:
+        deaths = [(int(r), int(c)) for r, c in _FAILURE.findall(log_text.split("Failures:", 1)[-1])]
+        root = _FAILURE.search(log_text.split("Root Cause", 1)[1]) if "Root Cause" in log_text else None
+        root = (int(root.group(1)), int(root.group(2))) if root else None
     killed = [d for d in deaths if d[1] < 0 and d[0] not in errors]
     killed.sort(key=lambda d: (d != root, -d[1] == signal.SIGTERM, d[0]))
     if killed and (-killed[0][1] != signal.SIGTERM or not errors):
@@ -379,7 +395,7 @@ def launch_run(run: RunConfig, key: str, out_dir: Path, hardware: dict, rdzv: Re
                                                       "log_json": str(out_dir / "logs" / json_log_name),
                                                       "suite_constants": str(constants) if constants else None,
                                                       "record_name": final.stem}))
-        cmd = torchrun_command(run, rid, workdir, rdzv)
+        cmd = launch_command(run, rid, workdir, rdzv)
         with _open_log(out_dir / "logs", log_name) as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, env=worker_env(run, threads),
@@ -406,7 +422,7 @@ def launch_run(run: RunConfig, key: str, out_dir: Path, hardware: dict, rdzv: Re
             report_progress()  # the lines written since the last tick
             tail.close()
         if error is None and returncode != 0:
-            error = diagnose(returncode, workdir, log_path.read_text(errors="replace"))
+            error = diagnose(returncode, workdir, log_path.read_text(errors="replace"), direct(run))
         if error is None and rdzv.node_rank == 0 and not final.exists():
             error = {"type": "NoRecord", "rank": 0,
                      "message": f"workers exited cleanly but wrote no record; see {log_path}"}

@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 import time
+import tomllib
 
 import numpy as np
 import pytest
@@ -92,18 +93,22 @@ def test_a_raising_rank_is_recorded_and_the_suite_goes_on_then_resume_reruns_it(
 
 
 @pytest.mark.procs
-@pytest.mark.parametrize("fault, timeout, error_type, words", [
-    ("hang:1", 25, "Timeout", "exceeded train.timeout_s = 25 s"),
-    ("kill:1", 120, "WorkerKilled", "rank 1 died from SIGKILL"),
+@pytest.mark.parametrize("fault, world, timeout, error_type, words", [
+    ("hang:1", 2, 25, "Timeout", "exceeded train.timeout_s = 25 s"),
+    ("kill:1", 2, 120, "WorkerKilled", "rank 1 died from SIGKILL"),
+    # one rank: the worker is the launched process itself (launch.direct), not a torchrun child
+    ("kill:0", 1, 120, "WorkerKilled", "rank 0 died from SIGKILL"),
+    ("segv:0", 1, 120, "WorkerKilled", "rank 0 died from SIGSEGV (segmentation fault)"),
+    ("raise:0", 1, 120, "RuntimeError", "injected fault on rank 0"),
 ])
-def test_a_killed_or_hanging_run_fails_cleanly_with_no_orphans(tmp_path, tiny_suite, fault, timeout, error_type,
-                                                               words):
+def test_a_killed_or_hanging_run_fails_cleanly_with_no_orphans(tmp_path, tiny_suite, fault, world, timeout,
+                                                               error_type, words):
     out = tmp_path / "out"
-    suite = tiny_suite(world_sizes=(2,), timeout=timeout)
+    suite = tiny_suite(world_sizes=(world,), timeout=timeout)
     t0 = time.perf_counter()
     res = run_cli("run", str(suite), "--out", str(out), "--json", env={"BENCHSUITE_INJECT_FAULT": fault})
     assert res.returncode == 1
-    rec = _records(out)[2]
+    rec = _records(out)[world]
     assert rec["status"] == "failed" and rec["error"]["type"] == error_type and words in rec["error"]["message"]
     if fault.startswith("hang"):
         assert time.perf_counter() - t0 < timeout + 30
@@ -111,12 +116,12 @@ def test_a_killed_or_hanging_run_fails_cleanly_with_no_orphans(tmp_path, tiny_su
 
 
 @pytest.mark.procs
-@pytest.mark.parametrize("rank", [0, 1])
-def test_a_rank_dying_after_the_record_is_written_keeps_the_record_flagged(tmp_path, tiny_suite, rank):
+@pytest.mark.parametrize("rank, world", [(0, 2), (1, 2), (0, 1)])
+def test_a_rank_dying_after_the_record_is_written_keeps_the_record_flagged(tmp_path, tiny_suite, rank, world):
     """A crash in teardown (gloo can SIGABRT at interpreter exit) must not throw away a finished
     measurement: the run stays ok, its figures intact, with a flag saying what happened after."""
     out = tmp_path / "out"
-    res = run_cli("run", str(tiny_suite(world_sizes=(2,))), "--out", str(out), "--json",
+    res = run_cli("run", str(tiny_suite(world_sizes=(world,))), "--out", str(out), "--json",
                   env={"BENCHSUITE_INJECT_FAULT": f"abort_at_exit:{rank}"})
     assert res.returncode == 0, res.stderr
     (summary,) = json.loads(res.stdout)["runs"]
@@ -186,6 +191,30 @@ def test_diagnosis_names_the_root_cause_not_the_rank_torchrun_stopped(tmp_path):
     (tmp_path / "error.0.json").write_text(json.dumps({"type": "RuntimeError", "message": "gloo: peer closed",
                                                        "rank": 0, "time": 1}))
     assert diagnose(1, tmp_path, TORCHRUN_SEGV_LOG)["rank"] == 1  # a peer's broken collective is a consequence
+
+
+def test_one_rank_starts_its_worker_directly_and_more_ranks_start_torchrun(tmp_path):
+    """A one-rank run pays no torchrun (its own torch import); every other run is torchrun's, and a
+    direct worker's signal death is rank 0's."""
+    from benchsuite.launch import Rendezvous, diagnose, launch_command
+
+    one, two, two_nodes = (parse_suite(tomllib.loads(f"""
+[defaults]
+model = {{ layers = 1, hidden = 32, heads = 2, vocab = 128, seq_len = 16 }}
+[[workload]]
+name = "dense"
+sweep = {{ world_size = [{w}], nodes = [{n}] }}
+""")).runs[0] for w, n in ((1, 1), (2, 1), (2, 2)))
+    rdzv = Rendezvous(nnodes=2, endpoint="h:1")
+    worker = ["-m", "benchsuite.worker", str(tmp_path)]
+    assert launch_command(one, "k", tmp_path, Rendezvous()) == [sys.executable, *worker]
+    for run in (two, two_nodes):
+        cmd = launch_command(run, "k", tmp_path, rdzv)
+        assert cmd[1:3] == ["-m", "torch.distributed.run"] and cmd[-3:] == worker
+    assert diagnose(-9, tmp_path, "", direct=True) == {"type": "WorkerKilled", "rank": 0, "message":
+                                                       "rank 0 died from SIGKILL (killed: out of memory or an "
+                                                       "external kill)"}
+    assert diagnose(3, tmp_path, "", direct=True)["message"] == "rank 0 exited with code 3"
 
 
 @pytest.mark.procs
