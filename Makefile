@@ -55,6 +55,7 @@ bench: setup
 	$(BIN)/python benchmarks/bench_moe.py
 	$(BIN)/python benchmarks/bench_overhead.py
 	$(BIN)/python benchmarks/bench_cpu_system.py
+	$(BIN)/python benchmarks/bench_predict_cpu.py
 	$(BIN)/python benchmarks/gpu_check.py --tiny --out $(BENCH_OUT)/gpu_check
 
 # The packages a run imports that the GPU machine's image lacks (its Python 3.12 has torch, pandas, rich,

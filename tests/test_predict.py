@@ -98,6 +98,41 @@ def test_data_parallel_overlap_hides_what_backward_covers():
     assert hidden.seconds("data_parallel") == pytest.approx(max(0.0, dp_s - backward))
 
 
+def test_framework_time_is_added_to_the_collectives_dtensor_and_fsdp2_issue_only():
+    """node.framework_us on each call of benchsuite's tensor parallelism (DTensor) and of its FSDP2 data
+    parallelism (ZeRO-2/3, replicate_with_fsdp beside TP or PP); DDP, ZeRO-1, the expert all-to-alls,
+    the pipeline's sends and Megatron's own collectives stay at the link's cost."""
+    from benchsuite.predict.communication import data_parallel, tensor_parallel
+    from benchsuite.predict.compute import params_per_device
+
+    base = load_system(H100)
+    base = dataclasses.replace(base, node=dataclasses.replace(base.node, dp_overlap=0.0))
+    slow = dataclasses.replace(base, node=dataclasses.replace(base.node, framework_us=1000.0))
+    moe = MoEConfig(experts=8, router="switch", capacity_factor=1.0, every=2)
+    bench = Implementation.BENCHSUITE
+    calls = {"tensor_parallel": lambda w: tensor_parallel(w, base).calls * w.microbatches,
+             "data_parallel": lambda w: data_parallel(w, base, params_per_device(w)).calls}
+    cases = {  # workload: the components whose calls pay the framework's time
+        "tp": (workload(Layout(tp=2), impl=bench), {"tensor_parallel"}),
+        "zero3": (workload(Layout(dp=2, zero=3), impl=bench), {"data_parallel"}),
+        "tp+dp": (workload(Layout(tp=2, dp=2), impl=bench), {"tensor_parallel", "data_parallel"}),
+        "pp+dp": (workload(Layout(pp=2, dp=2), microbatches=4, impl=bench), {"data_parallel"}),
+        "ddp": (workload(Layout(dp=2), impl=bench), set()),
+        "zero1": (workload(Layout(dp=2, zero=1), impl=bench), set()),
+        "ep": (workload(Layout(dp=2, ep=2), moe=moe, impl=bench), set()),
+        "megatron tp": (workload(Layout(tp=2)), set()),
+    }
+    for name, (w, paying) in cases.items():
+        fast, dear = run(w, base), run(w, slow)
+        for c in fast.components:
+            expected = calls[c.name](w) * 1e-3 if c.name in paying else 0.0
+            assert dear.seconds(c.name) - c.seconds == pytest.approx(expected, abs=1e-12), (name, c.name)
+        assert paying <= {c.name for c in fast.components if c.seconds > 0}, name
+    with pytest.raises(ConfigError) as e:
+        parse_system({"system": {"framework_us": -1}}, "s.toml")
+    assert dict(e.value.problems)["system.framework_us"] == "must be >= 0"
+
+
 def test_expert_parallel_all_to_all_carries_the_routed_slots():
     moe = MoEConfig(experts=8, router="switch", capacity_factor=1.0, every=2)
     p = run(workload(Layout(dp=4, ep=4), moe=moe))

@@ -6,6 +6,11 @@ tp, tp fastest, as dist.ParallelDims builds its mesh). Which collectives run com
 tensor_parallel_collectives (per micro-batch, Megatron's all-reduces or, with sequence parallelism, its
 reduce-scatter/all-gather pairs) and data_parallel_collectives (per step, DDP and ZeRO 1-3).
 
+Who issues a collective matters on a host that does not run ahead of its device (a CPU): DTensor (tensor
+parallelism) and FSDP2 (ZeRO-2/3, and data parallelism beside tensor or pipeline parallelism, which
+the harness gives replicate_with_fsdp) spend Python host time on each one, the system's
+`framework_us`; DDP's reducer, the expert all-to-alls and the pipeline's sends call c10d directly.
+
 Overlap model, stated: tensor-parallel (but Megatron's sequence-parallel re-gather, which overlaps the
 input-gradient GEMM), expert-parallel and pipeline point-to-point transfers sit on the critical path
 (each waits for the compute before it and the compute after waits for it). Data-parallel communication overlaps compute by the system's `dp_overlap`: DDP and ZeRO-1 all-reduce gradient buckets
@@ -36,14 +41,16 @@ class CommTime:
     crosses_nodes: bool
 
 
-def time_of(calls: list[Collective], group: int, link: Link, crosses_nodes: bool) -> CommTime:
+def time_of(calls: list[Collective], group: int, link: Link, crosses_nodes: bool,
+            framework_us: float = 0.0) -> CommTime:
+    """framework_us: the issuing framework's host time per call (System.node.framework_us or 0)."""
     if group <= 1:
         return CommTime(0.0, 0.0, 0, crosses_nodes)
     sent = sum(ring_bytes(c.kind, c.payload, group) * c.calls for c in calls)
     n = sum(c.calls for c in calls)
     exposed = [c for c in calls if not c.overlapped]
-    seconds = sum(c.calls * (link.latency_us * 1e-6 + ring_bytes(c.kind, c.payload, group) / (link.gbps * 1e9))
-                  for c in exposed)
+    per_call = (link.latency_us + framework_us) * 1e-6
+    seconds = sum(c.calls * (per_call + ring_bytes(c.kind, c.payload, group) / (link.gbps * 1e9)) for c in exposed)
     return CommTime(seconds, sent, n, crosses_nodes)
 
 
@@ -64,7 +71,8 @@ def tensor_parallel(w: Workload, system: System) -> CommTime:
                                         sequence_parallel=w.layout.sequence_parallel, act_bytes=w.compute_bytes,
                                         grad_bytes=w.grad_bytes, megatron=w.implementation is Implementation.MEGATRON)
     crosses = _spans(w.layout.tp, 1, system)
-    return time_of(calls, w.layout.tp, system.link(crosses), crosses)
+    dtensor = system.node.framework_us if w.implementation is Implementation.BENCHSUITE else 0.0
+    return time_of(calls, w.layout.tp, system.link(crosses), crosses, dtensor)
 
 
 def expert_parallel(w: Workload, system: System) -> CommTime:
@@ -94,7 +102,8 @@ def data_parallel(w: Workload, system: System, psi: float) -> CommTime:
     dense = data_parallel_collectives(psi - experts, stage=w.layout.zero, grad_accum=w.microbatches,
                                       grad_bytes=grad, gather_bytes=gather, zero1_broadcast=benchsuite, units=units)
     crosses = _spans(w.layout.dp, w.layout.tp, system)
-    out = time_of(dense, w.layout.dp, system.link(crosses), crosses)
+    fsdp = benchsuite and (w.layout.zero >= 2 or w.layout.tp > 1 or w.layout.pp > 1)
+    out = time_of(dense, w.layout.dp, system.link(crosses), crosses, system.node.framework_us if fsdp else 0.0)
     replicas = w.layout.dp // w.layout.ep
     if experts and replicas > 1:
         mine = time_of(data_parallel_collectives(experts, stage=0, grad_accum=1, grad_bytes=grad, gather_bytes=gather),

@@ -12,7 +12,7 @@ import tomllib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from benchsuite.config import ConfigError, _build_section, _one_of, _positive, _spec
+from benchsuite.config import ConfigError, _build_section, _non_negative, _one_of, _positive, _spec
 
 EXAMPLE = "workloads/systems/h100-8x.toml"
 
@@ -49,6 +49,8 @@ class Node:
     name: str | None = _spec(None, None, "what the file describes, e.g. 8x H100 SXM (DGX H100)")
     devices_per_node: int | None = _spec(None, _positive, "devices one node holds")
     dp_overlap: float = _spec(1.0, _fraction, "share of data-parallel communication hidden behind backward")
+    framework_us: float = _spec(0.0, _non_negative, "host time DTensor and FSDP2 add to each collective they "
+                                                    "issue, µs (0 where the host runs ahead of the device)")
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,7 @@ class System:
 
 
 SECTIONS = {"system": Node, "device": Device, "intra_node": Link, "inter_node": Link}
-OPTIONAL = {"system.dp_overlap", "device.kind"}
+OPTIONAL = {"system.dp_overlap", "system.framework_us", "device.kind"}
 
 
 def parse_system(doc: dict, path: str | Path) -> System:

@@ -1,0 +1,136 @@
+"""`benchsuite predict` against this host's own measurements: one `benchsuite run` of a small CPU suite
+(gloo, one thread per rank) at world 1 and 2 — pipeline 2 (1F1B), tensor 2 with sequence parallelism,
+ZeRO-3 and expert 2 (the box has 2 cores, so world 2 only). The compute rate is calibrated from the
+suite's world-1 run (`--calibrate`), the links are workloads/systems/cpu-gloo.toml's (measured by
+benchmarks/bench_cpu_system.py, not fit to these runs).
+
+    python benchmarks/bench_predict_cpu.py    # prints predicted against measured, the load average; exit 1 on a miss
+
+Target (issue 34): each world-2 median step time, and the pipeline's bubble, within 25 % of its
+prediction. A timing, so a benchmark run on a quiet box rather than a test: other processes on the two
+cores slow the measured runs and not the prediction. tests/test_predict_cpu.py checks the byte counts of
+the same runs, which do not depend on the load.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from benchsuite.config import RunConfig
+from benchsuite.predict import load_system, predict_run
+from benchsuite.predict.calibrate import calibrate
+from benchsuite.predict.step import Prediction
+
+REPO = Path(__file__).resolve().parent.parent
+CPU = REPO / "workloads" / "systems" / "cpu-gloo.toml"
+SUITE = """
+[suite]
+name = "predict-cpu"
+
+[defaults]
+model = { layers = 4, hidden = 256, heads = 4, vocab = 512, seq_len = 128 }
+train = { micro_batch = 8, steps = 10, warmup_steps = 2, timeout_s = 300 }
+
+[[workload]]
+name = "ref"
+sweep = { world_size = [1] }
+
+[[workload]]
+name = "pp2"
+parallel = { pipeline = 2, schedule = "1f1b", microbatches = 4 }
+sweep = { world_size = [2] }
+
+[[workload]]
+name = "tp2-sp"
+parallel = { tensor = 2, sequence_parallel = true }
+sweep = { world_size = [2] }
+
+[[workload]]
+name = "zero3"
+parallel = { zero = 3 }
+sweep = { world_size = [2] }
+
+[[workload]]
+name = "ep2"
+kind = "moe"
+moe = { experts = 4, router = "switch", capacity_factor = 1.25, every = 2 }
+parallel = { expert = 2 }
+sweep = { world_size = [2] }
+"""
+STEP_TOLERANCE = 0.25
+# A rank's time in its own forward and backward chunks over the step (what the measured bubble divides by)
+BUSY = ("compute.matmul", "compute.attention", "compute.recompute", "tensor_parallel", "expert_parallel")
+
+
+def measure(folder: Path) -> dict[str, tuple[Path, dict]]:
+    """{workload: (record path, record)} of one run of the suite, one thread per rank."""
+    suite = folder / "suite.toml"
+    suite.write_text(SUITE)
+    done = subprocess.run([sys.executable, "-m", "benchsuite.cli", "run", str(suite), "--out", str(folder / "out")],
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"the suite's run failed:\n{done.stderr[-3000:]}")
+    records = {}
+    for path in (folder / "out").glob("*.json"):
+        rec = json.loads(path.read_text())
+        records[rec["workload"]] = (path, rec)
+    return records
+
+
+def run_config(rec: dict) -> RunConfig:
+    return RunConfig.from_dict({k: ({f: v for f, v in sec.items() if v is not None} if isinstance(sec, dict) else sec)
+                                for k, sec in rec["config"].items()})
+
+
+def predictions(measured: dict) -> dict[str, Prediction]:
+    """Each world-2 run's prediction on cpu-gloo.toml, calibrated from the suite's world-1 record."""
+    system = calibrate(load_system(CPU), measured["ref"][0])
+    return {name: predict_run(run_config(rec), system) for name, (_, rec) in measured.items() if name != "ref"}
+
+
+def predicted_bubble(p: Prediction) -> float:
+    """The pipeline's idle share as metrics.pipeline measures it: its bubble and point-to-point time over
+    the rank's busy time."""
+    return (p.seconds("pipeline_bubble") + p.seconds("pipeline_p2p")) / sum(p.seconds(c) for c in BUSY)
+
+
+def compare(measured: dict) -> tuple[list[str], list[str]]:
+    """(a line per figure, the lines of the figures more than STEP_TOLERANCE off)."""
+    rows, misses = [], []
+    for name, p in predictions(measured).items():
+        rec = measured[name][1]
+        figures = [("step", p.step_s, rec["metrics"]["step_time_s"]["median"], "s")]
+        if name == "pp2":
+            figures.append(("bubble", predicted_bubble(p), rec["metrics"]["pipeline"]["bubble_measured"], ""))
+        for what, predicted, got, unit in figures:
+            line = f"{name:7s} {what:6s} predicted {predicted:.4f}{unit}, measured {got:.4f}{unit} ({predicted / got - 1:+.1%})"
+            rows.append(line)
+            misses += [line] if abs(predicted / got - 1) > STEP_TOLERANCE else []
+        rows += [f"          {c.name:18s} {c.seconds:.4f} s  {c.detail}" for c in p.components if c.seconds]
+    return rows, misses
+
+
+def main() -> int:
+    before = os.getloadavg()
+    with tempfile.TemporaryDirectory() as tmp:
+        measured = measure(Path(tmp))
+        rows, misses = compare(measured)
+        ref = measured["ref"][1]["metrics"]["step_time_s"]["median"]
+    after = os.getloadavg()
+    print(f"load average before {before[0]:.2f} {before[1]:.2f} {before[2]:.2f}, after {after[0]:.2f}; "
+          f"calibrated from the world-1 run's {ref:.4f} s per step")
+    print("\n".join(rows))
+    if misses:
+        print(f"{len(misses)} figure(s) more than {STEP_TOLERANCE:.0%} from the prediction: ABOVE TARGET")
+        return 1
+    print(f"every figure within {STEP_TOLERANCE:.0%} of its prediction")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
