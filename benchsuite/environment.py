@@ -79,28 +79,24 @@ def nvml_gpu_names(visible: str | None, order: str | None, lib=None) -> list[str
     """NVML's device names as CUDA shows them: only the CUDA_VISIBLE_DEVICES entries (indices or
     GPU-UUID prefixes), in their order, up to the first one CUDA would not accept. NotLikeCuda where
     NVML cannot say (no NVML, MIG, several models numbered fastest first)."""
+    from benchsuite.energy.nvml import Nvml
+
     try:
-        if lib is None:
-            import pynvml as lib
-        lib.nvmlInit()
+        nvml = Nvml(lib)
     except Exception as e:  # no pynvml, no libnvidia-ml (ROCm), driver not loaded
         raise NotLikeCuda(f"NVML unavailable: {e}") from None
     try:
         devices = []
-        for i in range(lib.nvmlDeviceGetCount()):
-            handle = lib.nvmlDeviceGetHandleByIndex(i)
-            if _mig_enabled(lib, handle):
+        for handle, uuid in nvml.devices():
+            if _mig_enabled(nvml.lib, handle):
                 raise NotLikeCuda("MIG is enabled")
-            devices.append((_text(lib.nvmlDeviceGetUUID(handle)), _text(lib.nvmlDeviceGetName(handle))))
+            devices.append((uuid, nvml.name(handle)))
     except NotLikeCuda:
         raise
     except Exception as e:
         raise NotLikeCuda(f"NVML failed: {e}") from None
     finally:
-        try:
-            lib.nvmlShutdown()
-        except Exception:  # already shut down or never initialised: nothing to release
-            pass
+        nvml.shutdown()
     if len({name for _, name in devices}) > 1 and order != "PCI_BUS_ID":
         raise NotLikeCuda("several GPU models: CUDA numbers them fastest first, NVML by PCI bus")
     if visible is None:
@@ -124,11 +120,6 @@ def _mig_enabled(lib, handle) -> bool:
     except Exception:  # a GPU without MIG support
         return False
     return bool(current)
-
-
-def _text(value) -> str:
-    """pynvml returns str, older versions bytes."""
-    return value.decode() if isinstance(value, bytes) else value
 
 
 @functools.cache

@@ -19,6 +19,8 @@ H200 = [("GPU-aaaa1111", "NVIDIA H200"), ("GPU-bbbb2222", "NVIDIA H200"), ("GPU-
 class FakeNvml:
     """pynvml's calls gpu_names makes, over a list of (UUID, name); mig: the indices in MIG mode."""
 
+    NVMLError = RuntimeError
+
     def __init__(self, devices, mig=()):
         self.devices, self.mig, self.shut = devices, set(mig), False
 
@@ -77,6 +79,8 @@ def test_what_nvml_cannot_answer_as_cuda_would_goes_to_torch(lib, visible, order
 
 def test_a_box_without_nvml_is_not_like_cuda():
     class Missing:
+        NVMLError = RuntimeError
+
         def nvmlInit(self):
             raise OSError("libnvidia-ml.so.1: cannot open shared object file")
 

@@ -37,14 +37,18 @@ def load_nvml():
     return pynvml
 
 
+def text(value: Any) -> str:
+    """pynvml returns str, older versions bytes."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def normalize_uuid(uuid: Any) -> str:
     """Comparable form: torch gives '58a7...', NVML 'GPU-58a7...' (bytes in old pynvml)."""
-    text = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
-    text = text.strip().lower()
+    text_ = text(uuid).strip().lower()
     for prefix in ("gpu-", "mig-"):
-        if text.startswith(prefix):
-            text = text[len(prefix):]
-    return text
+        if text_.startswith(prefix):
+            text_ = text_[len(prefix):]
+    return text_
 
 
 def cuda_device_uuid(index: int) -> str:
@@ -66,18 +70,23 @@ class Nvml:
         except self.lib.NVMLError as e:
             raise EnergyError(f"{getattr(fn, '__name__', 'nvml')}: {e}") from e
 
+    def devices(self) -> list[tuple[Any, str]]:
+        """(handle, UUID) of every device, in NVML's own (PCI) order."""
+        handles = [self.call(self.lib.nvmlDeviceGetHandleByIndex, i)
+                   for i in range(self.call(self.lib.nvmlDeviceGetCount))]
+        return [(h, text(self.call(self.lib.nvmlDeviceGetUUID, h))) for h in handles]
+
+    def name(self, handle) -> str:
+        return text(self.call(self.lib.nvmlDeviceGetName, handle))
+
     def handle_for_uuid(self, uuid: str):
         """(handle, NVML's UUID string) of the device whose UUID matches."""
         want = normalize_uuid(uuid)
-        seen = []
-        for i in range(self.call(self.lib.nvmlDeviceGetCount)):
-            h = self.call(self.lib.nvmlDeviceGetHandleByIndex, i)
-            got = self.call(self.lib.nvmlDeviceGetUUID, h)
-            got = got.decode() if isinstance(got, bytes) else str(got)
+        devices = self.devices()
+        for h, got in devices:
             if normalize_uuid(got) == want:
                 return h, got
-            seen.append(got)
-        raise EnergyError(f"no NVML device has UUID {uuid} (NVML sees {', '.join(seen) or 'none'})")
+        raise EnergyError(f"no NVML device has UUID {uuid} (NVML sees {', '.join(u for _, u in devices) or 'none'})")
 
     def shutdown(self) -> None:
         try:
@@ -164,8 +173,7 @@ class NvmlGpuMeter:
         self.cuda_index = cuda_index
         self.nvml = Nvml(lib)
         self.handle, self.uuid = self.nvml.handle_for_uuid(uuid or cuda_device_uuid(cuda_index))
-        name = self.nvml.call(self.nvml.lib.nvmlDeviceGetName, self.handle)
-        self.name = name.decode() if isinstance(name, bytes) else str(name)
+        self.name = self.nvml.name(self.handle)
         self.counter_reason = None
         try:
             self._counter_mj()
