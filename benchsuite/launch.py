@@ -95,7 +95,7 @@ def plan(runs: list[RunConfig], repeat: int = 1) -> list[Planned]:
     return [Planned(run, r) for r in range(repeat) for run in runs]
 
 
-def direct(run: RunConfig) -> bool:
+def starts_worker_directly(run: RunConfig) -> bool:
     """A run of one rank on one node starts its worker directly, not under torchrun: torchrun's elastic
     agent (a torch import of its own) gives one process nothing it needs (the worker's defaults are
     rank 0 of 1 and it opens no process group), and the launcher keeps the same process group,
@@ -107,7 +107,7 @@ def launch_command(run: RunConfig, key: str, workdir: Path, rdzv: Rendezvous) ->
     """The worker gets one positional argument, its work folder (run.json inside): torchrun's own
     parser would otherwise claim any --option that abbreviates one of its flags."""
     worker = ["-m", "benchsuite.worker", str(workdir)]
-    if direct(run):
+    if starts_worker_directly(run):
         return [sys.executable, *worker]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(run.nproc_per_node),
            "--max-restarts", "0"]
@@ -213,7 +213,7 @@ def diagnose(returncode: int, workdir: Path, log_text: str, direct: bool = False
     on broken collectives, so a signal death is the root cause: the one torchrun names as its
     first observed failure, else any but SIGTERM (torchrun's own way of stopping the survivors).
     Otherwise the earliest exception a rank wrote; otherwise torchrun's own summary. direct: the
-    process was the one rank's worker itself (launch.direct), its exit status rank 0's."""
+    process was the one rank's worker itself (starts_worker_directly), its exit status rank 0's."""
     errors = {}
     for f in workdir.glob("error.*.json"):
         with contextlib.suppress(OSError, json.JSONDecodeError):
@@ -422,7 +422,8 @@ def launch_run(run: RunConfig, key: str, out_dir: Path, hardware: dict, rdzv: Re
             report_progress()  # the lines written since the last tick
             tail.close()
         if error is None and returncode != 0:
-            error = diagnose(returncode, workdir, log_path.read_text(errors="replace"), direct(run))
+            error = diagnose(returncode, workdir, log_path.read_text(errors="replace"),
+                             starts_worker_directly(run))
         if error is None and rdzv.node_rank == 0 and not final.exists():
             error = {"type": "NoRecord", "rank": 0,
                      "message": f"workers exited cleanly but wrote no record; see {log_path}"}

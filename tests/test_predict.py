@@ -128,6 +128,8 @@ def test_framework_time_is_added_to_the_collectives_dtensor_and_fsdp2_issue_only
             expected = calls[c.name](w) * 1e-3 if c.name in paying else 0.0
             assert dear.seconds(c.name) - c.seconds == pytest.approx(expected, abs=1e-12), (name, c.name)
         assert paying <= {c.name for c in fast.components if c.seconds > 0}, name
+        host = {c.name for c in dear.components if "host time" in c.detail}
+        assert host == paying and not any("host time" in c.detail for c in fast.components), name
     with pytest.raises(ConfigError) as e:
         parse_system({"system": {"framework_us": -1}}, "s.toml")
     assert dict(e.value.problems)["system.framework_us"] == "must be >= 0"

@@ -39,6 +39,7 @@ class CommTime:
     bytes_sent: float
     calls: int
     crosses_nodes: bool
+    framework_s: float = 0.0  # of `seconds`, the issuing framework's host time (System.node.framework_us)
 
 
 def time_of(calls: list[Collective], group: int, link: Link, crosses_nodes: bool,
@@ -51,7 +52,7 @@ def time_of(calls: list[Collective], group: int, link: Link, crosses_nodes: bool
     exposed = [c for c in calls if not c.overlapped]
     per_call = (link.latency_us + framework_us) * 1e-6
     seconds = sum(c.calls * (per_call + ring_bytes(c.kind, c.payload, group) / (link.gbps * 1e9)) for c in exposed)
-    return CommTime(seconds, sent, n, crosses_nodes)
+    return CommTime(seconds, sent, n, crosses_nodes, framework_us * 1e-6 * sum(c.calls for c in exposed))
 
 
 def _spans(group: int, stride: int, system: System) -> bool:
@@ -108,7 +109,8 @@ def data_parallel(w: Workload, system: System, psi: float) -> CommTime:
     if experts and replicas > 1:
         mine = time_of(data_parallel_collectives(experts, stage=0, grad_accum=1, grad_bytes=grad, gather_bytes=gather),
                        replicas, system.link(crosses), crosses)
-        out = CommTime(out.seconds + mine.seconds, out.bytes_sent + mine.bytes_sent, out.calls + mine.calls, crosses)
+        out = CommTime(out.seconds + mine.seconds, out.bytes_sent + mine.bytes_sent, out.calls + mine.calls, crosses,
+                       out.framework_s + mine.framework_s)
     return out
 
 

@@ -92,7 +92,8 @@ def predict(w: Workload, system: System, *, carbon: CarbonConfig, run_tokens: fl
         Component("compute.recompute", m * c.recompute_s, f"recompute = {w.recompute.value}"),
         Component("tensor_parallel", m * tp.seconds,
                   f"{tp.calls} collectives per micro-batch, {tp.bytes_sent / 1e6:.4g} MB sent, {where(tp)}"
-                  + (" (sequence parallel: reduce-scatter + all-gather)" if lay.sequence_parallel else "")),
+                  + (" (sequence parallel: reduce-scatter + all-gather)" if lay.sequence_parallel else "")
+                  + (f"; {m * tp.framework_s:.4g} s of it DTensor's host time" if tp.framework_s else "")),
         Component("expert_parallel", m * ep.seconds,
                   f"{ep.calls} all-to-alls per micro-batch, {ep.bytes_sent / 1e6:.4g} MB sent, {where(ep)}"),
         Component("pipeline_bubble", bubble * m * per_micro,
@@ -101,7 +102,9 @@ def predict(w: Workload, system: System, *, carbon: CarbonConfig, run_tokens: fl
         Component("pipeline_p2p", p2p.seconds, f"{p2p.calls} sends, {p2p.bytes_sent / 1e6:.4g} MB, {where(p2p)}"),
         Component("data_parallel", dp_exposed,
                   f"{dp.seconds:.4g} s of ZeRO-{lay.zero} collectives ({dp.bytes_sent / 1e6:.4g} MB sent, "
-                  f"{where(dp)}), {system.node.dp_overlap:g} of {hidden_by:.4g} s compute overlapping"),
+                  f"{where(dp)}"
+                  + (f"; {dp.framework_s:.4g} s of it FSDP2's host time" if dp.framework_s else "")
+                  + f"), {system.node.dp_overlap:g} of {hidden_by:.4g} s compute overlapping"),
         Component("optimizer", optimizer_s(w, system), "AdamW at memory bandwidth"),
     )
     f = token_flops(w)
