@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import gc
 import json
 import os
 import signal
@@ -531,4 +532,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Everything is written and closed and the process groups are destroyed (bdist.shutdown collected
+    # their cycles): the interpreter's last collection at exit would only walk torch's and torch._dynamo's
+    # objects, about 0.4 s of every run on a 2-core box. Frozen objects are left to the process's end.
+    gc.freeze()
+    sys.exit(code)
