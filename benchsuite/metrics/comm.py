@@ -256,18 +256,23 @@ def tensor_parallel_formula(calls: list[Collective], bs: int, hidden: int, seque
 
 
 def paper_bytes(*, model, moe, train, dims, micro_batch: int, precision,
-                sequence_parallel: bool = False) -> tuple[float | None, str]:
+                sequence_parallel: bool = False, virtual_stages: int = 1) -> tuple[float | None, str]:
     """(bytes per rank per step, formula) by the ZeRO and Megatron volumes, ring convention.
     model, moe, train: the run's config sections; dims: its dist.ParallelDims; micro_batch: sequences
     per rank per micro-step; precision: the parallel.zero.PrecisionPolicy (compute: the activations'
     dtype; forward_params: the parameters FSDP2 gathers); sequence_parallel: parallel.sequence_parallel
-    (the tensor-parallel collectives take its all-gather / reduce-scatter form)."""
-    from benchsuite.metrics.memory import params_per_rank
+    (the tensor-parallel collectives take its all-gather / reduce-scatter form); virtual_stages:
+    parallel.virtual_stages. A pipeline's data-parallel ranks reduce their own stages' gradients (Ψ of
+    the rank holding the most) and its ranks all-reduce the loss (one fp32 value); its point-to-point
+    bytes are metrics.pipeline's."""
+    from benchsuite.metrics.memory import params_per_pipeline_rank, params_per_rank
 
     if dims.ep_enabled:
         return None, "expert parallelism: no paper volume modelled"
+    if dims.pp_enabled and dims.tp_enabled:
+        return None, "pipeline with tensor parallelism: no paper volume modelled"
     n, t = dims.dp, dims.tp
-    psi = params_per_rank(model, moe, t)
+    psi = params_per_pipeline_rank(model, dims.pp, virtual_stages) if dims.pp_enabled else params_per_rank(model, moe, t)
     stage = dims.zero_applied
     total, parts = 0.0, []
     accum = train.grad_accum
@@ -279,7 +284,7 @@ def paper_bytes(*, model, moe, train, dims, micro_batch: int, precision,
         calls = data_parallel_collectives(psi, stage=stage, grad_accum=accum, grad_bytes=4, gather_bytes=gathered)
         total += sum(ring_bytes(c.kind, c.payload, n) * c.calls for c in calls)
         if stage in (0, 1):
-            parts.append("2Ψ·4B·(N−1)/N")
+            parts.append("2Ψ·4B·(N−1)/N" + (" (Ψ: the largest pipeline rank's)" if dims.pp_enabled else ""))
         else:
             gathers = 1 if stage == 2 else 2
             parts.append(f"({gathers}·{gathered}B + 4B)Ψ·(N−1)/N" + (" (≈3Ψ)" if stage == 3 else " (2Ψ)")
@@ -293,13 +298,16 @@ def paper_bytes(*, model, moe, train, dims, micro_batch: int, precision,
         total += sum(ring_bytes(c.kind, c.payload, t) * c.calls for c in calls) * accum
         parts.append(tensor_parallel_formula(calls, micro_batch * model.seq_len, model.hidden, sequence_parallel)
                      + (" per micro-batch" if accum > 1 else ""))
+    if dims.pp_enabled:
+        total += ring_bytes("all_reduce", FP32, dims.pp)
+        parts.append("the loss's all-reduce of 4B over the P stages")
     if not parts:
         return 0.0, "single process: no collectives"
     return total, " + ".join(parts)
 
 
 def comm_record(per_rank: list[dict], *, model, moe, train, dims, micro_batch: int, applied,
-                sequence_parallel: bool = False) -> dict:
+                sequence_parallel: bool = False, virtual_stages: int = 1) -> dict:
     """metrics.comm: rank 0's bytes by kind, the largest rank's total, and the paper's volume
     (arguments as paper_bytes; applied: what parallelize applied, parallel.Applied)."""
     valid = [r for r in per_rank if r]
@@ -309,7 +317,8 @@ def comm_record(per_rank: list[dict], *, model, moe, train, dims, micro_batch: i
     r0 = valid[0]
     total = max(r["total_bytes"] for r in valid)
     paper, formula = paper_bytes(model=model, moe=moe, train=train, dims=dims, micro_batch=micro_batch,
-                                 precision=applied.precision, sequence_parallel=sequence_parallel)
+                                 precision=applied.precision, sequence_parallel=sequence_parallel,
+                                 virtual_stages=virtual_stages)
     notes = []
     if applied.zero_stage == 1:
         notes.append("torch's ZeroRedundancyOptimizer all-reduces full gradients and then broadcasts the updated "

@@ -165,6 +165,19 @@ def params_per_rank(cfg, moe=None, tp: int = 1) -> int:
     return (pc.total - sharded) + sharded // tp
 
 
+def params_per_pipeline_rank(cfg, pp: int, virtual: int = 1) -> int:
+    """Ψ of the pipeline rank that holds the most parameters: parallel.pipeline gives each of the P·V
+    stages L/(P·V) blocks and puts stage s on rank s mod P, so every rank holds V stages' blocks, rank
+    0 also the embeddings and rank P − 1 the final norm and the LM head. For the dense, untied,
+    tensor-parallel-free models config.py allows a data-parallel pipeline. Exact for
+    models/transformer.py."""
+    h = cfg.hidden
+    first = cfg.vocab * h + (cfg.seq_len * h if cfg.position == "learned" else 0)
+    last = (2 * h if cfg.norm == "layernorm" else h) + cfg.vocab * h
+    block = (params_per_rank(cfg) - first - last) // cfg.layers
+    return virtual * (cfg.layers // (pp * virtual)) * block + max(first, last)
+
+
 # ------------------------------------------------------------------ activations
 
 def activation_bytes(seq_len: int, micro_batch: int, hidden: int, heads: int, layers: int, vocab: int,
