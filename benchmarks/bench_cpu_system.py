@@ -11,7 +11,7 @@ thread each), two ranks over gloo on one host, as the harness runs its CPU suite
   (benchsuite/predict/compute.py's convention), so the optimizer term reproduces the measured step.
 - intra_node: gloo all-reduce, all-gather, reduce-scatter and all-to-all between two ranks, each size
   timed as a training step issues it: after a matmul of a step's shape on the same rank, less that
-  matmul's time alone (median of several calls). On this 2-core guest a collective costs about twice
+  matmul's time alone (median of several calls). On this 2-core guest a collective costs 2-3 times
   its back-to-back latency there (why is not measured here: gloo's threads waking, cold caches), so the
   back-to-back figure alone under-predicts a step. The bytes one rank sends (metrics.comm's ring
   convention) against the time, least squares t = latency + bytes / bandwidth over every kind and size;
