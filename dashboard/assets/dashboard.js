@@ -56,6 +56,7 @@
           td.className = "status-flagged";
           td.appendChild(document.createTextNode(" "));
           td.appendChild(span("warn", "⚠ flagged", row[3]));
+          td.appendChild(span("flag-note", row[3], row[3]));  // why, in the cell as a failed run's error is
         }
       } else if (how === "status") {
         td.className = "status-failed";
