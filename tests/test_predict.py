@@ -135,6 +135,20 @@ def test_framework_time_is_added_to_the_collectives_dtensor_and_fsdp2_issue_only
     assert dict(e.value.problems)["system.framework_us"] == "must be >= 0"
 
 
+def test_a_data_parallel_pipeline_reduces_the_bytes_its_record_expects():
+    """benchsuite PP 2 × DP 2: the predicted data-parallel bytes are metrics.comm's expected volume less
+    the loss's all-reduce (Ψ of the pipeline rank holding the most, not the layers' even share)."""
+    from benchsuite.config import TrainConfig
+    from benchsuite.dist import ParallelDims
+    from benchsuite.metrics.comm import paper_bytes, ring_bytes
+    from benchsuite.parallel.zero import precision_policy
+
+    w = workload(Layout(pp=2, dp=2), microbatches=4, impl=Implementation.BENCHSUITE)
+    expected, formula = paper_bytes(model=MODEL, moe=None, train=TrainConfig(), dims=ParallelDims(world=4, pp=2),
+                                    micro_batch=2, precision=precision_policy("fp32"))
+    assert run(w).dp_bytes_per_step == pytest.approx(expected - ring_bytes("all_reduce", 4, 2)), formula
+
+
 def test_expert_parallel_all_to_all_carries_the_routed_slots():
     moe = MoEConfig(experts=8, router="switch", capacity_factor=1.0, every=2)
     p = run(workload(Layout(dp=4, ep=4), moe=moe))
