@@ -128,7 +128,7 @@ def _framework_step(layers: int, framework: str, mesh) -> tuple[float, int]:
 
     stack = _mlp_stack(layers, framework, mesh)
     opt = torch.optim.AdamW(dtensor_param_groups(stack.parameters()), fused=True)
-    x = torch.randn(64, FRAMEWORK_WIDTH)
+    x = torch.randn(64, FRAMEWORK_WIDTH, requires_grad=True)  # (CommDebugMode's backward hooks warn without)
 
     def step():
         stack(x).sum().backward()
