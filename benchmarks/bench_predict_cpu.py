@@ -14,7 +14,6 @@ the same runs, which do not depend on the load.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from benchsuite.config import RunConfig
 from benchsuite.predict import load_system, predict_run
 from benchsuite.predict.calibrate import calibrate
 from benchsuite.predict.step import Prediction
+from benchsuite.results.store import load_records
 
 REPO = Path(__file__).resolve().parent.parent
 CPU = REPO / "workloads" / "systems" / "cpu-gloo.toml"
@@ -75,22 +75,14 @@ def measure(folder: Path) -> dict[str, tuple[Path, dict]]:
                           env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"the suite's run failed:\n{done.stderr[-3000:]}")
-    records = {}
-    for path in (folder / "out").glob("*.json"):
-        rec = json.loads(path.read_text())
-        records[rec["workload"]] = (path, rec)
-    return records
-
-
-def run_config(rec: dict) -> RunConfig:
-    return RunConfig.from_dict({k: ({f: v for f, v in sec.items() if v is not None} if isinstance(sec, dict) else sec)
-                                for k, sec in rec["config"].items()})
+    return {rec["workload"]: (Path(rec["_path"]), rec) for rec in load_records(folder / "out")}
 
 
 def predictions(measured: dict) -> dict[str, Prediction]:
     """Each world-2 run's prediction on cpu-gloo.toml, calibrated from the suite's world-1 record."""
     system = calibrate(load_system(CPU), measured["ref"][0])
-    return {name: predict_run(run_config(rec), system) for name, (_, rec) in measured.items() if name != "ref"}
+    return {name: predict_run(RunConfig.from_record(rec["config"]), system)
+            for name, (_, rec) in measured.items() if name != "ref"}
 
 
 def predicted_bubble(p: Prediction) -> float:
@@ -108,7 +100,8 @@ def compare(measured: dict) -> tuple[list[str], list[str]]:
         if name == "pp2":
             figures.append(("bubble", predicted_bubble(p), rec["metrics"]["pipeline"]["bubble_measured"], ""))
         for what, predicted, got, unit in figures:
-            line = f"{name:7s} {what:6s} predicted {predicted:.4f}{unit}, measured {got:.4f}{unit} ({predicted / got - 1:+.1%})"
+            line = (f"{name:7s} {what:6s} predicted {predicted:.4f}{unit}, measured {got:.4f}{unit} "
+                    f"({predicted / got - 1:+.1%})")
             rows.append(line)
             misses += [line] if abs(predicted / got - 1) > STEP_TOLERANCE else []
         rows += [f"          {c.name:18s} {c.seconds:.4f} s  {c.detail}" for c in p.components if c.seconds]

@@ -38,7 +38,8 @@ def test_each_predicted_component_sends_the_bytes_the_measured_run_counted(measu
             pipe = measured[name][1]["metrics"]["pipeline"]
             assert pipe["p2p_bytes_per_step"] == p.p2p_bytes_per_step
             comm = measured[name][1]["metrics"]["comm"]  # the loss's all-reduce over the stages, expected
-            assert comm["paper_bytes_per_step"] == comm["total_bytes_per_step"] == 4.0 and "loss" in comm["paper_formula"]
+            assert comm["paper_bytes_per_step"] == comm["total_bytes_per_step"] == 4.0
+            assert "loss" in comm["paper_formula"]
             assert 0 < predicted_bubble(p) < 1 and 0 < pipe["bubble_measured"] < 1
 
 
