@@ -265,14 +265,14 @@ def paper_bytes(*, model, moe, train, dims, micro_batch: int, precision,
     parallel.virtual_stages. A pipeline's data-parallel ranks reduce their own stages' gradients (Ψ of
     the rank holding the most) and its ranks all-reduce the loss (one fp32 value); its point-to-point
     bytes are metrics.pipeline's."""
-    from benchsuite.metrics.memory import params_per_pipeline_rank, params_per_rank
+    from benchsuite.metrics.memory import rank_params
 
     if dims.ep_enabled:
         return None, "expert parallelism: no paper volume modelled"
     if dims.pp_enabled and dims.tp_enabled:
         return None, "pipeline with tensor parallelism: no paper volume modelled"
     n, t = dims.dp, dims.tp
-    psi = params_per_pipeline_rank(model, dims.pp, virtual_stages) if dims.pp_enabled else params_per_rank(model, moe, t)
+    psi = rank_params(model, moe, dims, virtual_stages)
     stage = dims.zero_applied
     total, parts = 0.0, []
     accum = train.grad_accum

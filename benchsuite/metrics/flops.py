@@ -66,11 +66,15 @@ def attention_matmul(cfg: ModelConfig) -> int:
     return 2 * cfg.hidden * cfg.heads * cfg.dim_head + 2 * cfg.hidden * cfg.n_kv_heads * cfg.dim_head
 
 
+def one_norm_params(cfg: ModelConfig) -> int:
+    """One hidden-width norm's weights (LayerNorm's bias too)."""
+    return 2 * cfg.hidden if cfg.norm == "layernorm" else cfg.hidden
+
+
 def _norm_params(cfg: ModelConfig) -> int:
-    """Norm weights: two per block and a final one (LayerNorm's bias too), and the q/k norms."""
-    per_norm = 2 * cfg.hidden if cfg.norm == "layernorm" else cfg.hidden
+    """Norm weights: two per block and a final one, and the q/k norms."""
     qk = {"none": 0, "per_head": 2 * cfg.dim_head, "full": (cfg.heads + cfg.n_kv_heads) * cfg.dim_head}[cfg.qk_norm]
-    return (2 * cfg.layers + 1) * per_norm + cfg.layers * qk
+    return (2 * cfg.layers + 1) * one_norm_params(cfg) + cfg.layers * qk
 
 
 def _bias_params(cfg: ModelConfig, n_dense: int) -> int:

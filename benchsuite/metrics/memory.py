@@ -165,17 +165,27 @@ def params_per_rank(cfg, moe=None, tp: int = 1) -> int:
     return (pc.total - sharded) + sharded // tp
 
 
-def params_per_pipeline_rank(cfg, pp: int, virtual: int = 1) -> int:
+def params_per_pipeline_rank(cfg, pp: int, virtual: int = 1, tp: int = 1) -> int:
     """Ψ of the pipeline rank that holds the most parameters: parallel.pipeline gives each of the P·V
     stages L/(P·V) blocks and puts stage s on rank s mod P, so every rank holds V stages' blocks, rank
-    0 also the embeddings and rank P − 1 the final norm and the LM head. For the dense, untied,
-    tensor-parallel-free models config.py allows a data-parallel pipeline. Exact for
-    models/transformer.py."""
-    h = cfg.hidden
-    first = cfg.vocab * h + (cfg.seq_len * h if cfg.position == "learned" else 0)
-    last = (2 * h if cfg.norm == "layernorm" else h) + cfg.vocab * h
-    block = (params_per_rank(cfg) - first - last) // cfg.layers
+    0 also the embeddings and rank P − 1 the final norm and the LM head; each its tensor-parallel share
+    (params_per_rank's split: the token embedding and the LM head over the vocabulary). For the dense,
+    untied models config.py allows a pipeline. Exact for models/transformer.py."""
+    from benchsuite.metrics.flops import one_norm_params, param_counts
+
+    pc = param_counts(cfg)
+    token = cfg.vocab * cfg.hidden
+    first, last = pc.embedding - token + token // tp, one_norm_params(cfg) + pc.lm_head // tp
+    block = (params_per_rank(cfg, None, tp) - first - last) // cfg.layers
     return virtual * (cfg.layers // (pp * virtual)) * block + max(first, last)
+
+
+def rank_params(model, moe, dims, virtual_stages: int = 1) -> int:
+    """Ψ one rank holds before data-parallel sharding, for its layout (dims: dist.ParallelDims): its
+    tensor-parallel share (params_per_rank), in a pipeline the share of the rank holding the most."""
+    if dims.pp_enabled:
+        return params_per_pipeline_rank(model, dims.pp, virtual_stages, dims.tp)
+    return params_per_rank(model, moe, dims.tp)
 
 
 # ------------------------------------------------------------------ activations
@@ -308,17 +318,19 @@ def constants_for(precision: str) -> StateConstants:
     return PAPER if precision == "bf16" else FP32
 
 
-def analytic_model_state(model, moe, dims, *, compute: str, forward_params: str) -> dict:
+def analytic_model_state(model, moe, dims, *, compute: str, forward_params: str, virtual_stages: int = 1) -> dict:
     """The analytic part of metrics.memory.model_state_bytes for one run (model, moe: its config
     sections; dims: its dist.ParallelDims): what parallel/zero.py allocates (`analytic`), beside the
     paper's formula with the constants of the precision (`paper`). compute: the resolved compute
-    precision; forward_params: the dtype FSDP2 gathers parameters in (PrecisionPolicy.forward_params)."""
+    precision; forward_params: the dtype FSDP2 gathers parameters in (PrecisionPolicy.forward_params);
+    virtual_stages: parallel.virtual_stages. Data parallelism beside tensor or pipeline parallelism is
+    replicate_with_fsdp (parallel/zero.py, parallel/pipeline.py)."""
     if dims.ep_enabled:
         return {"analytic": None, "formula": None, "note": "expert parallelism: per-rank parameters not modelled here"}
     stage = dims.zero_applied
     n = dims.dp
-    psi = params_per_rank(model, moe, dims.tp)
-    replicate = dims.tp_enabled and dims.dp_enabled
+    psi = rank_params(model, moe, dims, virtual_stages)
+    replicate = dims.dp_enabled and (dims.tp_enabled or dims.pp_enabled)
     analytic = implementation_model_state(psi, n, stage, forward_params, replicate=replicate)
     paper_c = constants_for(compute)
     paper = zero_model_state(psi, n, stage, paper_c)
@@ -326,6 +338,8 @@ def analytic_model_state(model, moe, dims, *, compute: str, forward_params: str)
         "no data parallelism"
     if dims.tp_enabled:
         label += f", TP {dims.tp} (Ψ per tensor rank)"
+    if dims.pp_enabled:
+        label += f", PP {dims.pp} (Ψ of the pipeline rank holding the most)"
     return {
         "analytic": {k: analytic[k] for k in ("params", "grads", "optimizer", "total")},
         "formula": f"{label} ({compute}): {analytic['formula']}",
@@ -335,7 +349,7 @@ def analytic_model_state(model, moe, dims, *, compute: str, forward_params: str)
     }
 
 
-def model_state_record(measured_per_rank: list[dict], *, model, moe, dims, applied) -> dict:
+def model_state_record(measured_per_rank: list[dict], *, model, moe, dims, applied, virtual_stages: int = 1) -> dict:
     """metrics.memory.model_state_bytes: measured (the largest rank) beside the analytic formula.
     applied: what parallelize applied (parallel.Applied: its precision policy sets the constants)."""
     valid = [m for m in measured_per_rank if m and m.get("total") is not None]
@@ -345,7 +359,7 @@ def model_state_record(measured_per_rank: list[dict], *, model, moe, dims, appli
            "method": "local tensor bytes (DTensor: local shard) during one warm-up step: params at the end of "
                      "forward, grads after backward, optimizer state after the step; largest rank"}
     out.update(analytic_model_state(model, moe, dims, compute=applied.precision.compute,
-                                    forward_params=applied.precision.forward_params))
+                                    forward_params=applied.precision.forward_params, virtual_stages=virtual_stages))
     if out["analytic"] is not None:
         out["ratio"] = (measured["total"] / out["analytic"]["total"]) if measured else None
     return out

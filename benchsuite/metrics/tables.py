@@ -98,13 +98,14 @@ def memory_table_for_suite(suite: Suite, device: torch.device, precision: str | 
         consts = mem.constants_for(run_precision)
         psi = params or param_counts(run.model, run.moe).total
         run_dp = dp or run.data_parallel
-        psi_rank = params or mem.params_per_rank(run.model, run.moe, run.parallel.tensor)
+        dims = ParallelDims.from_run(run)
+        psi_rank = params or mem.rank_params(run.model, run.moe, dims, run.parallel.virtual_stages)
         stages = mem.stage_table(psi_rank, run_dp, consts)
         act = mem.activation_estimates(run.model, micro_batch=run.micro_batch_per_rank,
                                          recompute=run.train.recompute, tp=run.parallel.tensor)
         fsdp_precision = "bf16" if run_precision == "bf16" and device.type == "cuda" else "fp32"  # parallel/zero.py
-        record = mem.analytic_model_state(run.model, run.moe, ParallelDims.from_run(run), compute=run_precision,
-                                          forward_params=fsdp_precision)
+        record = mem.analytic_model_state(run.model, run.moe, dims, compute=run_precision,
+                                          forward_params=fsdp_precision, virtual_stages=run.parallel.virtual_stages)
         doc["runs"].append({"workload": run.workload, "world_size": run.world_size, "tensor": run.parallel.tensor,
                             "zero": run.parallel.zero, "precision": run_precision, **_constants_doc(consts),
                             "params": psi, "params_per_rank": psi_rank, "dp": run_dp, "stages": stages,

@@ -60,11 +60,10 @@ def microbatch_compute(w: Workload, system: System) -> MicrobatchCompute:
 def params_per_device(w: Workload) -> float:
     """Parameters one device holds before ZeRO sharding: its tensor-parallel share (metrics.memory), its
     pipeline stage's share of the layers, its expert-parallel share of the experts. A benchsuite
-    pipeline without tensor parallelism: the rank holding the most (metrics.memory, as metrics.comm
-    expects its data-parallel bytes); otherwise the layers' share with the embedding and LM head
-    averaged in."""
-    if w.implementation is Implementation.BENCHSUITE and w.layout.pp > 1 and w.layout.tp == 1 and w.moe is None:
-        return params_per_pipeline_rank(w.model, w.layout.pp, w.layout.virtual_stages)
+    pipeline: the rank holding the most (metrics.memory, as the record's memory and communication
+    figures expect); Megatron's: the layers' share with the embedding and LM head averaged in."""
+    if w.implementation is Implementation.BENCHSUITE and w.layout.pp > 1 and w.moe is None:
+        return params_per_pipeline_rank(w.model, w.layout.pp, w.layout.virtual_stages, w.layout.tp)
     psi = params_per_rank(w.model, w.moe, w.layout.tp)
     if w.moe is not None and w.layout.ep > 1:
         from benchsuite.metrics.flops import param_counts

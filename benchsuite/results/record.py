@@ -140,7 +140,8 @@ def memory_section(run: RunConfig, dims: ParallelDims, applied: Applied, ranks: 
         "source": ranks[0].memory["source"],
         "per_rank": [r.memory for r in ranks],
         "model_state_bytes": mem.model_state_record([r.model_state for r in ranks], model=run.model, moe=run.moe,
-                                                    dims=dims, applied=applied),
+                                                    dims=dims, applied=applied,
+                                                    virtual_stages=run.parallel.virtual_stages),
         "activation_estimate_bytes": mem.activation_estimates(run.model, micro_batch=run.micro_batch_per_rank,
                                                               recompute=run.train.recompute, tp=run.parallel.tensor),
     }
