@@ -27,7 +27,7 @@ from pathlib import Path
 
 from benchsuite.record import validate
 from benchsuite.results.store import read_record
-from dashboard import build_site
+from benchsuite.dashboard import build_site
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "results"
 TEMPLATES = ("make_dvs-dense-w1.json", "make_dvs-switch-w1.json", "make_zero-zero3-w1.json")

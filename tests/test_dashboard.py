@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from benchsuite.results.store import load_records
-from dashboard import build_site
-from dashboard.data import load
-from dashboard.pages import summary_pages
-from dashboard.render import ptext, script_json
+from benchsuite.dashboard import build_site
+from benchsuite.dashboard.data import load
+from benchsuite.dashboard.pages import summary_pages
+from benchsuite.dashboard.render import ptext, script_json
 from helpers import run_cli
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "results"
@@ -262,7 +262,7 @@ QUALITY_RUNS = ["&lt;img src=x onerror=alert(1)&gt;", "dense · w1", "dense · w
 
 
 def _quality(records):
-    from dashboard.pages import quality
+    from benchsuite.dashboard.pages import quality
 
     return quality.render(load(records))
 
@@ -381,7 +381,7 @@ def test_run_page_shows_flags_in_a_warning_box(tmp_path):
 
 
 def test_run_page_loss_figure_has_validation_loss_and_target():
-    from dashboard.pages import run as run_page
+    from benchsuite.dashboard.pages import run as run_page
 
     rec = _record("make_dense-q.json")
     fig = run_page.loss_figure(rec)
@@ -401,7 +401,7 @@ def test_rebuild_removes_pages_of_records_no_longer_there(tmp_path):
 
 
 def test_a_build_stopped_part_way_keeps_the_previous_index_and_no_partial_page(tmp_path, monkeypatch):
-    from dashboard.pages import run as run_page
+    from benchsuite.dashboard.pages import run as run_page
 
     recs = load_records(FIXTURES)
     build_site(recs[:3], tmp_path)
@@ -443,7 +443,7 @@ def test_cli_dashboard_verb(tmp_path):
 
 def _run_page(tmp_path, rec) -> tuple[str, dict]:
     """The built page's text and its figures' specs, by element id."""
-    from dashboard.pages import run as run_page
+    from benchsuite.dashboard.pages import run as run_page
 
     res = build_site([rec], tmp_path, validate=True)
     data = load([rec])
@@ -549,7 +549,7 @@ def test_rebuild_keeps_a_users_files_and_removes_only_stale_pages_it_wrote(tmp_p
 
 
 def test_build_never_overwrites_a_file_it_did_not_write(tmp_path):
-    from dashboard.build import SiteError
+    from benchsuite.dashboard.build import SiteError
 
     (tmp_path / "index.html").write_text("my own index")
     with pytest.raises(SiteError, match="index.html"):
@@ -605,7 +605,7 @@ def test_a_site_built_before_the_manifest_is_rebuilt_without_removing_what_it_ca
 def test_an_odd_manifest_owns_nothing(tmp_path, manifest):
     import os
 
-    from dashboard.build import MANIFEST, read_manifest
+    from benchsuite.dashboard.build import MANIFEST, read_manifest
 
     if manifest == "fifo":
         os.mkfifo(tmp_path / MANIFEST)  # reading it would block the build
@@ -640,7 +640,7 @@ def test_every_router_the_config_accepts_and_each_new_family_has_its_own_colour_
     from dataclasses import fields
 
     from benchsuite.config import MoEConfig
-    from dashboard.style import KNOWN, SPARE
+    from benchsuite.dashboard.style import KNOWN, SPARE
 
     check = next(f for f in fields(MoEConfig) if f.name == "router").metadata["check"]
     routers = re.findall(r"'(\w+)'", check("no such router"))  # "must be one of 'switch', 'gshard', ..."
@@ -669,13 +669,13 @@ def test_every_router_the_config_accepts_and_each_new_family_has_its_own_colour_
     ("dense", "token_choice", 0, 1, "dense"),
 ])
 def test_family_tells_dropless_and_shared_expert_models_from_the_capacity_routers(kind, router, cf, shared, expected):
-    from dashboard.style import family
+    from benchsuite.dashboard.style import family
 
     assert family(kind, router, cf, shared) == expected
 
 
 def test_new_routers_get_their_family_style_in_the_dataframe_and_on_the_pareto_view():
-    from dashboard.style import KNOWN
+    from benchsuite.dashboard.style import KNOWN
 
     data = load(_new_router_records())
     fam = dict(zip(data.df["workload"], data.df["family"]))
@@ -748,7 +748,7 @@ def test_summary_pages_turn_only_the_columns_they_read_into_rows(tmp_path, monke
                         lambda self, *a, **k: widths.append(self.shape[1]) or to_dict(self, *a, **k))
     build_site(FIXTURES, tmp_path / "site")
     full = len(load(FIXTURES).df.columns)
-    from dashboard.pages import overview, run
+    from benchsuite.dashboard.pages import overview, run
 
     assert len([w for w in widths if w >= full]) == 1, widths
     assert sorted(w for w in widths if w < full)[-2:] == sorted([len(run.ROW_COLUMNS), len(overview.ROW_COLUMNS)])
@@ -832,7 +832,7 @@ def test_an_moe_run_dropping_more_than_the_threshold_is_flagged_on_its_page_and_
 
 
 def test_the_runs_table_marks_the_columns_a_narrow_window_leaves_out(tmp_path):
-    from dashboard.pages.overview import COLUMNS, WIDE
+    from benchsuite.dashboard.pages.overview import COLUMNS, WIDE
 
     build_site(FIXTURES, tmp_path)
     index = (tmp_path / "index.html").read_text(encoding="utf-8")

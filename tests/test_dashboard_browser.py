@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from dashboard import build_site
+from benchsuite.dashboard import build_site
 
 pytestmark = pytest.mark.procs  # every test here launches processes
 

@@ -12,12 +12,12 @@ import pytest
 
 from benchmarks.bench_dashboard import synthetic_records
 from benchsuite.results.store import load_records
-from dashboard import build_site
-from dashboard.data import MAX_SERIES, load
-from dashboard.pages import summary_pages
+from benchsuite.dashboard import build_site
+from benchsuite.dashboard.data import MAX_SERIES, load
+from benchsuite.dashboard.pages import summary_pages
 from helpers import runs_rows
-from dashboard.render import ptext
-from dashboard.style import KNOWN, Families, family
+from benchsuite.dashboard.render import ptext
+from benchsuite.dashboard.style import KNOWN, Families, family
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "results"
 

@@ -401,7 +401,7 @@ def test_report_and_dashboard_show_hfu_beside_mfu(tmp_path):
 
     from benchsuite.results.model import results_of
     from benchsuite.results.report import report_rows, report_table
-    from dashboard import build_site
+    from benchsuite.dashboard import build_site
 
     fixture = json.loads((Path(__file__).parent / "fixtures" / "results" / "make_dvs-dense-w1.json").read_text())
     rec = migrate.upgrade_v1_flops(fixture)

@@ -286,7 +286,7 @@ def test_report_pipeline_table_shows_bubble_measured_and_formula(tmp_path):
 
 def test_run_page_shows_bubble_measured_beside_formula(tmp_path):
     from helpers import REPO
-    from dashboard.build import build_site
+    from benchsuite.dashboard.build import build_site
 
     rec = json.loads((REPO / "tests/fixtures/results/make_dvs-dense-w4.json").read_text())
     run = make_run(2, 1, "interleaved", 2, 4)

@@ -67,7 +67,7 @@ def test_report_json_and_the_run_page_show_measured_beside_predicted(tmp_path, c
     doc = json.loads(capsys.readouterr().out)
     by_label = {p["label"]: p for p in doc["predicted"]}
     assert by_label["dense · w1"] == rows["dense · w1"].to_dict()
-    from dashboard import build_site
+    from benchsuite.dashboard import build_site
 
     res = build_site(FIXTURES, tmp_path, system=load_system(H100))
     page = next(p for p in res.pages if "runs/" in p and "dense · w1" in (tmp_path / p).read_text())

@@ -189,7 +189,7 @@ def test_the_repeats_of_a_seed_are_one_seed_in_the_per_step_interval():
 
 
 def test_the_dashboard_draws_a_run_once_from_the_median_of_its_repeats():
-    from dashboard.data import load
+    from benchsuite.dashboard.data import load
 
     data = load(repeats("base", 1, [90.0, 130.0, 100.0]))
     (row,) = data.ok_runs.to_dict("records")

@@ -67,7 +67,7 @@ def report_json(folder, capsys) -> dict:
 
 
 def test_every_view_gives_the_same_medians_intervals_efficiencies_and_flags(folder, capsys, tmp_path):
-    from dashboard.data import load as site_load
+    from benchsuite.dashboard.data import load as site_load
 
     report = {r["label"]: r for r in report_json(folder, capsys)["runs"]}
     runs = benchsuite.load_runs(folder).set_index("label")
@@ -121,8 +121,8 @@ def test_every_view_gives_the_same_medians_intervals_efficiencies_and_flags(fold
 
 
 def test_the_dense_vs_sparse_bars_carry_the_reports_medians_and_intervals(folder, capsys):
-    from dashboard.data import load as site_load
-    from dashboard.pages import summary_pages
+    from benchsuite.dashboard.data import load as site_load
+    from benchsuite.dashboard.pages import summary_pages
 
     report = {r["label"]: r for r in report_json(folder, capsys)["runs"]}
     figures = {f.id: f for p in summary_pages() for f in p.render(site_load(folder)).figures}

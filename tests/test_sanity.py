@@ -95,7 +95,7 @@ def test_one_cleaner_for_records_and_dashboard_data():
     dashboard's clean is the same walk, with anything else turned into its text."""
     import numpy as np
 
-    from dashboard.render import clean
+    from benchsuite.dashboard.render import clean
 
     doc = {"a": np.float32("inf"), "b": (np.int64(3), 2.5, float("-inf")), 7: {"c": np.float64("nan")}}
     out = finite_or_none(doc)
@@ -175,7 +175,7 @@ def test_a_diverging_run_with_an_impossible_peak_is_recorded_ok_and_flagged(tmp_
 
 
 def test_the_dashboard_marks_a_flagged_run(tmp_path):
-    from dashboard import build_site
+    from benchsuite.dashboard import build_site
 
     write_record(tmp_path / "r", sane())
     bad = _set(sane(), ("metrics", "mfu"), 2.0)

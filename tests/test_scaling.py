@@ -234,7 +234,7 @@ def test_the_report_names_the_baseline_or_why_there_is_none(tmp_path, capsys, mo
 
 
 def test_the_dashboard_names_baselines_flags_superlinear_points_and_shows_threads_and_ceiling(tmp_path):
-    from dashboard import build_site
+    from benchsuite.dashboard import build_site
 
     w2 = rec("w2", 2, tokens_per_s=360.0)
     w2["metrics"].update(matmul_ceiling_tflops=0.05, mfu_vs_ceiling=None, matmul_ceiling_source="512^3 fp32 matmul",

@@ -97,7 +97,7 @@ def test_the_dashboard_frames_are_the_results_models_plus_labels():
     import pandas as pd
 
     from benchsuite.results.model import results_of
-    from dashboard.data import load
+    from benchsuite.dashboard.data import load
     from helpers import REPO
 
     records = load_records(REPO / "tests/fixtures/results")

@@ -159,7 +159,7 @@ def test_the_verdicts_document_is_plain_json():
 
 
 def _site(recs):
-    from dashboard.data import load
+    from benchsuite.dashboard.data import load
 
     recs = [complete(r) for r in recs]
     for r in recs:
@@ -171,7 +171,7 @@ def _site(recs):
 
 
 def test_the_quality_page_draws_each_seed_faintly_and_the_median_bold_with_its_band():
-    from dashboard.pages import quality
+    from benchsuite.dashboard.pages import quality
 
     data = _site(seeds("dense", [1e5, 2e5, 4e5]) + seeds("sw", [5e4, 1e5, 2e5], router="switch"))
     html, (fig,) = quality.seed_curves(data)
@@ -188,7 +188,7 @@ def test_the_quality_page_draws_each_seed_faintly_and_the_median_bold_with_its_b
 def test_the_claims_page_names_what_is_missing_and_ranks_nothing_it_cannot():
     import plotly.graph_objects as go
 
-    from dashboard.pages import claims, summary_pages
+    from benchsuite.dashboard.pages import claims, summary_pages
 
     assert "claims" in [p.slug for p in summary_pages()]
     section = claims.render(_site(seeds("dense", [1e5, 1.1e5, 1.21e5]) + seeds("sw", [5e4, 5.5e4, 6.05e4],

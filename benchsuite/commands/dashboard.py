@@ -20,8 +20,8 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from dashboard import build_site
-    from dashboard.build import SiteError
+    from benchsuite.dashboard import build_site
+    from benchsuite.dashboard.build import SiteError
 
     results_path(args.dir)  # checked here; the site reads it (and names it as its source)
     system = None

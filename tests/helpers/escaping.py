@@ -22,7 +22,7 @@ class _Tags(HTMLParser):
 def assert_site_escapes(results: Path, site: Path, payloads: list[str]) -> None:
     """Build the dashboard for `results`; no payload appears raw in any page, no element or event
     handler came from one, and the index shows each payload's escaped text."""
-    from dashboard import build_site
+    from benchsuite.dashboard import build_site
 
     res = build_site(results, site)
     pages = sorted(site.rglob("*.html"))

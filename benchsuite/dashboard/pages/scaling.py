@@ -7,10 +7,10 @@ point has no efficiency is said under the figures."""
 from __future__ import annotations
 
 from benchsuite.results.scaling import BASELINE
-from dashboard.data import SiteData, per_family
-from dashboard.page import Page
-from dashboard.render import Figure, Section, esc, f_num, f_pct, layout, missing, num, present, ptext, short
-from dashboard.style import trace_styles
+from benchsuite.dashboard.data import SiteData, per_family
+from benchsuite.dashboard.page import Page
+from benchsuite.dashboard.render import Figure, Section, esc, f_num, f_pct, layout, missing, num, present, ptext, short
+from benchsuite.dashboard.style import trace_styles
 
 
 def _hover(label, n, value, what):

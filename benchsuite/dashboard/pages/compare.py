@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from statistics import median
 
 from benchsuite.record.values import dig
-from dashboard.data import SiteData, per_family, tokens_per_expert
-from dashboard.page import Page
-from dashboard.render import (Figure, Section, esc, f_num, f_pct, f_sig, layout, log_axis, missing, num, ptext,
+from benchsuite.dashboard.data import SiteData, per_family, tokens_per_expert
+from benchsuite.dashboard.page import Page
+from benchsuite.dashboard.render import (Figure, Section, esc, f_num, f_pct, f_sig, layout, log_axis, missing, num, ptext,
                               short, table)
-from dashboard.style import trace_styles
+from benchsuite.dashboard.style import trace_styles
 
 METRICS = [
     # (column, figure title, axis title, format for hover, tickformat)

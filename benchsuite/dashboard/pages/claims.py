@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from benchsuite.results.stats import Interval
 from benchsuite.results.verdicts import Consistency
-from dashboard.data import SiteData
-from dashboard.page import Page
-from dashboard.render import DASH, Figure, Section, esc, f_sig, layout, missing, ptext, short, table
+from benchsuite.dashboard.data import SiteData
+from benchsuite.dashboard.page import Page
+from benchsuite.dashboard.render import DASH, Figure, Section, esc, f_sig, layout, missing, ptext, short, table
 
 COLORS = {Consistency.CONSISTENT: "#2b8a3e", Consistency.NOT_CONSISTENT: "#c92a2a",
           Consistency.INCONCLUSIVE: "#868e96"}

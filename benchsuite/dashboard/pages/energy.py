@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from statistics import median
 
-from dashboard.data import SiteData, per_family
-from dashboard.page import Page
-from dashboard.render import Figure, Section, esc, f_sig, layout, log_axis, missing, num, ptext, short, table
+from benchsuite.dashboard.data import SiteData, per_family
+from benchsuite.dashboard.page import Page
+from benchsuite.dashboard.render import Figure, Section, esc, f_sig, layout, log_axis, missing, num, ptext, short, table
 
 PARTS = [("gpu", "GPU", "#2f9e44"), ("cpu", "CPU", "#1971c2"), ("dram", "DRAM", "#f08c00")]
 # How each source is drawn: (pattern shape, opacity). Order = most to least trustworthy.

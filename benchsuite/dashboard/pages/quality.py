@@ -17,11 +17,11 @@ import numpy as np
 
 from benchsuite.energy.carbon import J_PER_KWH
 from benchsuite.record.values import dig
-from dashboard.data import SiteData, per_family
-from dashboard.page import Page
-from dashboard.render import (DASH, Figure, Section, esc, f_num, f_sig, layout, missing, num, present, ptext,
+from benchsuite.dashboard.data import SiteData, per_family
+from benchsuite.dashboard.page import Page
+from benchsuite.dashboard.render import (DASH, Figure, Section, esc, f_num, f_sig, layout, missing, num, present, ptext,
                               short, table)
-from dashboard.style import DASHES, series_styles, trace_styles
+from benchsuite.dashboard.style import DASHES, series_styles, trace_styles
 
 NO_EVAL = "no evaluation in these records: set train.eval_every and train.target_loss"
 # (curve key, panel title, axis title, hover unit)

@@ -5,9 +5,9 @@ formatted here; the page script only sorts, filters and shows one page of them; 
 from __future__ import annotations
 
 from benchsuite.results.scaling import BASELINE
-from dashboard.data import SiteData
-from dashboard.page import Page
-from dashboard.render import DASH, DataFile, Section, esc, f_ms, f_num, f_pct, f_sig, num, present
+from benchsuite.dashboard.data import SiteData
+from benchsuite.dashboard.page import Page
+from benchsuite.dashboard.render import DASH, DataFile, Section, esc, f_ms, f_num, f_pct, f_sig, num, present
 
 
 WIDE = "wide"  # a column left out below 1,200 px (dashboard.css), so the table fits a 900 px window

@@ -8,10 +8,10 @@ write a module with a `PAGE` and list it here; nothing else changes.
 
 from __future__ import annotations
 
-from dashboard.page import Page
+from benchsuite.dashboard.page import Page
 
 
 def summary_pages() -> list[Page]:
-    from dashboard.pages import claims, compare, energy, overview, quality, scaling
+    from benchsuite.dashboard.pages import claims, compare, energy, overview, quality, scaling
 
     return [overview.PAGE, scaling.PAGE, compare.PAGE, quality.PAGE, energy.PAGE, claims.PAGE]

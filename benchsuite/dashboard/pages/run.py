@@ -12,8 +12,8 @@ import json
 from benchsuite.record.sanity import MAX_DROPPED_FRAC
 from benchsuite.record.values import dig
 from benchsuite.results.scaling import BASELINE
-from dashboard.data import load_table
-from dashboard.render import (Figure, Section, esc, f_bytes, f_count, f_duration, f_ms, f_num, f_pct, f_si, f_sig,
+from benchsuite.dashboard.data import load_table
+from benchsuite.dashboard.render import (Figure, Section, esc, f_bytes, f_count, f_duration, f_ms, f_num, f_pct, f_si, f_sig,
                               kv_table, layout, missing, num, present, ptext, series, short, table)
 
 SMALL = {"height": 300}

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from dashboard.data import SiteData
-from dashboard.render import Section
+from benchsuite.dashboard.data import SiteData
+from benchsuite.dashboard.render import Section
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ from benchsuite.record.names import record_id, slug
 from benchsuite.record.sanity import with_flags
 from benchsuite.record.values import dig
 from benchsuite.results.model import Results, results_at, results_of
-from dashboard.render import num
-from dashboard.style import Families, family
+from benchsuite.dashboard.render import num
+from benchsuite.dashboard.style import Families, family
 
 # More series than a legend can tell apart: summary figures then draw one trace per model family.
 MAX_SERIES = 12

@@ -22,10 +22,10 @@ from pathlib import Path
 from benchsuite.atomic import atomic_file
 from benchsuite.results.predicted import beside
 from benchsuite.results.store import cyclic_gc_paused
-import dashboard.data as sitedata
-from dashboard.pages import run as run_page
-from dashboard.pages import summary_pages
-from dashboard.render import TEMPLATE_LAYOUT, Figure, esc, merge, page_html, script_json
+import benchsuite.dashboard.data as sitedata
+from benchsuite.dashboard.pages import run as run_page
+from benchsuite.dashboard.pages import summary_pages
+from benchsuite.dashboard.render import TEMPLATE_LAYOUT, Figure, esc, merge, page_html, script_json
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 ASSET_FILES = ("plotly.min.js", "plotly.version", "theme.js", "dashboard.css", "dashboard.js")
