@@ -50,7 +50,8 @@ sys.path.insert(0, str(REPO))
 from benchsuite.atomic import atomic_file  # noqa: E402
 from benchsuite.config import RunConfig, load_suite  # noqa: E402
 from benchsuite.data import make_source  # noqa: E402
-from benchsuite.dist import init_distributed, resolve_precision  # noqa: E402
+from benchsuite.device import resolve_precision  # noqa: E402
+from benchsuite.dist import init_distributed  # noqa: E402
 from benchsuite.metrics.timing import StepTimer  # noqa: E402
 from benchsuite.models.transformer import build_model  # noqa: E402
 from benchsuite.parallel.zero import make_adamw  # noqa: E402

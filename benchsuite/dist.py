@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from benchsuite.config import RunConfig
+from benchsuite.device import pick_device
 
 
 # The mesh axes, named once. The main mesh is pp x dp x tp (pp only with pipeline > 1), ranks laid out
@@ -114,20 +115,6 @@ class DistContext:
     @property
     def pp_rank(self) -> int:
         return self.rank // (self.dims.tp * self.dims.dp)
-
-
-def pick_device(local_rank: int) -> tuple[torch.device, bool]:
-    """(device, shared): rank i takes GPU i mod count; CPU when there is none."""
-    if not torch.cuda.is_available():
-        return torch.device("cpu"), False
-    n = torch.cuda.device_count()
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    return torch.device("cuda", local_rank % n), local_world > n
-
-
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """train.precision with "auto" made concrete: bf16 on GPU, fp32 on CPU."""
-    return ("bf16" if device.type == "cuda" else "fp32") if precision == "auto" else precision
 
 
 def init_distributed(run: RunConfig) -> DistContext:

@@ -35,7 +35,7 @@ import torch
 import torch.distributed as dist
 
 from benchsuite import config as cfg
-from benchsuite.dist import pick_device, resolve_precision
+from benchsuite.device import peak_memory, pick_device, resolve_precision
 from benchsuite.energy.attribution import attribute_energy
 from benchsuite.energy.carbon import record_carbon
 from benchsuite.energy.meters import NodeEnergyMonitor
@@ -47,7 +47,7 @@ from benchsuite.metrics.timing import StepTimer, summarize
 from benchsuite.record import SCHEMA_VERSION, record_filename, utc_now, write_record
 from benchsuite.record.sanity import finite_or_none, sanity_flags
 from benchsuite.record.types import Kind
-from benchsuite.results.identity import digest
+from benchsuite.record.names import digest
 
 SUITE = "user"
 PRECISIONS = ("fp32", "bf16")  # the peak table's columns (metrics/flops.py)
@@ -92,7 +92,7 @@ class RankFigures:
     step_times_s: list[float]  # each measured step on this rank
     tokens: list[int | None]  # each measured step's tokens as given (None: the default tokens_per_step)
     losses: list[float | None]
-    memory: dict  # worker.peak_memory
+    memory: dict  # device.peak_memory
     energy_window: dict  # the training segments combined (energy/windows.py)
     left_out: list[Window]  # the windows outside training (training=False), in order
 
@@ -291,8 +291,6 @@ class Measurement:
 
     def _figures(self) -> RankFigures:
         """This rank's figures: the step times (the one device sync), the tokens and losses read."""
-        from benchsuite.worker import peak_memory
-
         times = self._timer.durations_s()
         return RankFigures(
             rank=self.rank, node_rank=int(os.environ.get("GROUP_RANK", "0")), device=device_info(self.device),

@@ -18,7 +18,7 @@ from typing import Callable
 
 from benchsuite.atomic import atomic_file
 from benchsuite.record import utc_now
-from benchsuite.results.identity import digest
+from benchsuite.record.names import digest
 
 
 @dataclass(frozen=True)

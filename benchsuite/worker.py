@@ -37,7 +37,8 @@ from benchsuite.metrics import quality as qual
 from benchsuite.metrics.ceiling import MatmulCeiling, suite_ceiling
 from benchsuite.energy.meters import NodeEnergyMonitor
 from benchsuite.energy.windows import combine_windows
-from benchsuite.metrics.timing import StepTimer, synchronize
+from benchsuite.device import peak_memory, synchronize
+from benchsuite.metrics.timing import StepTimer
 from benchsuite.models.transformer import build_model
 from benchsuite.parallel import Parallelized, parallelize
 from benchsuite.parallel.pipeline import PipelinePlan
@@ -167,17 +168,6 @@ def evaluate_loss(par: Parallelized, batches, precision: str, device: torch.devi
     finally:
         par.model.train(was_training)
     return total / count
-
-
-def peak_memory(device: torch.device) -> dict:
-    if device.type == "cuda":
-        return {"peak_allocated_bytes": torch.cuda.max_memory_allocated(device),
-                "peak_reserved_bytes": torch.cuda.max_memory_reserved(device), "source": "torch.cuda"}
-    import resource
-
-    # ru_maxrss is KiB on Linux: the whole process, model and framework alike.
-    return {"peak_allocated_bytes": None, "peak_reserved_bytes": None,
-            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "source": "host_rss"}
 
 
 def all_to_all_share(par: Parallelized, batches, precision: str, device: torch.device) -> float:

@@ -21,7 +21,7 @@ import torch
 from benchsuite.energy.common import (CpuSensor, DeviceEnergy, EmptyCpuSensor, EnergyError, Figure, GpuMeter,
                                       WindowResult, unavailable_cpu)
 from benchsuite.energy import estimate, nvml, rapl
-from benchsuite.metrics.timing import synchronize
+from benchsuite.device import synchronize
 
 # NVML's total-energy counter updates about every 100 ms (it advanced 10x/s on
 # an H200, measured), so a window needs to be long against that to be accurate to ~1 %.

@@ -86,7 +86,8 @@ def memory_table_for_suite(suite: Suite, device: torch.device, precision: str | 
     """Each run's model states per device at each ZeRO stage, with the constants of its own precision
     (train.precision, "auto" resolved for `device`) unless `precision` ("mixed" or "fp32") is given;
     `params` and `dp` replace each run's own Ψ and data-parallel degree."""
-    from benchsuite.dist import ParallelDims, resolve_precision
+    from benchsuite.device import resolve_precision
+    from benchsuite.dist import ParallelDims
 
     doc = {"precision": precision, "source": MEMORY_SOURCE, "suite": suite.name, "device": device.type, "runs": []}
     title = "model states per device (GB = 1e9 bytes)" + (

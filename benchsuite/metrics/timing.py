@@ -7,12 +7,8 @@ import time
 import numpy as np
 import torch
 
+from benchsuite.device import synchronize
 from benchsuite.record.values import coefficient_of_variation
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 class StepTimer:

@@ -17,7 +17,8 @@ import torch
 from torch import nn
 
 from benchsuite.config import MoEConfig, TrainConfig
-from benchsuite.dist import ParallelDims, resolve_precision
+from benchsuite.device import resolve_precision
+from benchsuite.dist import ParallelDims
 from benchsuite.parallel.zero import PrecisionPolicy
 
 

@@ -40,7 +40,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from benchsuite.metrics.timing import synchronize
+from benchsuite.device import synchronize
 from benchsuite.models.moe import Experts, moe_layers
 
 

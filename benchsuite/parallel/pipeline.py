@@ -50,7 +50,7 @@ from torch import nn
 
 from benchsuite.config import ModelConfig, ParallelConfig, RunConfig, TrainConfig
 from benchsuite.dist import DP, PP, ParallelDims
-from benchsuite.metrics.timing import synchronize
+from benchsuite.device import synchronize
 from benchsuite.models.transformer import embed
 
 ACTIVATION_BYTES = 4  # fp32 residual stream between stages

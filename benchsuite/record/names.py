@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
+from typing import Any
+
+
+def digest(value: Any, length: int = 16) -> str:
+    """A short content hash of a JSON value (keys sorted): run keys, identities, cached figures' names."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:length]
 
 
 def slug(text: str, limit: int = 40) -> str:

@@ -28,7 +28,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from benchsuite.record.values import dig, num
-from benchsuite.results.identity import (SITE_SETTINGS, TEXT_ONLY, differing_keys, digest, hardware_label,
+from benchsuite.record.names import digest
+from benchsuite.results.identity import (SITE_SETTINGS, TEXT_ONLY, differing_keys, hardware_label,
                                          ignored_paths, seed_of, seeds_text, without)
 from benchsuite.results.stats import pooled_ratio, run_median
 from benchsuite.results.store import load_records

@@ -10,11 +10,11 @@ Every view groups records this way (results/model.py), and names a record by all
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from collections import Counter
 from typing import Any
 
+from benchsuite.record.names import digest
 from benchsuite.record.values import dig
 
 TEXT_ONLY = (("description",), ("train", "timeout_s"))  # said or enforced, never measured
@@ -31,10 +31,6 @@ def without(config: dict, paths) -> dict:
         if isinstance(parent, dict):
             parent.pop(path[-1], None)
     return cfg
-
-
-def digest(value: Any, length: int = 16) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:length]
 
 
 def seed_of(rec: dict) -> int:

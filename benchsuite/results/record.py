@@ -55,7 +55,7 @@ class RankResult:
     step_times_s: list[float]  # each measured step on this rank
     losses: list[float]  # each measured step's loss, the mean over the data-parallel ranks
     counted_flops: float  # FlopCounterMode over one eager warm-up step, this rank's share
-    memory: dict  # peak memory (worker.peak_memory)
+    memory: dict  # peak memory (device.peak_memory)
     matmul_ceiling_flops: float
     matmul_ceiling_source: str
     model_state: dict  # metrics.memory.ModelStateProbe.result()

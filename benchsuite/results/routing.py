@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from benchsuite.record.values import num
-from benchsuite.results.identity import SEED, TEXT_ONLY, digest, hardware_of, without
+from benchsuite.record.names import digest
+from benchsuite.results.identity import SEED, TEXT_ONLY, hardware_of, without
 from benchsuite.results.stats import Interval, welch_ratio
 
 ROUTING = ("moe", "routing")

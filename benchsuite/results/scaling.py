@@ -18,7 +18,8 @@ import statistics
 from typing import TYPE_CHECKING
 
 from benchsuite.record.sanity import flag_summary, scaling_flag
-from benchsuite.results.identity import SEED, TEXT_ONLY, digest, hardware_of, without
+from benchsuite.record.names import digest
+from benchsuite.results.identity import SEED, TEXT_ONLY, hardware_of, without
 from benchsuite.record.values import num, present
 
 if TYPE_CHECKING:  # the DataFrame functions get pandas from their caller; a rank never loads it
