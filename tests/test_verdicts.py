@@ -8,12 +8,13 @@ from scipy import stats
 
 from benchsuite.results.model import results_of
 from benchsuite.results.stats import Interval, log_t_interval, welch_ratio
+from benchsuite.results.verdicts import verdicts as verdicts_of
 from benchsuite.results.verdicts import CLAIMS, Consistency, Ranking, judge, verdicts_doc
 
 
 def verdicts(recs):
     """The verdicts of the results model of these hand-built records (completed to the record's types)."""
-    return results_of([complete(r) for r in recs]).verdicts
+    return verdicts_of(results_of([complete(r) for r in recs]))
 
 
 def complete(rec: dict) -> dict:
@@ -222,7 +223,7 @@ def test_a_cell_of_several_lines_keeps_its_line_breaks_in_the_report(tmp_path, c
     recs = (seeds("dense-a", [5000, 5200, 5100]) + seeds("dense-b", [6000, 6100, 5900])
             + seeds("switch", [3000, 3100, 2900], router="switch"))
     console = Console(record=True, width=300)
-    console.print(interval_table(results_of([complete(r) for r in recs]).verdicts))
+    console.print(interval_table(verdicts_of(results_of([complete(r) for r in recs]))))
     text = console.export_text()
     assert "\\x0a" not in text
     assert any("÷ dense-a" in line and "÷ dense-b" not in line for line in text.splitlines())

@@ -42,11 +42,12 @@ def _report(args, fit, results, system) -> int:
     from benchsuite.results.predicted import beside, beside_table
     from benchsuite.results.report import (ENERGY_COLUMNS, ENERGY_WHEN, answer_table, report_rows, report_table,
                                            section_rows, section_tables, verdict_tables)
-    from benchsuite.results.verdicts import verdicts_doc
+    from benchsuite.results.verdicts import verdicts, verdicts_doc
 
     predicted = beside(results, system) if system is not None else None
+    v = verdicts(results)
     if args.json:
-        print_json({"runs": report_rows(results), "verdicts": verdicts_doc(results.verdicts),
+        print_json({"runs": report_rows(results), "verdicts": verdicts_doc(v),
                     "energy": section_rows(results, ENERGY_COLUMNS, ENERGY_WHEN),
                     "routing": [p.to_dict() for p in results.routing_pairs],
                     **({"predicted": [b.to_dict() for b in predicted]} if predicted is not None else {})})
@@ -54,8 +55,8 @@ def _report(args, fit, results, system) -> int:
     if results.runs.empty:
         err.print(f"no records in {printable(args.dir)}", markup=False)
         return 0
-    answer = answer_table(results)  # the answer first, then the runs and their sections
+    answer = answer_table(v)  # the answer first, then the runs and their sections
     for table in ([answer] if answer else []) + [report_table(results, fit)] + section_tables(results, fit) + \
-            ([beside_table(predicted)] if predicted else []) + verdict_tables(results.verdicts):
+            ([beside_table(predicted)] if predicted else []) + verdict_tables(v):
         out.print(table)
     return 0

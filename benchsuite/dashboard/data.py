@@ -10,6 +10,7 @@ stay in the raw records; row `rec` indexes `SiteData.records`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import pandas as pd
@@ -18,6 +19,7 @@ from benchsuite.record.names import record_id, slug
 from benchsuite.record.sanity import with_flags
 from benchsuite.record.values import dig
 from benchsuite.results.model import Results, results_at, results_of
+from benchsuite.results.verdicts import Verdicts, verdicts
 from benchsuite.dashboard.render import num
 from benchsuite.dashboard.style import Families, family
 
@@ -38,6 +40,11 @@ class SiteData:
     @property
     def source(self) -> str:
         return self.results.source
+
+    @cached_property
+    def verdicts(self) -> Verdicts:
+        """Dense vs sparse over seeds and the claims (results/verdicts.py), computed once for every page."""
+        return verdicts(self.results)
 
     def record(self, row) -> dict:
         """The record of a `df` row; of a `runs` row, the run's latest record."""

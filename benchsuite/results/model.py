@@ -27,6 +27,7 @@ import pandas as pd
 from benchsuite.record.sanity import flag_summary, sanity_flags
 from benchsuite.record.values import coefficient_of_variation, num, present
 from benchsuite.results.identity import record_name, run_identity, seed_of, seeds_text
+from benchsuite.results.routing import RoutingPair, routing_pairs
 from benchsuite.results.scaling import add_scaling_efficiency
 from benchsuite.results.stats import ONE_SEED, Interval, log_t_interval
 from benchsuite.results.store import cyclic_gc_paused, dataframe_of, load_records
@@ -74,17 +75,9 @@ class Results:
         return out
 
     @cached_property
-    def routing_pairs(self):
+    def routing_pairs(self) -> list[RoutingPair]:
         """The MoE runs that differ only by moe.routing, learned beside forced (results/routing.py)."""
-        from benchsuite.results.routing import routing_pairs
-
         return routing_pairs(self)
-
-    @cached_property
-    def verdicts(self):
-        from benchsuite.results.verdicts import verdicts
-
-        return verdicts(self)
 
 
 def results_at(path: str | Path) -> Results:

@@ -18,6 +18,7 @@ from rich.table import Table
 
 from benchsuite.record.values import format_step_ms, num, present
 from benchsuite.results.scaling import BASELINE
+from benchsuite.results.verdicts import FINAL_LOSS, PER_STEP, TO_TARGET, Consistency, Verdicts
 from benchsuite.terminal import printable  # every string of a record reaches the terminal through it
 
 if TYPE_CHECKING:
@@ -425,10 +426,9 @@ def _answer_lines(pairs) -> list[str]:
     return lines
 
 
-def answer_table(results: Results) -> Table | None:
+def answer_table(v: Verdicts) -> Table | None:
     """The dense-vs-sparse answer, first in the report: each sparse run ÷ the dense run of its suite on the
     same devices and scaling (results/verdicts.py pairs), in words. None without a sparse run."""
-    v = results.verdicts
     if not any(w.kind == "moe" for w in v.workloads):
         return None
     table = Table(title="Dense vs sparse: each sparse run ÷ the dense run of its suite on the same devices "
@@ -458,12 +458,10 @@ def _lines(text: str) -> str:
     return "\n".join(escape(printable(line)) for line in text.split("\n"))
 
 
-def interval_table(v) -> Table | None:
+def interval_table(v: Verdicts) -> Table | None:
     """One row per (run of two or more seeds, figure): median over seeds with its 95 % interval, and the
     ratio to the dense run of the suite with its interval, ranked only where that interval excludes 1
     (`report --json` has every run's, one seed or more)."""
-    from benchsuite.results.verdicts import FINAL_LOSS, PER_STEP, TO_TARGET
-
     shown = [w for w in v.workloads if w.n > 1]  # one seed: no interval; the main table has its figures
     if not shown:
         return None
@@ -491,12 +489,10 @@ def interval_table(v) -> Table | None:
     return table
 
 
-def claims_table(v) -> Table | None:
+def claims_table(v: Verdicts) -> Table | None:
     """The papers' claims beside the measured counterpart; a verdict only where the interval carries one."""
     if not any(w.n > 1 or w.figures for w in v.workloads):
         return None
-    from benchsuite.results.verdicts import Consistency
-
     testable = [c for c in v.claims if c.consistency is not Consistency.NOT_TESTABLE]
     reasons: dict[str, list[str]] = {}  # claim text -> why each of its checks cannot be made (a claim of two routers)
     for c in v.claims:
@@ -524,6 +520,6 @@ def claims_table(v) -> Table | None:
     return table
 
 
-def verdict_tables(v) -> list[Table]:
+def verdict_tables(v: Verdicts) -> list[Table]:
     """The tables over seeds (results/verdicts.py)."""
     return [t for t in (interval_table(v), claims_table(v)) if t is not None]

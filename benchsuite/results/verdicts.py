@@ -393,7 +393,7 @@ class Verdicts:
 
 
 def verdicts(results: Results) -> Verdicts:
-    """Every ok run over its seeds, every sparse/dense pair, every claim (results.verdicts caches this)."""
+    """Every ok run over its seeds, every sparse/dense pair, every claim (computed once per command: `report` and the dashboard keep it)."""
     groups = seed_groups(results)
     return Verdicts([summarize(g) for g in groups], pairs(groups),
                     [c for claim in CLAIMS for c in check_claim(claim, groups)])

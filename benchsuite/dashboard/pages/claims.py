@@ -81,7 +81,7 @@ def pairs_table(v) -> str:
 
 def render(data: SiteData) -> Section:
     slug, title = "claims", "Published claims beside these runs"
-    v = data.results.verdicts
+    v = data.verdicts
     if not v.workloads:
         return Section(slug, title, missing("Claims", "no run with a quality section: set train.eval_every and "
                                                       "train.target_loss, and sweep train.seed"))
