@@ -163,3 +163,12 @@ def test_every_upgrade_step_lives_in_the_migration_module():
     steps = [(path, node.name) for path in PACKAGE.rglob("*.py") for node in ast.walk(ast.parse(path.read_text()))
              if isinstance(node, ast.FunctionDef) and node.name.startswith(("upgrade_v", "update_to_"))]
     assert steps and {p.relative_to(PACKAGE).as_posix() for p, _ in steps} == {"results/migrate.py"}
+
+
+def test_a_view_column_that_names_no_field_of_the_types_fails_when_declared():
+    from benchsuite.record.columns import view_columns
+
+    assert view_columns("metrics.moe.dropped_frac", "tokens_per_s", "label") == ("metrics.moe.dropped_frac",
+                                                                                 "tokens_per_s", "label")
+    with pytest.raises(KeyError, match="metrics.moe.droped_frac: not a scalar field"):
+        view_columns("metrics.moe.droped_frac")

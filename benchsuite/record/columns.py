@@ -80,3 +80,15 @@ def field_column(path: str) -> FieldColumn:
         return field_columns()[path]
     except KeyError:
         raise KeyError(f"{path}: not a scalar field of the record types (record/types.py)") from None
+
+
+def view_columns(*columns: str) -> tuple[str, ...]:
+    """The columns a view declares, checked when its module is imported: a name under one of the record's
+    sections (metrics., energy., config., ...) must be a scalar field of the types, so a renamed or
+    mistyped field fails at import, naming it, not as an empty column. Other names are the results
+    model's own columns (tokens_per_s, label, scaling_efficiency, ...)."""
+    sections = {f.name for f in mi.type_info(Record).fields}
+    for column in columns:
+        if column.partition(".")[0] in sections and "." in column:
+            field_column(column)
+    return columns

@@ -24,10 +24,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from benchsuite.record.columns import view_columns
 from benchsuite.record.sanity import flag_summary, sanity_flags
 from benchsuite.record.values import coefficient_of_variation, num, present
 from benchsuite.results.identity import record_name, run_identity, seed_of, seeds_text
-from benchsuite.results.routing import RoutingPair, routing_pairs
+from benchsuite.results.routing import ROUTING_COLUMN, RoutingPair, routing_pairs
 from benchsuite.results.scaling import add_scaling_efficiency
 from benchsuite.results.stats import ONE_SEED, Interval, log_t_interval
 from benchsuite.results.store import cyclic_gc_paused, dataframe_of, load_records
@@ -142,7 +143,7 @@ def _series_labels(df: pd.DataFrame) -> dict[str, str]:
     labels = {k: str(w) for k, w in keys["workload"].items()}
     widen = (("suite", lambda r, lbl: f"{r['suite']}/{lbl}"), ("scaling", lambda r, lbl: f"{lbl} · {r['scaling']}"),
              ("scaling.hardware", lambda r, lbl: f"{lbl} · {r['scaling.hardware']}"),
-             ("config.moe.routing", lambda r, lbl: f"{lbl} · {r['config.moe.routing']} routing"),
+             (ROUTING_COLUMN, lambda r, lbl: f"{lbl} · {r[ROUTING_COLUMN]} routing"),
              ("scaling.config", lambda r, lbl: f"{lbl} · config {str(r['scaling.config'])[:8]}"))
     for column, name in widen:
         by_label: dict[str, list[str]] = {}
@@ -222,7 +223,7 @@ def _runs(df: pd.DataFrame, per_seed: pd.DataFrame, records: list[dict]) -> pd.D
     return runs.sort_values(["suite", "series", "world_size", "nodes"], kind="stable", ignore_index=True)
 
 
-BOUND_SHARE, BOUND_EXCEEDS = "energy.bounds.total.share", "energy.bounds.total.exceeds"
+BOUND_SHARE, BOUND_EXCEEDS = view_columns("energy.bounds.total.share", "energy.bounds.total.exceeds")
 
 
 def _meter_bounds(df: pd.DataFrame, identities: pd.Index) -> dict[str, pd.Series]:

@@ -16,6 +16,7 @@ from rich.cells import cell_len
 from rich.markup import escape
 from rich.table import Table
 
+from benchsuite.record.columns import view_columns
 from benchsuite.record.values import format_step_ms, num, present
 from benchsuite.results.scaling import BASELINE
 from benchsuite.results.verdicts import FINAL_LOSS, PER_STEP, TO_TARGET, Consistency, Verdicts
@@ -48,8 +49,8 @@ COLUMNS = [
     ("status", "status", "{}"),  # last: a failed or flagged row rewrites it
 ]
 FLAG_MARK = "⚠"
-MEMORY_MEASURED = "metrics.memory.model_state_bytes.measured.total"
-MEMORY_ANALYTIC = "metrics.memory.model_state_bytes.analytic.total"
+MEMORY_MEASURED, MEMORY_ANALYTIC = view_columns("metrics.memory.model_state_bytes.measured.total",
+                                                "metrics.memory.model_state_bytes.analytic.total")
 
 
 def _fmt(fmt: str, v) -> str:
@@ -357,6 +358,9 @@ PIPELINE_COLUMNS = [("run", "label", "{}"),
 
 
 ENERGY_WHEN = "energy.source"  # a run has the energy/carbon table's row when it has an energy source
+view_columns(*JSON_COLUMNS, *SEED_COLUMNS, CARBON_PARTS_WHEN, ENERGY_WHEN,
+             *(column for table in (COLUMNS, MOE_COLUMNS, ENERGY_COLUMNS, CARBON_PART_COLUMNS, PIPELINE_COLUMNS)
+               for _, column, _ in table if column))
 
 
 def routing_table(results: Results) -> Table | None:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from benchsuite.record.values import num
+from benchsuite.record.columns import view_columns
 from benchsuite.record.names import digest
+from benchsuite.record.values import num
 from benchsuite.results.identity import SEED, TEXT_ONLY, hardware_of, without
 from benchsuite.results.stats import Interval, welch_ratio
 
 ROUTING = ("moe", "routing")
+(ROUTING_COLUMN,) = view_columns("config.moe.routing")
 FIGURES = ("tokens_per_s", "mfu", "j_per_token")
 
 
@@ -43,14 +45,14 @@ def pair_key(rec: dict) -> str:
 def routing_pairs(results) -> list[RoutingPair]:
     """Every learned/forced pair of ok runs in the results model, in the runs' order."""
     runs = results.ok_runs
-    if runs.empty or "config.moe.routing" not in runs:
+    if runs.empty or ROUTING_COLUMN not in runs:
         return []
     by_key: dict[str, dict[str, dict]] = {}
-    moe = runs[runs["config.moe.routing"].isin(("learned", "forced"))]
-    columns = [c for c in ("identity", "label", "config.moe.routing", *FIGURES) if c in moe]
+    moe = runs[runs[ROUTING_COLUMN].isin(("learned", "forced"))]
+    columns = [c for c in ("identity", "label", ROUTING_COLUMN, *FIGURES) if c in moe]
     for row in moe[columns].to_dict("records"):  # the columns read, not the run's ~300
         rec = results.run_records(row["identity"])[0]
-        by_key.setdefault(pair_key(rec), {})[row["config.moe.routing"]] = row
+        by_key.setdefault(pair_key(rec), {})[row[ROUTING_COLUMN]] = row
     pairs = []
     for both in by_key.values():
         if len(both) < 2:

@@ -4,6 +4,7 @@ formatted here; the page script only sorts, filters and shows one page of them; 
 
 from __future__ import annotations
 
+from benchsuite.record.columns import view_columns
 from benchsuite.results.scaling import BASELINE
 from benchsuite.dashboard.data import SiteData
 from benchsuite.dashboard.page import Page
@@ -23,6 +24,7 @@ ROW_COLUMNS = ["page", "status", "kind_label", "suite", "workload", "seed", "rep
                "tokens_per_s", "mfu", "metrics.hfu", "step_time_median_s", "step_time_ci95_lo_s", "step_time_ci95_hi_s",
                "scaling_efficiency", "scaling_baseline", "j_per_token", "gco2e_per_mtok", "flagged", "flag_summary",
                "error_type", "error_message", "error_rank"]  # what _row reads: only these become rows
+view_columns(*ROW_COLUMNS)
 
 
 def _cell(text: str, sort_value=None) -> list:
