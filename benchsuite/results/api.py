@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
 import pandas as pd
 
 from benchsuite.record.columns import field_column, field_columns
@@ -187,6 +188,8 @@ def load_steps(path: str | Path) -> pd.DataFrame:
     (NaN after the steps with no evaluation)."""
     results = results_at(_folder(path))
     names = dict(zip(results.df["rec"], results.df["record_name"]))
-    rows = [{"run_key": rec["run_key"], "record_name": names[i], "suite": rec["suite"], "workload": rec["workload"],
-             "path": rec["_path"], **step} for i, rec in enumerate(results.records) for step in rec.get("steps") or []]
+    paths = dict(zip(results.df["rec"], results.df["path"]))
+    rows = [{"run_key": rec.run_key, "record_name": names[i], "suite": rec.suite, "workload": rec.workload,
+             "path": paths[i], **msgspec.to_builtins(step)}
+            for i, rec in enumerate(results.records) for step in rec.steps]
     return _frame(pd.DataFrame(rows), STEP_COLUMNS)

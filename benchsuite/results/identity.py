@@ -14,7 +14,10 @@ import json
 from collections import Counter
 from typing import Any
 
+import msgspec
+
 from benchsuite.record.names import digest
+from benchsuite.record.types import Config, Record
 from benchsuite.record.values import dig
 
 TEXT_ONLY = (("description",), ("train", "timeout_s"))  # said or enforced, never measured
@@ -23,9 +26,9 @@ SEED = ("train", "seed")
 SITE_SETTINGS = (("energy",), ("carbon",))
 
 
-def without(config: dict, paths) -> dict:
-    """A copy of config with each dotted path (a tuple of keys) removed."""
-    cfg = json.loads(json.dumps(config, default=str))
+def without(config: Config | dict, paths) -> dict:
+    """The config as JSON values (a copy), with each dotted path (a tuple of keys) removed."""
+    cfg = msgspec.to_builtins(config) if isinstance(config, Config) else json.loads(json.dumps(config, default=str))
     for path in paths:
         parent = dig(cfg, *path[:-1]) if len(path) > 1 else cfg
         if isinstance(parent, dict):
@@ -33,31 +36,29 @@ def without(config: dict, paths) -> dict:
     return cfg
 
 
-def seed_of(rec: dict) -> int:
+def seed_of(rec: Record) -> int:
     """The record's train.seed (0 for a record without one)."""
-    seed = dig(rec, "config", "train", "seed")
-    return seed if isinstance(seed, int) else 0
+    train = rec.config.train
+    return train.seed if train is not None and train.seed is not None else 0
 
 
-def hardware_of(rec: dict) -> dict:
+def hardware_of(rec: Record) -> dict:
     """What a run ran on: the ranks' device types and names, and the threads per rank."""
-    devices = dig(rec, "env", "devices")
-    names = sorted({f"{d.get('type')}: {d.get('name')}" for d in devices if isinstance(d, dict)}) \
-        if isinstance(devices, list) else []
-    return {"devices": ", ".join(names) or None, "threads_per_rank": dig(rec, "env", "threads_per_rank")}
+    names = sorted({f"{d.type}: {d.name}" for d in rec.env.devices or []})
+    return {"devices": ", ".join(names) or None, "threads_per_rank": rec.env.threads_per_rank}
 
 
-def run_identity(rec: dict) -> str:
+def run_identity(rec: Record) -> str:
     """The identity of rec's run: hash of its config less TEXT_ONLY and the seed, and its hardware."""
-    return digest({"config": without(rec.get("config") or {}, (*TEXT_ONLY, SEED)), "hardware": hardware_of(rec)})
+    return digest({"config": without(rec.config, (*TEXT_ONLY, SEED)), "hardware": hardware_of(rec)})
 
 
-def hardware_label(records: list[dict]) -> str:
+def hardware_label(records: list[Record]) -> str:
     """'2× NVIDIA H100 80GB HBM3' from each record's devices; records on different hardware are all
     named, joined by '; '."""
     labels = []
     for rec in records:
-        names = Counter(str(dev.get("name")) for dev in dig(rec, "env", "devices") or [] if isinstance(dev, dict))
+        names = Counter(str(dev.name) for dev in rec.env.devices or [])
         label = " + ".join(f"{n}× {name}" for name, n in names.items()) or "unknown"
         if label not in labels:
             labels.append(label)

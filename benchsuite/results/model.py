@@ -21,17 +21,19 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pandas as pd
 
 from benchsuite.record.columns import view_columns
 from benchsuite.record.sanity import flag_summary, sanity_flags
+from benchsuite.record.types import Record
 from benchsuite.record.values import coefficient_of_variation, num, present
 from benchsuite.results.identity import record_name, run_identity, seed_of, seeds_text
 from benchsuite.results.routing import ROUTING_COLUMN, RoutingPair, routing_pairs
 from benchsuite.results.scaling import add_scaling_efficiency
 from benchsuite.results.stats import ONE_SEED, Interval, log_t_interval
-from benchsuite.results.store import cyclic_gc_paused, dataframe_of, load_records
+from benchsuite.results.store import Loaded, cyclic_gc_paused, dataframe_of, load_records
 
 NOISY_CV = 0.10  # tokens/s of one seed's repeats: a coefficient of variation above this is a noisy measurement
 # Energy per unit of work (metrics.energy) under short names, in both frames.
@@ -48,11 +50,11 @@ SERIES_KEY = ("scaling.config", "scaling.hardware")  # a sweep on one machine: a
 class Results:
     """A results folder as every view reads it.
 
-    records: the records as loaded; df: one row per record (store.flatten, plus identity, seed, names,
+    records: the typed records as loaded; df: one row per record (store.flatten, plus identity, seed, names,
     and its run's efficiency and run-level flags); runs: one row per run identity (medians, intervals,
     flags, efficiency); per_seed: one row per (identity, seed) (medians over that seed's repeats)."""
 
-    records: list[dict]
+    records: list[Record]
     df: pd.DataFrame
     runs: pd.DataFrame
     per_seed: pd.DataFrame
@@ -62,7 +64,7 @@ class Results:
     def ok_runs(self) -> pd.DataFrame:
         return self.runs[self.runs["status"] == "ok"] if not self.runs.empty else self.runs
 
-    def run_records(self, identity: str) -> list[dict]:
+    def run_records(self, identity: str) -> list[Record]:
         """The ok records of one run, in start order."""
         return [self.records[i] for i in self._ok_records.get(identity, [])]
 
@@ -86,13 +88,15 @@ def results_at(path: str | Path) -> Results:
     return results_of(load_records(path), source=str(path))
 
 
-def results_of(records: list[dict], source: str = "") -> Results:
-    """Records already loaded (load_records), grouped into runs."""
+def results_of(loaded: list[Loaded], source: str = "") -> Results:
+    """Records already loaded (load_records, or store.loaded for documents built in memory), grouped into
+    runs."""
+    records = [one.record for one in loaded]
     with cyclic_gc_paused(), warnings.catch_warnings():
         # pandas keeps each text column in a block of its own: any frame of the record's ~100 text fields
         # counts as "fragmented" on the first column added; the columns are added a few at a time anyway
         warnings.simplefilter("ignore", pd.errors.PerformanceWarning)
-        df = dataframe_of(records)
+        df = dataframe_of(loaded)
         if df.empty:
             return Results(records, df, pd.DataFrame(), pd.DataFrame(), source)
         df = _with_names(df, records)
@@ -112,7 +116,7 @@ def _with(df: pd.DataFrame, columns: dict) -> pd.DataFrame:
                      axis=1)
 
 
-def _with_names(df: pd.DataFrame, records: list[dict]) -> pd.DataFrame:
+def _with_names(df: pd.DataFrame, records: list[Record]) -> pd.DataFrame:
     """identity, seed, the short energy columns, the series a run belongs to, and the labels that name a
     run ('dense · w2') and a record ('dense · w2 · seed 1 · repeat 0')."""
     recs = [records[i] for i in df["rec"]]
@@ -186,7 +190,7 @@ def _per_seed(df: pd.DataFrame) -> pd.DataFrame:
                                              "noisy": cv > NOISY_CV, "reached": reached})
 
 
-def _runs(df: pd.DataFrame, per_seed: pd.DataFrame, records: list[dict]) -> pd.DataFrame:
+def _runs(df: pd.DataFrame, per_seed: pd.DataFrame, records: list[Record]) -> pd.DataFrame:
     """One row per identity: its latest ok record's identity and text (its latest record's when none is
     ok), each figure as the median over seeds of per_seed, and the run's seeds, repeats, failures and
     intervals."""
@@ -263,7 +267,7 @@ def seed_interval(values: pd.Series) -> Interval:
 # -- flags --------------------------------------------------------------------------------------
 
 
-def _combine_flags(runs: pd.DataFrame, df: pd.DataFrame, records: list[dict]) -> None:
+def _combine_flags(runs: pd.DataFrame, df: pd.DataFrame, records: list[Record]) -> None:
     """A run of several records: its flags judged again on its medians (a flag on a figure it holds the
     median of), the rest kept from every record that had it, and `flags_in_repeats`: how many records
     carried a flag on each field. A run of one record keeps that record's flags."""
@@ -273,7 +277,8 @@ def _combine_flags(runs: pd.DataFrame, df: pd.DataFrame, records: list[dict]) ->
     for idx in runs.index[runs["identity"].isin(groups.keys())]:
         row = runs.loc[idx]
         rows = groups[row["identity"]]
-        flags, counts = _combined_flags(row, [records[int(i)].get("flags") for i in ok["rec"].iloc[rows]], figures)
+        stored = [msgspec.to_builtins(records[int(i)].flags) for i in ok["rec"].iloc[rows]]
+        flags, counts = _combined_flags(row, stored, figures)
         runs.at[idx, "flags"], runs.at[idx, "flags_in_repeats"] = flags, counts
         runs.at[idx, "flagged"] = bool(flags)
         runs.at[idx, "flag_summary"] = _repeats_flag_summary(int(row["repeats"]), flags, counts) or None

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from benchsuite.record.sanity import flag_summary, scaling_flag
 from benchsuite.record.names import digest
+from benchsuite.record.types import Record
 from benchsuite.results.identity import SEED, TEXT_ONLY, hardware_of, without
 from benchsuite.record.values import num, present
 
@@ -32,12 +33,12 @@ VARIES_IN_A_SWEEP = (("world_size",), ("nodes",))
 BASELINE = "this run (the baseline)"
 
 
-def scaling_identity(rec: dict) -> dict:
+def scaling_identity(rec: Record) -> dict:
     """The columns a baseline must match (store.flatten adds them to every row): a hash of the
     resolved config less what varies within a sweep (and the seed and text: results/identity.py), the
     ranks' devices, the threads per rank."""
     hardware = hardware_of(rec)
-    return {"scaling.config": digest(without(rec.get("config") or {}, (*VARIES_IN_A_SWEEP, *TEXT_ONLY, SEED))),
+    return {"scaling.config": digest(without(rec.config, (*VARIES_IN_A_SWEEP, *TEXT_ONLY, SEED))),
             "scaling.hardware": hardware["devices"], "scaling.threads_per_rank": hardware["threads_per_rank"]}
 
 

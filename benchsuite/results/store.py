@@ -12,17 +12,20 @@ import gc
 import os
 import stat
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from benchsuite.results.scaling import scaling_identity
-from benchsuite.record.codec import RecordError, decode, parse, to_dict
+import msgspec
+
+from benchsuite.record.codec import RecordError, decode, parse
 from benchsuite.record.columns import field_columns
 from benchsuite.record.io import file_kind, read_bytes
-from benchsuite.record.names import record_id, repeat_of
+from benchsuite.record.names import record_id
 from benchsuite.record.sanity import flag_summary, with_flags
-from benchsuite.record.values import dig
+from benchsuite.record.types import Record
 from benchsuite.results.migrate import migrate
+from benchsuite.results.scaling import scaling_identity
 
 if TYPE_CHECKING:  # pandas loads on first use: a rank writes its record without it
     import pandas as pd
@@ -92,10 +95,30 @@ def record_files(path: Path, exclude: list[Path] | None = None) -> list[tuple[Pa
     return result + sorted(refused)
 
 
-def read_record(path: Path) -> dict:
-    """One record file, upgraded to the current schema version and checked by the types, as plain JSON
-    values with every declared field present; RecordError says why not."""
-    return to_dict(decode(migrate(parse(read_bytes(path)))))
+@dataclass(frozen=True)
+class Loaded:
+    """A record as a reader has it: the typed record, and the file it was read from (None: built in memory)."""
+
+    record: Record
+    path: Path | None = None
+
+
+def typed(doc: dict) -> Record:
+    """A record document (a file's, or one built in memory) as the types: upgraded to the current schema
+    version, flagged by the sanity guard (records written before it, or by an older one, are flagged on
+    load) and decoded; RecordError names the field that does not fit."""
+    return decode(with_flags(migrate(doc)))
+
+
+def read_record(path: Path) -> Record:
+    """One record file as the types (typed); RecordError says why not."""
+    return typed(parse(read_bytes(path)))
+
+
+def loaded(docs: list[dict]) -> list[Loaded]:
+    """Record documents built in memory (a test, `benchsuite.dashboard.load(records)`), read as a folder's
+    files are: each a copy, upgraded, flagged and typed."""
+    return [Loaded(typed(msgspec.json.decode(msgspec.json.encode(doc)))) for doc in docs]
 
 
 @contextlib.contextmanager
@@ -112,7 +135,7 @@ def cyclic_gc_paused():
             gc.enable()
 
 
-def load_records(path: str | Path, exclude: list[str | Path] | None = None) -> list[dict]:
+def load_records(path: str | Path, exclude: list[str | Path] | None = None) -> list[Loaded]:
     """Every readable record under path (a folder, searched recursively, or one file), less the
     subtrees of the folders in exclude. Anything else — not a regular file, a symlink out of the
     folder, too large, not UTF-8 JSON, a field of the wrong type, a newer schema — is skipped with
@@ -121,34 +144,33 @@ def load_records(path: str | Path, exclude: list[str | Path] | None = None) -> l
         return _load_records(Path(path), [Path(p) for p in exclude or ()])
 
 
-def _load_records(path: Path, exclude: list[Path]) -> list[dict]:
+def _load_records(path: Path, exclude: list[Path]) -> list[Loaded]:
     entries = record_files(path, exclude) if path.is_dir() else [(path, None)]
-    records = []
-    seen: dict[str, list[tuple[dict, Path]]] = {}  # record id -> (record, file) read so far
+    records: list[Loaded] = []
+    seen: dict[str, list[Loaded]] = {}  # record id -> the records of that id read so far
     for p, problem in entries:
         try:
             if problem:
                 raise RecordError(problem)
-            rec = with_flags(read_record(p))  # records written before the sanity guard are flagged on load
-            same_id = seen.setdefault(record_id(rec["run_key"], repeat_of(rec)), [])
-            check_not_a_copy(rec, same_id)
+            one = Loaded(read_record(p), p)
+            same_id = seen.setdefault(record_id(one.record.run_key, one.record.repeat), [])
+            check_not_a_copy(one, same_id)
         except RecordError as e:
             warnings.warn(f"skipping {p}: {e}", stacklevel=3)  # (the caller of load_records)
             continue
-        same_id.append((rec, p))
-        rec["_path"] = str(p)
-        records.append(rec)
+        same_id.append(one)
+        records.append(one)
     return records
 
 
-def check_not_a_copy(rec: dict, same_id: list[tuple[dict, Path]]) -> None:
+def check_not_a_copy(one: Loaded, same_id: list[Loaded]) -> None:
     """A record identical to one already read (a copy or a link to it, e.g. a backup in a subfolder) is
     one measurement: read twice it would count as two repeats in every median. Two measurements of
     one run differ (their start time, their steps) even when they share a run key and repeat index."""
-    for other, where in same_id:
-        if {k: v for k, v in other.items() if k != "_path"} == rec:
-            raise RecordError(f"the same record as {where} (run key {rec['run_key']}, repeat {repeat_of(rec)}), "
-                              f"one measurement, read once; remove one of the two files")
+    for other in same_id:
+        if other.record == one.record:
+            raise RecordError(f"the same record as {other.path} (run key {one.record.run_key}, repeat "
+                              f"{one.record.repeat}), one measurement, read once; remove one of the two files")
 
 
 def ok_record_ids(path: str | Path) -> set[str]:
@@ -158,41 +180,44 @@ def ok_record_ids(path: str | Path) -> set[str]:
         return set()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return {record_id(r["run_key"], repeat_of(r)) for r in load_records(path) if r["status"] == "ok"}
+        return {record_id(r.record.run_key, r.record.repeat) for r in load_records(path) if r.record.status == "ok"}
 
 
-def flatten(rec: dict) -> dict:
+def flatten(one: Loaded) -> dict:
     """One DataFrame row: identity and the headline figures under short names, and every scalar field of
-    the record's types under its dotted name (metrics.flops.model_per_token, config.parallel.zero, ...):
-    the same columns whatever the record holds (record/columns.py)."""
-    cfg, m, err = rec["config"], rec.get("metrics") or {}, rec.get("error") or {}
+    the record's types under its dotted name (metrics.flops.model_per_token, config.parallel.zero, ...), as
+    JSON has it (times as text): the same columns whatever the record holds (record/columns.py)."""
+    rec = one.record
+    cfg, m, err = rec.config, rec.metrics, rec.error
+    ci95 = (m.step_time_s.ci95 if m and m.step_time_s else None) or [None, None]
+    doc = msgspec.to_builtins(rec)
     row = {
-        "run_key": rec["run_key"], "suite": rec["suite"], "workload": rec["workload"], "status": rec["status"],
-        "repeat": repeat_of(rec),  # repeats of a run share its run key (results/model.py groups them)
-        "kind": cfg.get("kind"), "router": dig(cfg, "moe", "router"), "description": cfg.get("description") or "",
-        "world_size": cfg["world_size"], "nodes": cfg["nodes"], "scaling": cfg["scaling"],
-        "sweep_id": cfg.get("sweep_id"), "tensor": dig(cfg, "parallel", "tensor"),
-        "zero": dig(cfg, "parallel", "zero"), "expert": dig(cfg, "parallel", "expert"),
-        "started_at": rec["started_at"], "duration_s": rec["duration_s"],
-        "error_type": err.get("type"), "error_message": err.get("message"), "error_rank": err.get("rank"),
-        "tokens_per_s": m.get("tokens_per_s"), "mfu": m.get("mfu"),
-        "step_time_median_s": dig(m, "step_time_s", "median"),
-        "step_time_ci95_lo_s": (dig(m, "step_time_s", "ci95") or [None, None])[0],
-        "step_time_ci95_hi_s": (dig(m, "step_time_s", "ci95") or [None, None])[1],
-        "path": rec.get("_path"),
+        "run_key": rec.run_key, "suite": rec.suite, "workload": rec.workload, "status": str(rec.status),
+        "repeat": rec.repeat,  # repeats of a run share its run key (results/model.py groups them)
+        "kind": doc["config"]["kind"], "router": cfg.moe.router if cfg.moe else None,
+        "description": cfg.description or "", "world_size": cfg.world_size, "nodes": cfg.nodes,
+        "scaling": str(cfg.scaling), "sweep_id": cfg.sweep_id,
+        "tensor": cfg.parallel.tensor if cfg.parallel else None, "zero": cfg.parallel.zero if cfg.parallel else None,
+        "expert": cfg.parallel.expert if cfg.parallel else None,
+        "started_at": doc["started_at"], "duration_s": rec.duration_s,
+        "error_type": err.type if err else None, "error_message": err.message if err else None,
+        "error_rank": err.rank if err else None,
+        "tokens_per_s": m.tokens_per_s if m else None, "mfu": m.mfu if m else None,
+        "step_time_median_s": m.step_time_s.median if m and m.step_time_s else None,
+        "step_time_ci95_lo_s": ci95[0], "step_time_ci95_hi_s": ci95[1],
+        "path": str(one.path) if one.path else None,
         # sanity guard (record/sanity.py): physically impossible figures, shown beside the status
-        "flagged": bool(rec.get("flags")), "flags": list(rec.get("flags") or []),
-        "flag_summary": flag_summary(rec.get("flags") or []) or None,
+        "flagged": bool(rec.flags), "flags": doc["flags"], "flag_summary": flag_summary(doc["flags"]) or None,
         **scaling_identity(rec),  # what a scaling baseline must share with this run (results/scaling.py)
     }
-    quality = m.get("quality") if isinstance(m.get("quality"), dict) else {}
+    quality = doc["metrics"]["quality"] if m and m.quality else {}
     for key in ("target_loss", "reached", "step", "tokens", "seconds", "model_flops", "energy_j", "co2e_g",
                 "reason", "best_val_loss", "final_val_loss", "eval_seconds", "eval_energy_j"):
         row[f"quality.{key}"] = quality.get(key)  # to-target figures (metrics/quality.py) under short names
     for path, keys in _FIELD_KEYS:  # every scalar field the record's types declare, by its dotted path
         if path in row:  # a short name above (`repeat`): its value as the readers need it
             continue
-        v = rec
+        v = doc
         for k in keys:
             v = v.get(k) if isinstance(v, dict) else None
         row[path] = v
@@ -218,7 +243,7 @@ def rows_dataframe(rows: list[dict]) -> pd.DataFrame:
     return df.sort_values(["suite", "workload", "world_size", "started_at"], ignore_index=True)
 
 
-def dataframe_of(records: list[dict]) -> pd.DataFrame:
+def dataframe_of(records: list[Loaded]) -> pd.DataFrame:
     """Records already loaded (load_records) as one DataFrame, one row per record (the results model,
     results/model.py, groups them into runs). Column `rec` is each row's index in `records`."""
     with cyclic_gc_paused():
