@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchsuite.record import validate
+from benchsuite.record import to_dict, validate
 from benchsuite.results.store import read_record
 from benchsuite.dashboard import build_site
 
@@ -41,7 +41,7 @@ def _scale_list(xs, n):
 
 
 def synthetic_records(n: int = 1000, steps: int = 50) -> list[dict]:
-    templates = [read_record(FIXTURES / t) for t in TEMPLATES]  # upgraded to the current version
+    templates = [to_dict(read_record(FIXTURES / t)) for t in TEMPLATES]  # upgraded, as documents to vary
     records = []
     for i in range(n):
         sweep, size = divmod(i, 4)

@@ -20,11 +20,13 @@ import sys
 import tempfile
 from pathlib import Path
 
+import msgspec
+
 from benchsuite.config import RunConfig
 from benchsuite.predict import load_system, predict_run
 from benchsuite.predict.calibrate import calibrate
 from benchsuite.predict.step import Prediction
-from benchsuite.results.store import load_records
+from benchsuite.results.store import Loaded, load_records
 
 REPO = Path(__file__).resolve().parent.parent
 CPU = REPO / "workloads" / "systems" / "cpu-gloo.toml"
@@ -67,22 +69,22 @@ STEP_TOLERANCE = 0.25
 BUSY = ("compute.matmul", "compute.attention", "compute.recompute", "tensor_parallel", "expert_parallel")
 
 
-def measure(folder: Path) -> dict[str, tuple[Path, dict]]:
-    """{workload: (record path, record)} of one run of the suite, one thread per rank."""
+def measure(folder: Path) -> dict[str, Loaded]:
+    """{workload: the record and its file} of one run of the suite, one thread per rank."""
     suite = folder / "suite.toml"
     suite.write_text(SUITE)
     done = subprocess.run([sys.executable, "-m", "benchsuite.cli", "run", str(suite), "--out", str(folder / "out")],
                           env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"the suite's run failed:\n{done.stderr[-3000:]}")
-    return {rec["workload"]: (Path(rec["_path"]), rec) for rec in load_records(folder / "out")}
+    return {one.record.workload: one for one in load_records(folder / "out")}
 
 
 def predictions(measured: dict) -> dict[str, Prediction]:
     """Each world-2 run's prediction on cpu-gloo.toml, calibrated from the suite's world-1 record."""
-    system = calibrate(load_system(CPU), measured["ref"][0])
-    return {name: predict_run(RunConfig.from_record(rec["config"]), system)
-            for name, (_, rec) in measured.items() if name != "ref"}
+    system = calibrate(load_system(CPU), measured["ref"].path)
+    return {name: predict_run(RunConfig.from_record(msgspec.to_builtins(one.record.config)), system)
+            for name, one in measured.items() if name != "ref"}
 
 
 def predicted_bubble(p: Prediction) -> float:
@@ -95,10 +97,10 @@ def compare(measured: dict) -> tuple[list[str], list[str]]:
     """(a line per figure, the lines of the figures more than STEP_TOLERANCE off)."""
     rows, misses = [], []
     for name, p in predictions(measured).items():
-        rec = measured[name][1]
-        figures = [("step", p.step_s, rec["metrics"]["step_time_s"]["median"], "s")]
+        m = measured[name].record.metrics
+        figures = [("step", p.step_s, m.step_time_s.median, "s")]
         if name == "pp2":
-            figures.append(("bubble", predicted_bubble(p), rec["metrics"]["pipeline"]["bubble_measured"], ""))
+            figures.append(("bubble", predicted_bubble(p), m.pipeline.bubble_measured, ""))
         for what, predicted, got, unit in figures:
             line = (f"{name:7s} {what:6s} predicted {predicted:.4f}{unit}, measured {got:.4f}{unit} "
                     f"({predicted / got - 1:+.1%})")
@@ -113,7 +115,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         measured = measure(Path(tmp))
         rows, misses = compare(measured)
-        ref = measured["ref"][1]["metrics"]["step_time_s"]["median"]
+        ref = measured["ref"].record.metrics.step_time_s.median
     after = os.getloadavg()
     print(f"load average before {before[0]:.2f} {before[1]:.2f} {before[2]:.2f}, after {after[0]:.2f}; "
           f"calibrated from the world-1 run's {ref:.4f} s per step")

@@ -55,6 +55,7 @@ from benchsuite.dist import init_distributed  # noqa: E402
 from benchsuite.metrics.timing import StepTimer  # noqa: E402
 from benchsuite.models.transformer import build_model  # noqa: E402
 from benchsuite.parallel.zero import make_adamw  # noqa: E402
+from benchsuite.record import to_dict  # noqa: E402
 from benchsuite.results.store import load_records  # noqa: E402
 from benchsuite.worker import autocast, measure, timed_steps, unmeasured_steps  # noqa: E402
 
@@ -278,7 +279,7 @@ class Row:
                    e.get("avg_w_per_device"), cross, energy.get("window_s"), m.get("speed_valid", True) is not False,
                    f"{err.get('type')}: {str(err.get('message'))[:200]}" if r["status"] != "ok" else None,
                    (dev.get("bound") or {}).get("share"),
-                   "counter_edge_s" in (dev.get("detail") or {}) if measured else None)
+                   (dev.get("detail") or {}).get("counter_edge_s") is not None if measured else None)
 
     def misses(self) -> list[str]:
         target = TARGETS.get(self.workload, Target())
@@ -384,7 +385,8 @@ def main(argv: list[str] | None = None) -> int:
         log(f"suite:\n{suite.read_text()}")
         run_logged([sys.executable, "-m", "benchsuite.cli", "run", str(suite), "--out", str(Path(tmp) / "records"),
                     "--no-resume"], log, budget.left() - sum(RESERVE_S.values()))
-        records = load_records(Path(tmp) / "records")
+        # as documents: the table reads them as gpu_check_records.json holds them
+        records = [to_dict(one.record) for one in load_records(Path(tmp) / "records")]
         write(out / "gpu_check_records.json", json.dumps(records, indent=1))
         write_table()
         tests = cuda_tests(out, log, budget.left() - RESERVE_S["overhead"])

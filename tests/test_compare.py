@@ -9,14 +9,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from msgspec.structs import replace
 from scipy import stats
 
 from benchsuite.cli import main
-from benchsuite.record import encode, write_record
-from benchsuite.record.values import dig
+from benchsuite.record import encode, to_dict, write_record
+from benchsuite.record.types import Config, Record
 from benchsuite.results.compare import (DEFAULT_THRESHOLD, ESTIMATED, METRICS, Verdict, compare_folders, compare_run,
                                         identity_key, verdict)
 from benchsuite.results.store import read_record
+from helpers.records import records_of
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
 DENSE = "make_dvs-dense-w1.json"  # measured energy (NVML, RAPL)
@@ -26,8 +28,8 @@ SPREAD = [1.0, 1.02, 0.985, 1.01]  # run-to-run multipliers of a steady machine 
 
 
 def _record(name: str, times: list[float] | None = None, **changes) -> dict:
-    """A fixture record with its step times set by hand and dotted fields (a__b) changed."""
-    rec = read_record(FIXTURES / name)  # upgraded through the chain to the current version
+    """A fixture record's document with its step times set by hand and dotted fields (a__b) changed."""
+    rec = to_dict(read_record(FIXTURES / name))  # upgraded through the chain to the current version
     if times is not None:
         rec["steps"] = [dict(rec["steps"][0], step=i, time_s=t) for i, t in enumerate(times)]
     for dotted, value in changes.items():
@@ -72,6 +74,16 @@ def _failed(name: str, **changes) -> dict:
                       "rank": 0, "traceback": None, "log": None}}
 
 
+def _compare(docs_a: list[dict], docs_b: list[dict], *args, **kwargs):
+    """compare_run on documents built here, typed as the loader types a folder's files."""
+    return compare_run(records_of(docs_a), records_of(docs_b), *args, **kwargs)
+
+
+def _config(doc: dict) -> Config:
+    """A document's config as the loader types it: what compare's identity is computed from."""
+    return records_of([doc])[0].config
+
+
 def _metric(run, name: str):
     return next(m for m in run.metrics if m.metric == name)
 
@@ -86,13 +98,13 @@ def _cli(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def test_interval_is_scipys_pooled_t_on_the_log_figures():
-    recs_a = _repeats(DENSE, 1.0, [1.0, 1.07, 0.96])
-    recs_b = _repeats(DENSE, 1.25, [1.0, 0.93])
+    recs_a = records_of(_repeats(DENSE, 1.0, [1.0, 1.07, 0.96]))
+    recs_b = records_of(_repeats(DENSE, 1.25, [1.0, 0.93]))
     run = compare_run(recs_a, recs_b, DEFAULT_THRESHOLD)
     assert (run.repeats_a, run.repeats_b) == (3, 2)
     for metric in METRICS:
-        a = np.array([dig(r, *metric.record_path) for r in recs_a])
-        b = np.array([dig(r, *metric.record_path) for r in recs_b])
+        a = np.array([metric.figure(r) for r in recs_a])
+        b = np.array([metric.figure(r) for r in recs_b])
         ci = stats.ttest_ind(np.log(b), np.log(a), equal_var=True).confidence_interval(0.95)
         m = _metric(run, metric.name)
         assert m.ci95 == (math.exp(ci.low), math.exp(ci.high)), metric.name  # to the last digit
@@ -102,12 +114,12 @@ def test_interval_is_scipys_pooled_t_on_the_log_figures():
 
 
 def test_one_repeat_a_side_gives_no_interval_and_says_how_to_get_one():
-    run = compare_run(_repeats(DENSE, 1.0, [1.0]), _repeats(DENSE, 2.0, [1.0]))
+    run = _compare(_repeats(DENSE, 1.0, [1.0]), _repeats(DENSE, 2.0, [1.0]))
     tps = _metric(run, "tokens_per_s")
     assert (tps.verdict, tps.ci95, tps.reason) == (Verdict.UNAVAILABLE, None,
                                                    "one repeat a side: no interval (run --repeat 2 or more)")
     assert tps.ratio == pytest.approx(2.0)  # the ratio is still shown
-    tps = _metric(compare_run(_repeats(DENSE, 1.0, [1.0, 1.02]), _repeats(DENSE, 2.0, [1.0])), "tokens_per_s")
+    tps = _metric(_compare(_repeats(DENSE, 1.0, [1.0, 1.02]), _repeats(DENSE, 2.0, [1.0])), "tokens_per_s")
     assert tps.ci95 is not None and tps.verdict is Verdict.BETTER  # pooled: one side may have one repeat
 
 
@@ -120,18 +132,18 @@ SIM_PAIRS = 500
 SIM_TRUE_RATIO = 1.3
 
 
-def _simulated_side(rng: np.random.Generator, base: dict, repeats: int, speed: float) -> list[dict]:
+def _simulated_side(rng: np.random.Generator, base: Record, repeats: int, speed: float) -> list[Record]:
     run = rng.lognormal(0.0, 0.05, repeats)
-    steps = base["steps"][1]["time_s"] / (speed * run[:, None]) * rng.lognormal(0.0, 0.02, (repeats, 20))
-    tps = base["metrics"]["tokens_per_step"] / np.median(steps, axis=1)
+    steps = base.steps[1].time_s / (speed * run[:, None]) * rng.lognormal(0.0, 0.02, (repeats, 20))
+    tps = base.metrics.tokens_per_step / np.median(steps, axis=1)
     # Only tok/s: MFU and energy absent (n/a, no test): one t test per compared pair.
-    return [{**base, "repeat": i, "metrics": {**base["metrics"], "tokens_per_s": float(t), "mfu": None,
-                                              "energy": None}} for i, t in enumerate(tps)]
+    return [replace(base, repeat=i, metrics=replace(base.metrics, tokens_per_s=float(t), mfu=None, energy=None))
+            for i, t in enumerate(tps)]
 
 
 def test_simulated_coverage_and_false_calls_at_2_3_and_5_repeats():
     rng = np.random.default_rng(20240601)
-    base = _record(DENSE)
+    base = read_record(FIXTURES / DENSE)
     tps_metric = METRICS[0]
     measured = {}
     for repeats in (2, 3, 5):
@@ -158,12 +170,12 @@ def test_simulated_coverage_and_false_calls_at_2_3_and_5_repeats():
 
 def test_twice_as_fast_is_better_identical_is_no_change():
     a = _repeats(DENSE)
-    verdicts = {m.metric: m.verdict for m in compare_run(a, _repeats(DENSE, 2.0)).metrics}
+    verdicts = {m.metric: m.verdict for m in _compare(a, _repeats(DENSE, 2.0)).metrics}
     assert verdicts == {"tokens_per_s": Verdict.BETTER, "mfu": Verdict.BETTER, "j_per_token": Verdict.BETTER,
                         "gco2e_per_mtok": Verdict.BETTER}
-    verdicts = {m.metric: m.verdict for m in compare_run(a, _repeats(DENSE, 0.5)).metrics}
+    verdicts = {m.metric: m.verdict for m in _compare(a, _repeats(DENSE, 0.5)).metrics}
     assert set(verdicts.values()) == {Verdict.WORSE}
-    run = compare_run(a, _repeats(DENSE))
+    run = _compare(a, _repeats(DENSE))
     assert {m.verdict for m in run.metrics} == {Verdict.SAME}
     assert [m.ratio for m in run.metrics] == pytest.approx([1.0] * 4)
 
@@ -171,16 +183,16 @@ def test_twice_as_fast_is_better_identical_is_no_change():
 def test_a_small_significant_change_below_the_threshold_is_no_change():
     steady = [1.0, 1.001, 0.999]  # ±0.1 %: a 3 % change stands out
     a, b = _repeats(DENSE, 1.0, steady), _repeats(DENSE, 1.03, steady)
-    tps = _metric(compare_run(a, b), "tokens_per_s")
+    tps = _metric(_compare(a, b), "tokens_per_s")
     assert tps.ci95[0] > 1  # the interval excludes 1 ...
     assert tps.verdict is Verdict.SAME  # ... but 3 % is under the 5 % threshold
-    assert _metric(compare_run(a, b, threshold=0.02), "tokens_per_s").verdict is Verdict.BETTER
+    assert _metric(_compare(a, b, threshold=0.02), "tokens_per_s").verdict is Verdict.BETTER
 
 
 def test_estimated_energy_is_shown_labelled_and_not_judged(tmp_path, capsys):
     est = {"energy__source": "estimated", "metrics__energy__energy_source": "estimated"}
     a = _repeats(DENSE, 1.0, **est)
-    run = compare_run(a, _repeats(DENSE, 2.0))  # B measured, A estimated: the ratio mixes an estimate
+    run = _compare(a, _repeats(DENSE, 2.0))  # B measured, A estimated: the ratio mixes an estimate
     for name in ("j_per_token", "gco2e_per_mtok"):
         m = _metric(run, name)
         assert (m.verdict, m.reason, m.estimated) == (Verdict.UNAVAILABLE, ESTIMATED, True)
@@ -199,12 +211,12 @@ def test_estimated_energy_is_shown_labelled_and_not_judged(tmp_path, capsys):
 def test_missing_figure_is_unavailable_not_a_ratio():
     # A recorded no MFU and no TFLOP/s, and no step times: the other figures still compare
     no_mfu = {"metrics__mfu": None, "metrics__tflops_per_device": None, "steps": []}
-    run = compare_run(_repeats(DENSE, 1.0, **no_mfu), _repeats(DENSE))
+    run = _compare(_repeats(DENSE, 1.0, **no_mfu), _repeats(DENSE))
     mfu = _metric(run, "mfu")
     assert (mfu.verdict, mfu.ratio, mfu.reason) == (Verdict.UNAVAILABLE, None, "MFU not recorded in A")
     assert _metric(run, "tokens_per_s").verdict is Verdict.SAME
     partial = [_repeats(DENSE)[0], _repeats(DENSE, 1.0, **no_mfu)[1]]
-    mfu = _metric(compare_run(_repeats(DENSE), partial), "mfu")
+    mfu = _metric(_compare(_repeats(DENSE), partial), "mfu")
     assert (mfu.verdict, mfu.reason) == (Verdict.UNAVAILABLE, "MFU not recorded in 1 of 2 records of B")
 
 
@@ -281,7 +293,7 @@ def test_seeds_match_only_when_ignored_and_the_unmatched_line_names_the_key(tmp_
     assert rc == 2  # nothing compared
     assert ("only in A ({}): dense-vs-sparse/dense w1 n1 weak · seed 0 on 1× NVIDIA H100 80GB HBM3 (config {}); "
             "differs from B's dense-vs-sparse/dense w1 n1 weak · seed 1 only by train.seed (0 in A, 1 in B): "
-            "--ignore train.seed compares across it").format(a, identity_key(_record(DENSE)["config"])) in out
+            "--ignore train.seed compares across it").format(a, identity_key(_config(_record(DENSE)))) in out
     rc, out, _ = _cli(capsys, str(a), str(b), "--ignore", "train.seed", "--json")
     doc = json.loads(out)
     (run,) = doc["runs"]
@@ -327,7 +339,7 @@ def test_hardware_is_shown_not_matched_and_other_configs_are_told_apart(tmp_path
                                                                             "1× NVIDIA H200")
     assert [u["run"] for u in doc["only_a"]] == ["dense-vs-sparse/switch w1 n1 weak · seed 0"]
     (lr_run,) = doc["only_b"]
-    assert lr_run["identity"] == identity_key(lr[0]["config"]) != doc["runs"][0]["identity"]  # told apart
+    assert lr_run["identity"] == identity_key(_config(lr[0])) != doc["runs"][0]["identity"]  # told apart
     assert "only by train.lr (0.0003 in A, 0.001 in B)" in lr_run["closest"]
     assert doc["method"].startswith("95 % interval: Student's t on the repeats' log figures, pooled run-to-run spread")
 
@@ -336,11 +348,11 @@ def test_identity_ignores_what_does_not_define_the_workload():
     rec = _record(DENSE)
     moved = _record(DENSE, config__description="another text", config__train__timeout_s=5.0,
                     config__carbon__pue=1.5)
-    assert identity_key(rec["config"]) == identity_key(moved["config"])
-    assert identity_key(rec["config"]) != identity_key(_record(DENSE, config__train__micro_batch=4)["config"])
-    assert identity_key(rec["config"]) != identity_key(_record(DENSE, config__train__seed=1)["config"])
-    assert identity_key(rec["config"], [("train", "seed")]) == identity_key(
-        _record(DENSE, config__train__seed=1)["config"], [("train", "seed")])
+    assert identity_key(_config(rec)) == identity_key(_config(moved))
+    assert identity_key(_config(rec)) != identity_key(_config(_record(DENSE, config__train__micro_batch=4)))
+    assert identity_key(_config(rec)) != identity_key(_config(_record(DENSE, config__train__seed=1)))
+    assert identity_key(_config(rec), [("train", "seed")]) == identity_key(
+        _config(_record(DENSE, config__train__seed=1)), [("train", "seed")])
 
 
 @pytest.mark.parametrize("which", ["missing", "empty", "file"])
@@ -394,10 +406,10 @@ def test_an_energy_change_inside_the_meters_bound_is_not_resolvable_whatever_the
     the repeats are tight enough for a significant t-test; with ±0.2 % bounds a 10 % change is judged."""
     a = [_bounded(r, 0.03) for r in _repeats(DENSE, spread=[1.0, 1.0005, 0.9995])]
     b = [_bounded(r, 0.03) for r in _repeats(DENSE, speed=1 / 1.01, spread=[1.0, 1.0005, 0.9995])]
-    m = next(x for x in compare_run(a, b, threshold=0.0).metrics if x.metric == "j_per_token")
+    m = next(x for x in _compare(a, b, threshold=0.0).metrics if x.metric == "j_per_token")
     assert m.verdict is Verdict.UNRESOLVABLE and m.ratio == pytest.approx(1.01, rel=1e-3)
     assert m.meter_bound[0] < 1 < m.meter_bound[1] and "cannot tell these runs apart" in m.reason
     a = [_bounded(r, 0.002) for r in _repeats(DENSE, spread=[1.0, 1.0005, 0.9995])]
     b = [_bounded(r, 0.002) for r in _repeats(DENSE, speed=1 / 1.1, spread=[1.0, 1.0005, 0.9995])]
-    m = next(x for x in compare_run(a, b).metrics if x.metric == "j_per_token")
+    m = next(x for x in _compare(a, b).metrics if x.metric == "j_per_token")
     assert m.verdict is Verdict.WORSE and m.meter_bound[0] > 1

@@ -10,6 +10,7 @@ import re
 from html.parser import HTMLParser
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from benchsuite.results.store import load_records
@@ -129,8 +130,13 @@ def test_script_json_cannot_close_its_element():
     assert json.loads(text) == {"name": doc["name"], "n": None}
 
 
+def _records() -> list[dict]:
+    """The fixture folder's records as documents, to change before a build."""
+    return [msgspec.to_builtins(one.record) for one in load_records(FIXTURES)]
+
+
 def _record(name: str) -> dict:
-    return next(r for r in load_records(FIXTURES) if Path(r["_path"]).name == name)
+    return next(msgspec.to_builtins(one.record) for one in load_records(FIXTURES) if one.path.name == name)
 
 
 def _strip(rec: dict, what: str) -> dict:
@@ -197,7 +203,7 @@ def test_pages_cope_with_a_record_missing_a_section(tmp_path, what):
 
 def test_pages_cope_with_every_section_missing_at_once(tmp_path):
     recs = []
-    for r in load_records(FIXTURES):
+    for r in _records():
         if r["metrics"]:
             for what in ("energy", "carbon", "val_loss", "per_rank", "memory", "steps"):
                 r = _strip(r, what)
@@ -216,7 +222,7 @@ def test_empty_and_all_failed_results_build(tmp_path):
     empty = build_site([], tmp_path / "empty")
     assert empty.records == 0 and empty.pages == ["index.html"]
     assert "No records" in (tmp_path / "empty" / "index.html").read_text()
-    failed = [_strip(r, "metrics") for r in load_records(FIXTURES) if r["metrics"]][:3]
+    failed = [_strip(r, "metrics") for r in _records() if r["metrics"]][:3]
     res = build_site(failed, tmp_path / "failed", validate=True)
     index = (tmp_path / "failed" / "index.html").read_text()
     assert "no successful runs" in index and [r[1] for r in _runs_rows(tmp_path / "failed")] == ["failed"] * 3
@@ -249,7 +255,7 @@ def test_summary_figures_from_the_fixtures():
 
 
 def test_pareto_falls_back_to_throughput_without_validation_loss():
-    recs = [_strip(r, "val_loss") if r["metrics"] else r for r in load_records(FIXTURES)]
+    recs = [_strip(r, "val_loss") if r["metrics"] else r for r in _records()]
     pareto = _figures(recs)["fig-compare-pareto"]
     assert "throughput" in pareto.layout["title"]["text"]
     assert sum(len(t["x"]) for t in pareto.data[:-1]) == 13  # every ok run with J/token
@@ -331,7 +337,7 @@ def test_quality_section_names_reasons_and_escapes_hostile_names(tmp_path):
 
 
 def test_quality_page_copes_without_evaluation_and_with_older_records(tmp_path):
-    recs = [_strip(r, "val_loss") if r["metrics"] else r for r in load_records(FIXTURES)]
+    recs = [_strip(r, "val_loss") if r["metrics"] else r for r in _records()]
     section = _quality(recs)
     assert not section.figures
     assert "no evaluation in these records: set train.eval_every and train.target_loss" in section.html
@@ -383,18 +389,18 @@ def test_run_page_shows_flags_in_a_warning_box(tmp_path):
 def test_run_page_loss_figure_has_validation_loss_and_target():
     from benchsuite.dashboard.pages import run as run_page
 
-    rec = _record("make_dense-q.json")
+    rec = next(one.record for one in load_records(FIXTURES) if one.path.name == "make_dense-q.json")
     fig = run_page.loss_figure(rec)
     names = [t["name"] for t in fig.data]
     assert names == ["training loss", "validation loss"]
     val = fig.data[1]
     assert val["x"] == [3, 7, 11, 15, 19]  # steps[k - 1].val_loss: the loss after k measured steps
-    assert val["y"] == pytest.approx([s["val_loss"] for s in rec["steps"] if s["val_loss"] is not None], rel=1e-4)
+    assert val["y"] == pytest.approx([s.val_loss for s in rec.steps if s.val_loss is not None], rel=1e-4)
     assert fig.layout["shapes"][0]["y0"] == 5.0 and "target" in fig.layout["title"]["text"]
 
 
 def test_rebuild_removes_pages_of_records_no_longer_there(tmp_path):
-    recs = load_records(FIXTURES)
+    recs = _records()
     build_site(recs, tmp_path)
     res = build_site(recs[:2], tmp_path)
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == sorted(Path(p).name for p in res.pages[1:])
@@ -403,7 +409,7 @@ def test_rebuild_removes_pages_of_records_no_longer_there(tmp_path):
 def test_a_build_stopped_part_way_keeps_the_previous_index_and_no_partial_page(tmp_path, monkeypatch):
     from benchsuite.dashboard.pages import run as run_page
 
-    recs = load_records(FIXTURES)
+    recs = _records()
     build_site(recs[:3], tmp_path)
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     real, calls = run_page.render, []
@@ -447,7 +453,8 @@ def _run_page(tmp_path, rec) -> tuple[str, dict]:
 
     res = build_site([rec], tmp_path, validate=True)
     data = load([rec])
-    section = run_page.render(data.df.to_dict("records")[0], rec)
+    row = data.df.to_dict("records")[0]
+    section = run_page.render(row, data.record(row))
     return (tmp_path / res.pages[1]).read_text(encoding="utf-8"), {f.id: f.spec() for f in section.figures}
 
 
@@ -486,7 +493,7 @@ def test_an_idle_expert_is_an_empty_cell_not_a_nearly_balanced_one(tmp_path):
 
 def test_moe_run_page_without_per_layer_load_says_not_measured(tmp_path):
     rec = copy.deepcopy(_record("make_dvs-switch-w2.json"))
-    rec["metrics"]["moe"]["expert_load"] = [[1.0, "x"], []]  # not a [layer][expert] table of numbers
+    rec["metrics"]["moe"]["expert_load"] = [[1.0, 2.0], []]  # a layer without experts: not a [layer][expert] table
     page, figs = _run_page(tmp_path, rec)
     assert "fig-run-experts" not in figs and "MoE expert load</strong>: not measured" in page
 
@@ -532,7 +539,7 @@ def test_per_rank_figure_names_the_straggler_ratio_the_worker_computes(tmp_path)
 
 
 def test_rebuild_keeps_a_users_files_and_removes_only_stale_pages_it_wrote(tmp_path):
-    recs = load_records(FIXTURES)
+    recs = _records()
     first = build_site(recs, tmp_path)
     (tmp_path / "notes.txt").write_text("mine")
     (tmp_path / "runs" / "my-page.html").write_text("mine too")
@@ -553,7 +560,7 @@ def test_build_never_overwrites_a_file_it_did_not_write(tmp_path):
 
     (tmp_path / "index.html").write_text("my own index")
     with pytest.raises(SiteError, match="index.html"):
-        build_site(load_records(FIXTURES)[:1], tmp_path)
+        build_site(_records()[:1], tmp_path)
     assert (tmp_path / "index.html").read_text() == "my own index"
 
 
@@ -564,7 +571,7 @@ def test_a_crafted_manifest_cannot_remove_files_outside_the_sites_pages(tmp_path
     (site / "notes.txt").write_text("keep")
     (site / ".benchsuite-manifest.json").write_text(json.dumps(
         {"files": ["../victim.txt", str(victim), "notes.txt", "runs/../../victim.txt", "assets/.."]}))
-    build_site(load_records(FIXTURES)[:1], site)
+    build_site(_records()[:1], site)
     assert victim.read_text() == "keep" and (site / "notes.txt").read_text() == "keep"
 
 
@@ -588,7 +595,7 @@ def test_cli_dashboard_refuses_to_overwrite_a_users_index(tmp_path):
 
 
 def test_a_site_built_before_the_manifest_is_rebuilt_without_removing_what_it_cannot_know(tmp_path):
-    recs = load_records(FIXTURES)
+    recs = _records()
     build_site(recs[:3], tmp_path)
     (tmp_path / ".benchsuite-manifest.json").unlink()  # as an older benchsuite left it
     (tmp_path / "runs" / "mine.html").write_text("mine")

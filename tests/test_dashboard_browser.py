@@ -345,11 +345,12 @@ def dropping_site(tmp_path_factory):
     """The fixtures and a switch run that dropped 64 % of its token assignments (over the 10 % threshold)."""
     import copy
 
+    import msgspec
+
     from benchsuite.results.store import load_records
 
-    recs = load_records(FIXTURES)
+    recs = [msgspec.to_builtins(one.record) for one in load_records(FIXTURES)]  # documents, to change
     rec = copy.deepcopy(next(r for r in recs if r["run_key"] == "s000000000000002"))
-    rec.pop("_path", None)
     rec.update(run_key="drops00000000064", workload="switch-drops")
     rec["config"].update(workload="switch-drops", sweep_id="dense-vs-sparse/switch-drops/weak")
     rec["metrics"]["moe"]["dropped_frac"] = 0.64

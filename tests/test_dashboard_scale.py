@@ -8,6 +8,7 @@ import json
 import re
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from benchmarks.bench_dashboard import synthetic_records
@@ -97,7 +98,7 @@ def _with_gpu_energy(rec: dict, factor: float, key: str) -> dict:
 
 
 def test_energy_axis_is_logarithmic_where_runs_span_decades():
-    recs = [r for r in load_records(FIXTURES) if r["run_key"].startswith("d")][:1]
+    recs = [msgspec.to_builtins(one.record) for one in load_records(FIXTURES) if one.record.run_key.startswith("d")][:1]
     assert recs and recs[0]["energy"]["gpu_j"] > 0
     near = recs + [_with_gpu_energy(recs[0], 3, "x1")]
     assert "type" not in _figures(load(near))["fig-energy-stacked"].layout["yaxis"]

@@ -14,6 +14,7 @@ from benchsuite.config import CarbonConfig
 from benchsuite.energy import carbon
 from benchsuite.results import export
 from helpers import run_cli
+from helpers.records import records_of
 
 
 def codecarbon_columns():
@@ -64,7 +65,7 @@ def codecarbon_file(folder):
 
 
 def test_rows_follow_codecarbon_units_and_pue_convention():
-    row = export.to_codecarbon_rows([record(), {**record(), "status": "failed"}])
+    row = export.to_codecarbon_rows(records_of([record(), {**record(), "status": "failed"}]))
     assert len(row) == 1 and list(row[0]) == codecarbon_columns()
     row = row[0]
     # codecarbon multiplies power and energy by PUE (emissions_tracker.py: power *= self._pue)
@@ -81,7 +82,7 @@ def test_rows_follow_codecarbon_units_and_pue_convention():
 
 
 def test_schema_1_record_without_host_fields_leaves_them_empty(tmp_path):
-    path = export.write_csv([record(env_host=False)], tmp_path / "emissions.csv").path
+    path = export.write_csv(records_of([record(env_host=False)]), tmp_path / "emissions.csv").path
     row = next(csv.DictReader(path.open()))
     assert [row[k] for k in ("os", "cpu_count", "ram_total_size", "gpu_count")] == ["", "", "", ""]
     assert row["python_version"] == "3.11.7" and float(row["energy_consumed"]) > 0
@@ -91,7 +92,7 @@ def test_timestamp_is_codecarbons_local_time_format_at_the_run_end(monkeypatch):
     monkeypatch.setenv("TZ", "Asia/Kolkata")       # UTC+05:30: a wrong conversion shows
     time.tzset()
     try:
-        row = export.to_codecarbon_rows([record(started_at="2025-01-01T00:00:00+00:00")])[0]
+        row = export.to_codecarbon_rows(records_of([record(started_at="2025-01-01T00:00:00+00:00")]))[0]
     finally:
         monkeypatch.undo()
         time.tzset()
@@ -171,7 +172,7 @@ def test_cells_a_spreadsheet_would_evaluate_are_neutralised_numbers_are_not(tmp_
     recs = [record(run_key=f"k{i}", workload=w) for i, w in enumerate(hostile)]
     negative = record(run_key="neg")
     negative["energy"]["cpu_j"] = -50.0               # a (flagged) negative figure stays a number
-    path = export.write_csv(recs + [negative], tmp_path / "emissions.csv").path
+    path = export.write_csv(records_of(recs + [negative]), tmp_path / "emissions.csv").path
     rows = list(csv.DictReader(path.open(newline="")))
     assert [r["experiment_id"] for r in rows[:-1]] == ["'" + w for w in hostile]
     assert rows[-1]["cpu_energy"] == repr(-50.0 * 1.1 / 3.6e6) and rows[-1]["cpu_energy"].startswith("-")
@@ -217,7 +218,8 @@ def test_concurrent_exports_onto_one_shared_file_lose_no_row_and_keep_its_mode_a
 def test_export_again_from_another_time_zone_adds_nothing(tmp_path, monkeypatch):
     """The key of a row is the record's run key, repeat and start in UTC: the local timestamp codecarbon's
     column holds differs by time zone, the key does not."""
-    recs = [record("abc"), {**record("abc"), "repeat": 1}, record("abc", started_at="2025-01-02T00:00:00+00:00")]
+    recs = records_of([record("abc"), {**record("abc"), "repeat": 1},
+                       record("abc", started_at="2025-01-02T00:00:00+00:00")])
     target = tmp_path / "emissions.csv"
     first = export.write_csv(recs, target)
     assert first.rows_written == 3  # two repeats and a later measurement of one run: three rows
@@ -234,18 +236,21 @@ def test_export_again_from_another_time_zone_adds_nothing(tmp_path, monkeypatch)
 def test_run_id_is_a_uuid_of_run_key_repeat_and_utc_start():
     import uuid
 
-    a = export.run_id(record("abc", started_at="2025-01-01T01:00:00+01:00"))
-    assert a == export.run_id(record("abc", started_at="2025-01-01T00:00:00+00:00"))  # the same instant
+    def run_id(doc: dict) -> str:
+        return export.run_id(records_of([doc])[0])
+
+    a = run_id(record("abc", started_at="2025-01-01T01:00:00+01:00"))
+    assert a == run_id(record("abc", started_at="2025-01-01T00:00:00+00:00"))  # the same instant
     assert uuid.UUID(a).version == 5
-    assert a != export.run_id({**record("abc"), "repeat": 1})
-    assert a != export.run_id(record("abd", started_at="2025-01-01T00:00:00+00:00"))
+    assert a != run_id({**record("abc"), "repeat": 1})
+    assert a != run_id(record("abd", started_at="2025-01-01T00:00:00+00:00"))
 
 
 def test_a_failed_append_leaves_the_file_as_it_was(tmp_path, monkeypatch):
     import os
 
     target = tmp_path / "emissions.csv"
-    export.write_csv([record("abc")], target)
+    export.write_csv(records_of([record("abc")]), target)
     before = target.read_bytes()
 
     def full(fd, data):
@@ -254,7 +259,7 @@ def test_a_failed_append_leaves_the_file_as_it_was(tmp_path, monkeypatch):
 
     monkeypatch.setattr(export.os, "write", full)
     with pytest.raises(export.ExportError, match="No space left on device"):
-        export.write_csv([record("def")], target)
+        export.write_csv(records_of([record("def")]), target)
     assert target.read_bytes() == before
 
 

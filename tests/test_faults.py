@@ -67,9 +67,9 @@ def test_launcher_interrupted_then_killed_mid_suite_then_resumed(tmp_path, tiny_
     _, err = launcher.communicate(timeout=60)
     assert launcher.returncode == 130, err
     assert "Traceback" not in err and "interrupted" in err
-    recs = strict_load(out)
-    assert recs[k1]["status"] == "ok" and recs[k1]["metrics"]["tokens_per_s"] > 0
-    assert recs[k2]["status"] == "failed" and recs[k2]["error"]["type"] == "Interrupted"
+    recs = {key: one.record for key, one in strict_load(out).items()}
+    assert recs[k1].status == "ok" and recs[k1].metrics.tokens_per_s > 0
+    assert recs[k2].status == "failed" and recs[k2].error.type == "Interrupted"
     no_orphans(k2)
     before = {p.name: p.read_bytes() for p in out.glob("*.json")}
 
@@ -89,8 +89,8 @@ def test_launcher_interrupted_then_killed_mid_suite_then_resumed(tmp_path, tiny_
     assert not any(d.exists() for d in stale), "the next run removes the dead launcher's work folder"
     assert [r["status"] for r in json.loads(res.stdout)["runs"]] == ["skipped_recorded", "ok"]
     recs = strict_load(out)
-    assert recs[k1]["status"] == recs[k2]["status"] == "ok"
-    assert (out / Path(recs[k1]["_path"]).name).read_bytes() == before[Path(recs[k1]["_path"]).name]
+    assert recs[k1].record.status == recs[k2].record.status == "ok"
+    assert (out / recs[k1].path.name).read_bytes() == before[recs[k1].path.name]
     assert len(recs) == 2
 
 
@@ -130,7 +130,7 @@ def test_sigterm_to_the_launcher_stops_the_suite_like_ctrl_c(tmp_path, tiny_suit
     launcher.send_signal(signal.SIGTERM)
     _, err = launcher.communicate(timeout=60)
     assert launcher.returncode == 130, err
-    assert strict_load(out)[key]["error"]["type"] == "Interrupted"
+    assert strict_load(out)[key].record.error.type == "Interrupted"
     no_orphans(key)
 
 
@@ -149,11 +149,11 @@ def test_an_interrupt_never_destroys_a_measurement_neither_this_runs_nor_an_earl
     launcher.send_signal(signal.SIGINT)
     _, err = launcher.communicate(timeout=60)
     assert launcher.returncode == 130, err
-    rec = strict_load(out)[key]
-    assert rec["status"] == "ok" and rec["error"] is None and len(rec["steps"]) == 3
-    assert rec["metrics"]["tokens_per_s"] > 0
-    (flag,) = [f for f in rec["flags"] if f["field"] == "status"]
-    assert flag["value"] == "Interrupted" and "stopped by SIGINT (Ctrl-C)" in flag["reason"]
+    rec = strict_load(out)[key].record
+    assert rec.status == "ok" and rec.error is None and len(rec.steps) == 3
+    assert rec.metrics.tokens_per_s > 0
+    (flag,) = [f for f in rec.flags if f.field == "status"]
+    assert flag.value == "Interrupted" and "stopped by SIGINT (Ctrl-C)" in flag.reason
     no_orphans(key)
 
     kept = record.read_bytes()
@@ -184,8 +184,8 @@ def test_ctrl_c_pressed_again_and_again_during_shutdown_still_records_the_run_an
         launcher.send_signal(signal.SIGINT)
         time.sleep(0.02)
     _, err = launcher.communicate(timeout=30)
-    rec = strict_load(out).get(key)
-    assert rec and rec["status"] == "failed" and rec["error"]["type"] == "Interrupted", err
+    one = strict_load(out).get(key)
+    assert one and one.record.status == "failed" and one.record.error.type == "Interrupted", err
     assert launcher.returncode == 130, err
     assert "Traceback" not in err and "benchsuite: stopping" in err
     no_orphans(key)
@@ -252,12 +252,12 @@ def test_two_suites_write_one_folder_at_once_one_segfaulting(tmp_path, reap):
     results = [p.communicate(timeout=240) for p in procs]
     assert [p.returncode for p in procs] == [0, 1], results
     assert [json.loads(o)["runs"][0]["status"] for o, _ in results] == ["ok", "failed"]
-    recs = strict_load(out)
+    recs = {key: one.record for key, one in strict_load(out).items()}
     assert set(recs) == {ka, kb}
-    assert recs[ka]["status"] == "ok" and recs[ka]["suite"] == json.loads(f'"{XSS_SUITE}"')
-    err = recs[kb]["error"]
-    assert recs[kb]["status"] == "failed" and err["type"] == "WorkerKilled" and err["rank"] == 1
-    assert "rank 1 died from SIGSEGV (segmentation fault)" in err["message"]
+    assert recs[ka].status == "ok" and recs[ka].suite == json.loads(f'"{XSS_SUITE}"')
+    err = recs[kb].error
+    assert recs[kb].status == "failed" and err.type == "WorkerKilled" and err.rank == 1
+    assert "rank 1 died from SIGSEGV (segmentation fault)" in err.message
     no_orphans(ka)
     no_orphans(kb)
 
@@ -302,9 +302,9 @@ def test_disk_full_while_writing_a_record_keeps_the_previous_one_and_says_why(tm
     failure = json.loads(res.stdout)
     assert failure["errno"] == errno.EFBIG
     assert "cannot write record" in failure["message"] and str(out) in failure["message"]
-    (rec,) = strict_load(out).values()
-    assert len(rec["steps"]) == 3  # the previous record, whole
-    assert [p.name for p in out.iterdir()] == [Path(rec["_path"]).name]  # no temp file left behind
+    (one,) = strict_load(out).values()
+    assert len(one.record.steps) == 3  # the previous record, whole
+    assert [p.name for p in out.iterdir()] == [one.path.name]  # no temp file left behind
 
 
 def test_disk_full_mid_suite_is_a_clear_error_not_a_traceback(tmp_path, tiny_suite, monkeypatch, capsys):

@@ -24,12 +24,14 @@ from unittest import mock
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from msgspec.structs import replace
 
 import benchsuite
 from benchsuite import cli
 from benchsuite.results.migrate import update_to_2, update_to_3, update_to_4, update_to_5, update_to_6
 from benchsuite.record import SCHEMA_VERSION, RecordError, decode, to_dict
 from benchsuite.record.io import MAX_RECORD_BYTES
+from benchsuite.record.types import Record
 from benchsuite.results.store import load_records, ok_record_ids, read_record
 from helpers import REPO, run_cli
 
@@ -235,7 +237,7 @@ def _record_text(**changes) -> str:
 def _only_good_loads(folder: Path, bad_name: str, reason: str) -> None:
     with pytest.warns(UserWarning) as caught:
         recs = load_records(folder)
-    assert [Path(r["_path"]).name for r in recs] == [GOOD]
+    assert [r.path.name for r in recs] == [GOOD]
     naming = [str(w.message) for w in caught if bad_name in str(w.message)]
     assert len(naming) == 1 and reason in naming[0], [str(w.message) for w in caught]
 
@@ -281,7 +283,7 @@ def test_a_symlink_inside_the_folder_to_a_record_loads_and_to_a_fifo_does_not(fo
     os.mkfifo(folder / "sub" / ".pipe")
     (folder / "pipe-link.json").symlink_to(folder / "sub" / ".pipe")
     with pytest.warns(UserWarning) as caught:
-        keys = sorted(r["run_key"] for r in load_records(folder))
+        keys = sorted(r.record.run_key for r in load_records(folder))
     messages = [str(w.message) for w in caught]
     assert any("pipe-link.json: a FIFO, not a record file" in m for m in messages), messages
     # the link and its target are one measurement: read once, not counted as two repeats
@@ -388,13 +390,13 @@ def test_schema_1_fixtures_load_through_the_chain_as_the_current_version():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         recs = load_records(FIXTURES)
-    assert len(recs) == len(raw) and {r["schema_version"] for r in recs} == {6}
+    assert len(recs) == len(raw) and {r.record.schema_version for r in recs} == {6}
     for r in recs:  # exactly what the chain's steps make of the stored record, nothing else touched
-        before = raw[Path(r["_path"]).name]
+        before = raw[r.path.name]
         chained = update_to_6(update_to_5(update_to_4(update_to_3(update_to_2(copy.deepcopy(before))))))
-        assert {k: v for k, v in r.items() if k not in ("_path", "flags")} == \
+        assert {k: v for k, v in to_dict(r.record).items() if k != "flags"} == \
             {k: v for k, v in to_dict(decode(chained)).items() if k != "flags"}
-        assert r["repeat"] == 0
+        assert r.record.repeat == 0
 
 
 def test_updates_run_in_order_before_the_types_check_their_output(folder, monkeypatch):
@@ -439,7 +441,7 @@ def test_a_copy_of_a_record_is_one_measurement_not_two_repeats(folder):
     (folder / "again.json").write_text(_record_text(started_at="2026-02-02T00:00:00+00:00"))  # a second measurement
     with pytest.warns(UserWarning) as caught:
         recs = load_records(folder)
-    assert sorted(Path(r["_path"]).name for r in recs) == sorted(["again.json", "copy.json"])
+    assert sorted(r.path.name for r in recs) == sorted(["again.json", "copy.json"])
     assert [str(w.message) for w in caught] == [
         f"skipping {folder / GOOD}: the same record as {folder / 'backup' / 'copy.json'} (run key ee7bbe62e331231c, "
         "repeat 0), one measurement, read once; remove one of the two files"]
@@ -496,15 +498,15 @@ def test_compare_of_a_record_of_a_million_steps_reads_its_figures_not_its_steps(
     30 GB and was killed. compare's units are the repeats' figures: a million steps cost nothing more than ten."""
     from benchsuite.results.compare import compare_run
 
-    doc = read_record(FIXTURES / GOOD)
-    huge = {**doc, "steps": [dict(doc["steps"][0], time_s=0.01)] * 1_000_000}
-    tiny = {**doc, "steps": doc["steps"][:10]}
+    rec = read_record(FIXTURES / GOOD)
+    huge = replace(rec, steps=[replace(rec.steps[0], time_s=0.01)] * 1_000_000)
+    tiny = replace(rec, steps=rec.steps[:10])
 
-    def side(rec: dict, speeds) -> list[dict]:
-        return [{**rec, "repeat": i, "metrics": {**rec["metrics"], "tokens_per_s": rec["metrics"]["tokens_per_s"] * s}}
+    def side(rec: Record, speeds) -> list[Record]:
+        return [replace(rec, repeat=i, metrics=replace(rec.metrics, tokens_per_s=rec.metrics.tokens_per_s * s))
                 for i, s in enumerate(speeds)]
 
-    def best_time(rec: dict):
+    def best_time(rec: Record):
         times, run = [], None
         for _ in range(3):
             t0 = time.perf_counter()
@@ -515,7 +517,7 @@ def test_compare_of_a_record_of_a_million_steps_reads_its_figures_not_its_steps(
     (t_huge, run), (t_tiny, _) = best_time(huge), best_time(tiny)
     tps = run.metrics[0]
     assert tps.ratio == pytest.approx(2.0) and tps.verdict.value == "better"
-    assert tps.a == pytest.approx(doc["metrics"]["tokens_per_s"] * 1.005)  # the median of the two repeats
+    assert tps.a == pytest.approx(rec.metrics.tokens_per_s * 1.005)  # the median of the two repeats
     assert t_huge < 20 * t_tiny, (t_huge, t_tiny)  # no work per step
 
 
@@ -579,6 +581,6 @@ def test_a_deep_folder_tree_is_scanned_without_recursion_and_named_past_its_dept
             for name in os.listdir("d"):
                 os.remove(Path("d") / name) if name != "d" else None
             os.rmdir("d")
-    assert sorted(Path(r["_path"]).name for r in recs) == sorted([GOOD, "shallow.json"])
+    assert sorted(r.path.name for r in recs) == sorted([GOOD, "shallow.json"])
     (message,) = [str(w.message) for w in caught]
     assert f"a folder nested more than {MAX_FOLDER_DEPTH} levels deep" in message and "/d" * 33 in message

@@ -6,6 +6,7 @@ import sys
 import time
 import tomllib
 
+import msgspec
 import numpy as np
 import pytest
 import torch
@@ -68,7 +69,7 @@ def test_ddp_after_k_steps_equals_one_process_on_the_concatenated_batch(tmp_path
 
 
 def _records(out):
-    return {(r["config"]["world_size"]): r for r in load_records(out)}
+    return {one.record.config.world_size: one.record for one in load_records(out)}
 
 
 @pytest.mark.procs
@@ -80,15 +81,15 @@ def test_a_raising_rank_is_recorded_and_the_suite_goes_on_then_resume_reruns_it(
     summary = json.loads(res.stdout)  # --json: stdout is one JSON document
     assert [r["status"] for r in summary["runs"]] == ["failed", "ok"]
     recs = _records(out)
-    assert recs[2]["status"] == "failed"
-    assert recs[2]["error"]["type"] == "RuntimeError" and recs[2]["error"]["rank"] == 1
-    assert "injected fault on rank 1" in recs[2]["error"]["message"]
-    assert recs[1]["status"] == "ok" and recs[1]["metrics"]["tokens_per_s"] > 0
+    assert recs[2].status == "failed"
+    assert recs[2].error.type == "RuntimeError" and recs[2].error.rank == 1
+    assert "injected fault on rank 1" in recs[2].error.message
+    assert recs[1].status == "ok" and recs[1].metrics.tokens_per_s > 0
 
     res = run_cli("run", str(suite), "--out", str(out), "--json")
     assert res.returncode == 0
     assert [r["status"] for r in json.loads(res.stdout)["runs"]] == ["ok", "skipped_recorded"]
-    assert _records(out)[2]["status"] == "ok"
+    assert _records(out)[2].status == "ok"
     assert len(load_records(out)) == 2  # the ok record replaced the failed one
 
 
@@ -109,10 +110,10 @@ def test_a_killed_or_hanging_run_fails_cleanly_with_no_orphans(tmp_path, tiny_su
     res = run_cli("run", str(suite), "--out", str(out), "--json", env={"BENCHSUITE_INJECT_FAULT": fault})
     assert res.returncode == 1
     rec = _records(out)[world]
-    assert rec["status"] == "failed" and rec["error"]["type"] == error_type and words in rec["error"]["message"]
+    assert rec.status == "failed" and rec.error.type == error_type and words in rec.error.message
     if fault.startswith("hang"):
         assert time.perf_counter() - t0 < timeout + 30
-    assert processes_matching(f"benchsuite-{rec['run_key']}") == []
+    assert processes_matching(f"benchsuite-{rec.run_key}") == []
 
 
 @pytest.mark.procs
@@ -125,13 +126,14 @@ def test_a_rank_dying_after_the_record_is_written_keeps_the_record_flagged(tmp_p
                   env={"BENCHSUITE_INJECT_FAULT": f"abort_at_exit:{rank}"})
     assert res.returncode == 0, res.stderr
     (summary,) = json.loads(res.stdout)["runs"]
-    (rec,) = load_records(out)
-    assert summary["status"] == rec["status"] == "ok" and rec["error"] is None
-    assert rec["metrics"]["tokens_per_s"] > 0 and len(rec["steps"]) == 3
-    (flag,) = [f for f in rec["flags"] if f["field"] == "status"]
-    assert flag["value"] == "WorkerKilled" and f"rank {rank} died from SIGABRT" in flag["reason"]
-    assert "after this record was written" in flag["reason"]
-    assert flag in summary["flags"]  # --json says so too
+    (one,) = load_records(out)
+    rec = one.record
+    assert summary["status"] == rec.status == "ok" and rec.error is None
+    assert rec.metrics.tokens_per_s > 0 and len(rec.steps) == 3
+    (flag,) = [f for f in rec.flags if f.field == "status"]
+    assert flag.value == "WorkerKilled" and f"rank {rank} died from SIGABRT" in flag.reason
+    assert "after this record was written" in flag.reason
+    assert msgspec.to_builtins(flag) in summary["flags"]  # --json says so too
 
 
 @pytest.mark.procs
@@ -155,10 +157,11 @@ nodes = [2]
     for p in procs:
         p.wait(timeout=240)
     assert [p.returncode for p in procs] == [0, 0]
-    (rec,) = load_records(out)
-    assert rec["status"] == "ok"
-    assert rec["env"]["world_size"] == 4 and rec["env"]["nodes"] == 2
-    assert sorted(d["node_rank"] for d in rec["env"]["devices"]) == [0, 0, 1, 1]
+    (one,) = load_records(out)
+    rec = one.record
+    assert rec.status == "ok"
+    assert rec.env.world_size == 4 and rec.env.nodes == 2
+    assert sorted(d.node_rank for d in rec.env.devices) == [0, 0, 1, 1]
 
 
 TORCHRUN_SEGV_LOG = """

@@ -288,15 +288,15 @@ def two_ranks(out: Path, steps: int) -> subprocess.CompletedProcess:
 def test_two_gloo_ranks_under_torchrun_write_one_record(tmp_path):
     done = two_ranks(tmp_path, 5)
     assert done.returncode == 0, done.stderr[-3000:]
-    records = list(strict_load(tmp_path).values())
+    records = [one.record for one in strict_load(tmp_path).values()]
     assert len(records) == 1 and len(list(tmp_path.glob("*.json"))) == 1
     rec = records[0]
-    assert rec["config"]["world_size"] == 2 and rec["env"]["backend"] == "gloo"
-    assert [d["rank"] for d in rec["env"]["devices"]] == [0, 1]
-    assert len(rec["metrics"]["per_rank"]["step_time_median_s"]) == 2 and len(rec["steps"]) == 5
-    (node,) = rec["energy"]["per_node"]  # one host: its CPU and DRAM counted once, read by one rank
-    assert node["ranks"] == [0, 1] and node["cpu"]["reading_rank"] == 0
-    assert rec["metrics"]["tokens_per_step"] == 2 * MICRO_BATCH * MODEL.seq_len
+    assert rec.config.world_size == 2 and rec.env.backend == "gloo"
+    assert [d.rank for d in rec.env.devices] == [0, 1]
+    assert len(rec.metrics.per_rank.step_time_median_s) == 2 and len(rec.steps) == 5
+    (node,) = rec.energy.per_node  # one host: its CPU and DRAM counted once, read by one rank
+    assert node.ranks == [0, 1] and node.cpu.reading_rank == 0
+    assert rec.metrics.tokens_per_step == 2 * MICRO_BATCH * MODEL.seq_len
 
 
 def test_each_physical_gpu_counts_once_whichever_ranks_share_it(tmp_path, synthetic):

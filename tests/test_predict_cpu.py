@@ -17,7 +17,7 @@ UNMODELLED_BYTES = 100
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory) -> dict:
-    """{workload: (record path, record)} of one run of the suite, one thread per rank."""
+    """{workload: the record and its file} of one run of the suite, one thread per rank."""
     return measure(tmp_path_factory.mktemp("predict-cpu"))
 
 
@@ -27,7 +27,7 @@ def test_each_predicted_component_sends_the_bytes_the_measured_run_counted(measu
     count (metrics.comm), the all-to-all exactly, and the pipeline's point-to-point bytes
     (metrics.pipeline). The step times and the bubble are compared by benchmarks/bench_predict_cpu.py."""
     for name, p in predictions(measured).items():
-        by_kind = measured[name][1]["metrics"]["comm"]["bytes_per_step_by_kind"] or {}
+        by_kind = measured[name].record.metrics.comm.bytes_per_step_by_kind or {}
         m = p.workload.microbatches
         predicted = {"pp2": 0.0, "tp2-sp": p.tp_bytes_per_microbatch * m, "zero3": p.dp_bytes_per_step,
                      "ep2": p.dp_bytes_per_step + p.ep_bytes_per_microbatch * m}[name]
@@ -35,19 +35,19 @@ def test_each_predicted_component_sends_the_bytes_the_measured_run_counted(measu
         if name == "ep2":
             assert by_kind["all_to_all"] == pytest.approx(p.ep_bytes_per_microbatch * m, rel=1e-12)
         if name == "pp2":
-            pipe = measured[name][1]["metrics"]["pipeline"]
-            assert pipe["p2p_bytes_per_step"] == p.p2p_bytes_per_step
-            comm = measured[name][1]["metrics"]["comm"]  # the loss's all-reduce over the stages, expected
-            assert comm["paper_bytes_per_step"] == comm["total_bytes_per_step"] == 4.0
-            assert "loss" in comm["paper_formula"]
-            assert 0 < predicted_bubble(p) < 1 and 0 < pipe["bubble_measured"] < 1
+            pipe = measured[name].record.metrics.pipeline
+            assert pipe.p2p_bytes_per_step == p.p2p_bytes_per_step
+            comm = measured[name].record.metrics.comm  # the loss's all-reduce over the stages, expected
+            assert comm.paper_bytes_per_step == comm.total_bytes_per_step == 4.0
+            assert "loss" in comm.paper_formula
+            assert 0 < predicted_bubble(p) < 1 and 0 < pipe.bubble_measured < 1
 
 
 @pytest.mark.procs
 def test_sequence_parallel_record_expects_the_bytes_it_counted(measured):
     """metrics.comm of the measured tensor 2 + sequence parallel run: the expected volume (paper_bytes, now
     the all-gather / reduce-scatter form) is the counted one, byte for byte."""
-    comm = measured["tp2-sp"][1]["metrics"]["comm"]
-    assert set(comm["bytes_per_step_by_kind"]) == {"all_gather", "reduce_scatter", "all_reduce"}
-    assert comm["paper_bytes_per_step"] == comm["total_bytes_per_step"]
-    assert "all-gather" in comm["paper_formula"] and "reduce-scatter" in comm["paper_formula"]
+    comm = measured["tp2-sp"].record.metrics.comm
+    assert set(comm.bytes_per_step_by_kind) == {"all_gather", "reduce_scatter", "all_reduce"}
+    assert comm.paper_bytes_per_step == comm.total_bytes_per_step
+    assert "all-gather" in comm.paper_formula and "reduce-scatter" in comm.paper_formula

@@ -12,6 +12,7 @@ from benchsuite.predict import load_system
 from benchsuite.results import predicted
 from benchsuite.results.model import results_of
 from benchsuite.results.store import load_records
+from helpers.records import make_record, records_of
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
 H100 = Path(__file__).parents[1] / "workloads" / "systems" / "h100-8x.toml"
@@ -35,7 +36,9 @@ def test_runs_on_other_hardware_or_a_users_loop_are_not_compared(rows):
     cpu = rows["dense-tiny · w1"]
     assert cpu.predicted_step_s is None and not cpu.flagged
     assert cpu.reason == "measured on 1× AMD EPYC; the system file describes NVIDIA H100 80GB HBM3"
-    rec = {"config": {"kind": "user"}, "env": {}}
+    doc = make_record()
+    doc["config"]["kind"] = "user"
+    (rec,) = records_of([doc])
     assert "benchsuite.measure() loop" in predicted._not_comparable(rec, "1× x", load_system(H100))
 
 
@@ -59,7 +62,8 @@ def _prediction(step=1.0, bubble=0.0, **seconds):
 ])
 def test_the_suspect_is_what_the_record_measured_beyond_its_prediction_else_the_largest_collective(
         metrics, prediction, suspect):
-    assert predicted._suspect({"metrics": metrics}, prediction).startswith(suspect)
+    (rec,) = records_of([{**make_record(), "metrics": metrics}])
+    assert predicted._suspect(rec, prediction).startswith(suspect)
 
 
 def test_report_json_and_the_run_page_show_measured_beside_predicted(tmp_path, capsys, rows):

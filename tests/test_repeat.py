@@ -16,7 +16,7 @@ from benchsuite.launch import Planned, plan
 from benchsuite.results.migrate import upgrade_v2_repeat
 from benchsuite.results.model import results_at, results_of
 from benchsuite.results.report import REPEATS, Fit, report_rows, report_table
-from benchsuite.record import RecordError, validate
+from benchsuite.record import RecordError, to_dict, validate
 from benchsuite.record import record_filename, record_id, write_record
 from benchsuite.results.store import load_records, ok_record_ids
 from test_scaling import rec
@@ -59,11 +59,11 @@ def test_old_records_load_as_repeat_0_and_the_upgrade_says_so(tmp_path):
     raw = [json.loads(p.read_text()) for p in FIXTURES.glob("*.json")]
     assert raw and all("repeat" not in r for r in raw)  # recorded before --repeat
     fixtures = load_records(FIXTURES)
-    assert {r["repeat"] for r in fixtures} == {0}  # the loader's upgrade chain gave them repeat 0
+    assert {r.record.repeat for r in fixtures} == {0}  # the loader's upgrade chain gave them repeat 0
     results = results_of(fixtures)
     assert set(results.df["repeat"]) == {0}
     assert len(results.runs) == len(results.df)  # distinct runs: nothing is combined
-    up = upgrade_v2_repeat(json.loads(json.dumps({k: v for k, v in fixtures[0].items() if k != "_path"})))
+    up = upgrade_v2_repeat(to_dict(fixtures[0].record))
     assert up["repeat"] == 0
     validate(up)
     for bad in (-1, "1", None, 1.5):
@@ -194,7 +194,7 @@ def test_the_dashboard_draws_a_run_once_from_the_median_of_its_repeats():
     data = load(repeats("base", 1, [90.0, 130.0, 100.0]))
     (row,) = data.ok_runs.to_dict("records")
     assert (row["tokens_per_s"], row["repeats"]) == (100.0, 3)
-    assert data.record(row)["repeat"] == 2 and row["page"] == data.df["page"].iloc[2]  # links the latest
+    assert data.record(row).repeat == 2 and row["page"] == data.df["page"].iloc[2]  # links the latest
     assert len(data.df) == 3  # every repeat keeps its own run page
 
 
@@ -206,12 +206,13 @@ def test_resume_after_partial_repeats_measures_exactly_the_missing_ones(tiny_sui
     assert cli.main(["run", suite, "--out", out, "--repeat", "3", "--json"]) == 0
     runs = json.loads(capsys.readouterr().out)["runs"]
     assert [(r["status"], r["repeat"]) for r in runs] == [("skipped_recorded", 0), ("ok", 1), ("ok", 2)]
-    recs = sorted(load_records(out), key=lambda r: r["repeat"])
-    assert [r["repeat"] for r in recs] == [0, 1, 2] and len({r["run_key"] for r in recs}) == 1
-    assert [Path(r["_path"]).name.split("__")[-1] for r in recs] == [
-        f"{recs[0]['run_key']}.json", f"{recs[0]['run_key']}-r1.json", f"{recs[0]['run_key']}-r2.json"]
+    loaded = sorted(load_records(out), key=lambda one: one.record.repeat)
+    recs = [one.record for one in loaded]
+    assert [r.repeat for r in recs] == [0, 1, 2] and len({r.run_key for r in recs}) == 1
+    assert [one.path.name.split("__")[-1] for one in loaded] == [
+        f"{recs[0].run_key}.json", f"{recs[0].run_key}-r1.json", f"{recs[0].run_key}-r2.json"]
     assert cli.main(["report", out, "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)["runs"]
-    tokens = sorted(r["metrics"]["tokens_per_s"] for r in recs)
+    tokens = sorted(r.metrics.tokens_per_s for r in recs)
     assert (row["repeats"], row["tokens_per_s"], row["tokens_per_s_min"], row["tokens_per_s_max"]) \
         == (3, tokens[1], tokens[0], tokens[2])

@@ -12,6 +12,7 @@ import pytest
 from rich.console import Console
 
 from benchsuite import cli
+from benchsuite.record import to_dict
 from benchsuite.results.report import Fit, column_name, report_table, section_tables
 from benchsuite.results.model import results_at
 from benchsuite.results.store import load_records
@@ -103,17 +104,18 @@ def test_report_json_has_the_energy_rows_typed(capsys):
     results = results_at(FIXTURES)
     expected = {}  # identity -> its records with an energy source
     for i, identity in zip(results.df["rec"], results.df["identity"]):
-        if (results.records[i].get("energy") or {}).get("source"):
-            expected.setdefault(identity, []).append(results.records[i])
+        rec = results.records[i]
+        if rec.energy and rec.energy.source:
+            expected.setdefault(identity, []).append(rec)
     assert set(by_run) == set(expected) and expected
     for identity, recs in expected.items():  # a run of one record: its figures; of several: their median
         row = by_run[identity]
-        totals = [r["energy"]["total_j"] for r in recs if r["energy"].get("total_j") is not None]
+        totals = [r.energy.total_j for r in recs if r.energy.total_j is not None]
         assert row["energy.total_j"] == (pytest.approx(sorted(totals)[len(totals) // 2]) if len(totals) % 2
                                          else pytest.approx(sum(sorted(totals)[len(totals) // 2 - 1:][:2]) / 2)
                                          if totals else None)
-        assert row["energy.source"] == recs[-1]["energy"]["source"]
-        assert row["world_size"] == recs[0]["config"]["world_size"] and isinstance(row["world_size"], int)
+        assert row["energy.source"] == recs[-1].energy.source
+        assert row["world_size"] == recs[0].config.world_size and isinstance(row["world_size"], int)
 
 
 def test_version(capsys):
@@ -184,9 +186,9 @@ def test_report_gives_the_dense_vs_sparse_answer_first_and_in_words(capsys):
     text, answer = _answer(capsys, FIXTURES)
     assert text.startswith("Dense vs sparse: each sparse run ÷ the dense run of its suite")
     assert text.index("Dense vs sparse") < text.index("benchsuite results") < text.index("Claims")
-    recs = {r["_path"].rsplit("/", 1)[-1]: r for r in load_records(FIXTURES)}
-    ratio = (recs["make_dvs-switch-w1.json"]["metrics"]["tokens_per_s"]
-             / recs["make_dvs-dense-w1.json"]["metrics"]["tokens_per_s"])  # one seed each: the ratio of the two
+    recs = {one.path.name: one.record for one in load_records(FIXTURES)}
+    ratio = (recs["make_dvs-switch-w1.json"].metrics.tokens_per_s
+             / recs["make_dvs-dense-w1.json"].metrics.tokens_per_s)  # one seed each: the ratio of the two
     assert f"│ switch · w1 │ tok/s {ratio:.2f}×" in answer and "│ ÷ dense · w1 │" in answer
     assert "one seed on a side: no interval (sweep train.seed)" in answer
     assert "no dense run of their suite on the same devices and scaling: <img src=x onerror=alert(1)> · w1" in answer
@@ -198,11 +200,10 @@ def test_report_gives_the_dense_vs_sparse_answer_first_and_in_words(capsys):
 def test_the_answer_ranks_a_ratio_whose_interval_over_seeds_excludes_one(tmp_path, capsys):
     import copy
 
-    recs = {r["_path"].rsplit("/", 1)[-1]: r for r in load_records(FIXTURES)}
+    docs = {one.path.name: to_dict(one.record) for one in load_records(FIXTURES)}
     for name, speeds in (("make_dvs-dense-w1.json", (1.0, 1.02, 0.99)), ("make_dvs-switch-w1.json", (1.5, 1.52, 1.49))):
         for seed, speed in enumerate(speeds):
-            rec = copy.deepcopy(recs[name])
-            rec.pop("_path", None)
+            rec = copy.deepcopy(docs[name])
             rec["config"]["train"]["seed"] = seed
             rec["run_key"] = f"{rec['run_key']}{seed}"
             rec["metrics"]["tokens_per_s"] = 20000 * speed

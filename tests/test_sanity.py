@@ -110,8 +110,8 @@ def test_loader_flags_old_records_and_the_report_shows_them(tmp_path, capsys, mo
     old = _set(sane(), ("metrics", "mfu"), 3.0)
     old["run_key"] = old["workload"] = old["config"]["workload"] = "old"  # another run (same config: its repeat)
     (tmp_path / "old.json").write_text(json.dumps({**old, "schema_version": 3}))  # before the guard: no "flags"
-    recs = {r["run_key"]: r for r in load_records(tmp_path)}
-    assert recs["sane"]["flags"] == [] and [f["field"] for f in recs["old"]["flags"]] == ["metrics.mfu"]
+    recs = {one.record.run_key: one.record for one in load_records(tmp_path)}
+    assert recs["sane"].flags == [] and [f.field for f in recs["old"].flags] == ["metrics.mfu"]
     df = results_at(tmp_path).df.set_index("run_key")
     assert bool(df.loc["old", "flagged"]) and not bool(df.loc["sane", "flagged"])
     assert "metrics.mfu" in df.loc["old", "flag_summary"]
@@ -130,12 +130,12 @@ def test_stored_flags_are_kept_and_malformed_ones_replaced(tmp_path):
     rec = _set(sane(), ("energy", "total_j"), -1.0)
     rec["flags"] = [{"field": "metrics.custom", "value": 1, "reason": "set by an older guard"}, "junk"]
     (tmp_path / "r1.json").write_text(json.dumps({**rec, "schema_version": 3}))  # version 3 read any flags
-    (loaded,) = load_records(tmp_path)
-    assert [f["field"] for f in loaded["flags"]] == ["metrics.custom", "energy.total_j"]
+    (one,) = load_records(tmp_path)
+    assert [f.field for f in one.record.flags] == ["metrics.custom", "energy.total_j"]
     rec2 = copy.deepcopy(sane())
     rec2["run_key"], rec2["flags"] = "k2", "not a list"
     (tmp_path / "r2.json").write_text(json.dumps({**rec2, "schema_version": 3}))
-    assert {r["run_key"]: r["flags"] for r in load_records(tmp_path)}["k2"] == []
+    assert {one.record.run_key: one.record.flags for one in load_records(tmp_path)}["k2"] == []
 
 
 DIVERGING = """
@@ -164,11 +164,12 @@ def test_a_diverging_run_with_an_impossible_peak_is_recorded_ok_and_flagged(tmp_
     assert "⚠ flagged" in res.stderr
     (path,) = out.glob("*.json")
     json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"{c} in a record"))
-    (rec,) = load_records(out)
-    assert rec["status"] == "ok"
-    fields = {f["field"].split("[")[0] for f in rec["flags"]}
-    assert {"metrics.mfu", "metrics.tokens_per_s", "steps"} <= fields, rec["flags"]
-    assert any(s["loss"] is None for s in rec["steps"])
+    (one,) = load_records(out)
+    rec = one.record
+    assert rec.status == "ok"
+    fields = {f.field.split("[")[0] for f in rec.flags}
+    assert {"metrics.mfu", "metrics.tokens_per_s", "steps"} <= fields, rec.flags
+    assert any(s.loss is None for s in rec.steps)
     report = run_cli("report", str(out), "--json", timeout=60)
     (row,) = json.loads(report.stdout)["runs"]
     assert row["flagged"] is True and row["status"] == "ok"

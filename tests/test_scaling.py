@@ -85,7 +85,7 @@ def _run(tmp_path, worlds, omp: str | None):
     res = subprocess.run([sys.executable, "-m", "benchsuite.cli", "run", str(suite), "--out", str(out)],
                          capture_output=True, text=True, timeout=600, cwd=REPO, env=env)
     assert res.returncode == 0, res.stderr
-    return {r["config"]["world_size"]: r for r in load_records(out)}
+    return {one.record.config.world_size: one.record for one in load_records(out)}
 
 
 @pytest.mark.procs
@@ -95,12 +95,12 @@ def test_each_rank_runs_with_the_recorded_thread_count(tmp_path):
     recs = _run(tmp_path, [1, 2], omp=None)
     expected = max(1, host_cores() // 2)
     for world, rec in recs.items():
-        assert rec["env"]["threads_per_rank"] == expected and rec["env"]["threads_source"] == "sweep rule"
-        assert [d["cpu_threads"] for d in rec["env"]["devices"]] == [expected] * world
+        assert rec.env.threads_per_rank == expected and rec.env.threads_source == "sweep rule"
+        assert [d.cpu_threads for d in rec.env.devices] == [expected] * world
     user = _run(tmp_path, [1], omp="3")[1]
-    assert user["env"]["threads_per_rank"] == 3 and user["env"]["devices"][0]["cpu_threads"] == 3
-    assert user["env"]["threads_source"] == "OMP_NUM_THREADS from the user"
-    assert "3 thread(s)" in user["metrics"]["matmul_ceiling_source"]  # the ceiling ran with the rank's threads
+    assert user.env.threads_per_rank == 3 and user.env.devices[0].cpu_threads == 3
+    assert user.env.threads_source == "OMP_NUM_THREADS from the user"
+    assert "3 thread(s)" in user.metrics.matmul_ceiling_source  # the ceiling ran with the rank's threads
 
 
 def test_upgrade_v1_env_keeps_the_threads_old_records_measured_or_says_why_not():

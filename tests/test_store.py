@@ -9,10 +9,10 @@ import warnings
 
 import pytest
 
-from benchsuite.record import SCHEMA_VERSION
+from benchsuite.record import SCHEMA_VERSION, RecordError
 from benchsuite.record import write_record
 from benchsuite.results.model import results_at
-from benchsuite.results.store import load_records
+from benchsuite.results.store import load_records, loaded
 from helpers.records import make_record
 
 
@@ -44,7 +44,7 @@ def test_killing_the_writer_mid_write_leaves_no_truncated_record(tmp_path):
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # a corrupt record would warn
             recs = load_records(out)
-        assert len(recs) == 1 and len(recs[0]["steps"]) == 200_000
+        assert len(recs) == 1 and len(recs[0].record.steps) == 200_000
     assert len(load_records(out)) == 1
     leftovers = [p.name for p in out.iterdir() if p.suffix == ".tmp"]
     assert all(name.startswith(".") for name in leftovers)  # hidden temp files only, never loaded
@@ -69,7 +69,7 @@ def test_loader_skips_corrupt_and_future_files_and_names_them(tmp_path):
     (tmp_path / "list.json").write_text("[1, 2]")
     with pytest.warns(UserWarning) as caught:
         recs = load_records(tmp_path)
-    assert [r["run_key"] for r in recs] == ["good"]
+    assert [r.record.run_key for r in recs] == ["good"]
     messages = " ".join(str(w.message) for w in caught)
     for name in ("truncated.json", "future.json", "list.json"):
         assert name in messages
@@ -104,12 +104,13 @@ def test_the_dashboard_frames_are_the_results_models_plus_labels():
     model, site = results_of(records), load(REPO / "tests/fixtures/results")
     pd.testing.assert_frame_equal(site.df[list(model.df.columns)], model.df)
     pd.testing.assert_frame_equal(site.runs[list(model.runs.columns)], model.runs)
-    assert [records[i]["run_key"] for i in model.df["rec"]] == list(model.df["run_key"])
+    assert [records[i].record.run_key for i in model.df["rec"]] == list(model.df["run_key"])
     assert site.df["j_per_token"].equals(pd.to_numeric(site.df["metrics.energy.j_per_token"]).astype(float))
 
     only_elsewhere = make_record("d1")
     only_elsewhere["metrics"]["derived"] = {"j_per_token": 0.5}   # a shape the harness never wrote
-    assert pd.isna(load([only_elsewhere]).df.loc[0, "j_per_token"])
+    with pytest.raises(RecordError, match="derived"):  # refused by the types: never read as a figure
+        loaded([only_elsewhere])
 
 
 def test_a_sweep_whose_figures_are_all_null_reads_as_not_measured(tmp_path, capsys):

@@ -7,6 +7,7 @@ import pytest
 from scipy import stats
 
 from benchsuite.results.model import results_of
+from benchsuite.results.store import loaded
 from benchsuite.results.stats import Interval, log_t_interval, welch_ratio
 from benchsuite.results.verdicts import verdicts as verdicts_of
 from benchsuite.results.verdicts import CLAIMS, Consistency, Ranking, judge, verdicts_doc
@@ -14,7 +15,7 @@ from benchsuite.results.verdicts import CLAIMS, Consistency, Ranking, judge, ver
 
 def verdicts(recs):
     """The verdicts of the results model of these hand-built records (completed to the record's types)."""
-    return verdicts_of(results_of([complete(r) for r in recs]))
+    return verdicts_of(results_of(loaded([complete(r) for r in recs])))
 
 
 def complete(rec: dict) -> dict:
@@ -48,7 +49,7 @@ def record(workload, seed, tokens, *, router=None, reached=True, step_s=0.1, sui
                         "params": {"total": 2e5}, "energy": {"j_per_token": 0.01, "gco2e_per_mtok": 1.0},
                         "mfu": None},
             "env": {"devices": [{"name": "cpu"}]}, "energy": {"source": "measured"},
-            "steps": [{"time_s": step_s * (1 + 0.01 * (i % 5))} for i in range(20)]}
+            "steps": [{"step": i, "time_s": step_s * (1 + 0.01 * (i % 5))} for i in range(20)]}
 
 
 def seeds(workload, tokens, **kw):
@@ -223,7 +224,7 @@ def test_a_cell_of_several_lines_keeps_its_line_breaks_in_the_report(tmp_path, c
     recs = (seeds("dense-a", [5000, 5200, 5100]) + seeds("dense-b", [6000, 6100, 5900])
             + seeds("switch", [3000, 3100, 2900], router="switch"))
     console = Console(record=True, width=300)
-    console.print(interval_table(verdicts_of(results_of([complete(r) for r in recs]))))
+    console.print(interval_table(verdicts(recs)))
     text = console.export_text()
     assert "\\x0a" not in text
     assert any("÷ dense-a" in line and "÷ dense-b" not in line for line in text.splitlines())
@@ -255,10 +256,10 @@ def test_claims_these_runs_cannot_test_are_one_line_each_claim_once(capsys):
 def _group(kind: str, jpt: list[float], share: float) -> "SeedGroup":
     """A run of three seeds with these J/token and tok/s, whose energy the meters bound to ±share."""
     from benchsuite.results.verdicts import SeedGroup
+    from helpers.records import make_record, records_of
 
-    records = [{"metrics": {"energy": {"j_per_token": v, "j_per_token_bound": {"low": v * (1 - share),
-                                                                              "high": v * (1 + share)}}}}
-               for v in jpt]
+    records = records_of([{**make_record(), "metrics": {"energy": {
+        "j_per_token": v, "j_per_token_bound": {"low": v * (1 - share), "high": v * (1 + share)}}}} for v in jpt])
     return SeedGroup("s", kind, kind, None if kind == "dense" else "switch", kind, kind, (1, 1, "weak", "cpu", None),
                      False, {i: {"j_per_token": v, "tokens_per_s": 1000.0} for i, v in enumerate(jpt)}, records)
 

@@ -110,7 +110,10 @@ PROJECTED = ("hours", "energy_kwh", "facility_kwh", "co2e_t", "j_per_token", "to
 
 def _run_projection(results, row: dict, args, intensity) -> dict:
     """One run's projection: each record's, and the run's figure the median over seeds of each seed's
-    median over repeats (results/model.run_median), with the range over the records."""
+    median over repeats (results/model.run_median), with the range over the records. energy/carbon.py reads
+    records as JSON values (the record's writer uses it too): each record is handed to it as its document."""
+    import msgspec
+
     from benchsuite.energy import carbon, footprint
     from benchsuite.energy.footprint import J_PER_KWH, Usage
     from benchsuite.results.identity import seed_of
@@ -119,12 +122,13 @@ def _run_projection(results, row: dict, args, intensity) -> dict:
     recs = results.run_records(row["identity"])
     head = {"identity": row["identity"], "label": row["label"], "suite": row["suite"], "workload": row["workload"],
             "world_size": int(row["world_size"]), "seeds": list(row["seeds"]), "records": len(recs),
-            "run_keys": sorted({r["run_key"] for r in recs}),
-            "short_window": any(bool((r.get("energy") or {}).get("short_window")) for r in recs)}
+            "run_keys": sorted({r.run_key for r in recs}),
+            "short_window": any(bool(r.energy and r.energy.short_window) for r in recs)}
     projections, errors = [], []
     for rec in recs:
         try:
-            proj = carbon.project_from_record(rec, args.tokens, args.devices, args.pue, intensity, _parts_given(args))
+            proj = carbon.project_from_record(msgspec.to_builtins(rec), args.tokens, args.devices, args.pue,
+                                              intensity, _parts_given(args))
         except ValueError as e:
             errors.append(str(e))
             continue
@@ -141,10 +145,11 @@ def _run_projection(results, row: dict, args, intensity) -> dict:
         values = [(seed, p[key]) for seed, p in projections]
         out[key] = run_median(values)
         out[f"{key}_range"] = [min(v for _, v in values), max(v for _, v in values)]
+    first_energy, first_carbon = recs[0].energy, recs[0].config.carbon
     usage = Usage(out["energy_kwh"] * J_PER_KWH, out["pue"], out["devices"], out["hours"],
-                  bool((recs[0].get("energy") or {}).get("per_device")))  # the parts of the run's median figures
-    out.update(footprint.parts(usage, carbon.parts_config((recs[0].get("config") or {}).get("carbon") or {},
-                                                          _parts_given(args))))
+                  bool(first_energy and first_energy.per_device))  # the parts of the run's median figures
+    carbon_config = msgspec.to_builtins(first_carbon) if first_carbon else {}
+    out.update(footprint.parts(usage, carbon.parts_config(carbon_config, _parts_given(args))))
     out["records_projected"] = len(projections)
     if errors:
         out["records_not_projected"] = errors

@@ -11,11 +11,15 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from benchsuite.config import MAX_RUNS
 from benchsuite.terminal import printable
+
+if TYPE_CHECKING:  # the store loads on first use: a verb that reads no record never imports it
+    from benchsuite.results.store import Loaded
 
 # Every user string reaches these through benchsuite.terminal.printable; emoji=False: a name like
 # ":warning:" is shown as typed (markup=False alone still replaces emoji codes).
@@ -134,9 +138,9 @@ def results_path(path: str | Path) -> Path:
     return Path(path)
 
 
-def load_results(path: str | Path) -> list[dict]:
-    """Every readable record under `path`, read once by the store's safe loader (which warns once per
-    file it skips)."""
+def load_results(path: str | Path) -> list[Loaded]:
+    """Every readable record under `path` with its file, read once by the store's safe loader (which warns
+    once per file it skips)."""
     from benchsuite.results.store import load_records
 
     return load_records(results_path(path))

@@ -25,7 +25,7 @@ def run(args) -> int:
     from benchsuite.atomic import naming
     from benchsuite.results.export import FORMATS, ExportError, write_csv
 
-    records = load_results(args.dir)
+    records = [one.record for one in load_results(args.dir)]
     folder = Path(args.dir) if not Path(args.dir).is_file() else Path(args.dir).parent
     output = Path(args.output or folder / ("emissions.csv" if args.format == "codecarbon" else "footprint.csv"))
     not_an_input("-o", output, args.dir)

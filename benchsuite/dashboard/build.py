@@ -132,7 +132,7 @@ NAV = [("Runs", "#overview"), ("Scaling", "#scaling"), ("Dense vs sparse", "#com
 
 
 def build_site(results, out, *, validate: bool = False, system=None) -> BuildResult:
-    """Build the site for `results` (a folder, or a list of records) into `out`.
+    """Build the site for `results` (a folder, or a list of record documents: data.load) into `out`.
     validate=True checks every figure against Plotly's schema (slower; the tests use it); system: a
     benchsuite.predict system, whose predictions run pages show beside the measured step time.
     The cyclic collector is paused throughout: the pages make millions of small strings and dicts, none in

@@ -4,7 +4,7 @@
 both from the model `benchsuite report` reads: the same medians, intervals over seeds, efficiencies
 and flags. The pages add the model family of each row (its colour and marker), each record's page, and `run_label`: a record's name ("dense · w2 · seed 1 ·
 repeat 0") in `df`, a run's ("dense · w2") in `runs`. Lists (steps, per-device energy, expert load)
-stay in the raw records; row `rec` indexes `SiteData.records`.
+are read from the typed records (record/types.py); row `rec` indexes `SiteData.records`.
 """
 
 from __future__ import annotations
@@ -16,11 +16,10 @@ from pathlib import Path
 import pandas as pd
 
 from benchsuite.record.names import record_id, slug
-from benchsuite.record.sanity import with_flags
-from benchsuite.record.values import dig
+from benchsuite.record.types import Metrics, MoEMetrics, Record
 from benchsuite.results.model import Results, results_at, results_of
+from benchsuite.results.store import loaded
 from benchsuite.results.verdicts import Verdicts, verdicts
-from benchsuite.dashboard.render import num
 from benchsuite.dashboard.style import Families, family
 
 # More series than a legend can tell apart: summary figures then draw one trace per model family.
@@ -34,7 +33,7 @@ class SiteData:
     runs: pd.DataFrame  # one row per run
 
     @property
-    def records(self) -> list[dict]:
+    def records(self) -> list[Record]:
         return self.results.records
 
     @property
@@ -46,7 +45,7 @@ class SiteData:
         """Dense vs sparse over seeds and the claims (results/verdicts.py), computed once for every page."""
         return verdicts(self.results)
 
-    def record(self, row) -> dict:
+    def record(self, row) -> Record:
         """The record of a `df` row; of a `runs` row, the run's latest record."""
         return self.records[int(row["rec"])]
 
@@ -66,44 +65,35 @@ def page_slug(run_key: str) -> str:
     return slug(str(run_key), 64)
 
 
-def expert_load(rec: dict, key: str = "expert_load") -> list[list[float]] | None:
-    """A [MoE layer][expert] table of metrics.moe, summed over ranks: expert_load (tokens routed to
-    each expert in the last step, before capacity) or tokens_per_expert (the tokens each expert
-    computed, after capacity). None unless every layer is a list of numbers."""
-    load = dig(rec, "metrics", "moe", key)
-    if not isinstance(load, list) or not load or not all(isinstance(layer, list) and layer for layer in load):
-        return None
-    rows = [[num(v) for v in layer] for layer in load]
-    return None if any(v is None for row in rows for v in row) else rows
+def metrics_of(rec: Record) -> Metrics:
+    """The record's metrics; a failed run has none: an empty section then, every figure None."""
+    return rec.metrics or Metrics()
 
 
-# The per-expert counts a load view reads, first found wins: what the experts computed (records from
-# schema 3 on), else what the router sent them (older records; it counts dropped tokens too).
-LOAD_KEYS = (("tokens_per_expert", "computed"), ("expert_load", "routed, before capacity"))
-
-
-def load_table(rec: dict) -> tuple[list[list[float]], str] | None:
-    """The [MoE layer][expert] table a load view reads (the first of LOAD_KEYS recorded) and what it
-    counts; None where neither is recorded."""
-    for key, counts in LOAD_KEYS:
-        rows = expert_load(rec, key)
-        if rows is not None:
+def load_table(moe: MoEMetrics) -> tuple[list[list[float]], str] | None:
+    """The [MoE layer][expert] table a load view reads, summed over ranks, and what it counts: the tokens
+    each expert computed in the last step (tokens_per_expert, after capacity: records from schema 3 on),
+    else those the router sent it (expert_load, before capacity: older records; it counts dropped tokens
+    too). None where neither is recorded with an expert in every layer."""
+    for rows, counts in ((moe.tokens_per_expert, "computed"), (moe.expert_load, "routed, before capacity")):
+        if rows and all(rows):
             return rows, counts
     return None
 
 
-def tokens_per_expert(rec: dict) -> tuple[list[float], str] | None:
+def tokens_per_expert(moe: MoEMetrics) -> tuple[list[float], str] | None:
     """Tokens of each expert in the last step, summed over MoE layers and ranks, and what they count
-    (LOAD_KEYS). None where no table is recorded or its layers' expert counts differ."""
-    table = load_table(rec)
+    (load_table). None where no table is recorded or its layers' expert counts differ."""
+    table = load_table(moe)
     if table is None or len({len(row) for row in table[0]}) != 1:
         return None
     return [sum(col) for col in zip(*table[0])], table[1]
 
 
-def _families(frame: pd.DataFrame, records: list[dict], families: Families | None = None) -> Families:
-    moe = [dig(records[int(i)], "config", "moe") for i in frame["rec"]]
-    frame["family"] = [family(k, r, dig(m, "capacity_factor"), dig(m, "shared_experts"))
+def _families(frame: pd.DataFrame, records: list[Record], families: Families | None = None) -> Families:
+    moe = [records[int(i)].config.moe for i in frame["rec"]]
+    frame["family"] = [family(k, r, m.capacity_factor if m is not None else None,
+                              m.shared_experts if m is not None else None)
                        for k, r, m in zip(frame["kind"], frame["router"], moe)]
     families = families or Families(frame["family"])
     frame["kind_label"] = [families[f].name for f in frame["family"]]
@@ -134,11 +124,11 @@ def site_data(results: Results) -> SiteData:
 
 
 def load(results: str | Path | list[dict]) -> SiteData:
-    """From a results folder (or a list of records already loaded)."""
+    """From a results folder, or record documents built in memory (read as a folder's files are: copied,
+    upgraded, flagged and typed; the caller's dicts stay as they were)."""
     if isinstance(results, (str, Path)):
         return site_data(results_at(results))
-    # flagged as load_records flags them (a copy: the caller's dicts stay as they were)
-    return site_data(results_of([with_flags(dict(r)) for r in results]))
+    return site_data(results_of(loaded(results)))
 
 
 def per_family(df: pd.DataFrame) -> bool:

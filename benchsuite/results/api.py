@@ -21,7 +21,6 @@ import pandas as pd
 
 from benchsuite.record.columns import field_column, field_columns
 from benchsuite.results.model import INTERVALS, results_at
-from benchsuite.results.store import load_records
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -29,6 +29,7 @@ from rich.table import Table
 
 from benchsuite.record.values import dig, num
 from benchsuite.record.names import digest
+from benchsuite.record.types import Config, Error, Interval, PerWork, Record, Status
 from benchsuite.results.identity import (SITE_SETTINGS, TEXT_ONLY, differing_keys, hardware_label,
                                          ignored_paths, seed_of, seeds_text, without)
 from benchsuite.results.stats import pooled_ratio, run_median
@@ -59,16 +60,21 @@ class Verdict(str, Enum):
 class Metric:
     name: str
     label: str
-    record_path: tuple[str, ...]  # where a record holds the figure
+    figure: Callable[[Record], float | None]  # the figure as a record holds it
     higher_is_better: bool
     energy: bool = False  # from the energy reading: judged only when measured, and beyond the meters' bound
 
 
+def per_work(rec: Record) -> PerWork:
+    """The record's energy per unit of work; an empty section (every figure None) when it has none."""
+    return rec.metrics.energy if rec.metrics and rec.metrics.energy else PerWork()
+
+
 METRICS = (
-    Metric("tokens_per_s", "tok/s", ("metrics", "tokens_per_s"), True),
-    Metric("mfu", "MFU", ("metrics", "mfu"), True),
-    Metric("j_per_token", "J/token", ("metrics", "energy", "j_per_token"), False, energy=True),
-    Metric("gco2e_per_mtok", "gCO2e/Mtok", ("metrics", "energy", "gco2e_per_mtok"), False, energy=True),
+    Metric("tokens_per_s", "tok/s", lambda r: r.metrics.tokens_per_s if r.metrics else None, True),
+    Metric("mfu", "MFU", lambda r: r.metrics.mfu if r.metrics else None, True),
+    Metric("j_per_token", "J/token", lambda r: per_work(r).j_per_token, False, energy=True),
+    Metric("gco2e_per_mtok", "gCO2e/Mtok", lambda r: per_work(r).gco2e_per_mtok, False, energy=True),
 )
 LABELS = {m.name: m.label for m in METRICS}
 
@@ -151,29 +157,29 @@ class Comparison:
 class SideRun:
     """The records of one identity in one folder."""
 
-    config: dict  # the identity config (what must match)
-    ok: list[dict] = field(default_factory=list)
-    failed: list[dict] = field(default_factory=list)
+    config: dict  # the identity config as JSON values (what must match)
+    ok: list[Record] = field(default_factory=list)
+    failed: list[Record] = field(default_factory=list)
 
     @property
-    def records(self) -> list[dict]:
+    def records(self) -> list[Record]:
         return self.ok or self.failed
 
 
 # ----------------------------------------------------------------------------- identity and labels
 
 
-def identity_config(config: dict, ignored: Sequence[tuple[str, ...]] = ()) -> dict:
+def identity_config(config: Config, ignored: Sequence[tuple[str, ...]] = ()) -> dict:
     """The resolved config less what is never measured (TEXT_ONLY), what a site chooses (SITE_SETTINGS)
     and the --ignore keys: what must match for two runs to compare. The seed stays unless ignored."""
     return without(config, (*TEXT_ONLY, *SITE_SETTINGS, *ignored))
 
 
-def identity_key(config: dict, ignored: Sequence[tuple[str, ...]] = ()) -> str:
+def identity_key(config: Config, ignored: Sequence[tuple[str, ...]] = ()) -> str:
     return digest(identity_config(config, ignored))
 
 
-def seeds_of(records: list[dict]) -> list[int]:
+def seeds_of(records: list[Record]) -> list[int]:
     return sorted({seed_of(r) for r in records})
 
 
@@ -184,27 +190,27 @@ def seeds_label(seeds_a: list[int], seeds_b: list[int] | None = None) -> str:
     return f"{'seeds' if len(both) > 1 else 'seed'} {text}"
 
 
-def run_label(rec: dict, seeds_a: list[int], seeds_b: list[int] | None = None) -> str:
+def run_label(rec: Record, seeds_a: list[int], seeds_b: list[int] | None = None) -> str:
     """'suite/dense w2 n1 weak · seed 1': the run and the seed(s) its records ran."""
-    cfg = rec["config"]
-    return f"{rec['suite']}/{rec['workload']} w{cfg['world_size']} n{cfg['nodes']} {cfg['scaling']} · " \
+    cfg = rec.config
+    return f"{rec.suite}/{rec.workload} w{cfg.world_size} n{cfg.nodes} {cfg.scaling} · " \
            + seeds_label(seeds_a, seeds_b)
 
 
 # ----------------------------------------------------------------------------- one run
 
 
-def figures(records: list[dict], metric: Metric) -> list[float | None]:
-    return [num(dig(r, *metric.record_path)) for r in records]
+def figures(records: list[Record], metric: Metric) -> list[float | None]:
+    return [num(metric.figure(r)) for r in records]
 
 
-def estimated_energy(rec: dict) -> bool:
+def estimated_energy(rec: Record) -> bool:
     """True when the record's energy was not read from a meter (energy.source not measured/sampled)."""
-    source = dig(rec, "energy", "source") or dig(rec, "metrics", "energy", "energy_source")
+    source = (rec.energy.source if rec.energy else None) or per_work(rec).energy_source
     return source not in MEASURED_ENERGY
 
 
-def _median(records: list[dict], values: list[float | None]) -> float | None:
+def _median(records: list[Record], values: list[float | None]) -> float | None:
     """The side's figure as the results model states a run's: the median over seeds of each seed's median
     over its repeats (one seed: the median over the records)."""
     present = [(seed_of(r), v) for r, v in zip(records, values) if v is not None]
@@ -219,22 +225,19 @@ def _missing(values: list[float | None], side: str) -> str | None:
     return side if gaps == len(values) else f"{gaps} of {len(values)} records of {side}"
 
 
-# The relative bound of every energy figure is its energy's (J/token and CO2e scale the same joules).
-ENERGY_BOUND = ("metrics", "energy", "j_per_token_bound")
-ENERGY_FIGURE = ("metrics", "energy", "j_per_token")
-
-
-def relative_bound(rec: dict) -> tuple[float, float | None] | None:
+def relative_bound(rec: Record) -> tuple[float, float | None] | None:
     """(share below, share above) of a record's energy figure as its meters bound it (energy/bounds.py);
-    above is None when unbounded (a possibly missed counter wrap), and None when the record has no bound."""
-    low, high, value = (num(dig(rec, *ENERGY_BOUND, "low")), num(dig(rec, *ENERGY_BOUND, "high")),
-                        num(dig(rec, *ENERGY_FIGURE)))
+    above is None when unbounded (a possibly missed counter wrap), and None when the record has no bound.
+    The relative bound of every energy figure is its J/token's (J/token and CO2e scale the same joules)."""
+    energy = per_work(rec)
+    bound = energy.j_per_token_bound or Interval()
+    low, high, value = num(bound.low), num(bound.high), num(energy.j_per_token)
     if low is None or not value:
         return None
     return 1 - low / value, None if high is None else high / value - 1
 
 
-def meter_ratio(a: float, b: float, recs_a: list[dict], recs_b: list[dict]) -> tuple[float, float | None] | None:
+def meter_ratio(a: float, b: float, recs_a: list[Record], recs_b: list[Record]) -> tuple[float, float | None] | None:
     """The range of B/A the meters allow: each side's figure moved to the far ends of the widest bound among its
     records; None when a record has no bound."""
     sides = []
@@ -256,7 +259,7 @@ def verdict(metric: Metric, ratio: float, ci95: tuple[float, float], threshold: 
     return Verdict.BETTER if (ratio > 1) == metric.higher_is_better else Verdict.WORSE
 
 
-def compare_metric(metric: Metric, recs_a: list[dict], recs_b: list[dict], threshold: float) -> MetricComparison:
+def compare_metric(metric: Metric, recs_a: list[Record], recs_b: list[Record], threshold: float) -> MetricComparison:
     """One figure of one run: the sides' medians, B/A and its pooled-t interval, and the verdict."""
     values_a, values_b = figures(recs_a, metric), figures(recs_b, metric)
     a, b = _median(recs_a, values_a), _median(recs_b, values_b)
@@ -281,11 +284,11 @@ def compare_metric(metric: Metric, recs_a: list[dict], recs_b: list[dict], thres
                             meter_bound=meters)
 
 
-def compare_run(recs_a: list[dict], recs_b: list[dict], threshold: float = DEFAULT_THRESHOLD,
+def compare_run(recs_a: list[Record], recs_b: list[Record], threshold: float = DEFAULT_THRESHOLD,
                 identity: str | None = None) -> RunComparison:
     """B against A for one run, given each side's ok records (its repeats, and seeds when pooled)."""
     seeds_a, seeds_b = seeds_of(recs_a), seeds_of(recs_b)
-    return RunComparison(run_label(recs_a[0], seeds_a, seeds_b), identity or identity_key(recs_a[0]["config"]),
+    return RunComparison(run_label(recs_a[0], seeds_a, seeds_b), identity or identity_key(recs_a[0].config),
                          hardware_label(recs_a), hardware_label(recs_b), seeds_a, seeds_b, len(recs_a),
                          len(recs_b), [compare_metric(m, recs_a, recs_b, threshold) for m in METRICS])
 
@@ -316,25 +319,26 @@ def load_side(folder: str | Path, ignored: Sequence[tuple[str, ...]] = (),
     folder = Path(folder)
     check_folder(folder)
     side: dict[str, SideRun] = {}
-    for rec in load_records(folder, exclude=exclude):
-        cfg = identity_config(rec["config"], ignored)
+    for one in load_records(folder, exclude=exclude):
+        cfg = identity_config(one.record.config, ignored)
         run = side.setdefault(digest(cfg), SideRun(cfg))
-        (run.ok if rec["status"] == "ok" else run.failed).append(rec)
+        (run.ok if one.record.status == Status.OK else run.failed).append(one.record)
     if not side:
         left_out = f" (left out: {', '.join(map(str, exclude))})" if exclude else ""
         raise CompareError(f"{folder}: no readable record under it{left_out}: nothing to compare")
     return side
 
 
-def error_text(rec: dict) -> str:
+def error_text(rec: Record) -> str:
     """'<type>: <message>' of a failed record, the message's first line, clipped."""
-    err = rec.get("error") or {}
-    message = str(err.get("message") or "").strip().split("\n")[0]
+    err = rec.error or Error()
+    message = (err.message or "").strip().split("\n")[0]
     message = message if len(message) <= 200 else message[:199] + "…"
-    return f"{err.get('type') or 'error'}: {message}" if message or err.get("type") else "no error recorded"
+    return f"{err.type or 'error'}: {message}" if message or err.type else "no error recorded"
 
 
 def _value(config: dict, key: str) -> str:
+    """A key's value in an identity config (JSON values, walked by the dotted key a user can --ignore)."""
     text = json.dumps(dig(config, *key.split(".")), default=str)
     return text if len(text) <= 40 else text[:39] + "…"
 
@@ -345,10 +349,9 @@ def closest_note(run: SideRun, other: dict[str, SideRun], side: str) -> str:
     other_side = "B" if side == "A" else "A"
     rec = run.records[0]
     peers = [(differing_keys(run.config, o.config), run_label(o.records[0], seeds_of(o.records)), o.config)
-             for o in other.values() if (o.records[0]["suite"], o.records[0]["workload"])
-             == (rec["suite"], rec["workload"])]
+             for o in other.values() if (o.records[0].suite, o.records[0].workload) == (rec.suite, rec.workload)]
     if not peers:
-        return f"no run of {other_side} is of {rec['suite']}/{rec['workload']}"
+        return f"no run of {other_side} is of {rec.suite}/{rec.workload}"
     keys, name, config = min(peers, key=lambda p: (len(p[0]), p[1]))
     cfg_a, cfg_b = (run.config, config) if side == "A" else (config, run.config)
     diffs = ", ".join(f"{k} ({_value(cfg_a, k)} in A, {_value(cfg_b, k)} in B)" for k in keys)

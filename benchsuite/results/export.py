@@ -26,7 +26,9 @@ from filelock import FileLock, Timeout
 
 from benchsuite.atomic import OutputError, atomic_file, hidden_name, umask
 from benchsuite.energy.carbon import J_PER_KWH, country_name
-from benchsuite.record.names import record_id, repeat_of
+from benchsuite.record.names import record_id
+from benchsuite.record.types import (Carbon, CarbonConfig, Embodied, Energy, Interval, MarketBased, Record, Status,
+                                     Water)
 from benchsuite.record.values import ratio
 
 CODECARBON_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S"   # emissions_tracker.py, EmissionsData(timestamp=...)
@@ -35,11 +37,11 @@ RUN_ID_NAMESPACE = uuid.UUID("5d9c1f3e-6a0b-5c55-9b1e-2b7f0c0e9a11")  # benchsui
 LOCK_TIMEOUT_S = 120.0  # another export holding the file's lock longer than this is named, not waited on
 
 
-def run_id(rec: dict) -> str:
+def run_id(rec: Record) -> str:
     """The stable key of a measurement (what codecarbon calls run_id): a UUID of its run key, repeat and
     start time in UTC. The same record exported twice, or from another time zone, has the same one."""
-    started = dt.datetime.fromisoformat(rec["started_at"]).astimezone(dt.timezone.utc).isoformat()
-    return str(uuid.uuid5(RUN_ID_NAMESPACE, f"{record_id(rec['run_key'], repeat_of(rec))}@{started}"))
+    started = rec.started_at.astimezone(dt.timezone.utc).isoformat()
+    return str(uuid.uuid5(RUN_ID_NAMESPACE, f"{record_id(rec.run_key, rec.repeat)}@{started}"))
 
 
 def codecarbon_columns() -> list[str]:
@@ -48,45 +50,57 @@ def codecarbon_columns() -> list[str]:
     return [f.name for f in dataclasses.fields(EmissionsData)]
 
 
-def _codecarbon_timestamp(started_at: Any, duration_s: Any) -> str | None:
+def _codecarbon_timestamp(started_at: dt.datetime, duration_s: float | None) -> str | None:
     """When the run ended, as codecarbon stamps a row when its tracker stops: local wall time of
     this host, "%Y-%m-%dT%H:%M:%S", no offset (datetime.now().strftime in emissions_tracker.py)."""
     try:
-        start = dt.datetime.fromisoformat(started_at)
-        if start.tzinfo is None:   # records stamp UTC (record/codec.utc_now)
-            start = start.replace(tzinfo=dt.timezone.utc)
-        end = start + dt.timedelta(seconds=duration_s if isinstance(duration_s, (int, float)) else 0)
+        end = started_at + dt.timedelta(seconds=duration_s or 0)
         return end.astimezone().strftime(CODECARBON_TIME_FORMAT)
-    except (TypeError, ValueError, OverflowError):  # not a time, or one past year 9999 (an empty cell)
+    except (ValueError, OverflowError):  # a time past year 9999 (an empty cell)
         return None
 
 
-def to_codecarbon_rows(records: list[dict]) -> list[dict]:
+def _facility_j(energy: Energy | None, pue: float) -> dict[str, float | None]:
+    """Each part's joules × PUE, as codecarbon states energy (None: not measured)."""
+    joules = (energy.cpu_j, energy.gpu_j, energy.dram_j, energy.total_j) if energy else (None,) * 4
+    return {part: None if j is None else j * pue for part, j in zip(("cpu", "gpu", "dram", "total"), joules)}
+
+
+def _hardware(rec: Record) -> dict[str, Any]:
+    """codecarbon's gpu_model ('2 x NVIDIA H100') from the physical GPUs, each once by UUID, and its cpu_model."""
+    env = rec.env
+    devices = (rec.energy.per_device if rec.energy else None) or env.devices or []
+    gpus = {d.uuid: d.name for d in devices if d.uuid and (d.type or "cuda") == "cuda"}
+    cpu_models = sorted({d.name for d in env.devices or [] if d.type == "cpu"} - {None})
+    return {"cpu_model": env.cpu_model or ", ".join(cpu_models) or None,
+            "gpu_model": "".join(f"{n} x {name}" for name, n in Counter(gpus.values()).items() if name) or None}
+
+
+def _place(config: CarbonConfig | None) -> dict[str, str | None]:
+    """codecarbon's country and region columns from the run's [carbon] place."""
+    country = ((config.country if config else None) or "").strip().upper() or None
+    return {"country_name": country_name(country), "country_iso_code": country,
+            "region": ((config.region if config else None) or "").lower() or None}
+
+
+def to_codecarbon_rows(records: list[Record]) -> list[dict]:
     """One codecarbon-style row per ok record, in codecarbon's units and conventions: duration s,
     emissions kg CO2e, emissions_rate kg/s, *_power W, *_energy kWh, powers and energies
     multiplied by PUE as codecarbon does (so emissions / energy_consumed = intensity). Figures
     a run did not measure are left empty (None), not 0; durations and energies cover the energy window."""
     rows = []
     for rec in records:
-        if rec.get("status") != "ok":
+        if rec.status != Status.OK:
             continue
-        energy, carbon = rec.get("energy") or {}, rec.get("carbon") or {}
-        env, cfg = rec.get("env") or {}, (rec.get("config") or {})
-        ccfg = cfg.get("carbon") or {}
-        pue = carbon.get("pue") or 1.0
-        window = energy.get("window_s") or rec.get("duration_s")
-        facility_j = {k: None if energy.get(f"{k}_j") is None else energy[f"{k}_j"] * pue
-                      for k in ("cpu", "gpu", "dram", "total")}
-        co2e_kg = None if carbon.get("co2e_g") is None else carbon["co2e_g"] / 1000.0
-        gpus = {d.get("uuid"): d.get("name") for d in (energy.get("per_device") or env.get("devices") or [])
-                if d.get("uuid") and (d.get("type") or "cuda") == "cuda"}          # physical GPUs, each once
-        cpu_models = sorted({d.get("name") for d in env.get("devices") or [] if d.get("type") == "cpu"} - {None})
-        country = (ccfg.get("country") or "").strip().upper() or None
+        energy, carbon, env = rec.energy, rec.carbon, rec.env
+        window = (energy.window_s if energy else None) or rec.duration_s
+        facility_j = _facility_j(energy, carbon.pue if carbon else 1.0)
+        co2e_kg = None if carbon is None or carbon.co2e_g is None else carbon.co2e_g / 1000.0
         row = {
-            "timestamp": _codecarbon_timestamp(rec.get("started_at"), rec.get("duration_s")),
-            "project_name": rec.get("suite"),
+            "timestamp": _codecarbon_timestamp(rec.started_at, rec.duration_s),
+            "project_name": rec.suite,
             "run_id": run_id(rec),
-            "experiment_id": rec.get("workload"),
+            "experiment_id": rec.workload,
             "duration": window,
             "emissions": co2e_kg,
             "emissions_rate": ratio(co2e_kg, window),
@@ -97,20 +111,17 @@ def to_codecarbon_rows(records: list[dict]) -> list[dict]:
             "gpu_energy": ratio(facility_j["gpu"], J_PER_KWH),
             "ram_energy": ratio(facility_j["dram"], J_PER_KWH),
             "energy_consumed": ratio(facility_j["total"], J_PER_KWH),
-            "country_name": country_name(country),
-            "country_iso_code": country,
-            "region": (ccfg.get("region") or "").lower() or None,
-            "os": env.get("os"),
-            "python_version": env.get("python"),
+            **_place(rec.config.carbon),
+            "os": env.os,
+            "python_version": env.python,
             "codecarbon_version": _codecarbon_version(),
-            "cpu_count": env.get("cpu_count"),
-            "cpu_model": env.get("cpu_model") or ", ".join(cpu_models) or None,
-            "gpu_count": env.get("gpu_count"),
-            "gpu_model": "".join(f"{n} x {name}" for name, n in Counter(gpus.values()).items() if name) or None,
-            "ram_total_size": env.get("ram_total_gb"),
+            "cpu_count": env.cpu_count,
+            "gpu_count": env.gpu_count,
+            **_hardware(rec),
+            "ram_total_size": env.ram_total_gb,
             "tracking_mode": "machine",
             "on_cloud": "N",
-            "pue": carbon.get("pue"),
+            "pue": carbon.pue if carbon else None,
         }
         rows.append({c: row.get(c) for c in codecarbon_columns()})
     return rows
@@ -125,38 +136,38 @@ FOOTPRINT_COLUMNS = [
 ]
 
 
-def to_footprint_rows(records: list[dict]) -> list[dict]:
+def _kg(g: float | None) -> float | None:
+    return None if g is None else g / 1000.0
+
+
+def to_footprint_rows(records: list[Record]) -> list[dict]:
     """One row per ok record beside its emissions.csv row (same run_id), in codecarbon's units: energy kWh
     × PUE with the meters' low and high, location-based emissions kg with theirs, the market-based figure
-    (kg, at its g/kWh: never added to emissions), embodied kg with its device-hours and source, water L."""
+    (kg, at its g/kWh: never added to emissions), embodied kg with its device-hours and source, water L.
+    A section the record lacks reads as an empty one: its cells stay empty."""
     rows = []
     for rec in records:
-        if rec.get("status") != "ok":
+        if rec.status != Status.OK:
             continue
-        energy, carbon = rec.get("energy") or {}, rec.get("carbon") or {}
-        bound = (energy.get("bounds") or {}).get("total") or {}
-        co2e, market, embodied, water = (carbon.get("co2e_g_bound") or {}, carbon.get("market") or {},
-                                         carbon.get("embodied") or {}, carbon.get("water") or {})
-        pue = carbon.get("pue") or 1.0
+        energy, carbon = rec.energy or Energy(), rec.carbon or Carbon()
+        bound = energy.bounds.total if energy.bounds else None
+        co2e, market = carbon.co2e_g_bound or Interval(), carbon.market or MarketBased()
+        embodied, water = carbon.embodied or Embodied(), carbon.water or Water()
 
-        def kwh(j):
-            return None if j is None else j * pue / J_PER_KWH
-
-        def kg(g):
-            return None if g is None else g / 1000.0
+        def kwh(j: float | None) -> float | None:
+            return None if j is None else j * carbon.pue / J_PER_KWH
 
         rows.append({
-            "run_id": run_id(rec), "project_name": rec.get("suite"), "experiment_id": rec.get("workload"),
-            "duration": energy.get("window_s") or rec.get("duration_s"),
-            "energy_consumed": kwh(energy.get("total_j")), "energy_consumed_low": kwh(bound.get("low_j")),
-            "energy_consumed_high": kwh(bound.get("high_j")), "energy_bound_flagged": bound.get("exceeds"),
-            "energy_bound_reason": bound.get("reason"),
-            "emissions": kg(carbon.get("co2e_g")), "emissions_low": kg(co2e.get("low")),
-            "emissions_high": kg(co2e.get("high")),
-            "market_intensity": market.get("intensity_g_per_kwh"), "market_emissions": kg(market.get("co2e_g")),
-            "embodied_emissions": kg(embodied.get("co2e_g")), "embodied_device_hours": embodied.get("device_hours"),
-            "embodied_source": embodied.get("source"),
-            "water_onsite": water.get("onsite_l"), "water_offsite": water.get("offsite_l"),
+            "run_id": run_id(rec), "project_name": rec.suite, "experiment_id": rec.workload,
+            "duration": energy.window_s or rec.duration_s,
+            "energy_consumed": kwh(energy.total_j), "energy_consumed_low": kwh(bound.low_j if bound else None),
+            "energy_consumed_high": kwh(bound.high_j if bound else None),
+            "energy_bound_flagged": bound.exceeds if bound else None,
+            "energy_bound_reason": bound.reason if bound else None,
+            "emissions": _kg(carbon.co2e_g), "emissions_low": _kg(co2e.low), "emissions_high": _kg(co2e.high),
+            "market_intensity": market.intensity_g_per_kwh, "market_emissions": _kg(market.co2e_g),
+            "embodied_emissions": _kg(embodied.co2e_g), "embodied_device_hours": embodied.device_hours,
+            "embodied_source": embodied.source, "water_onsite": water.onsite_l, "water_offsite": water.offsite_l,
         })
     return rows
 
@@ -166,7 +177,7 @@ class CsvFormat:
     """A CSV an export writes: its header, its rows from records, and how a foreign header is named."""
 
     columns: Callable[[], list[str]]
-    rows: Callable[[list[dict]], list[dict]]
+    rows: Callable[[list[Record]], list[dict]]
     header_name: Callable[[], str]
 
 
@@ -256,7 +267,7 @@ def _codecarbon_version() -> str:
     return codecarbon.__version__
 
 
-def write_csv(records: list[dict], path: str | Path, fmt: CsvFormat = CODECARBON) -> CsvExport:
+def write_csv(records: list[Record], path: str | Path, fmt: CsvFormat = CODECARBON) -> CsvExport:
     """emissions.csv in codecarbon's columns (or footprint.csv, with fmt=FOOTPRINT): a new file (header even
     when there are no rows), or the rows appended in place to an existing file of the format in its column
     order, as codecarbon does. Under a lock beside the file (.NAME.lock): concurrent exports wait their turn,

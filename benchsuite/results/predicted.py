@@ -14,11 +14,13 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+import msgspec
 from rich.markup import escape
 from rich.table import Table
 
 from benchsuite.config import RunConfig
-from benchsuite.record.values import dig, num
+from benchsuite.record.types import Kind, Record
+from benchsuite.record.values import num
 from benchsuite.results.identity import hardware_label
 from benchsuite.results.model import Results
 from benchsuite.terminal import printable
@@ -45,14 +47,15 @@ class Beside:
         return dataclasses.asdict(self)
 
 
-def _suspect(rec: dict, prediction) -> str:
+def _suspect(rec: Record, prediction) -> str:
     """The component most likely responsible for a measurement far slower than its prediction."""
     step = prediction.step_s
-    bubble = num(dig(rec, "metrics", "pipeline", "bubble_measured"))
+    m = rec.metrics
+    bubble = num(m.pipeline.bubble_measured) if m and m.pipeline else None
     if bubble is not None and bubble - prediction.bubble_fraction > EXCESS_SHARE:
         return (f"pipeline bubble: measured {bubble:.2f} of the step vs {prediction.bubble_fraction:.2f} predicted "
                 f"(a stage slower than the others, or another schedule than the file's)")
-    a2a = num(dig(rec, "metrics", "moe", "all_to_all_share"))
+    a2a = num(m.moe.all_to_all_share) if m and m.moe else None
     predicted_a2a = prediction.seconds("expert_parallel") / step
     if a2a is not None and a2a - predicted_a2a > EXCESS_SHARE:
         return (f"expert all-to-all: measured {a2a:.0%} of the step vs {predicted_a2a:.0%} predicted (the network "
@@ -95,7 +98,7 @@ def beside(results: Results, system) -> list[Beside]:
         why = _not_comparable(rec, hardware, system)
         if why is None:
             try:
-                prediction = predict_run(RunConfig.from_record(rec["config"]), system)
+                prediction = predict_run(RunConfig.from_record(msgspec.to_builtins(rec.config)), system)
             except (ValueError, TypeError, ZeroDivisionError) as e:  # a config no harness run could have had
                 why = f"cannot be predicted: {e}"
         if why is not None:
@@ -108,11 +111,11 @@ def beside(results: Results, system) -> list[Beside]:
     return out
 
 
-def _not_comparable(rec: dict, hardware: str, system) -> str | None:
+def _not_comparable(rec: Record, hardware: str, system) -> str | None:
     """Why a run's measurement cannot stand beside a prediction on `system`, or None."""
-    if rec["config"].get("kind") == "user":
+    if rec.config.kind == Kind.USER:
         return "a benchsuite.measure() loop: its model is the user's, not one benchsuite.predict describes"
-    names = {str(d.get("name")).lower() for d in dig(rec, "env", "devices") or [] if isinstance(d, dict)}
+    names = {str(d.name).lower() for d in rec.env.devices or []}
     if system.device.name and system.device.name.lower() not in names:
         return f"measured on {hardware}; the system file describes {system.device.name}"
     return None

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from benchsuite.record.columns import view_columns
 from benchsuite.record.names import digest
+from benchsuite.record.types import Record
 from benchsuite.record.values import num
 from benchsuite.results.identity import SEED, TEXT_ONLY, hardware_of, without
 from benchsuite.results.stats import Interval, welch_ratio
@@ -36,9 +37,9 @@ class RoutingPair:
                 "identities": list(self.identities)}
 
 
-def pair_key(rec: dict) -> str:
+def pair_key(rec: Record) -> str:
     """A run's identity less its routing: the two runs of a pair share it."""
-    return digest({"config": without(rec.get("config") or {}, (*TEXT_ONLY, SEED, ROUTING)),
+    return digest({"config": without(rec.config, (*TEXT_ONLY, SEED, ROUTING)),
                    "hardware": hardware_of(rec)})
 
 

@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from benchsuite.record.values import dig, num, present
+from benchsuite.record.types import Record
+from benchsuite.record.values import num, present
 from benchsuite.results.compare import ESTIMATED, MEASURED_ENERGY, meter_ratio
 from benchsuite.results.identity import hardware_label
 from benchsuite.results.stats import Interval, log_t_interval, no_interval, welch_ratio
@@ -66,7 +67,7 @@ class SeedGroup:
     layout: tuple  # world size, nodes, scaling, hardware: what a dense run must share to be compared
     quality: bool  # the run evaluated (train.eval_every > 0)
     table: dict[int, dict]  # seed → the results model's per_seed row (medians over the seed's repeats)
-    records: list[dict]
+    records: list[Record]
     failed_seeds: list[int] = field(default_factory=list)
     energy_source: str | None = "measured"  # the run's energy.source
 
@@ -102,13 +103,14 @@ def seed_groups(results: Results) -> list[SeedGroup]:
     for (identity, seed), row in results.per_seed[figures].to_dict("index").items():
         tables.setdefault(identity, {})[int(seed)] = row
     for row in results.ok_runs[columns].to_dict("records"):
-        cfg = results.run_records(row["identity"])[0]["config"]
-        groups.append(SeedGroup(str(row["suite"]), str(row["workload"]), str(row["kind"]), dig(cfg, "moe", "router"),
+        records = results.run_records(row["identity"])
+        moe = records[0].config.moe
+        groups.append(SeedGroup(str(row["suite"]), str(row["workload"]), str(row["kind"]), moe.router if moe else None,
                                 row["identity"], str(row["label"]),
                                 (row["world_size"], row["nodes"], row["scaling"], row["scaling.hardware"],
                                  num(row["scaling.threads_per_rank"])),  # NaN (a GPU run) never equals NaN
-                                present(row.get(FINAL_LOSS[1])), tables[row["identity"]],
-                                results.run_records(row["identity"]), list(row["failed_seeds"]),
+                                present(row.get(FINAL_LOSS[1])), tables[row["identity"]], records,
+                                list(row["failed_seeds"]),
                                 row["energy.source"] if isinstance(row["energy.source"], str) else None))
     return groups
 
@@ -136,7 +138,8 @@ def summarize(group: SeedGroup) -> WorkloadSummary:
     reached = group.reached()
     ok_seeds = [s for s, r in reached.items() if r]
     figures = {}
-    targeted = any(dig(r, "metrics", "quality", "target_loss") is not None for r in group.records)
+    targeted = any(r.metrics and r.metrics.quality and r.metrics.quality.target_loss is not None
+                   for r in group.records)
     if group.quality and targeted:  # without a target there is no to-target figure to give, not a miss
         for name, column, _ in TO_TARGET:
             figures[name] = (log_t_interval(group.values(column)) if ok_seeds else
@@ -326,18 +329,29 @@ def judge(measured: Interval, region: tuple[float, float]) -> Consistency:
 
 def _measured_conditions(num_g: SeedGroup, den_g: SeedGroup) -> str:
     def params(g: SeedGroup) -> str:
-        p = num(dig(g.records[0], "metrics", "params", "total"))
+        m = g.records[0].metrics
+        p = num(m.params.total) if m and m.params else None
         return "?" if p is None else f"{p / 1e6:.2g}M"
 
-    experts = dig(num_g.records[0], "config", "moe", "experts") or dig(den_g.records[0], "config", "moe", "experts")
+    def experts(g: SeedGroup) -> int | None:
+        moe = g.records[0].config.moe
+        return moe.experts if moe else None
+
+    n_experts = experts(num_g) or experts(den_g)
     tokens = [v for g in (num_g, den_g) for v in g.values(COLUMN["tokens"])]
     told = f"{np.median(tokens):.3g} tokens to target" if tokens else "target not reached"
-    return (f"here: {params(num_g)} / {params(den_g)} parameters" + (f", {experts} experts" if experts else "")
+    return (f"here: {params(num_g)} / {params(den_g)} parameters" + (f", {n_experts} experts" if n_experts else "")
             + f", {told}, {hardware_label(num_g.records + den_g.records)}")
 
 
+def _model_flops_per_token(rec: Record) -> float | None:
+    """What Switch's claim holds equal: a run's model FLOPs per token (None where not recorded)."""
+    m = rec.metrics
+    return num(m.flops.model_per_token) if m and m.flops else None
+
+
 def _flops_mismatch(a: SeedGroup, b: SeedGroup) -> str | None:
-    fa, fb = (num(dig(g.records[0], "metrics", "flops", "model_per_token")) for g in (a, b))
+    fa, fb = (_model_flops_per_token(g.records[0]) for g in (a, b))
     if fa is None or fb is None:
         return "model FLOPs per token not recorded"
     if abs(fa / fb - 1) > 0.05:

@@ -10,7 +10,7 @@ import warnings
 from pathlib import Path
 
 from benchsuite.config import load_suite
-from benchsuite.results.store import load_records
+from benchsuite.results.store import Loaded, load_records
 
 CLI = [sys.executable, "-m", "benchsuite.cli"]
 
@@ -41,10 +41,11 @@ def rank_started(key: str, rank: int, old: set[Path] = frozenset()) -> bool:
     return any((d / f"pid.{rank}").exists() for d in workdirs(key) - old)
 
 
-def strict_load(out: Path) -> dict[str, dict]:
-    """Records by run key; a corrupt or partial record would warn, and here that fails the test."""
+def strict_load(out: Path) -> dict[str, Loaded]:
+    """Records (with their files) by run key; a corrupt or partial record would warn, and here that fails the
+    test."""
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         recs = load_records(out)
     assert not [p.name for p in out.glob("*.tmp") if not p.name.startswith(".")], "a visible partial file"
-    return {r["run_key"]: r for r in recs}
+    return {one.record.run_key: one for one in recs}

@@ -1,12 +1,21 @@
 """A minimal valid record, for tests of the readers (store, report, dashboard, sanity flags), built through
-the record's types as the worker's are."""
+the record's types as the worker's are: as a document (to write, or to change by hand) and as the typed
+records a reader holds."""
 
 from benchsuite.record import SCHEMA_VERSION, decode, to_dict
+from benchsuite.record.types import Record
+from benchsuite.results.store import loaded
 
 
 def typed(doc: dict) -> dict:
     """doc as the record's types state it: checked, every declared field present (null where not given)."""
     return to_dict(decode(doc))
+
+
+def records_of(docs: list[dict]) -> list[Record]:
+    """Documents built in memory as a reader holds them: upgraded, flagged and typed, as the loader reads a
+    folder's files (store.loaded)."""
+    return [one.record for one in loaded(docs)]
 
 
 def make_record(run_key="k1", workload="w", status="ok", world_size=1, tokens_per_s=100.0, step=1.0,

@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from statistics import median
 
-from benchsuite.record.values import dig
-from benchsuite.dashboard.data import SiteData, per_family, tokens_per_expert
+from benchsuite.dashboard.data import SiteData, metrics_of, per_family, tokens_per_expert
 from benchsuite.dashboard.page import Page
 from benchsuite.dashboard.render import (Figure, Section, esc, f_num, f_pct, f_sig, layout, log_axis, missing, num, ptext,
                               short, table)
@@ -158,12 +157,11 @@ def expert_loads(data: SiteData, df, by_family: bool) -> list[ExpertLoad]:
     loads = []
     moe = df[df["kind"] == "moe"].sort_values(["series", "world_size"]).drop_duplicates("series")
     for row in moe[["rec", "series", "kind_label"]].to_dict("records"):
-        rec = data.record(row)
-        per_expert = tokens_per_expert(rec)
-        if per_expert:
-            impl = dig(rec, "metrics", "moe", "expert_impl")
-            loads.append(ExpertLoad(str(row["series"]), str(row["kind_label"]), *per_expert,
-                                    num(dig(rec, "metrics", "moe", "dropped_frac")), impl or None))
+        section = metrics_of(data.record(row)).moe
+        per_expert = None if section is None else tokens_per_expert(section)
+        if section is not None and per_expert:
+            loads.append(ExpertLoad(str(row["series"]), str(row["kind_label"]), *per_expert, section.dropped_frac,
+                                    section.expert_impl or None))
     if not by_family:
         return loads
     groups: dict[str, list[ExpertLoad]] = {}

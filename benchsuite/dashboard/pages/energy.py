@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from statistics import median
 
+from benchsuite.record.types import Energy
 from benchsuite.dashboard.data import SiteData, per_family
 from benchsuite.dashboard.page import Page
-from benchsuite.dashboard.render import Figure, Section, esc, f_sig, layout, log_axis, missing, num, ptext, short, table
+from benchsuite.dashboard.render import Figure, Section, esc, f_sig, layout, log_axis, missing, ptext, short, table
 
 PARTS = [("gpu", "GPU", "#2f9e44"), ("cpu", "CPU", "#1971c2"), ("dram", "DRAM", "#f08c00")]
 # How each source is drawn: (pattern shape, opacity). Order = most to least trustworthy.
@@ -16,8 +17,8 @@ SOURCES = {"measured": ("", 1.0), "sampled": ("/", 0.8), "estimated": ("x", 0.5)
 OTHER = ("\\", 0.5)
 
 
-def _source(rec_energy: dict, part: str) -> str:
-    src = (rec_energy.get("sources") or {}).get(part) or rec_energy.get("source") or "unknown"
+def _source(energy: Energy, part: str) -> str:
+    src = (getattr(energy.sources, part) if energy.sources is not None else None) or energy.source or "unknown"
     return str(src)
 
 
@@ -29,15 +30,15 @@ def stacked_figure(data: SiteData) -> tuple[Figure | None, list[str]]:
     values: dict[tuple, dict[str, list[float]]] = {}  # (part, source) → bar label → values
     labels, unmeasured = [], []
     for row in data.df[["rec", "run_label", "kind_label", "world_size"]].to_dict("records"):  # not all 200 columns
-        e = data.record(row).get("energy")
-        if not isinstance(e, dict) or all(num(e.get(f"{p}_j")) is None for p, _, _ in PARTS):
+        e = data.record(row).energy
+        if e is None or all(getattr(e, f"{p}_j") is None for p, _, _ in PARTS):
             unmeasured.append(row["run_label"])
             continue
         label = ptext(f"{row['kind_label']} · w{row['world_size']}" if by_family else row["run_label"])
         if label not in labels:
             labels.append(label)
         for part, _, _ in PARTS:
-            v = num(e.get(f"{part}_j"))
+            v = getattr(e, f"{part}_j")
             if v is not None:
                 values.setdefault((part, _source(e, part)), {}).setdefault(label, []).append(v)
     if not values:
@@ -76,18 +77,18 @@ def carbon_table(data: SiteData) -> str:
     groups: dict[tuple, list] = {}
     no_carbon = 0
     for row in data.df[["rec"]].to_dict("records"):
-        c = data.record(row).get("carbon")
-        if not isinstance(c, dict):
+        c = data.record(row).carbon
+        if c is None:
             no_carbon += 1
             continue
-        key = (num(c.get("pue")), num(c.get("intensity_g_per_kwh")), str(c.get("intensity_source") or "—"))
+        key = (c.pue, c.intensity_g_per_kwh, str(c.intensity_source or "—"))
         groups.setdefault(key, []).append(c)
     if not groups:
         return missing("Carbon", "no record has a carbon section")
     rows = []
     for (pue, intensity, source), cs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
-        kwh = [num(c.get("kwh")) for c in cs if num(c.get("kwh")) is not None]
-        co2 = [num(c.get("co2e_g")) for c in cs if num(c.get("co2e_g")) is not None]
+        kwh = [c.kwh for c in cs if c.kwh is not None]
+        co2 = [c.co2e_g for c in cs if c.co2e_g is not None]
         rows.append([f_sig(pue), f_sig(intensity), source, len(cs),
                      f_sig(sum(kwh)) if kwh else "not measured", f_sig(sum(co2)) if co2 else "not measured"])
     html = table(["PUE", "Grid intensity (g CO2e/kWh)", "Intensity source", "Runs", "Energy (kWh)", "CO2e (g)"],

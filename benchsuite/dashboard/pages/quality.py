@@ -13,11 +13,12 @@ what each run took to reach `train.target_loss` (benchsuite/metrics/quality.py).
 
 from __future__ import annotations
 
+import msgspec
 import numpy as np
 
 from benchsuite.energy.carbon import J_PER_KWH
-from benchsuite.record.values import dig
-from benchsuite.dashboard.data import SiteData, per_family
+from benchsuite.record.types import Quality, Record
+from benchsuite.dashboard.data import SiteData, metrics_of, per_family
 from benchsuite.dashboard.page import Page
 from benchsuite.dashboard.render import (DASH, Figure, Section, esc, f_num, f_sig, layout, missing, num, present, ptext,
                               short, table)
@@ -29,45 +30,44 @@ CURVES = [("tokens", "vs training tokens", "training tokens", "tokens"),
           ("energy_j", "vs training energy", "training energy (J)", "J"),
           ("model_flops", "vs model FLOPs", "model FLOPs", "FLOPs")]
 # (panel title, value of a run) for the to-target panels
-TARGETS = [("Tokens", lambda q: num(q.get("tokens"))),
-           ("Time (s)", lambda q: num(q.get("seconds"))),
-           ("Energy (kWh)", lambda q: None if num(q.get("energy_j")) is None else num(q["energy_j"]) / J_PER_KWH),
-           ("CO2e (g)", lambda q: num(q.get("co2e_g")))]
+TARGETS = [("Tokens", lambda q: num(q.tokens)),
+           ("Time (s)", lambda q: num(q.seconds)),
+           ("Energy (kWh)", lambda q: None if num(q.energy_j) is None else num(q.energy_j) / J_PER_KWH),
+           ("CO2e (g)", lambda q: num(q.co2e_g))]
 ENERGY_PANELS = {2, 3}  # the to-target panels whose figure is energy (or CO2e from it)
 NOT_MEASURED_SOURCES = ("estimated", "sampled")
 
 
 class Run:
-    """One run's quality figures, with what the page needs to name and colour it."""
+    """One run's quality figures, with what the page needs to name and colour it. `q`: its latest record's
+    metrics.quality with the run's medians over seeds in place of that record's to-target figures."""
 
-    def __init__(self, row: dict, rec: dict, q: dict):
+    def __init__(self, row: dict, rec: Record, q: Quality):
         self.row, self.rec, self.q = row, rec, q
         self.series = row["series"]
         self.label = row["series"]
         self.kind = str(row["kind_label"])
-        curve = q.get("curve") if isinstance(q.get("curve"), list) else []
-        self.curve = [p for p in curve if isinstance(p, dict) and num(p.get("val_loss")) is not None]
-        src = q.get("energy_source") or dig(rec, "energy", "source")
+        self.curve = [p for p in q.curve or [] if p.val_loss is not None]
+        src = q.energy_source or (rec.energy.source if rec.energy is not None else None)
         self.energy_source = str(src) if present(src) else "unavailable"
 
     @property
     def target(self) -> float | None:
-        return num(self.q.get("target_loss"))
+        return num(self.q.target_loss)
 
     @property
     def reached(self) -> bool | None:
         """True / False as the record says; records of an older harness without `reached` count as
         reached when they give a to-target figure."""
-        r = self.q.get("reached")
-        if isinstance(r, bool):
-            return r
+        if self.q.reached is not None:
+            return self.q.reached
         if self.target is None:
             return None
-        return True if num(self.q.get("tokens")) is not None else None
+        return True if num(self.q.tokens) is not None else None
 
     def why_not(self) -> str:
         """Why the run has no to-target figures (not reached, no target, no evaluation)."""
-        reason = self.q.get("reason")
+        reason = self.q.reason
         if present(reason) and str(reason):
             return str(reason)
         if self.target is None:
@@ -75,7 +75,7 @@ class Run:
         return "target not reached" if self.reached is False else "no to-target figure in the record"
 
     def energy_why(self) -> str:
-        reason = self.q.get("energy_reason")
+        reason = self.q.energy_reason
         if present(reason) and str(reason):
             return str(reason)
         return f"energy {self.energy_source}"
@@ -88,11 +88,11 @@ def quality_runs(data: SiteData) -> tuple[list[Run], list[str]]:
     runs, without = [], []
     for row in data.ok_runs.to_dict("records"):
         rec = data.record(row)
-        q = dig(rec, "metrics", "quality")
-        if isinstance(q, dict):
+        q = metrics_of(rec).quality
+        if q is not None:
             medians = {k[len("quality."):]: v for k, v in row.items()
                        if k.startswith("quality.") and k != "quality.reached" and num(v) is not None}
-            runs.append(Run(row, rec, {**q, **medians}))
+            runs.append(Run(row, rec, msgspec.structs.replace(q, **medians)))
         else:
             without.append(str(row["run_label"]))
     if per_family(data.df):
@@ -113,7 +113,7 @@ def _median_runs(runs: list[Run]) -> list[Run]:
         groups.setdefault((r.kind, int(r.row["world_size"])), []).append(r)
     out = []
     for (kind, n), rs in sorted(groups.items()):
-        rs = sorted(rs, key=lambda r: num(r.q.get("best_val_loss")) or 0.0)
+        rs = sorted(rs, key=lambda r: num(r.q.best_val_loss) or 0.0)
         r = rs[(len(rs) - 1) // 2]
         r.series, r.label = kind, f"{kind} · w{n} (median of {len(rs)})"
         out.append(r)
@@ -143,14 +143,38 @@ def _estimated_note(runs: list[Run]) -> str:
 
 def curves_figure(runs: list[Run], data: SiteData) -> tuple[Figure | None, list[Run]]:
     """Loss vs tokens | energy | model FLOPs; returns the figure and the runs with no energy point."""
-    drawn = [r for r in runs if r.curve]
-    if not drawn:
+    if not any(r.curve for r in runs):
         return None, []
-    styles = _styles(runs, data)
+    traces, no_energy, with_energy = _curve_traces(runs, _styles(runs, data))
+    est = _estimated_note(with_energy)
+    annotations = [{"text": ptext(f"Loss {title}" + (est if key == "energy_j" else "")), "showarrow": False,
+                    "xref": "x domain" if p == 0 else f"x{p + 1} domain", "yref": "y domain", "x": 0, "y": 1.0,
+                    "xanchor": "left", "yanchor": "bottom", "font": {"size": 12}}
+                   for p, (key, title, _, _) in enumerate(CURVES)]
+    shapes = []
+    targets = sorted({r.target for r in runs if r.target is not None and r.curve})
+    for t in targets:
+        for p in range(len(CURVES)):
+            shapes.append({"type": "line", "xref": "x domain" if p == 0 else f"x{p + 1} domain", "x0": 0, "x1": 1,
+                           "yref": "y", "y0": short(t), "y1": short(t),
+                           "line": {"color": "#868e96", "dash": "dot", "width": 1}})
+        annotations.append({"text": f"target {f_sig(t)}", "showarrow": False, "xref": "x3 domain", "x": 1,
+                            "xanchor": "right", "yref": "y", "y": short(t), "yanchor": "bottom",
+                            "font": {"size": 11, "color": "#868e96"}})
+    y_log = _loss_range([y for t in traces for x, y in zip(t["x"], t["y"]) if x is not None and x > 0] + targets)
+    lay = layout("Validation loss vs what training spent (dotted: target loss)", "", "validation loss",
+                 height=440, grid={"rows": 1, "columns": len(CURVES), "pattern": "coupled", "xgap": 0.08},
+                 annotations=annotations, shapes=shapes, margin={"t": 80}, **_curve_axes(y_log))
+    return Figure("fig-quality-curves", traces, lay), no_energy
+
+
+def _curve_traces(runs: list[Run], styles: dict[int, dict]) -> tuple[list[dict], list[Run], list[Run]]:
+    """A trace per run and panel (a run's three share a legend entry), the runs with no energy point and
+    those with one."""
     traces, no_energy, with_energy, in_legend = [], [], [], set()
     for p, (key, _, _, unit) in enumerate(CURVES):
         for i, r in enumerate(runs):
-            pts = [(num(pt.get(key)), num(pt.get("val_loss")), pt.get("step")) for pt in r.curve]
+            pts = [(num(getattr(pt, key)), num(pt.val_loss), pt.step) for pt in r.curve]
             pts = [(x, y, s) for x, y, s in pts if x is not None]  # energy: only points that have a figure
             if key == "energy_j" and all(x == 0 for x, _, _ in pts):
                 pts = []  # the step-0 point alone (0 J before training) is no energy figure
@@ -171,28 +195,16 @@ def curves_figure(runs: list[Run], data: SiteData) -> tuple[Figure | None, list[
                 "text": [f"{ptext(r.label)}<br>step {ptext(s)}: validation loss {f_sig(y)}<br>{f_sig(x)} {unit}{src}"
                          for x, y, s in pts]})
             in_legend.add(i)
-    est = _estimated_note(with_energy)
-    annotations = [{"text": ptext(f"Loss {title}" + (est if key == "energy_j" else "")), "showarrow": False,
-                    "xref": "x domain" if p == 0 else f"x{p + 1} domain", "yref": "y domain", "x": 0, "y": 1.0,
-                    "xanchor": "left", "yanchor": "bottom", "font": {"size": 12}}
-                   for p, (key, title, _, _) in enumerate(CURVES)]
-    shapes = []
-    targets = sorted({r.target for r in runs if r.target is not None and r.curve})
-    for t in targets:
-        for p in range(len(CURVES)):
-            shapes.append({"type": "line", "xref": "x domain" if p == 0 else f"x{p + 1} domain", "x0": 0, "x1": 1,
-                           "yref": "y", "y0": short(t), "y1": short(t),
-                           "line": {"color": "#868e96", "dash": "dot", "width": 1}})
-        annotations.append({"text": f"target {f_sig(t)}", "showarrow": False, "xref": "x3 domain", "x": 1,
-                            "xanchor": "right", "yref": "y", "y": short(t), "yanchor": "bottom",
-                            "font": {"size": 11, "color": "#868e96"}})
-    # log x by default: runs can differ tenfold in energy (and the loss falls fastest early). The
-    # step-0 evaluation (x = 0) is off a log axis, and the loss axis is fitted to what is on it; the
-    # buttons switch to linear x (step 0 included, loss axis fitted to everything) and back.
+    return traces, no_energy, with_energy
+
+
+def _curve_axes(y_log: list | None) -> dict:
+    """The panels' x axes, log by default: runs can differ tenfold in energy (and the loss falls fastest
+    early). The step-0 evaluation (x = 0) is off a log axis, and the loss axis is fitted to what is on it
+    (y_log); the buttons switch to linear x (step 0 included, loss axis fitted to everything) and back."""
     axes = {f"xaxis{'' if p == 0 else p + 1}": {"title": {"text": axis}, "exponentformat": "SI", "type": "log",
                                                "dtick": "D2"}
             for p, (_, _, axis, _) in enumerate(CURVES)}
-    y_log = _loss_range([y for t in traces for x, y in zip(t["x"], t["y"]) if x is not None and x > 0] + targets)
     scale = []
     for label, kind in (("x: log", "log"), ("x: linear (with step 0)", "linear")):
         args = {f"xaxis{'' if p == 0 else p + 1}.{k}": v for p in range(len(CURVES))
@@ -202,14 +214,9 @@ def curves_figure(runs: list[Run], data: SiteData) -> tuple[Figure | None, list[
         scale.append({"label": label, "method": "relayout", "args": [args]})
     if y_log:
         axes["yaxis"] = {"range": y_log, "autorange": False}
-    lay = layout("Validation loss vs what training spent (dotted: target loss)", "", "validation loss",
-                 height=440, grid={"rows": 1, "columns": len(CURVES), "pattern": "coupled", "xgap": 0.08},
-                 annotations=annotations, shapes=shapes, margin={"t": 80},
-                 updatemenus=[{"type": "buttons", "direction": "left", "buttons": scale, "showactive": True,
-                               "x": 0.5, "xanchor": "left", "y": 1.2, "yanchor": "bottom", "pad": {"r": 0, "t": 0},
-                               "font": {"size": 11}}],
-                 **axes)
-    return Figure("fig-quality-curves", traces, lay), no_energy
+    return {"updatemenus": [{"type": "buttons", "direction": "left", "buttons": scale, "showactive": True,
+                             "x": 0.5, "xanchor": "left", "y": 1.2, "yanchor": "bottom", "pad": {"r": 0, "t": 0},
+                             "font": {"size": 11}}], **axes}
 
 
 def _loss_range(ys: list) -> list | None:
@@ -281,17 +288,17 @@ def target_table(runs: list[Run]) -> str:
     for r in runs:
         q = r.q
         if r.reached is True:
-            result = f"reached at step ≈{f_sig(q.get('step'))}" if num(q.get("step")) is not None else "reached"
-            if num(q.get("energy_j")) is None or num(q.get("co2e_g")) is None:
+            result = f"reached at step ≈{f_sig(q.step)}" if num(q.step) is not None else "reached"
+            if num(q.energy_j) is None or num(q.co2e_g) is None:
                 result += f"; {r.energy_why()}"
         else:
             result = ("not reached: " if r.reached is False else "") + r.why_not()
-        kwh = num(q.get("energy_j"))
+        kwh = num(q.energy_j)
         rows.append([r.label, r.kind, f_sig(r.target), result,
-                     f_num(q.get("tokens")) if r.reached else DASH, f_sig(q.get("seconds")) if r.reached else DASH,
+                     f_num(q.tokens) if r.reached else DASH, f_sig(q.seconds) if r.reached else DASH,
                      f_sig(kwh / J_PER_KWH) if r.reached and kwh is not None else DASH,
-                     f_sig(q.get("co2e_g")) if r.reached else DASH, r.energy_source,
-                     f_sig(q.get("best_val_loss"))])
+                     f_sig(q.co2e_g) if r.reached else DASH, r.energy_source,
+                     f_sig(q.best_val_loss)])
     return table(["Run", "Model", "Target loss", "Result", "Tokens", "Time (s)", "Energy (kWh)", "CO2e (g)",
                   "Energy source", "Best validation loss"], rows)
 
@@ -319,8 +326,9 @@ def seed_curves(data: SiteData) -> tuple[str, list[Figure]]:
         color = style.color if style else "#495057"
         by_step: dict[int, list[tuple[float, float]]] = {}
         for rec in g.records:
-            pts = [(num(p.get("tokens")), num(p.get("val_loss")), p.get("step"))
-                   for p in dig(rec, "metrics", "quality", "curve") or [] if isinstance(p, dict)]
+            quality = metrics_of(rec).quality
+            curve = (quality.curve or []) if quality is not None else []
+            pts = [(num(p.tokens), num(p.val_loss), p.step) for p in curve]
             pts = [(x, y, s) for x, y, s in pts if x and y is not None]  # step 0 (x = 0) is off the log axis
             for x, y, s in pts:
                 by_step.setdefault(s, []).append((x, y))
@@ -378,7 +386,7 @@ def render(data: SiteData) -> Section:
     seed_html, seed_figs = seed_curves(data)
     html, figs = html + seed_html, figs + seed_figs
     notes = []
-    counting = next((r.q.get("counting") for r in runs if present(r.q.get("counting"))), None)
+    counting = next((r.q.counting for r in runs if present(r.q.counting)), None)
     if counting:
         notes.append(f"How these are counted: {esc(counting)}.")
     est = [r.label for r in runs if r.energy_source in NOT_MEASURED_SOURCES]

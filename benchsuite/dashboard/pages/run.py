@@ -9,33 +9,32 @@ from __future__ import annotations
 
 import json
 
+import msgspec
+
 from benchsuite.record.sanity import MAX_DROPPED_FRAC
-from benchsuite.record.values import dig
+from benchsuite.record.types import (Embodied, EnergyBound, Env, Flops, MarketBased, MoEConfig, MoEMetrics, ModelConfig,
+                                     ParallelConfig, Params, PartEnergy, Record, Water)
 from benchsuite.results.scaling import BASELINE
-from benchsuite.dashboard.data import load_table
+from benchsuite.dashboard.data import load_table, metrics_of
 from benchsuite.dashboard.render import (Figure, Section, esc, f_bytes, f_count, f_duration, f_ms, f_num, f_pct, f_si, f_sig,
                               kv_table, layout, missing, num, present, ptext, series, short, table)
 
 SMALL = {"height": 300}
 # The columns of the site DataFrame a run page reads (data.SiteData.df): only these become each page's row
 # (a row of all ~200 columns costs more than the page at 10,000 records).
-ROW_COLUMNS = ["rec", "page", "identity", "suite", "status", "kind", "kind_label", "run_label", "seed", "repeat", "tokens_per_s",
-               "mfu", "step_time_median_s", "step_time_ci95_lo_s", "step_time_ci95_hi_s", "scaling_efficiency",
-               "scaling_baseline", "scaling_efficiency_reason", "j_per_token", "gco2e_per_mtok", "avg_w_per_device",
-               "flags"]
+ROW_COLUMNS = ["rec", "page", "identity", "suite", "status", "kind", "kind_label", "run_label", "seed", "repeat",
+               "started_at", "tokens_per_s", "mfu", "step_time_median_s", "step_time_ci95_lo_s",
+               "step_time_ci95_hi_s", "scaling_efficiency", "scaling_baseline", "scaling_efficiency_reason",
+               "j_per_token", "gco2e_per_mtok", "avg_w_per_device", "flags"]
 
 
-def _steps(rec) -> list[dict]:
-    return [s for s in rec.get("steps") or [] if isinstance(s, dict)]
-
-
-def step_figure(rec) -> Figure | None:
-    pts = [(s.get("step", i), num(s.get("time_s"))) for i, s in enumerate(_steps(rec))]
-    pts = [(x, y) for x, y in pts if y is not None]
+def step_figure(rec: Record) -> Figure | None:
+    pts = [(s.step, s.time_s) for s in rec.steps if s.time_s is not None]
     if not pts:
         return None
     ys = [short(y * 1e3, 4) for _, y in pts]
-    med = num(dig(rec, "metrics", "step_time_s", "median"))
+    step_time = metrics_of(rec).step_time_s
+    med = step_time.median if step_time is not None else None
     shapes = [] if med is None else [{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": short(med * 1e3),
                                       "y1": short(med * 1e3), "line": {"color": "#888", "dash": "dot", "width": 1}}]
     return Figure("fig-run-steps", [{"type": "scatter", "mode": "lines+markers", "name": "step time",
@@ -43,19 +42,19 @@ def step_figure(rec) -> Figure | None:
                   layout("Step time per measured step (dotted: median)", "step", "ms", shapes=shapes, **SMALL))
 
 
-def loss_figure(rec) -> Figure | None:
-    steps = _steps(rec)
+def loss_figure(rec: Record) -> Figure | None:
     data = []
-    for key, name, style in (("loss", "training loss", {"mode": "lines"}),
-                             ("val_loss", "validation loss", {"mode": "lines+markers", "marker": {"size": 8}})):
-        pts = [(s.get("step", i), num(s.get(key))) for i, s in enumerate(steps)]
+    for pts, name, style in (([(s.step, s.loss) for s in rec.steps], "training loss", {"mode": "lines"}),
+                             ([(s.step, s.val_loss) for s in rec.steps], "validation loss",
+                              {"mode": "lines+markers", "marker": {"size": 8}})):
         pts = [(x, short(y)) for x, y in pts if y is not None]
         if pts:
             data.append({"type": "scatter", "name": name, **series([x for x, _ in pts], [y for _, y in pts]),
                          **style})
     if not data:
         return None
-    target = num(dig(rec, "metrics", "quality", "target_loss"))
+    quality = metrics_of(rec).quality
+    target = quality.target_loss if quality is not None else None
     if target is None:
         return Figure("fig-run-loss", data, layout("Loss", "step", "loss", **SMALL))
     line = {"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": short(target), "y1": short(target),
@@ -64,14 +63,14 @@ def loss_figure(rec) -> Figure | None:
                                                "loss", shapes=[line], **SMALL))
 
 
-def rank_figure(rec) -> Figure | None:
-    per_rank = dig(rec, "metrics", "per_rank") or {}
-    meds = per_rank.get("step_time_median_s") if isinstance(per_rank, dict) else None
-    if not isinstance(meds, list) or not any(num(v) is not None for v in meds):
+def rank_figure(rec: Record) -> Figure | None:
+    per_rank = metrics_of(rec).per_rank
+    meds = per_rank.step_time_median_s if per_rank is not None else None
+    if not meds:
         return None
-    ys = [None if num(v) is None else short(num(v) * 1e3, 4) for v in meds]
-    worst = max(range(len(ys)), key=lambda i: ys[i] if ys[i] is not None else -1)
-    ratio = num(per_rank.get("straggler_ratio"))
+    ys = [short(v * 1e3, 4) for v in meds]
+    worst = max(range(len(ys)), key=lambda i: ys[i])
+    ratio = per_rank.straggler_ratio
     # the worker's straggler ratio: the slowest rank's median step time / the median over ranks
     title = "Median step time per rank" + (f" (slowest / median = {ratio:.2f})" if ratio is not None else "")
     return Figure("fig-run-ranks", [{"type": "bar", "name": "median step time", "x": list(range(len(ys))), "y": ys,
@@ -85,10 +84,11 @@ def load_colors(top: float) -> list:
     return [[0, "#1971c2"], [1 / top, "#f8f9fa"], [1, "#e03131"]]
 
 
-def expert_figure(rec) -> Figure | None:
+def expert_figure(rec: Record) -> Figure | None:
     """A heatmap, one row per MoE layer: each expert's tokens ÷ its layer's mean (1 = balanced); the
-    tokens the experts computed where recorded, else those routed to them (data.LOAD_KEYS)."""
-    table = load_table(rec)
+    tokens the experts computed where recorded, else those routed to them (data.load_table)."""
+    moe = metrics_of(rec).moe
+    table = load_table(moe) if moe is not None else None
     if table is None:
         return None
     rows, counts = table
@@ -108,12 +108,11 @@ def expert_figure(rec) -> Figure | None:
                **SMALL))
 
 
-def imbalance_figure(rec) -> Figure | None:
+def imbalance_figure(rec: Record) -> Figure | None:
     """metrics.moe.imbalance_by_step as a line: each measured step's max ÷ mean tokens routed per expert
     (mean over MoE layers; 1 = even), so a router that drifts out of balance shows."""
-    by_step = dig(rec, "metrics", "moe", "imbalance_by_step")
-    pts = [(i, num(v)) for i, v in enumerate(by_step)] if isinstance(by_step, list) else []
-    pts = [(x, short(y, 4)) for x, y in pts if y is not None]
+    moe = metrics_of(rec).moe
+    pts = [(i, short(v, 4)) for i, v in enumerate(moe.imbalance_by_step or [])] if moe is not None else []
     if not pts:
         return None
     even = {"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": 1, "y1": 1,
@@ -124,23 +123,24 @@ def imbalance_figure(rec) -> Figure | None:
                          "max ÷ mean", shapes=[even], **SMALL))
 
 
-def memory_figure(rec) -> Figure | None:
-    ms = dig(rec, "metrics", "memory", "model_state_bytes")
-    if not isinstance(ms, dict):
+def memory_figure(rec: Record) -> Figure | None:
+    memory = metrics_of(rec).memory
+    ms = memory.model_state_bytes if memory is not None else None
+    if ms is None:
         return None
-    parts = [p for p in ("measured", "analytic") if isinstance(ms.get(p), dict)]
-    if not parts:
-        return None
+    # each part's figures by name (params, grads, optimizer, total), in the record's order
+    parts = {name: msgspec.structs.asdict(p) for name, p in (("measured", ms.measured), ("analytic", ms.analytic))
+             if p is not None}
     keys = []
-    for p in parts:
-        keys += [k for k in ms[p] if k not in keys and num(ms[p][k]) is not None]
+    for values in parts.values():
+        keys += [k for k, v in values.items() if k not in keys and v is not None]
     if not keys:
         return None
-    top = max(num(ms[p].get(k)) or 0 for p in parts for k in keys)
+    top = max(parts[p][k] or 0 for p in parts for k in keys)
     unit, scale = next(((u, s) for u, s in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)) if top >= s), ("B", 1))
     data = [{"type": "bar", "name": p, "x": [ptext(k) for k in keys],
-             "y": [short(num(ms[p].get(k)) / scale) if num(ms[p].get(k)) is not None else None for k in keys],
-             "marker": {"color": "#1971c2" if p == "measured" else "#adb5bd"}} for p in parts]
+             "y": [short(values[k] / scale) if values[k] is not None else None for k in keys],
+             "marker": {"color": "#1971c2" if p == "measured" else "#adb5bd"}} for p, values in parts.items()]
     return Figure("fig-run-memory", data, layout("Model-state memory per device: measured vs analytic", "",
                                                  unit, barmode="group", **SMALL))
 
@@ -151,80 +151,76 @@ def _flops_per_s(tflops) -> str:
     return f_si(None if v is None else v * 1e12, "FLOP/s")
 
 
-def _headline(row, rec) -> str:
-    m = rec.get("metrics") or {}
-    fl = m.get("flops") or {}
+def _headline(row, rec: Record) -> str:
+    m = metrics_of(rec)
+    fl, params = m.flops or Flops(), m.params or Params()
     efficiency = ("baseline" if row.get("scaling_baseline") == BASELINE else f_pct(row.get("scaling_efficiency"))) \
         if present(row.get("scaling_efficiency")) else row.get("scaling_efficiency_reason")
-    ceiling = _flops_per_s(m.get("matmul_ceiling_tflops"))
-    if num(m.get("matmul_ceiling_tflops")) is not None and present(m.get("matmul_ceiling_source")):
-        ceiling += f" · {m['matmul_ceiling_source']}"
+    ceiling = _flops_per_s(m.matmul_ceiling_tflops)
+    if m.matmul_ceiling_tflops is not None and present(m.matmul_ceiling_source):
+        ceiling += f" · {m.matmul_ceiling_source}"
     rows = [("tokens / s", f_num(row.get("tokens_per_s"))),
             ("MFU (model FLOPs, no recompute)", f_pct(row.get("mfu"))),
-            ("HFU (hardware FLOPs, recompute included)", f_pct(m.get("hfu"))),
+            ("HFU (hardware FLOPs, recompute included)", f_pct(m.hfu)),
             ("step time, ms (median, 95% CI)", f_ms(row.get("step_time_median_s"), row.get("step_time_ci95_lo_s"),
                                                    row.get("step_time_ci95_hi_s"))),
-            ("model FLOP/s per device", _flops_per_s(m.get("tflops_per_device"))),
-            ("hardware FLOP/s per device", _flops_per_s(m.get("hardware_tflops_per_device"))),
-            ("parameters (total / active per token)",
-             f"{f_count(dig(m, 'params', 'total'))} / {f_count(dig(m, 'params', 'active'))}"),
-            ("model FLOPs / token", f_si(fl.get("model_per_token"), "FLOP")),
-            ("hardware FLOPs / token", f_si(fl.get("hardware_per_token"), "FLOP")),
-            ("counted FLOPs / token", f_si(fl.get("counted_per_token"), "FLOP")),
+            ("model FLOP/s per device", _flops_per_s(m.tflops_per_device)),
+            ("hardware FLOP/s per device", _flops_per_s(m.hardware_tflops_per_device)),
+            ("parameters (total / active per token)", f"{f_count(params.total)} / {f_count(params.active)}"),
+            ("model FLOPs / token", f_si(fl.model_per_token, "FLOP")),
+            ("hardware FLOPs / token", f_si(fl.hardware_per_token, "FLOP")),
+            ("counted FLOPs / token", f_si(fl.counted_per_token, "FLOP")),
             ("scaling efficiency (the run's median over seeds and repeats)", efficiency),
             ("scaling baseline", row.get("scaling_baseline")),
             ("matmul ceiling", ceiling),
-            ("model FLOP/s vs ceiling", f_pct(m.get("mfu_vs_ceiling")) if present(m.get("mfu_vs_ceiling"))
-             else m.get("mfu_vs_ceiling_reason")),
+            ("model FLOP/s vs ceiling", f_pct(m.mfu_vs_ceiling) if present(m.mfu_vs_ceiling)
+             else m.mfu_vs_ceiling_reason),
             ("energy / token", f_si(row.get("j_per_token"), "J")),
             ("CO2e / million tokens", f_si(row.get("gco2e_per_mtok"), "g")),
             ("average power per device (GPU)", f_si(row.get("avg_w_per_device"), "W"))]
-    if m.get("reasons"):  # what a user's own loop could not tell (benchsuite.measure)
-        rows.append(("not known", "; ".join(m["reasons"])))
+    if m.reasons:  # what a user's own loop could not tell (benchsuite.measure)
+        rows.append(("not known", "; ".join(m.reasons)))
     return kv_table(rows)
 
 
-def _architecture(model) -> str | None:
+def _architecture(model: ModelConfig | None) -> str | None:
     """'llama3-8b: 2 layers, hidden 64, 4 heads (2 K/V) of 16, swiglu, rmsnorm, rope': the block that ran."""
-    if not isinstance(model, dict):
+    if model is None:
         return None
-    heads, kv = model.get("heads"), model.get("kv_heads") or model.get("heads")
-    head_dim = model.get("head_dim") or (model["hidden"] // heads if model.get("hidden") and heads else None)
-    return (f"{model.get('preset') or 'custom'}: {model.get('layers')} layers, hidden {model.get('hidden')}, "
-            f"{heads} heads ({kv} K/V) of {head_dim}, {model.get('activation')}, {model.get('norm') or 'layernorm'}, "
-            f"{model.get('position') or 'learned'} positions")
+    heads, kv = model.heads, model.kv_heads or model.heads
+    head_dim = model.head_dim or (model.hidden // heads if model.hidden and heads else None)
+    return (f"{model.preset or 'custom'}: {model.layers} layers, hidden {model.hidden}, "
+            f"{heads} heads ({kv} K/V) of {head_dim}, {model.activation}, {model.norm or 'layernorm'}, "
+            f"{model.position or 'learned'} positions")
 
 
-PARALLEL_WORDS = (("tensor", "tensor"), ("pipeline", "pipeline"), ("expert", "expert"), ("zero", "ZeRO stage"))
-
-
-def _parallel(parallel) -> str | None:
+def _parallel(parallel: ParallelConfig | None) -> str | None:
     """'tensor 2 · expert 4 · ZeRO stage 1': the layout in words (degrees of 1 and ZeRO 0 left out), or
     'none (data parallel only)'."""
-    if not isinstance(parallel, dict):
+    if parallel is None:
         return None
-    parts = [f"{word} {num(parallel.get(k)):g}" for k, word in PARALLEL_WORDS
-             if (num(parallel.get(k)) or 0) > (0 if k == "zero" else 1)]
+    degrees = (("tensor", parallel.tensor, 1), ("pipeline", parallel.pipeline, 1), ("expert", parallel.expert, 1),
+               ("ZeRO stage", parallel.zero, 0))  # (word, degree, the degree that says nothing)
+    parts = [f"{word} {num(v):g}" for word, v, plain in degrees if (num(v) or 0) > plain]
     return " · ".join(parts) or "none (data parallel only)"
 
 
-def _identity(row, rec) -> str:
-    cfg = rec.get("config") or {}
-    return kv_table([("suite", rec.get("suite")), ("workload", rec.get("workload")),
+def _identity(row, rec: Record) -> str:
+    cfg = rec.config
+    return kv_table([("suite", rec.suite), ("workload", rec.workload),
                      ("seed", row.get("seed")), ("repeat", row.get("repeat")),
-                     ("description", cfg.get("description")), ("kind", row.get("kind_label")),
-                     ("model", _architecture(cfg.get("model"))),
-                     ("world size", cfg.get("world_size")), ("nodes", cfg.get("nodes")),
-                     ("scaling", cfg.get("scaling")), ("parallelism", _parallel(cfg.get("parallel"))),
-                     ("status", rec.get("status")), ("started", rec.get("started_at")),
-                     ("duration", f_duration(rec.get("duration_s"))), ("run key", rec.get("run_key"))])
+                     ("description", cfg.description), ("kind", row.get("kind_label")),
+                     ("model", _architecture(cfg.model)),
+                     ("world size", cfg.world_size), ("nodes", cfg.nodes),
+                     ("scaling", cfg.scaling), ("parallelism", _parallel(cfg.parallel)),
+                     ("status", rec.status), ("started", row.get("started_at")),  # as the record's JSON has it
+                     ("duration", f_duration(rec.duration_s)), ("run key", rec.run_key)])
 
 
-def _flags(row, rec) -> str:
+def _flags(row) -> str:
     """The sanity guard's flags (record/sanity.py): figures no real run can produce, in a warning box.
     The row's: the record's plus those computed across records (superlinear scaling efficiency)."""
-    flags = row.get("flags") if isinstance(row.get("flags"), list) else rec.get("flags")
-    flags = [f for f in flags or [] if isinstance(f, dict)]
+    flags = [f for f in row.get("flags") or [] if isinstance(f, dict)]
     if not flags:
         return ""
     rows = [[f.get("field"), f_sig(f.get("value")) if num(f.get("value")) is not None else f.get("value"),
@@ -235,27 +231,25 @@ def _flags(row, rec) -> str:
             f"explained.</p>{table(['field', 'value', 'reason'], rows)}{more}</div>")
 
 
-def _error(rec) -> str:
-    e = rec.get("error")
-    if not isinstance(e, dict):
+def _error(rec: Record) -> str:
+    e = rec.error
+    if e is None:
         return ""
-    rank = f" on rank {e['rank']}" if present(e.get("rank")) else ""
-    return (f'<div class="error"><strong>failed{esc(rank)}: {esc(e.get("type") or "error")}</strong>'
-            f"<pre>{esc(e.get('message') or '')}</pre></div>")
+    rank = f" on rank {e.rank}" if present(e.rank) else ""
+    return (f'<div class="error"><strong>failed{esc(rank)}: {esc(e.type or "error")}</strong>'
+            f"<pre>{esc(e.message or '')}</pre></div>")
 
 
-def _moe_settings(cfg: dict) -> list[tuple[str, str]]:
+def _moe_settings(moe: MoEConfig | None) -> list[tuple[str, str]]:
     """What the run's MoE layers were: router, experts and k, capacity, routing and balancing."""
-    moe = cfg.get("moe")
-    if not isinstance(moe, dict):
+    if moe is None:
         return []
-    k = moe.get("top_k") if moe.get("router") == "token_choice" else {"switch": 1, "gshard": 2}.get(moe.get("router"))
-    cf = num(moe.get("capacity_factor"))
-    return [("router", f"{moe.get('router')}" + (f", top-{k}" if k else "")),
-            ("experts (shared)", f"{moe.get('experts')} ({moe.get('shared_experts') or 0} shared), every "
-                                 f"{moe.get('every')} block(s)"),
+    k = moe.top_k if moe.router == "token_choice" else {"switch": 1, "gshard": 2}.get(moe.router)
+    cf = num(moe.capacity_factor)
+    return [("router", f"{moe.router}" + (f", top-{k}" if k else "")),
+            ("experts (shared)", f"{moe.experts} ({moe.shared_experts or 0} shared), every {moe.every} block(s)"),
             ("capacity factor", "0: dropless" if cf == 0 else f_sig(cf)),
-            ("routing", f"{moe.get('routing') or 'learned'}, balanced by {moe.get('balance') or 'aux_loss'}")]
+            ("routing", f"{moe.routing or 'learned'}, balanced by {moe.balance or 'aux_loss'}")]
 
 
 def _dropped(frac) -> str:
@@ -266,73 +260,73 @@ def _dropped(frac) -> str:
     return f"{f_pct(v)} ⚠ above {MAX_DROPPED_FRAC:.0%}: the run's speed is not the model's"
 
 
-def _moe_figures(moe: dict) -> list[tuple[str, str]]:
+def _moe_figures(moe: MoEMetrics) -> list[tuple[str, str]]:
     """metrics.moe in words and units, one row each."""
-    return [("tokens dropped (over capacity)", _dropped(moe.get("dropped_frac"))),
-            ("padding (empty capacity slots)", f_pct(moe.get("padding_frac"))),
-            ("busiest expert ÷ mean (mean over layers)", f_sig(moe.get("load_max_over_mean"))),
-            ("imbalance per step, mean / worst", f"{f_sig(moe.get('imbalance_mean'))} / "
-                                                 f"{f_sig(moe.get('imbalance_max'))}"),
-            ("tokens per expert, busiest / mean", f"{f_count(moe.get('tokens_per_expert_max'))} / "
-                                                  f"{f_count(moe.get('tokens_per_expert_mean'))}"),
-            ("auxiliary (balancing) loss", _loss(moe.get("aux_loss"))), ("router z-loss", _loss(moe.get("z_loss"))),
-            ("all-to-all share of step time", f_pct(moe.get("all_to_all_share"))),
-            ("expert implementation", moe.get("expert_impl")), ("how measured", moe.get("source"))]
+    return [("tokens dropped (over capacity)", _dropped(moe.dropped_frac)),
+            ("padding (empty capacity slots)", f_pct(moe.padding_frac)),
+            ("busiest expert ÷ mean (mean over layers)", f_sig(moe.load_max_over_mean)),
+            ("imbalance per step, mean / worst", f"{f_sig(moe.imbalance_mean)} / {f_sig(moe.imbalance_max)}"),
+            ("tokens per expert, busiest / mean", f"{f_count(moe.tokens_per_expert_max)} / "
+                                                  f"{f_count(moe.tokens_per_expert_mean)}"),
+            ("auxiliary (balancing) loss", _loss(moe.aux_loss)), ("router z-loss", _loss(moe.z_loss)),
+            ("all-to-all share of step time", f_pct(moe.all_to_all_share)),
+            ("expert implementation", moe.expert_impl), ("how measured", moe.source)]
 
 
-def _moe(rec) -> str:
+def _moe(rec: Record) -> str:
     """The MoE settings of the run's config, then the routing figures of metrics.moe."""
-    moe = dig(rec, "metrics", "moe")
-    settings = _moe_settings(rec.get("config") or {})
-    if not isinstance(moe, dict) and not settings:
+    moe = metrics_of(rec).moe
+    settings = _moe_settings(rec.config.moe)
+    if moe is None and not settings:
         return ""
-    return kv_table(settings + (_moe_figures(moe) if isinstance(moe, dict) else []))
+    return kv_table(settings + (_moe_figures(moe) if moe is not None else []))
 
 
-def _memory_table(rec) -> str:
-    per_rank = dig(rec, "metrics", "memory", "per_rank")
-    if not isinstance(per_rank, list) or not per_rank:
+def _memory_table(rec: Record) -> str:
+    memory = metrics_of(rec).memory
+    per_rank = memory.per_rank if memory is not None else None
+    if not per_rank:
         return missing("Peak memory per rank")
-    rows = [[i, f_bytes(dig(r, "peak_allocated_bytes")), f_bytes(dig(r, "peak_reserved_bytes")),
-             f_bytes(dig(r, "peak_rss_bytes")), dig(r, "source")] for i, r in enumerate(per_rank)]
+    rows = [[i, f_bytes(r.peak_allocated_bytes), f_bytes(r.peak_reserved_bytes), f_bytes(r.peak_rss_bytes), r.source]
+            for i, r in enumerate(per_rank)]
     return table(["rank", "peak allocated", "peak reserved", "peak host RSS", "source"], rows, drop_silent=True)
 
 
-def _memory_notes(rec) -> str:
-    ms = dig(rec, "metrics", "memory", "model_state_bytes")
-    if not isinstance(ms, dict):
+def _memory_notes(rec: Record) -> str:
+    memory = metrics_of(rec).memory
+    ms = memory.model_state_bytes if memory is not None else None
+    if ms is None:
         return ""
-    return kv_table([("ZeRO formula", ms.get("formula")), ("optimizer bytes per parameter (K)", f_sig(ms.get("K"))),
-                     ("ranks sharing the state (N)", f_sig(ms.get("N"))), ("how measured", ms.get("method"))])
+    return kv_table([("ZeRO formula", ms.formula), ("optimizer bytes per parameter (K)", f_sig(ms.K)),
+                     ("ranks sharing the state (N)", f_sig(ms.N)), ("how measured", ms.method)])
 
 
-def _comm(rec) -> str:
-    c = dig(rec, "metrics", "comm")
-    if not isinstance(c, dict):
+def _comm(rec: Record) -> str:
+    c = metrics_of(rec).comm
+    if c is None:
         return ""
-    by_kind = c.get("bytes_per_step_by_kind") if isinstance(c.get("bytes_per_step_by_kind"), dict) else {}
-    rows = [("bytes per step (per rank)", f_bytes(c.get("total_bytes_per_step"))),
-            ("paper formula", c.get("paper_formula")), ("paper bytes per step", f_bytes(c.get("paper_bytes_per_step"))),
-            ("measured ÷ paper", f_sig(c.get("ratio")))]
-    rows += [(f"{str(k).replace('_', ' ')} per step", f_bytes(v)) for k, v in by_kind.items()]
+    rows = [("bytes per step (per rank)", f_bytes(c.total_bytes_per_step)),
+            ("paper formula", c.paper_formula), ("paper bytes per step", f_bytes(c.paper_bytes_per_step)),
+            ("measured ÷ paper", f_sig(c.ratio))]
+    rows += [(f"{k.replace('_', ' ')} per step", f_bytes(v)) for k, v in (c.bytes_per_step_by_kind or {}).items()]
     return "<h3>Communication</h3>" + kv_table(rows)
 
 
-def _pipeline(rec) -> str:
+def _pipeline(rec: Record) -> str:
     """metrics.pipeline: the measured bubble beside (P-1)/(V*M), and point-to-point bytes beside their formula."""
-    p = dig(rec, "metrics", "pipeline")
-    if not isinstance(p, dict):
+    p = metrics_of(rec).pipeline
+    if p is None:
         return ""
-    rows = [("stages × virtual stages", f"{f_num(p.get('stages'))} × {f_num(p.get('virtual_stages'))}"),
-            ("schedule", p.get("schedule")), ("microbatches", f_num(p.get("microbatches"))),
-            ("bubble measured", f_pct(p.get("bubble_measured"))),
-            ("bubble formula (P−1)/(V·M)", f_pct(p.get("bubble_formula"))),
-            ("bubble per rank", ", ".join(f_pct(b) for b in p.get("bubble_per_rank") or [])),
-            ("how measured", p.get("bubble_source")),
-            ("point-to-point bytes per step", f_bytes(p.get("p2p_bytes_per_step"))),
-            ("point-to-point formula", f_bytes(p.get("p2p_bytes_formula"))),
-            ("activation memory per stage", f_bytes(p.get("activation_bytes_per_stage"))
-             if num(p.get("activation_bytes_per_stage")) is not None else p.get("activation_reason"))]
+    rows = [("stages × virtual stages", f"{f_num(p.stages)} × {f_num(p.virtual_stages)}"),
+            ("schedule", p.schedule), ("microbatches", f_num(p.microbatches)),
+            ("bubble measured", f_pct(p.bubble_measured)),
+            ("bubble formula (P−1)/(V·M)", f_pct(p.bubble_formula)),
+            ("bubble per rank", ", ".join(f_pct(b) for b in p.bubble_per_rank or [])),
+            ("how measured", p.bubble_source),
+            ("point-to-point bytes per step", f_bytes(p.p2p_bytes_per_step)),
+            ("point-to-point formula", f_bytes(p.p2p_bytes_formula)),
+            ("activation memory per stage", f_bytes(p.activation_bytes_per_stage)
+             if p.activation_bytes_per_stage is not None else p.activation_reason)]
     return "<h3>Pipeline</h3>" + kv_table(rows)
 
 
@@ -341,82 +335,86 @@ def _energy_part(joules, source) -> str | None:
     return None if num(joules) is None else f"{f_si(joules, 'J')} · {source or 'source not recorded'}"
 
 
-def _bound(b, unit: str = "J", low: str = "low_j", high: str = "high_j") -> str | None:
+def _bound(low: float | None, high: float | None, unit: str, share: float | None = None,
+           warning: str | None = None) -> str | None:
     """'8.10 kJ – 8.44 kJ (±2.1 %)', '⚠' and why when flagged (energy/bounds.py); None where there is none."""
-    if not isinstance(b, dict) or num(b.get(low)) is None:
+    if low is None:
         return None
-    top = "unbounded" if num(b.get(high)) is None else f_si(b[high], unit)
-    share = f" (±{b['share']:.1%})" if num(b.get("share")) is not None else ""
-    return f"{f_si(b[low], unit)} – {top}{share}" + (f" ⚠ {b['reason']}" if b.get("exceeds") and b.get("reason") else "")
+    top = "unbounded" if high is None else f_si(high, unit)
+    return (f"{f_si(low, unit)} – {top}" + (f" (±{share:.1%})" if share is not None else "")
+            + (f" ⚠ {warning}" if warning else ""))
 
 
-def _bound_parts(b) -> str | None:
+def _energy_bound(b: EnergyBound | None) -> str | None:
+    """An energy's bound, with why where it is flagged (it exceeds what the meters can tell)."""
+    return None if b is None else _bound(b.low_j, b.high_j, "J", b.share, b.reason if b.exceeds else None)
+
+
+def _bound_parts(b: EnergyBound | None) -> str | None:
     """The parts of a bound, each with its half-width: 'sensor accuracy 42.4 J, counter edges 2 J, …'."""
-    if not isinstance(b, dict) or not b.get("parts"):
+    if b is None or not b.parts:
         return None
-    return ", ".join(f"{p.get('part')} {f_si(p['j'], 'J') if num(p.get('j')) is not None else '(not in the bound)'}"
-                     for p in b["parts"] if isinstance(p, dict))
+    return ", ".join(f"{p.part} {f_si(p.j, 'J') if p.j is not None else '(not in the bound)'}" for p in b.parts)
 
 
-def _energy(rec) -> str:
-    e = rec.get("energy")
-    if not isinstance(e, dict):
+def _energy(rec: Record) -> str:
+    e = rec.energy
+    if e is None:
         return missing("Energy", "not measured for this run")
-    srcs = e.get("sources") or {}
-    bounds = e.get("bounds") or {}
-    html = kv_table([("GPU energy", _energy_part(e.get("gpu_j"), srcs.get("gpu", e.get("source")))),
-                     ("CPU energy", _energy_part(e.get("cpu_j"), srcs.get("cpu", e.get("source")))),
-                     ("DRAM energy", _energy_part(e.get("dram_j"), srcs.get("dram", e.get("source")))),
-                     ("total energy", _energy_part(e.get("total_j"), e.get("source"))),
-                     ("total, as the meters bound it", _bound(bounds.get("total"))),
-                     ("parts of that bound", _bound_parts(bounds.get("total"))),
-                     ("total includes", ", ".join(map(str, e.get("total_includes") or []))),
-                     ("measured window", f_duration(e.get("window_s"))), ("idle power", f_si(e.get("idle_w"), "W")),
-                     ("energy above idle", f_si(e.get("above_idle_j"), "J"))], empty="not measured")
-    devs = [d for d in e.get("per_device") or [] if isinstance(d, dict)]
+    srcs = e.sources  # a part's source; the whole figure's where the record has none by part
+    gpu, cpu, dram = (srcs.gpu, srcs.cpu, srcs.dram) if srcs is not None else (e.source, e.source, e.source)
+    total = e.bounds.total if e.bounds is not None else None
+    html = kv_table([("GPU energy", _energy_part(e.gpu_j, gpu)), ("CPU energy", _energy_part(e.cpu_j, cpu)),
+                     ("DRAM energy", _energy_part(e.dram_j, dram)),
+                     ("total energy", _energy_part(e.total_j, e.source)),
+                     ("total, as the meters bound it", _energy_bound(total)),
+                     ("parts of that bound", _bound_parts(total)),
+                     ("total includes", ", ".join(e.total_includes or [])),
+                     ("measured window", f_duration(e.window_s)), ("idle power", f_si(e.idle_w, "W")),
+                     ("energy above idle", f_si(e.above_idle_j, "J"))], empty="not measured")
+    devs = e.per_device or []
     if devs:
         html += table(["device", "name", "host", "ranks", "energy", "source", "bound", "average power"],
-                      [[d.get("uuid"), d.get("name"), d.get("host"), ", ".join(map(str, d.get("ranks") or [])),
-                        f_si(d.get("energy_j"), "J"), d.get("source"), _bound(d.get("bound")),
-                        f_si(d.get("avg_w"), "W")] for d in devs[:64]],
+                      [[d.uuid, d.name, d.host, ", ".join(map(str, d.ranks or [])), f_si(d.energy_j, "J"), d.source,
+                        _energy_bound(d.bound), f_si(d.avg_w, "W")] for d in devs[:64]],
                       drop_silent=True)
-    nodes = [n for n in e.get("per_node") or [] if isinstance(n, dict)]
+    nodes = (e.per_node or [])[:64]
     if nodes:
+        parts = [(n, n.cpu or PartEnergy(), n.dram or PartEnergy()) for n in nodes]
         html += table(["node", "ranks", "CPU energy", "CPU source", "DRAM energy", "DRAM source"],
-                      [[n.get("host"), ", ".join(map(str, n.get("ranks") or [])),
-                        f_si(dig(n, "cpu", "energy_j"), "J"), dig(n, "cpu", "source"),
-                        f_si(dig(n, "dram", "energy_j"), "J"), dig(n, "dram", "source")] for n in nodes[:64]],
+                      [[n.host, ", ".join(map(str, n.ranks or [])), f_si(cpu.energy_j, "J"), cpu.source,
+                        f_si(dram.energy_j, "J"), dram.source] for n, cpu, dram in parts],
                       drop_silent=True)
-    reasons = [r for r in e.get("reasons") or [] if r]
-    for n in nodes[:64]:
-        reasons += [f"{part} on {n.get('host')}: {dig(n, part, 'reason')}" for part in ("cpu", "dram")
-                    if present(dig(n, part, "reason"))]
+    reasons = [r for r in e.reasons or [] if r]
+    for n in nodes:
+        reasons += [f"{part} on {n.host}: {p.reason}" for part, p in (("cpu", n.cpu), ("dram", n.dram))
+                    if p is not None and present(p.reason)]
     if reasons:
         html += "<ul class=reasons>" + "".join(f"<li>{esc(r)}</li>" for r in reasons[:20]) + "</ul>"
     return html
 
 
-def _carbon(rec) -> str:
-    c = rec.get("carbon")
-    if not isinstance(c, dict):
+def _carbon(rec: Record) -> str:
+    c = rec.carbon
+    if c is None:
         return missing("Carbon", "not measured for this run")
-    kwh = num(c.get("kwh"))
-    intensity = num(c.get("intensity_g_per_kwh"))
-    market, embodied, water = (c.get(k) if isinstance(c.get(k), dict) else {} for k in ("market", "embodied", "water"))
-    html = kv_table([("energy (the run's)", f_si(None if kwh is None else kwh * 1e3, "Wh")),
-                     ("PUE", f_sig(c.get("pue"))),
-                     ("grid intensity", None if intensity is None else f"{f_sig(intensity)} g CO2e/kWh"),
-                     ("intensity source", c.get("intensity_source")), ("intensity note", c.get("intensity_note")),
-                     ("CO2e (the run's, location-based)", f_si(c.get("co2e_g"), "g")),
-                     ("CO2e, as the meters bound it", _bound(c.get("co2e_g_bound"), "g", "low", "high")),
-                     ("market-based CO2e (Scope 2, not added)", None if num(market.get("co2e_g")) is None else
-                      f"{f_si(market['co2e_g'], 'g')} at {f_sig(market.get('intensity_g_per_kwh'))} g/kWh"),
-                     ("embodied CO2e (Scope 3, not added)", None if num(embodied.get("co2e_g")) is None else
-                      f"{f_si(embodied['co2e_g'], 'g')} · {embodied.get('source')}"),
-                     ("water on site", f_si(water.get("onsite_l"), "L")),
-                     ("water off site", f_si(water.get("offsite_l"), "L"))])
-    reasons = [f"{name}: {part['reason']}" for name, part in (("market-based", market), ("embodied", embodied),
-                                                              ("water", water)) if part.get("reason")]
+    market, embodied, water = c.market or MarketBased(), c.embodied or Embodied(), c.water or Water()
+    bound = c.co2e_g_bound
+    html = kv_table([("energy (the run's)", f_si(None if c.kwh is None else c.kwh * 1e3, "Wh")),
+                     ("PUE", f_sig(c.pue)),
+                     ("grid intensity", None if c.intensity_g_per_kwh is None
+                      else f"{f_sig(c.intensity_g_per_kwh)} g CO2e/kWh"),
+                     ("intensity source", c.intensity_source), ("intensity note", c.intensity_note),
+                     ("CO2e (the run's, location-based)", f_si(c.co2e_g, "g")),
+                     ("CO2e, as the meters bound it", None if bound is None else _bound(bound.low, bound.high, "g")),
+                     ("market-based CO2e (Scope 2, not added)", None if market.co2e_g is None else
+                      f"{f_si(market.co2e_g, 'g')} at {f_sig(market.intensity_g_per_kwh)} g/kWh"),
+                     ("embodied CO2e (Scope 3, not added)", None if embodied.co2e_g is None else
+                      f"{f_si(embodied.co2e_g, 'g')} · {embodied.source}"),
+                     ("water on site", f_si(water.onsite_l, "L")),
+                     ("water off site", f_si(water.offsite_l, "L"))])
+    reasons = [f"{name}: {part.reason}" for name, part in (("market-based", market), ("embodied", embodied),
+                                                           ("water", water)) if part.reason]
     if reasons:
         html += "<ul class=reasons>" + "".join(f"<li>{esc(r)}</li>" for r in reasons) + "</ul>"
     return html
@@ -426,53 +424,49 @@ def _loss(v) -> str | None:
     return None if num(v) is None else f"{num(v):.4g}"
 
 
-def _quality(rec) -> str:
+def _quality(rec: Record) -> str:
     """metrics.quality: the time, tokens, FLOPs and energy to train.target_loss, and the validation losses."""
-    q = dig(rec, "metrics", "quality")
-    if not isinstance(q, dict):
+    q = metrics_of(rec).quality
+    if q is None:
         return ""
-    reached = q.get("reached")
     return "<h3>Time to target loss</h3>" + kv_table([
-        ("target loss", _loss(q.get("target_loss"))),
-        ("reached", ("yes" if reached else "no") if isinstance(reached, bool) else None),
-        ("at step", f_num(q.get("step"))), ("tokens to target", f_count(q.get("tokens"))),
-        ("training time to target", f_duration(q.get("seconds"))),
-        ("model FLOPs to target", f_si(q.get("model_flops"), "FLOP")),
-        ("energy to target", f_si(q.get("energy_j"), "J")), ("CO2e to target", f_si(q.get("co2e_g"), "g")),
-        ("initial validation loss", _loss(q.get("initial_val_loss"))),
-        ("final validation loss", _loss(q.get("final_val_loss"))),
-        ("best validation loss", _loss(q.get("best_val_loss"))), ("best at step", f_num(q.get("best_step"))),
-        ("evaluation time", f_duration(q.get("eval_seconds"))),
-        ("evaluation energy", f_si(q.get("eval_energy_j"), "J")),
-        *([("why not reached", q.get("reason"))] if reached is False else []),
-        ("how counted", q.get("counting"))], empty="not measured")
+        ("target loss", _loss(q.target_loss)),
+        ("reached", None if q.reached is None else "yes" if q.reached else "no"),
+        ("at step", f_num(q.step)), ("tokens to target", f_count(q.tokens)),
+        ("training time to target", f_duration(q.seconds)),
+        ("model FLOPs to target", f_si(q.model_flops, "FLOP")),
+        ("energy to target", f_si(q.energy_j, "J")), ("CO2e to target", f_si(q.co2e_g, "g")),
+        ("initial validation loss", _loss(q.initial_val_loss)),
+        ("final validation loss", _loss(q.final_val_loss)),
+        ("best validation loss", _loss(q.best_val_loss)), ("best at step", f_num(q.best_step)),
+        ("evaluation time", f_duration(q.eval_seconds)),
+        ("evaluation energy", f_si(q.eval_energy_j, "J")),
+        *([("why not reached", q.reason)] if q.reached is False else []),
+        ("how counted", q.counting)], empty="not measured")
 
 
 ENV_LABELS = {"ram_total_gb": "RAM (GB)", "cpu_model": "CPU model", "cpu_count": "CPU cores", "gpu_count": "GPUs",
               "os": "OS", "git_commit": "git commit", "nccl": "NCCL", "cuda": "CUDA", "world_size": "world size"}
+SHOWN_APART = ("devices", "threads_per_rank", "threads_source")  # env fields with a row or table of their own
 
 
-def _env(rec) -> str:
-    env = rec.get("env") or {}
-    if not isinstance(env, dict) or not env:
+def _env(env: Env) -> str:
+    fields = msgspec.structs.asdict(env)
+    if all(v is None for v in fields.values()):
         return missing("Environment", "not recorded")
-    shown_apart = ("devices", "threads_per_rank", "threads_source")
     # the same for every run of a sweep (launch.thread_plan), so scaling compares like with like
-    threads = env.get("threads_per_rank")
-    rows = [("CPU threads per rank", f"{threads} · {env.get('threads_source') or 'source not recorded'}"
+    threads = env.threads_per_rank
+    rows = [("CPU threads per rank", f"{threads} · {env.threads_source or 'source not recorded'}"
              if present(threads) else None)]
-    for k, v in env.items():
-        if k in shown_apart or isinstance(v, dict) or (isinstance(v, list) and any(isinstance(x, (dict, list))
-                                                                                   for x in v)):
-            continue
-        value = ", ".join(map(str, v)) if isinstance(v, list) else f_sig(v) if isinstance(v, float) else v
-        rows.append((ENV_LABELS.get(k, k.replace("_", " ")), value))
+    for k, v in fields.items():
+        if k not in SHOWN_APART and not isinstance(v, msgspec.Struct):  # a section (hardware identity): not a row
+            value = ", ".join(map(str, v)) if isinstance(v, list) else f_sig(v) if isinstance(v, float) else v
+            rows.append((ENV_LABELS.get(k, k.replace("_", " ")), value))
     html = kv_table(rows)  # what was not recorded: one line
-    devs = [d for d in env.get("devices") or [] if isinstance(d, dict)]
+    devs = env.devices or []
     if devs:
         html += table(["rank", "host", "type", "name", "uuid"],
-                      [[d.get("rank"), d.get("host"), d.get("type"), d.get("name"), d.get("uuid")] for d in devs[:64]],
-                      drop_silent=True)
+                      [[d.rank, d.host, d.type, d.name, d.uuid] for d in devs[:64]], drop_silent=True)
         if len(devs) > 64:
             html += f'<p class="note">… and {len(devs) - 64} more devices (see the record).</p>'
     return html
@@ -493,7 +487,7 @@ def _predicted(b) -> str:
     return "<h3>Measured beside predicted</h3>" + kv_table(rows)
 
 
-def render(row: dict, rec: dict, predicted=None) -> Section:
+def render(row: dict, rec: Record, predicted=None) -> Section:
     figs = []
     moe_why = "not applicable: dense model" if row.get("kind") != "moe" else "not measured"
     blocks = {}
@@ -509,11 +503,11 @@ def render(row: dict, rec: dict, predicted=None) -> Section:
             figs.append(fig)
             blocks[key] = fig.div()
         else:
-            blocks[key] = missing(title, why if rec.get("status") == "ok" else "run failed")
-    if "fig-run-loss" in {f.id for f in figs} and not any(num(s.get("val_loss")) is not None for s in _steps(rec)):
+            blocks[key] = missing(title, why if rec.status == "ok" else "run failed")
+    if "fig-run-loss" in {f.id for f in figs} and all(s.val_loss is None for s in rec.steps):
         note = '<p class="note">Validation loss: not measured (no eval steps).</p>'
         blocks["loss"] = f'<div>{blocks["loss"]}{note}</div>'
-    html = (_error(rec) + _flags(row, rec) +
+    html = (_error(rec) + _flags(row) +
             f'<div class="row2"><div><h3>Run</h3>{_identity(row, rec)}</div>'
             f'<div><h3>Headline figures</h3>{_headline(row, rec)}{_predicted(predicted)}</div></div>'
             f'<h2>Time and loss</h2><div class="row2">{blocks["steps"]}{blocks["loss"]}</div>'
@@ -523,7 +517,7 @@ def render(row: dict, rec: dict, predicted=None) -> Section:
             f'<div>{_memory_table(rec)}{_comm(rec)}{_pipeline(rec)}</div></div>'
             f'<h2>Energy and carbon</h2><div class="row2"><div>{_energy(rec)}</div><div>{_carbon(rec)}'
             f'{_quality(rec)}</div></div>'
-            f'<h2>Environment</h2>{_env(rec)}'
+            f'<h2>Environment</h2>{_env(rec.env)}'
             f'<details><summary>Resolved config</summary><pre>'
-            f'{esc(json.dumps(rec.get("config"), indent=1, sort_keys=True, default=str))}</pre></details>')
+            f'{esc(json.dumps(msgspec.to_builtins(rec.config), indent=1, sort_keys=True))}</pre></details>')
     return Section("run", str(row.get("run_label")), html, figs)
