@@ -10,7 +10,8 @@ from pathlib import Path
 
 from benchsuite.commands.common import (COUNT, INDEX, JSON, POSITIVE, REPEAT, UsageError, check_repeat, endpoint, err,
                                         make_folder, path_arg, print_json)
-from benchsuite.config import RANKS_PER_CORE, check_ranks_per_node, load_suite, usable_cores
+from benchsuite.config import RANKS_PER_CORE, check_ranks_per_node, usable_cores
+from benchsuite.config.preflight import load_suite
 from benchsuite.terminal import printable
 from benchsuite.results.identity import record_name
 
