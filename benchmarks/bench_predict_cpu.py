@@ -80,7 +80,8 @@ def measure(folder: Path) -> dict[str, tuple[Path, dict]]:
 
 def predictions(measured: dict) -> dict[str, Prediction]:
     """Each world-2 run's prediction on cpu-gloo.toml, calibrated from the suite's world-1 record."""
-    system = calibrate(load_system(CPU), measured["ref"][0])
+    path, record = measured["ref"]
+    system = calibrate(load_system(CPU), record, str(path))
     return {name: predict_run(RunConfig.from_record(rec["config"]), system)
             for name, (_, rec) in measured.items() if name != "ref"}
 
