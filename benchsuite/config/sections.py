@@ -70,7 +70,7 @@ class ModelConfig:
 @dataclass(frozen=True)
 class MoEConfig:
     experts: int = spec(8, positive)
-    router: str = spec("switch", one_of("switch", "gshard", "expert_choice", "token_choice"))
+    router: str = spec("switch", one_of(*ROUTERS))
     top_k: int | None = spec(None, positive, "token_choice's k (default 2); switch is 1 and gshard 2")
     capacity_factor: float = spec(1.25, non_negative, "0: dropless (token-choice routers)")
     min_capacity: int = spec(0, non_negative, "slots per expert at least this, when dropping")

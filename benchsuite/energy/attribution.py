@@ -8,12 +8,14 @@ from __future__ import annotations
 from typing import Any
 
 from benchsuite.energy.bounds import add_bounds
-from benchsuite.energy.common import SOURCES, sum_or_none, weakest
+from benchsuite.energy.common import sum_or_none
+from benchsuite.record.kinds import weakest, weakness
+from benchsuite.record.types import Source
 
 
 def _pick(readings: list[tuple[int, dict]]) -> tuple[int, dict]:
     """One rank's reading for a shared device/node: the best source, then the lowest rank."""
-    return min(readings, key=lambda rf: (SOURCES.index(rf[1]["source"]), rf[0]))
+    return min(readings, key=lambda rf: (weakness(rf[1]["source"]), rf[0]))
 
 
 def _pick_device(readings: list[tuple[int, dict]]) -> tuple[int, dict]:
@@ -80,7 +82,7 @@ def attribute_energy(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
         "dram": [n["dram"] for n in per_node],
     }
     totals = {k: sum_or_none([f["energy_j"] for f in fs]) for k, fs in parts.items()}
-    sources = {k: weakest(f["source"] for f in fs) if totals[k] is not None else "unavailable"
+    sources = {k: weakest(f["source"] for f in fs) if totals[k] is not None else Source.UNAVAILABLE
                for k, fs in parts.items()}
     included = [k for k in ("gpu", "cpu", "dram") if totals[k] is not None]
     idle_parts = {k: sum_or_none([f["idle_w"] for f in parts[k]]) for k in included}
@@ -89,7 +91,7 @@ def attribute_energy(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
         "gpu_j": totals["gpu"], "cpu_j": totals["cpu"], "dram_j": totals["dram"],
         "total_j": sum(totals[k] for k in included) if included else None,
         "total_includes": included,
-        "source": weakest(sources[k] for k in included) if included else "unavailable",
+        "source": weakest(sources[k] for k in included) if included else Source.UNAVAILABLE,
         "sources": sources,
         "window_s": max(windows.values()) if windows else None,
         "short_window": any(r.get("short_window") for r in ranks),

@@ -27,6 +27,7 @@ from pathlib import Path
 from rich.markup import escape
 from rich.table import Table
 
+from benchsuite.record.kinds import source_kind
 from benchsuite.record.values import dig, num
 from benchsuite.record.names import digest
 from benchsuite.results.identity import (SITE_SETTINGS, TEXT_ONLY, differing_keys, hardware_label,
@@ -36,7 +37,6 @@ from benchsuite.results.store import load_records
 from benchsuite.terminal import printable
 
 DEFAULT_THRESHOLD = 0.05
-MEASURED_ENERGY = ("measured", "sampled")  # energy.source values read from a meter
 METHOD = ("95 % interval: Student's t on the repeats' log figures, pooled run-to-run spread "
           "(scipy.stats.ttest_ind, equal_var=True); A, B: medians over each side's ok records")
 ESTIMATED = "estimated energy (a fixed power × time): not judged"
@@ -199,9 +199,8 @@ def figures(records: list[dict], metric: Metric) -> list[float | None]:
 
 
 def estimated_energy(rec: dict) -> bool:
-    """True when the record's energy was not read from a meter (energy.source not measured/sampled)."""
-    source = dig(rec, "energy", "source") or dig(rec, "metrics", "energy", "energy_source")
-    return source not in MEASURED_ENERGY
+    """True when the record's energy was not read from a meter (record/kinds.py: its source is not metered)."""
+    return not source_kind(dig(rec, "energy", "source") or dig(rec, "metrics", "energy", "energy_source")).metered
 
 
 def _median(records: list[dict], values: list[float | None]) -> float | None:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 
 from benchsuite.record.codec import RecordError, check_version
+from benchsuite.record.kinds import experts_choose
 from benchsuite.record.types import SCHEMA_VERSION
 from benchsuite.record.values import coefficient_of_variation, num
 
@@ -39,7 +40,7 @@ def _v1_model_per_token(run) -> float:
     cfg, tokens = run.model, run.micro_batch_per_rank * run.model.seq_len
     pc = param_counts(cfg, run.moe, tokens)
     active = pc.active_matmul
-    if run.moe is not None and run.moe.router == "expert_choice":
+    if run.moe is not None and experts_choose(run.moe.router):
         active += pc.moe_layers * pc.expert * (run.moe.capacity_factor - active_experts_per_token(run.moe, tokens))
     mult, attn = (8, 16) if run.train.recompute == "full" else (6, 12)
     return mult * active + 6 * pc.lm_head + attn * cfg.layers * cfg.seq_len * cfg.hidden
@@ -80,7 +81,7 @@ def upgrade_v1_flops(rec: dict) -> dict:
         note = "schema 1, corrected from the stored config"
     else:
         exact = ((cfg.get("train") or {}).get("recompute") != "full"
-                 and (cfg.get("moe") or {}).get("router") != "expert_choice")
+                 and not experts_choose((cfg.get("moe") or {}).get("router")))
         to_model, to_hardware = (1.0 if exact else None), None
         basis = "not known: the stored config no longer parses"
         note = (f"schema 1, config no longer parses ({why}): model FLOPs "
@@ -219,7 +220,7 @@ def upgrade_v2_moe(rec: dict) -> dict:
         cfg_moe.update({k: v for k, v in defaults.items() if k not in cfg_moe})
     if isinstance(stats, dict):
         load = stats.get("expert_load")
-        exact = (cfg_moe or {}).get("router") == "expert_choice" or stats.get("dropped_frac") == 0
+        exact = experts_choose((cfg_moe or {}).get("router")) or stats.get("dropped_frac") == 0
         stats.update(load_figures(load if exact and isinstance(load, list) else None, None))
         stats["upgraded_from"] = ("schema 2: tokens_per_expert " + ("from expert_load (no token dropped)" if exact
                                   else "unknown (expert_load counts dropped tokens)")
