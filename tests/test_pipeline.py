@@ -54,7 +54,7 @@ def make_run(pp: int, tp: int, schedule: str, virtual: int, microbatches: int, r
 
 
 def section_of(run: RunConfig, figs: list[dict]) -> dict:
-    """metrics.pipeline of `run` from the ranks' figures, given the sections results/record.py passes."""
+    """metrics.pipeline of `run` from the ranks' figures, given the sections assembly/harness.py passes."""
     from benchsuite.parallel.pipeline import pipeline_section
 
     return pipeline_section(figs, parallel=run.parallel, model=run.model, train=run.train,
