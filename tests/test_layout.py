@@ -15,9 +15,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed._composable.replicate_with_fsdp import ReplicateModule
 from torch.distributed.fsdp import FSDPModule
-from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel
-from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from benchsuite.config import CarbonConfig, EnergyConfig, ModelConfig, MoEConfig, ParallelConfig, RunConfig, TrainConfig
 from benchsuite.layout import DataParallel, ParallelDims, Schedule
@@ -57,7 +55,12 @@ def make_run(world: int, parallel: ParallelConfig, moe: MoEConfig | None) -> Run
 
 @contextlib.contextmanager
 def fake_world(world: int):
-    """A process group of `world` ranks held by this one process (rank 0); none for a world of one."""
+    """A process group of `world` ranks held by this one process (rank 0); none for a world of one. torch's
+    testing package (and torch.distributed.optim) are imported where used, not with the module: they script
+    TorchScript functions on import, whose deprecation warnings would reach every collection of the test tree
+    (`pytest -m cuda` among them, whose summary benchmarks/gpu_check.py reads)."""
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
     if world > 1:
         dist.init_process_group("fake", rank=0, world_size=world, store=FakeStore())
     try:
@@ -81,6 +84,8 @@ def parallelized(run: RunConfig) -> tuple[ParallelDims, Parallelized]:
 def applied_wrapper(par: Parallelized) -> DataParallel:
     """The data-parallel wrapper parallelize built, read from its objects (the model, a pipeline's first
     stage, the optimizer); FSDP2's stages 2 and 3 told apart by the name the record holds."""
+    from torch.distributed.optim import ZeroRedundancyOptimizer  # scripts TorchScript on import (see fake_world)
+
     module = par.model[0] if par.pipeline is not None else par.model
     if isinstance(module, ReplicateModule):
         return DataParallel.REPLICATE

@@ -61,8 +61,8 @@ class RouterKind:
 ROUTERS = {r.name: r for r in (
     RouterKind("switch", 1, True, "Switch"),
     RouterKind("gshard", 2, True, "GShard"),
-    RouterKind("token_choice", 2, True, "Top-k"),
     RouterKind("expert_choice", None, False, "Expert choice"),
+    RouterKind("token_choice", 2, True, "Top-k"),
 )}
 
 
