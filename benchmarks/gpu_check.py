@@ -14,7 +14,7 @@ gpu_check_table.txt, cuda_tests.xml, gpu_check_overhead.json):
    their records in gpu_check_records.json.
 3. `pytest -m cuda`: the tests that need a GPU (grouped_mm, and TP, EP and ZeRO-3 with two ranks
    on the one GPU over gloo, against one process); its result line and cuda_tests.xml.
-4. Harness overhead: in this one process, measure() and a bare loop over the same model, optimizer
+4. Harness overhead: in this one process, worker.run_rank() and a bare loop over the same model, optimizer
    and batches (model, cross-entropy, backward, AdamW step), interleaved. Both time their steps
    through the same code (worker.timed_steps with a StepTimer: CUDA events on a GPU) with every
    measured batch on the device before the first step.
@@ -57,7 +57,7 @@ from benchsuite.models.transformer import build_model  # noqa: E402
 from benchsuite.parallel.zero import make_adamw  # noqa: E402
 from benchsuite.record import to_dict  # noqa: E402
 from benchsuite.results.store import load_records  # noqa: E402
-from benchsuite.worker import autocast, measure, timed_steps, unmeasured_steps  # noqa: E402
+from benchsuite.worker import autocast, run_rank, timed_steps, unmeasured_steps  # noqa: E402
 
 # The workloads of workloads/h200.toml this check runs, most wanted first.
 CHECK = ("dense-compiled", "dropless-top2-compiled", "gshard-compiled", "switch-compiled", "expert-choice-compiled",
@@ -196,7 +196,7 @@ def cuda_tests(out: Path, log: Log, timeout_s: float) -> dict:
 
 def bare_step_times(run: RunConfig, device: torch.device) -> list[float]:
     """The plain-PyTorch loop: model, cross-entropy, backward, AdamW step, nothing else. Same model,
-    optimizer, batches, warm-up count and step timing as measure()."""
+    optimizer, batches, warm-up count and step timing as run_rank()."""
     precision = resolve_precision(run.train.precision, device)
     model = build_model(run.model, seed=run.train.seed).to(device)
     opt = make_adamw(model.parameters(), run.train)
@@ -229,7 +229,7 @@ def bare_loop_vs_harness(suite: Path, rounds: int, steps: int | None = None) -> 
     ctx = init_distributed(run)
     harness, bare = [], []
     for _ in range(rounds):
-        harness.append(measure(run, ctx, None)[0].step_times_s)
+        harness.append(run_rank(run, ctx, None)[0].step_times_s)
         bare.append(bare_step_times(run, ctx.device))
     h = statistics.median(statistics.median(t) for t in harness)
     b = statistics.median(statistics.median(t) for t in bare)
@@ -392,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
         tests = cuda_tests(out, log, budget.left() - RESERVE_S["overhead"])
         write_table()
         if budget.left() > 0:
-            log("harness overhead: measure() vs bare loop, interleaved")
+            log("harness overhead: run_rank() vs bare loop, interleaved")
             overhead = bare_loop_vs_harness(suite, rounds=1 if args.tiny else 2,
                                             steps=None if args.tiny else OVERHEAD_STEPS)
             write(out / "gpu_check_overhead.json", json.dumps(overhead, indent=1))

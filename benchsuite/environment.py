@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from benchsuite.nvml import Nvml, NvmlError
+
 if TYPE_CHECKING:
     import torch
 
@@ -79,8 +81,6 @@ def nvml_gpu_names(visible: str | None, order: str | None, lib=None) -> list[str
     """NVML's device names as CUDA shows them: only the CUDA_VISIBLE_DEVICES entries (indices or
     GPU-UUID prefixes), in their order, up to the first one CUDA would not accept. NotLikeCuda where
     NVML cannot say (no NVML, MIG, several models numbered fastest first)."""
-    from benchsuite.energy.nvml import Nvml
-
     try:
         nvml = Nvml(lib)
     except Exception as e:  # no pynvml, no libnvidia-ml (ROCm), driver not loaded
@@ -169,14 +169,20 @@ def software_versions() -> dict:
             nccl = ".".join(map(str, torch.cuda.nccl.version()))
         except (RuntimeError, AttributeError):
             nccl = None
-    driver = None
-    if torch.cuda.is_available():
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            driver = pynvml.nvmlSystemGetDriverVersion()
-        except Exception:  # NVML missing or refused: the driver version stays unknown
-            driver = None
-    return {"torch": torch.__version__, "cuda": torch.version.cuda, "nccl": nccl, "driver": driver,
+    return {"torch": torch.__version__, "cuda": torch.version.cuda, "nccl": nccl,
+            "driver": driver_version() if torch.cuda.is_available() else None,
             "python": sys.version.split()[0], "git_commit": git_commit()}
+
+
+def driver_version(lib=None) -> str | None:
+    """The GPU driver's version as NVML states it; None where NVML is missing or refuses."""
+    try:
+        nvml = Nvml(lib)
+    except Exception:  # no pynvml, no libnvidia-ml (ROCm), driver not loaded
+        return None
+    try:
+        return nvml.driver_version()
+    except NvmlError:
+        return None
+    finally:
+        nvml.shutdown()

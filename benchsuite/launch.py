@@ -395,35 +395,8 @@ def launch_run(run: RunConfig, key: str, out_dir: Path, hardware: dict, rdzv: Re
                                                       "log_json": str(out_dir / "logs" / json_log_name),
                                                       "suite_constants": str(constants) if constants else None,
                                                       "record_name": final.stem}))
-        cmd = launch_command(run, rid, workdir, rdzv)
-        with _open_log(out_dir / "logs", log_name) as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, env=worker_env(run, threads),
-                                    preexec_fn=prctl.die_with_this_process(signal.SIGTERM))
-            tail = LogTail(log_path)
-
-            def report_progress() -> None:
-                for line in tail.new_lines():
-                    on_progress(line)
-
-            error = None
-            try:
-                returncode = stop.wait(proc, run.train.timeout_s, tick=report_progress)
-            except subprocess.TimeoutExpired:
-                _kill_run(proc, workdir)
-                returncode = proc.returncode
-                error = {"type": "Timeout", "rank": None,
-                         "message": f"run exceeded train.timeout_s = {run.train.timeout_s:g} s and was killed"}
-            except Interrupted:
-                _kill_run(proc, workdir)
-                returncode = proc.returncode
-                error = {"type": "Interrupted", "rank": None, "message": stop.message}
-            _reap_ranks(workdir)
-            report_progress()  # the lines written since the last tick
-            tail.close()
-        if error is None and returncode != 0:
-            error = diagnose(returncode, workdir, log_path.read_text(errors="replace"),
-                             starts_worker_directly(run))
+        error = _run_ranks(run, launch_command(run, rid, workdir, rdzv), workdir, out_dir / "logs", log_name,
+                           threads, stop, on_progress)
         if error is None and rdzv.node_rank == 0 and not final.exists():
             error = {"type": "NoRecord", "rank": 0,
                      "message": f"workers exited cleanly but wrote no record; see {log_path}"}
@@ -436,6 +409,42 @@ def launch_run(run: RunConfig, key: str, out_dir: Path, hardware: dict, rdzv: Re
         outcome.repeat = repeat
         outcome.interrupted = stop.signum is not None
     return outcome
+
+
+def _run_ranks(run: RunConfig, cmd: list[str], workdir: Path, logs: Path, log_name: str, threads: Threads,
+               stop: _StopRequest, on_progress: Callable[[ProgressLine], None]) -> dict | None:
+    """Start the run's processes (its own session, dying with this launcher), pass on each progress line of
+    its log while it runs, and wait: the run's error (a timeout, an interruption, a crash diagnosed from its
+    exit code and log), or None when it exited cleanly. No process of it is left running."""
+    log_path = logs / log_name
+    with _open_log(logs, log_name) as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, env=worker_env(run, threads),
+                                preexec_fn=prctl.die_with_this_process(signal.SIGTERM))
+        tail = LogTail(log_path)
+
+        def report_progress() -> None:
+            for line in tail.new_lines():
+                on_progress(line)
+
+        error = None
+        try:
+            returncode = stop.wait(proc, run.train.timeout_s, tick=report_progress)
+        except subprocess.TimeoutExpired:
+            _kill_run(proc, workdir)
+            returncode = proc.returncode
+            error = {"type": "Timeout", "rank": None,
+                     "message": f"run exceeded train.timeout_s = {run.train.timeout_s:g} s and was killed"}
+        except Interrupted:
+            _kill_run(proc, workdir)
+            returncode = proc.returncode
+            error = {"type": "Interrupted", "rank": None, "message": stop.message}
+        _reap_ranks(workdir)
+        report_progress()  # the lines written since the last tick
+        tail.close()
+    if error is None and returncode != 0:
+        error = diagnose(returncode, workdir, log_path.read_text(errors="replace"), starts_worker_directly(run))
+    return error
 
 
 def _settle_failure(run: RunConfig, key: str, final: Path, failed: dict, rdzv: Rendezvous,

@@ -13,49 +13,41 @@ The harness's own pieces (benchsuite/worker.py): a StepTimer (CUDA events or per
 at the end, so a step never synchronises the device), the NodeEnergyMonitor's named windows (NVML counter
 of each GPU by UUID, RAPL, else codecarbon's estimate; every figure labelled with its source; the device
 synchronised at window edges only), the training segments between evaluations summed (energy/windows.py),
-attribution over every rank (each physical GPU and each node's CPU/DRAM once), the carbon section, the
-sanity flags. Under torchrun every rank calls it inside the job's process group; rank 0 gathers every
-rank's figures and writes one record of kind "user", which report, compare, export, carbon project and the
-dashboard read as any run. What benchsuite cannot know about a loop it did not build (model FLOPs unless
-given, hardware and counted FLOPs, the matmul ceiling, communication, parameters) is null, the reason in
-metrics.reasons.
+and the harness's record (benchsuite/assembly/: attribution over every rank, each physical GPU and each
+node's CPU/DRAM once, the carbon section, the sanity flags). Under torchrun every rank calls it inside the
+job's process group; rank 0 gathers every rank's figures (a RankResult each, as the worker's) and writes
+one record of kind "user", which report, compare, export, carbon project and the dashboard read as any run.
+What benchsuite cannot know about a loop it did not build (model FLOPs unless given, hardware and counted
+FLOPs, the matmul ceiling, communication, parameters) is null, the reason in metrics.reasons.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
 
+import msgspec
 import torch
 import torch.distributed as dist
 
 from benchsuite import config as cfg
+from benchsuite.assembly import RankResult, RunFacts, UserLoop, user_record
 from benchsuite.device import peak_memory, pick_device, resolve_precision
 from benchsuite.energy.attribution import attribute_energy
-from benchsuite.energy.carbon import record_carbon
+from benchsuite.energy.carbon import place_problems
 from benchsuite.energy.meters import NodeEnergyMonitor
 from benchsuite.energy.windows import combine_windows
-from benchsuite.environment import device_info, hardware_identity
+from benchsuite.environment import device_info
 from benchsuite.metrics import flops as fl
-from benchsuite.metrics.energy import derived_metrics
-from benchsuite.metrics.timing import StepTimer, summarize
-from benchsuite.record import SCHEMA_VERSION, record_filename, utc_now, write_record
-from benchsuite.record.sanity import finite_or_none, sanity_flags
-from benchsuite.record.types import Kind
-from benchsuite.record.names import digest
+from benchsuite.metrics.timing import StepTimer
+from benchsuite.record import Record, record_filename, to_dict, utc_now, write_record
 
 SUITE = "user"
 PRECISIONS = ("fp32", "bf16")  # the peak table's columns (metrics/flops.py)
-UNKNOWN = {  # what a loop benchsuite did not build cannot tell it, by the field it leaves null
-    "hardware_per_token": "not known in a user's loop (recompute and padding are the loop's own)",
-    "counted_per_token": "not counted in a user's loop (benchsuite counts FlopCounterMode over a step it runs)",
-    "matmul_ceiling": "not measured in a user's loop (the harness measures it after its warm-up steps)",
-}
 
 
 @dataclass(frozen=True)
@@ -82,41 +74,15 @@ class Window:
         return self.energy["bounds"]["total"]
 
 
-@dataclass(frozen=True)
-class RankFigures:
-    """What one rank measured in the loop, gathered to rank 0 (the harness's RankResult for a user's loop)."""
-
-    rank: int
-    node_rank: int
-    device: dict  # environment.device_info
-    step_times_s: list[float]  # each measured step on this rank
-    tokens: list[int | None]  # each measured step's tokens as given (None: the default tokens_per_step)
-    losses: list[float | None]
-    memory: dict  # device.peak_memory
-    energy_window: dict  # the training segments combined (energy/windows.py)
-    left_out: list[Window]  # the windows outside training (training=False), in order
-
-
-@dataclass(frozen=True)
-class JobFacts:
-    """What holds for the whole measurement, known on rank 0 (the harness's RunFacts)."""
-
-    world_size: int
-    backend: str | None  # the process group's; None for a world of one
-    precision: str
-    peak_flops: float | None
-    peak_source: str
-
-
 def _checked(cls, value, where: str):
     """A CarbonConfig or EnergyConfig from itself, a dict of its keys or None, checked as a suite's [carbon]
     and [energy] are (config.py): a mistyped country must not silently become the world average."""
     if value is None:
         return cls()
     problems: list = []
-    section, refused = cfg._build_section(cls, asdict(value) if isinstance(value, cls) else value, where, problems)
+    section, refused = cfg.build_section(cls, asdict(value) if isinstance(value, cls) else value, where, problems)
     if cls is cfg.CarbonConfig:
-        cfg._check_carbon(section, {f"carbon.{k}" for k in refused}, where, problems)
+        cfg.check_carbon(section, {f"carbon.{k}" for k in refused}, where, problems, place_problems)
     if problems:
         raise cfg.ConfigError(f"benchsuite.measure({where}=...)", problems)
     return section
@@ -143,14 +109,12 @@ class Measurement:
     """One measured training job on this rank: start() (or `with`), step() after each optimizer step,
     windows that nest (begin/end or `with window(...)`), stop() writes the record on rank 0."""
 
-    def __init__(self, name: str, *, flops_per_token: float | None, tokens_per_step: int | None, out: str | Path,
-                 carbon: cfg.CarbonConfig, energy: cfg.EnergyConfig, description: str, suite: str,
-                 warmup_steps: int, precision: str | None, peak_tflops: float | None, device: torch.device | None):
-        self.name, self.flops_per_token, self.tokens_per_step = name, flops_per_token, tokens_per_step
-        self.out, self.carbon, self.energy, self.description, self.suite = Path(out), carbon, energy, description, suite
+    def __init__(self, loop: UserLoop, *, out: str | Path, warmup_steps: int, precision: str | None,
+                 peak_tflops: float | None, device: torch.device | None):
+        self.loop, self.out = loop, Path(out)
         self.warmup_steps, self.precision, self.peak_tflops, self.device = warmup_steps, precision, peak_tflops, device
         self.windows: list[Window] = []  # every window this rank closed, in order
-        self.record: dict | None = None  # rank 0's record once stopped
+        self.record: Record | None = None  # rank 0's record once stopped
         self.path: Path | None = None  # where rank 0 wrote it
         self._monitor: NodeEnergyMonitor | None = None
         self._timer: StepTimer | None = None
@@ -160,7 +124,7 @@ class Measurement:
         self._segment: str | None = None  # the open training segment
         self._outside: str | None = None  # the open window outside training
         self._open: list[str] = []  # the user's open windows, in the order begun
-        self._left_out: list[Window] = []
+        self._left_out: list[dict] = []  # the energy windows outside training (training=False), in order
         self._warmup_left = warmup_steps
 
     # -- the job ---------------------------------------------------------------------------------
@@ -174,10 +138,10 @@ class Measurement:
         self.precision = self.precision or resolve_precision("auto", self.device)
         self.started_at, self._t0 = utc_now(), time.perf_counter()
         # On GPU the NVML counter is the figure; integrated power samples ride along as its cross-check.
-        self._monitor = NodeEnergyMonitor.create([self.device], self.energy, rank=self.rank,
+        self._monitor = NodeEnergyMonitor.create([self.device], self.loop.energy, rank=self.rank,
                                                  sample_power=self.device.type == "cuda")
-        if self.energy.idle_baseline_s > 0:
-            self._monitor.measure_idle(self.energy.idle_baseline_s)
+        if self.loop.energy.idle_baseline_s > 0:
+            self._monitor.measure_idle(self.loop.energy.idle_baseline_s)
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
         self._timer = StepTimer(self.device)
@@ -208,7 +172,7 @@ class Measurement:
             self._timer.pause()
             self._timer.mark()
 
-    def stop(self) -> dict | None:
+    def stop(self) -> Record | None:
         """Close the measurement: the windows still open, the meters; gather every rank's figures to rank 0,
         which writes the record (returned; None on the other ranks). Every rank of the job calls it."""
         for name in reversed(list(self._open)):  # a window left open ends with the job
@@ -217,12 +181,13 @@ class Measurement:
             self._close_segment()
         self._monitor.close()
         if not self._segments:
-            raise RuntimeError(f"benchsuite.measure({self.name!r}): the loop ended during its {self.warmup_steps} "
-                               f"warm-up steps; nothing was measured")
+            raise RuntimeError(f"benchsuite.measure({self.loop.name!r}): the loop ended during its "
+                               f"{self.warmup_steps} warm-up steps; nothing was measured")
         ranks = self._gather(self._figures())
         if self.rank == 0:
-            facts = self._facts(ranks[0].device)
-            self.record = user_record(self, facts, ranks, duration_s=time.perf_counter() - self._t0)
+            record = user_record(self.loop, self._facts(ranks), ranks, started_at=self.started_at,
+                                 duration_s=time.perf_counter() - self._t0)
+            self.record = next_repeat(self.out, record)
             self.path = write_record(self.out, self.record)
         return self.record
 
@@ -262,7 +227,7 @@ class Measurement:
         window = Window(name, result.window_s, attribute_energy([result.to_dict()]))
         self.windows.append(window)
         if name == self._outside:
-            self._left_out.append(window)
+            self._left_out.append(result.to_dict())
             self._outside = None
             if not self._warmup_left:
                 self._open_segment()
@@ -289,17 +254,18 @@ class Measurement:
         self._segments.append(self._monitor.end(self._segment).to_dict())
         self._segment = None
 
-    def _figures(self) -> RankFigures:
-        """This rank's figures: the step times (the one device sync), the tokens and losses read."""
+    def _figures(self) -> RankResult:
+        """This rank's figures: the step times (the one device sync), the tokens and losses read; what only
+        the harness measures is None (assembly.inputs.UNKNOWN says why)."""
         times = self._timer.durations_s()
-        return RankFigures(
+        return RankResult(
             rank=self.rank, node_rank=int(os.environ.get("GROUP_RANK", "0")), device=device_info(self.device),
-            step_times_s=times, tokens=[None if t is None else int(t) for t in self._tokens],
-            losses=[None if v is None else float(v) for v in self._losses], memory=peak_memory(self.device),
-            energy_window=combine_windows(self._segments, "measure", self.energy.min_window_s),
-            left_out=self._left_out)
+            step_times_s=times, losses=[None if v is None else float(v) for v in self._losses],
+            memory=peak_memory(self.device),
+            energy_window=combine_windows(self._segments, "measure", self.loop.energy.min_window_s),
+            tokens=[None if t is None else int(t) for t in self._tokens], left_out=self._left_out)
 
-    def _gather(self, mine: RankFigures) -> list[RankFigures]:
+    def _gather(self, mine: RankResult) -> list[RankResult]:
         """Every rank's figures on rank 0, in rank order (a list of one in a world of one)."""
         if self.world_size == 1:
             return [mine]
@@ -307,9 +273,11 @@ class Measurement:
         dist.gather_object(mine, out, dst=0)
         return out
 
-    def _facts(self, device: dict) -> JobFacts:
-        peak, peak_source = fl.peak_flops(device["name"], self.precision, self.peak_tflops)
-        return JobFacts(self.world_size, self.backend, self.precision, peak, peak_source)
+    def _facts(self, ranks: list[RankResult]) -> RunFacts:
+        """What holds for the whole job, on rank 0: rank 0's device's peak, ranks sharing a GPU."""
+        peak, peak_source = fl.peak_flops(ranks[0].device["name"], self.precision, self.peak_tflops)
+        return RunFacts(world_size=self.world_size, precision=self.precision, peak_flops=peak, peak_source=peak_source,
+                        backend=self.backend, shared_device=shares_a_gpu(ranks))
 
 
 def measure(name: str, *, flops_per_token: float | None = None, tokens_per_step: int | None = None,
@@ -337,129 +305,29 @@ def measure(name: str, *, flops_per_token: float | None = None, tokens_per_step:
         raise ValueError(f"benchsuite.measure: warmup_steps must be an integer >= 0, got {warmup_steps!r}")
     if precision not in (None, *PRECISIONS):
         raise ValueError(f"benchsuite.measure: precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    return Measurement(name, flops_per_token=flops_per_token, tokens_per_step=tokens_per_step, out=out,
-                       carbon=_checked(cfg.CarbonConfig, carbon, "carbon"),
-                       energy=_checked(cfg.EnergyConfig, energy, "energy"), description=description, suite=suite,
-                       warmup_steps=warmup_steps, precision=precision, peak_tflops=peak_tflops,
+    loop = UserLoop(name, suite, description, flops_per_token, tokens_per_step,
+                    carbon=_checked(cfg.CarbonConfig, carbon, "carbon"),
+                    energy=_checked(cfg.EnergyConfig, energy, "energy"))
+    return Measurement(loop, out=out, warmup_steps=warmup_steps, precision=precision, peak_tflops=peak_tflops,
                        device=None if device is None else torch.device(device))
 
 
 # ----------------------------------------------------------------------------- the record
 
 
-def step_tokens(given: list[int | None], default: int | None) -> list[int | None]:
-    """Each measured step's tokens: as given, else the default."""
-    return [default if t is None else t for t in given]
-
-
-def shares_a_gpu(ranks: list[RankFigures]) -> bool:
+def shares_a_gpu(ranks: list[RankResult]) -> bool:
     """Several ranks on one GPU (by UUID): correct, but not a speed figure."""
     uuids = [r.device["uuid"] for r in ranks if r.device["type"] == "cuda"]
     return len(set(uuids)) < len(uuids)
 
 
-def _per_rank(ranks: list[RankFigures]) -> dict | None:
-    """metrics.per_rank: each rank's median step and the straggler ratio (None when a rank timed no step)."""
-    medians = [statistics.median(r.step_times_s) for r in ranks if r.step_times_s]
-    if len(medians) < len(ranks):
-        return None
-    return {"step_time_median_s": medians, "straggler_ratio": max(medians) / statistics.median(medians)}
-
-
-def metrics_section(m: Measurement, facts: JobFacts, ranks: list[RankFigures], step_times: list[float],
-                    tokens: list[int | None], energy: dict, carbon: dict, reasons: list[str]) -> dict:
-    """The record's metrics by the harness's formulas (results/record.build_record), from what the loop
-    told: the slowest rank's step times, rank 0's tokens, the given FLOPs per token."""
-    summary = summarize(step_times) if step_times else None
-    tokens_per_step = statistics.fmean(tokens) if tokens and None not in tokens else None
-    tokens_per_s = tokens_per_step / summary["median"] if summary and tokens_per_step else None
-    f = m.flops_per_token
-    per_device = f * tokens_per_s / facts.world_size if f and tokens_per_s else None
-    if not step_times:
-        reasons.append("no step measured: call m.step() after each optimizer step")
-    elif tokens_per_step is None:
-        reasons.append("tokens per step not given (measure(tokens_per_step=) or m.step(tokens=)): tokens/s, MFU "
-                       "and energy per token are null")
-    if f is None:
-        reasons.append("model FLOPs per token not given (measure(flops_per_token=)): MFU and TFLOP/s are null")
-    if facts.peak_flops is None:
-        reasons.append(f"no peak FLOP/s for this device, MFU is null (measure(peak_tflops=) gives one): "
-                       f"{facts.peak_source}")
-    reasons += [f"{key}: {why}" for key, why in UNKNOWN.items()]
-    measured_tokens = sum(tokens) if tokens and None not in tokens else None
-    memories = [r.memory for r in ranks]
-    return {
-        "tokens_per_s": tokens_per_s,
-        "tokens_per_step": tokens_per_step,
-        "step_time_s": summary,
-        "flops": fl.record_flops(f, None, UNKNOWN["hardware_per_token"], None, UNKNOWN["counted_per_token"]),
-        **fl.rate_figures(per_device, None, facts.peak_flops),
-        "peak_tflops": facts.peak_flops / 1e12 if facts.peak_flops else None,
-        "peak_source": facts.peak_source,
-        "mfu_vs_ceiling_reason": UNKNOWN["matmul_ceiling"],
-        "memory": {"peak_allocated_bytes": max((x["peak_allocated_bytes"] or 0) for x in memories) or None,
-                   "peak_reserved_bytes": max((x["peak_reserved_bytes"] or 0) for x in memories) or None,
-                   "source": memories[0]["source"], "per_rank": memories},
-        "per_rank": _per_rank(ranks),
-        "precision": facts.precision,
-        "speed_valid": not shares_a_gpu(ranks),
-        "energy": derived_metrics(energy, tokens=measured_tokens,
-                                  model_flops=measured_tokens * f if measured_tokens and f else None, carbon=carbon),
-        "reasons": reasons,
-    }
-
-
-def left_out_note(ranks: list[RankFigures]) -> str | None:
-    """What the record's energy leaves out: rank 0's windows outside training, by name."""
-    windows = ranks[0].left_out
-    if not windows:
-        return None
-    names = ", ".join(dict.fromkeys(w.name for w in windows))
-    return (f"{len(windows)} window(s) outside training ({names}; {sum(w.seconds for w in windows):.3g} s on rank 0) "
-            f"left out of the energy, as the harness leaves its evaluations out")
-
-
-def user_record(m: Measurement, facts: JobFacts, ranks: list[RankFigures], *, duration_s: float) -> dict:
-    """The record of one measured user loop (rank 0), in the harness's schema: flagged by the sanity checks
-    and made strict JSON."""
-    from benchsuite.results.record import env_section
-
-    reasons = []
-    counts = {len(r.step_times_s) for r in ranks}
-    if len(counts) > 1:
-        reasons.append(f"ranks measured different numbers of steps ({sorted(counts)}): the first "
-                       f"{min(counts)} are compared")
-    step_times = [max(ts) for ts in zip(*(r.step_times_s for r in ranks))]  # a step ends when every rank is done
-    tokens = step_tokens(ranks[0].tokens, m.tokens_per_step)[:len(step_times)]
-    energy = attribute_energy([r.energy_window for r in ranks])
-    note = left_out_note(ranks)
-    if note:
-        energy["reasons"].append(note)
-    carbon = record_carbon(energy, m.carbon)
-    config = {"world_size": facts.world_size, "nodes": len({r.node_rank for r in ranks}), "scaling": "weak",
-              "suite": m.suite, "workload": m.name, "kind": Kind.USER.value, "description": m.description,
-              "sweep_id": "", "model": None, "moe": None, "parallel": None, "train": None,
-              "energy": asdict(m.energy), "carbon": asdict(m.carbon)}
-    record = {"schema_version": SCHEMA_VERSION, "run_key": digest({"config": config, "hardware": hardware_identity()}),
-              "suite": m.suite, "workload": m.name, "status": "ok", "error": None, "started_at": m.started_at,
-              "duration_s": duration_s, "config": config,
-              "env": env_section(facts, facts, ranks),  # it reads run.world_size and facts.backend: JobFacts has both
-              "metrics": metrics_section(m, facts, ranks, step_times, tokens, energy, carbon, reasons),
-              "energy": energy, "carbon": carbon,
-              "steps": [{"step": i, "time_s": t, "loss": loss, "tokens": n}
-                        for i, (t, loss, n) in enumerate(zip(step_times, ranks[0].losses, tokens))]}
-    record["repeat"] = next_repeat(m.out, record)
-    record["flags"] = sanity_flags(record)
-    return finite_or_none(record)
-
-
-def next_repeat(out: Path, record: dict) -> int:
-    """The first repeat index of the record's run key with no file in out: measuring one loop again (same
+def next_repeat(out: Path, record: Record) -> Record:
+    """The record as the first repeat of its run key with no file in out: measuring one loop again (same
     name and settings, same hardware) adds a repeat of its run, as `run --repeat` does."""
-    repeat = 0
-    while (out / record_filename({**record, "repeat": repeat})).exists():
+    doc, repeat = to_dict(record), 0
+    while (out / record_filename({**doc, "repeat": repeat})).exists():
         repeat += 1
-    return repeat
+    return msgspec.structs.replace(record, repeat=repeat)
 
 
 __all__ = ["Measurement", "Window", "measure"]

@@ -71,22 +71,41 @@ def sbatch_script(suite_path: str | Path, suite_name: str, out_dir: str | Path, 
         raise ValueError(f"--mem {mem!r}: a size as Slurm takes it, e.g. 64G, 500000M or 0 (all of the node's)")
     python = [python] if isinstance(python, str) else list(python)
     gpus = gpu_option(gpu_request, gpus_per_node)
-    job = slug(suite_name, 53)
-    lines = ["#!/bin/bash", _directive("job-name", f"benchsuite-{job}"[:64]), _directive("nodes", nodes),
-             _directive("ntasks-per-node", 1), "#SBATCH " + gpus,
-             _directive("cpus-per-task", cpus_per_task or CPUS_PER_GPU * gpus_per_node)]
+    lines = _directives(suite_name, nodes, gpus, cpus_per_task or CPUS_PER_GPU * gpus_per_node, mem, exclusive,
+                        {"output": (job_output, "--job-output"), "partition": (partition, None),
+                         "time": (time, None), "account": (account, None)}, signal_seconds, requeue)
+    lines += _prologue(counts, left_out)
+    if setup:
+        lines += ["# --- set-up (--setup), before benchsuite; srun passes its environment to every node's task "
+                  "(--export=ALL, Slurm's default) ---", *(text.rstrip("\n") for text in setup),
+                  "# --- end of set-up ---"]
+    lines += _variables(suite_path, out_dir, python, repeat, requeue, max_requeues, gpus)
+    lines += STEP_FUNCTION + _steps(counts)
+    return "\n".join(lines) + "\n"
+
+
+def _directives(suite_name: str, nodes: int, gpus: str, cpus: int, mem: str | None, exclusive: bool,
+                optional: dict[str, tuple[str | None, str | None]], signal_seconds: int, requeue: bool) -> list[str]:
+    """The #SBATCH lines: the job's name and shape, the options given (optional: name -> (value, the
+    benchsuite option that set it)), the warning signal, requeue."""
+    lines = ["#!/bin/bash", _directive("job-name", f"benchsuite-{slug(suite_name, 53)}"[:64]),
+             _directive("nodes", nodes), _directive("ntasks-per-node", 1), "#SBATCH " + gpus,
+             _directive("cpus-per-task", cpus)]
     if mem is not None:
         lines.append(_directive("mem", mem))
     if exclusive:  # node CPU/DRAM energy (RAPL) is per host: another job on the node would be counted
         lines.append("#SBATCH --exclusive")
-    for name, value, option in (("output", job_output, "--job-output"), ("partition", partition, None),
-                                ("time", time, None), ("account", account, None)):
-        if value:
-            lines.append(_directive(name, value, option))
+    lines += [_directive(name, value, option) for name, (value, option) in optional.items() if value]
     lines.append(_directive("signal", f"B:TERM@{int(signal_seconds)}", "--signal-seconds"))
     if requeue:  # append: a requeued start keeps the earlier start's output
         lines += ["#SBATCH --requeue", "#SBATCH --open-mode=append"]
-    lines += [
+    return lines
+
+
+def _prologue(counts: list[int], left_out: Sequence[int]) -> list[str]:
+    """What the job does, where it runs from, and the SIGTERM trap (set before the set-up, so a signal during
+    it still stops the job)."""
+    return [
         "# Steps: " + ", ".join(f"{k} node(s)" for k in counts) + ", each its own srun step on the allocation's "
         "first hosts (a smaller step leaves the other nodes idle).",
         *([f"# Not in this job: the runs on {', '.join(map(str, left_out))} node(s); another job runs them "
@@ -107,11 +126,13 @@ def sbatch_script(suite_path: str | Path, suite_name: str, out_dir: str | Path, 
         "trap stop TERM",
         "",
     ]
-    if setup:
-        lines += ["# --- set-up (--setup), before benchsuite; srun passes its environment to every node's task "
-                  "(--export=ALL, Slurm's default) ---", *(text.rstrip("\n") for text in setup),
-                  "# --- end of set-up ---"]
-    lines += [
+
+
+def _variables(suite_path: str | Path, out_dir: str | Path, python: list[str], repeat: int, requeue: bool,
+               max_requeues: int, gpus: str) -> list[str]:
+    """The job's settings as shell variables, the check that the set-up put Python on PATH, the hosts and
+    the rendezvous port."""
+    return [
         "set -u",
         f"SUITE={shlex.quote(str(suite_path))}",
         f"OUT={shlex.quote(str(out_dir))}",
@@ -128,31 +149,42 @@ def sbatch_script(suite_path: str | Path, suite_name: str, out_dir: str | Path, 
         f"RDZV_PORT=$(({RDZV_PORT_BASE} + SLURM_JOB_ID % {RDZV_PORT_SPAN}))",
         "STATUS=0",
         "",
-        "# One launcher per node of the step, rendezvous at its first host. In the background, so that the trap",
-        "# runs at once; the CPUs are passed to srun explicitly: Slurm 22.05 on does not hand sbatch's",
-        "# --cpus-per-task to srun.",
-        "step() {",
-        "    local nodes=$1 hosts status=0",
-        "    if (( ${#HOSTS[@]} < nodes )); then",
-        '        echo "benchsuite job: the ${nodes}-node step skipped: the allocation has ${#HOSTS[@]} node(s)" >&2',
-        "        return 1",
-        "    fi",
-        '    hosts=$(IFS=,; echo "${HOSTS[*]:0:nodes}")',
-        '    srun --kill-on-bad-exit=1 --nodes="$nodes" --ntasks="$nodes" --ntasks-per-node=1 --nodelist="$hosts" '
-        '--cpus-per-task="$SLURM_CPUS_PER_TASK" "$GPUS" \\',
-        '        bash -c \'exec "${@:6}" -m benchsuite.cli run "$1" --out "$2" --nnodes "$3" '
-        '--node-rank "$SLURM_NODEID" --rdzv-endpoint "$4" --rdzv-id "$SLURM_JOB_ID" --repeat "$5"\' \\',
-        '        benchsuite "$SUITE" "$OUT" "$nodes" "${HOSTS[0]}:$RDZV_PORT" "$REPEAT" "${PYTHON[@]}" &',
-        "    STEP_PID=$!",
-        '    wait "$STEP_PID" || status=$?',
-        '    while kill -0 "$STEP_PID" 2>/dev/null; do  # the trap ended the wait, not the step',
-        "        status=0",
-        '        wait "$STEP_PID" || status=$?',
-        "    done",
-        '    STEP_PID=""',
-        '    return "$status"',
-        "}",
-        "",
+    ]
+
+
+# One launcher per node of a step, in the background so that the trap runs at once.
+STEP_FUNCTION = [
+    "# One launcher per node of the step, rendezvous at its first host. In the background, so that the trap",
+    "# runs at once; the CPUs are passed to srun explicitly: Slurm 22.05 on does not hand sbatch's",
+    "# --cpus-per-task to srun.",
+    "step() {",
+    "    local nodes=$1 hosts status=0",
+    "    if (( ${#HOSTS[@]} < nodes )); then",
+    '        echo "benchsuite job: the ${nodes}-node step skipped: the allocation has ${#HOSTS[@]} node(s)" >&2',
+    "        return 1",
+    "    fi",
+    '    hosts=$(IFS=,; echo "${HOSTS[*]:0:nodes}")',
+    '    srun --kill-on-bad-exit=1 --nodes="$nodes" --ntasks="$nodes" --ntasks-per-node=1 --nodelist="$hosts" '
+    '--cpus-per-task="$SLURM_CPUS_PER_TASK" "$GPUS" \\',
+    '        bash -c \'exec "${@:6}" -m benchsuite.cli run "$1" --out "$2" --nnodes "$3" '
+    '--node-rank "$SLURM_NODEID" --rdzv-endpoint "$4" --rdzv-id "$SLURM_JOB_ID" --repeat "$5"\' \\',
+    '        benchsuite "$SUITE" "$OUT" "$nodes" "${HOSTS[0]}:$RDZV_PORT" "$REPEAT" "${PYTHON[@]}" &',
+    "    STEP_PID=$!",
+    '    wait "$STEP_PID" || status=$?',
+    '    while kill -0 "$STEP_PID" 2>/dev/null; do  # the trap ended the wait, not the step',
+    "        status=0",
+    '        wait "$STEP_PID" || status=$?',
+    "    done",
+    '    STEP_PID=""',
+    '    return "$status"',
+    "}",
+    "",
+]
+
+
+def _steps(counts: list[int]) -> list[str]:
+    """Each node count's step in turn, then, when stopped, the requeue (or why not) and exit 130."""
+    return [
         'echo "benchsuite job $SLURM_JOB_ID: start $(( ${SLURM_RESTART_COUNT:-0} + 1 )); runs recorded ok are '
         'skipped" >&2',
         f"for NODES in {' '.join(str(k) for k in counts)}; do",
@@ -173,4 +205,3 @@ def sbatch_script(suite_path: str | Path, suite_name: str, out_dir: str | Path, 
         "fi",
         'exit "$STATUS"',
     ]
-    return "\n".join(lines) + "\n"

@@ -1,8 +1,8 @@
-"""What runs inside each rank: build, parallelize, warm up, measure, report.
+"""What runs inside each rank: build, parallelize, warm up, the measured steps, report.
 
 Started by torchrun (one process per rank) as `python -m benchsuite.worker WORKDIR` (run.json inside).
 Each rank's figures (a RankResult) are gathered to rank 0, which assembles the run's record from
-them and its own RunFacts (benchsuite/results/record.py) and writes it; a rank that raises
+them and its own RunFacts (benchsuite/assembly/) and writes it; a rank that raises
 leaves an error file in the run's work folder so the launcher can name it.
 """
 
@@ -28,8 +28,10 @@ import torch.nn.functional as F
 
 from benchsuite import dist as bdist
 from benchsuite import prctl
+from benchsuite.assembly import RankQuality, RankResult, RunFacts, Stamp, harness_record
 from benchsuite.config import RunConfig
 from benchsuite.environment import device_info
+from benchsuite.layout import DP
 from benchsuite.metrics import comm
 from benchsuite.metrics import flops as fl
 from benchsuite.metrics import memory as mem
@@ -43,7 +45,6 @@ from benchsuite.models.transformer import build_model
 from benchsuite.parallel import Parallelized, parallelize
 from benchsuite.parallel.pipeline import PipelinePlan
 from benchsuite.progress import StepFigures, eval_body, line_due, warm_up_body
-from benchsuite.results.record import RankQuality, RankResult, RunFacts, build_record
 from benchsuite.record import utc_now
 from benchsuite.record import write_record
 from benchsuite.runlog import ERROR, EVAL, STEP, WARM_UP, RunLog, Value
@@ -209,11 +210,11 @@ def moe_stats(model, routing_by_step: list, all_to_all_share: float | None = Non
     return stats
 
 
-FAULT_PHASES = {"raise": "measure", "hang": "measure", "kill": "measure", "segv": "measure",
+FAULT_PHASES = {"raise": "steps", "hang": "steps", "kill": "steps", "segv": "steps",
                 "abort_at_exit": "exit", "hang_at_exit": "exit"}
 
 
-def inject_fault(rank: int, phase: str = "measure") -> None:
+def inject_fault(rank: int, phase: str = "steps") -> None:
     """Deliberate failure for testing failure isolation: BENCHSUITE_INJECT_FAULT=KIND:RANK with
     KIND raise | hang | kill | segv, applied by that rank before the first measured step, or
     abort_at_exit | hang_at_exit, applied after the record is written and the process groups are
@@ -276,7 +277,7 @@ class Bench:
         """Per-rank 0-d tensors stacked and averaged over the data-parallel ranks."""
         out = torch.stack(values)
         if self.ctx.world_size > 1:
-            torch.distributed.all_reduce(out, group=self.ctx.dims.group(bdist.DP))
+            torch.distributed.all_reduce(out, group=self.ctx.dims.group(DP))
             out /= self.ctx.dims.dp
         return out
 
@@ -294,12 +295,11 @@ def set_up(run: RunConfig, ctx: bdist.DistContext, constants: SuiteConstants = N
         idle_baseline(monitor, run.energy.idle_baseline_s, constants)
     model = build_model(run.model, run.moe, seed=run.train.seed).to(ctx.device)
     par = parallelize(model, dims=ctx.dims, train=run.train, moe=run.moe, device=ctx.device,
-                      pipeline=PipelinePlan.from_run(run) if ctx.dims.pp_enabled else None,
-                      sequence_parallel=run.parallel.sequence_parallel)
+                      pipeline=PipelinePlan.from_run(run) if ctx.dims.pp_enabled else None)
     if run.moe is not None and run.moe.balance == "aux_free":  # once per step, after the last backward
         from benchsuite.models.moe import update_expert_bias
 
-        par.grad_hooks.append(lambda: update_expert_bias(model, ctx.dims.group(bdist.DP)))
+        par.grad_hooks.append(lambda: update_expert_bias(model, ctx.dims.group(DP)))
     source = make_source(run.train.data, run.model.vocab, run.model.seq_len, run.train.seed)
     return Bench(run, ctx, par, source, monitor, constants)
 
@@ -319,9 +319,9 @@ def run_facts(bench: Bench, peak_tflops: float | None) -> RunFacts:
     """Rank 0's facts of the whole run. An unknown peak is warned about here, once."""
     ctx = bench.ctx
     peak, peak_source = fl.peak_flops(device_info(ctx.device)["name"], bench.precision, peak_tflops)
-    return RunFacts(precision=bench.precision, applied=bench.par.applied, peak_flops=peak, peak_source=peak_source,
-                    backend=ctx.backend, shared_device=ctx.shared_device,
-                    data=bench.source.describe() if bench.run.train.eval_every > 0 else None)
+    return RunFacts(world_size=bench.run.world_size, precision=bench.precision, peak_flops=peak,
+                    peak_source=peak_source, backend=ctx.backend, shared_device=ctx.shared_device,
+                    applied=bench.par.applied, data=bench.source.describe() if bench.run.train.eval_every > 0 else None)
 
 
 class WarmUp(NamedTuple):
@@ -460,10 +460,10 @@ def measured_loop(bench: Bench, warm: WarmUp, peak: float | None, log: RunLog) -
         pipeline=par.pipeline.figures() if par.pipeline is not None else None)
 
 
-def measure(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None,
-            log: RunLog | None = None, constants: SuiteConstants = NOT_SHARED) -> tuple[RankResult, RunFacts | None]:
-    """Everything one rank measures, and on rank 0 the run's own facts (None on other ranks). Rank 0
-    logs the header first (log: stdout alone by default)."""
+def run_rank(run: RunConfig, ctx: bdist.DistContext, peak_tflops: float | None,
+             log: RunLog | None = None, constants: SuiteConstants = NOT_SHARED) -> tuple[RankResult, RunFacts | None]:
+    """Everything one rank measures (set up, warm up, the measured steps), and on rank 0 the run's own facts
+    (None on other ranks). Rank 0 logs the header first (log: stdout alone by default)."""
     log = log or RunLog(ctx.rank)
     bench = set_up(run, ctx, constants)
     if ctx.is_main:
@@ -499,13 +499,11 @@ def main(argv: list[str] | None = None) -> int:
         ctx = bdist.init_distributed(run)
         constants = SuiteConstants(Path(spec["suite_constants"]), spec["record_name"]) \
             if spec.get("suite_constants") else NOT_SHARED
-        mine, facts = measure(run, ctx, spec["peak_tflops"], log, constants)
+        mine, facts = run_rank(run, ctx, spec["peak_tflops"], log, constants)
         ranks = bdist.all_gather_objects(mine, ctx)
-        if ctx.is_main:
-            record = build_record(run, facts, ranks, run_key=spec["run_key"], started_at=started_at,
-                                  duration_s=time.perf_counter() - t0)
-            record["repeat"] = spec.get("repeat", 0)  # which measurement of the run (launch.plan)
-            write_record(spec["out"], record)
+        if ctx.is_main:  # repeat: which measurement of the run (launch.plan)
+            stamp = Stamp(spec["run_key"], spec.get("repeat", 0), started_at, time.perf_counter() - t0)
+            write_record(spec["out"], harness_record(run, facts, ranks, stamp))
         bdist.shutdown()
         inject_fault(rank, phase="exit")
     except BaseException as e:

@@ -67,13 +67,14 @@ def expected_per_block(tp: int, sequence_parallel: bool, recompute: str) -> floa
 
 
 def measure(tp: int, sequence_parallel: bool, recompute: str, rank: int = 0) -> float:
-    from benchsuite.dist import ParallelDims
+    from benchsuite.layout import ParallelDims
     from benchsuite.models.transformer import build_model
     from benchsuite.parallel import parallelize
 
-    dims = ParallelDims(tp, tp=tp).build_meshes("cpu") if tp > 1 else ParallelDims(1)
+    dims = ParallelDims(tp, tp=tp, sequence_parallel=sequence_parallel).build_meshes("cpu") if tp > 1 \
+        else ParallelDims(1)
     par = parallelize(build_model(CFG, seed=0), dims=dims, train=TrainConfig(precision="fp32", recompute=recompute),
-                      moe=None, device=torch.device("cpu"), sequence_parallel=sequence_parallel)
+                      moe=None, device=torch.device("cpu"))
     idx = torch.randint(0, CFG.vocab, (B, CFG.seq_len), generator=torch.Generator().manual_seed(0))
     return stored_bytes_per_block(par.model, idx)
 

@@ -88,7 +88,8 @@ def test_places_codecarbon_holds_pass(country, region):
 
 
 def test_suite_with_unknown_country_or_region_lists_both_before_running():
-    from benchsuite.config import ConfigError, parse_suite
+    from benchsuite.config import ConfigError
+    from benchsuite.config.preflight import parse_suite
 
     doc = {"carbon": {"country": "FR"},
            "workload": [{"name": "a"}, {"name": "b", "carbon": {"country": "usa", "region": "atlantis"}}]}

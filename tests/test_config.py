@@ -1,6 +1,7 @@
 import pytest
 
-from benchsuite.config import ConfigError, load_suite, parse_suite
+from benchsuite.config import ConfigError
+from benchsuite.config.preflight import load_suite, parse_suite
 from helpers import run_cli, write_suite
 
 

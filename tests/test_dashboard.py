@@ -360,6 +360,16 @@ def test_quality_estimated_energy_says_so():
     assert fig.layout["annotations"][1]["text"] == "Loss vs training energy"
 
 
+def test_quality_page_warns_of_expert_choices_leak_wherever_experts_choose_their_tokens():
+    """The note asks the run's router (record/kinds.ROUTERS), not its display name, which never held the
+    router's config spelling."""
+    leak = "Expert choice routes over the whole batch"
+    ec = copy.deepcopy(_record("make_gshard-q.json"))
+    ec["config"]["moe"]["router"] = "expert_choice"
+    assert leak in _quality([ec]).html
+    assert leak not in _quality([_record("make_gshard-q.json")]).html
+
+
 # -- run pages: sanity flags and validation loss -------------------------------------------------
 
 def test_run_page_shows_flags_in_a_warning_box(tmp_path):

@@ -201,7 +201,8 @@ def test_tokenize_refuses_non_text_naming_the_file_and_leaves_no_output(tmp_path
 def test_a_sweeps_runs_sharing_a_token_file_scan_it_once_until_it_changes(tmp_path, monkeypatch):
     """Validation opens every run's data before launch (ids below model.vocab): a sweep's runs share the
     file, and a multi-GB file is scanned for its largest id once, again only after it changed."""
-    from benchsuite.config import ConfigError, parse_suite
+    from benchsuite.config import ConfigError
+    from benchsuite.config.preflight import parse_suite
 
     tokens = tmp_path / "t.bin"
     write_bin(tokens, list(range(300)) * 4)

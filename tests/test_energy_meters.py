@@ -7,6 +7,7 @@ from unittest import mock
 
 import pytest
 
+from benchsuite import nvml as nvml_devices
 from benchsuite.energy import common, estimate, meters, nvml, rapl
 from benchsuite.energy.attribution import attribute_energy
 from benchsuite.energy.estimate import EstimateSensor
@@ -51,9 +52,17 @@ def test_unknown_uuid_gives_empty_meter_with_reason():
     assert fig.energy_j is None and fig.source == "unavailable" and "no NVML device has UUID" in fig.reason
 
 
+def test_nvmls_errors_reach_the_meters_caller_as_energy_errors():
+    gpus = FakeGpus()
+    with torch_uuids({0: "dddddddd-9999-9999-9999-999999999999"}), \
+            pytest.raises(EnergyError, match="no NVML device has UUID") as caught:
+        nvml.NvmlGpuMeter(0, lib=gpus.lib)
+    assert isinstance(caught.value.__cause__, nvml_devices.NvmlError)
+
+
 def test_missing_pynvml_is_unavailable_not_an_error():
     with torch_uuids({0: "aaaaaaaa-0000-0000-0000-000000000000"}), \
-            mock.patch.object(nvml, "load_nvml", side_effect=EnergyError("pynvml not importable")):
+            mock.patch.object(nvml_devices, "load_nvml", side_effect=nvml_devices.NvmlError("pynvml not importable")):
         meter = nvml.make_gpu_meter(0)
     fig = meter.end("w")
     assert fig.energy_j is None and "pynvml not importable" in fig.reason
@@ -115,7 +124,7 @@ def test_trapezoid_exact():
 
 
 def test_normalize_uuid():
-    assert nvml.normalize_uuid(b"GPU-ABC") == nvml.normalize_uuid(" abc ") == "abc"
+    assert nvml_devices.normalize_uuid(b"GPU-ABC") == nvml_devices.normalize_uuid(" abc ") == "abc"
 
 
 # ----------------------------------------------------------------------------- RAPL
@@ -369,16 +378,24 @@ def _benchsuite_imports(module) -> set[str]:
 
 
 def test_energy_modules_import_one_way():
-    """common <- vendors (nvml, rapl, estimate) <- meters: no vendor module imports another or meters."""
-    from benchsuite.energy import attribution, windows
+    """common <- vendors (nvml, rapl, estimate) <- meters: no vendor module imports another or meters, and
+    below the energy layer each knows only the bottom of the house (the record's types and kinds, NVML's
+    devices)."""
+    from benchsuite.energy import attribution, bounds, windows
 
-    assert _benchsuite_imports(common) == set()
-    from benchsuite.energy import bounds
+    bottom = {"benchsuite.record.types", "benchsuite.record.kinds", "benchsuite.nvml"}
 
+    def energy_imports(module) -> set[str]:
+        found = _benchsuite_imports(module)
+        assert found - bottom == {m for m in found if m.startswith("benchsuite.energy")}, module.__name__
+        return found - bottom
+
+    assert energy_imports(common) == set()
     for vendor in (nvml, rapl, estimate, windows):
-        assert _benchsuite_imports(vendor) == {"benchsuite.energy.common"}, vendor.__name__
-    assert _benchsuite_imports(attribution) == {"benchsuite.energy.common", "benchsuite.energy.bounds"}
-    assert _benchsuite_imports(bounds) == {"benchsuite.energy.common", "benchsuite.record.types"}
+        assert energy_imports(vendor) == {"benchsuite.energy.common"}, vendor.__name__
+    assert energy_imports(attribution) == {"benchsuite.energy.common", "benchsuite.energy.bounds"}
+    assert energy_imports(bounds) == {"benchsuite.energy.common"}
+    assert "benchsuite.nvml" in _benchsuite_imports(nvml)
     assert {"benchsuite.energy.nvml", "benchsuite.energy.rapl", "benchsuite.energy.estimate"} <= \
         _benchsuite_imports(meters)
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from benchsuite.environment import NotLikeCuda, nvml_gpu_names
+from benchsuite.environment import NotLikeCuda, driver_version, nvml_gpu_names
 from benchsuite.metrics import ceiling as ce
 from benchsuite.suite_constants import NOT_SHARED, SuiteConstants
 
@@ -44,6 +44,9 @@ class FakeNvml:
 
     def nvmlDeviceGetMigMode(self, h):
         return (1 if h in self.mig else 0), 0
+
+    def nvmlSystemGetDriverVersion(self):
+        return b"570.86.15"  # old pynvml: bytes
 
 
 @pytest.mark.parametrize("visible, expected", [
@@ -86,6 +89,37 @@ def test_a_box_without_nvml_is_not_like_cuda():
 
     with pytest.raises(NotLikeCuda, match="NVML unavailable"):
         nvml_gpu_names(None, None, Missing())
+
+
+def test_the_driver_version_is_nvmls_text_and_none_without_nvml():
+    lib = FakeNvml(H200)
+    assert driver_version(lib) == "570.86.15" and lib.shut
+
+    class Refusing(FakeNvml):
+        def nvmlSystemGetDriverVersion(self):
+            raise RuntimeError("NVML_ERROR_UNKNOWN")
+
+    refusing = Refusing(H200)
+    assert driver_version(refusing) is None and refusing.shut
+
+
+def test_the_gpu_names_stand_below_the_energy_layer():
+    """The run key's GPU names come from benchsuite/nvml.py, which imports nothing of benchsuite: the hardware
+    identity needs no meter."""
+    import ast
+    from pathlib import Path
+
+    import benchsuite.environment
+    import benchsuite.nvml
+
+    def imports(module) -> set[str]:
+        tree = ast.parse(Path(module.__file__).read_text(encoding="utf-8"))
+        return {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module} | \
+            {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+
+    assert not {m for m in imports(benchsuite.nvml) if m.startswith("benchsuite")}
+    assert "benchsuite.nvml" in imports(benchsuite.environment)
+    assert not {m for m in imports(benchsuite.environment) if m.startswith("benchsuite.energy")}
 
 
 def test_a_constant_is_measured_once_per_key_and_its_reuse_names_the_run_that_measured_it(tmp_path):

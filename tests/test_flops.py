@@ -225,7 +225,8 @@ def test_override_and_mfu():
 def _record(monkeypatch, recompute, moe=None, eval_every=0, data="synthetic", **model):
     from benchsuite import dist as bdist
     from benchsuite import worker
-    from benchsuite.results.record import build_record
+    from benchsuite.assembly import Stamp, harness_record
+    from benchsuite.record import to_dict
 
     monkeypatch.setenv("WORLD_SIZE", "1")
     monkeypatch.setenv("RANK", "0")
@@ -237,8 +238,8 @@ def _record(monkeypatch, recompute, moe=None, eval_every=0, data="synthetic", **
            "workload": [workload]}
     run = parse_suite(doc).runs[0]
     ctx = bdist.init_distributed(run)
-    mine, facts = worker.measure(run, ctx, 1.0)  # --peak-tflops 1: MFU and HFU are defined on a CPU
-    return run, build_record(run, facts, [mine], run_key="k", started_at="now", duration_s=1.0)
+    mine, facts = worker.run_rank(run, ctx, 1.0)  # --peak-tflops 1: MFU and HFU are defined on a CPU
+    return run, to_dict(harness_record(run, facts, [mine], Stamp("k", 0, "2026-01-01T00:00:00+00:00", 1.0)))
 
 
 def test_record_of_a_recompute_run_carries_model_and_hardware_figures(monkeypatch):

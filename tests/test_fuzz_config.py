@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 
 from benchsuite import cli
 from benchsuite.config import (MAX_RUNS, SECTIONS, SWEEP_KEYS, TOP_KEYS, CarbonConfig, ConfigError, EnergyConfig,
-                               RunConfig, load_suite)
+                               RunConfig)
+from benchsuite.config.preflight import load_suite
 from benchsuite.metrics.flops import flops_per_token
 from helpers import REPO, run_cli
 

@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from benchsuite.config import SECTIONS, ConfigError, parse_suite
-from benchsuite.key_rules import RULES, table
-from benchsuite.models.presets import PRESETS
+from benchsuite.config.key_rules import RULES, table
+from benchsuite.config.presets import PRESETS
 from benchsuite.record.types import Config
 from helpers import REPO
 

@@ -1,4 +1,4 @@
-"""The order of worker.measure: what happens before the model touches the device, and what is
+"""The order of worker.run_rank: what happens before the model touches the device, and what is
 left out of the timed steps (a tiny real run in this process, world of one)."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from benchsuite import dist as bdist
 from benchsuite import worker
 from benchsuite.config import parse_suite
 from benchsuite.energy.meters import NodeEnergyMonitor
-from benchsuite.results.record import build_record
+from benchsuite.assembly import Stamp, harness_record
+from benchsuite.record import to_dict
 
 
 def tiny_run(monkeypatch, energy: dict | None = None):
@@ -35,9 +36,9 @@ def test_idle_baseline_is_measured_before_the_model_is_built(monkeypatch):
     run = tiny_run(monkeypatch, {"idle_baseline_s": 0.05})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "no peak FLOP/s known" for a CPU
-        mine, facts = worker.measure(run, bdist.init_distributed(run), None)
+        mine, facts = worker.run_rank(run, bdist.init_distributed(run), None)
     assert events == ["idle", "build model"]
-    rec = build_record(run, facts, [mine], run_key="k", started_at="now", duration_s=1.0)
+    rec = to_dict(harness_record(run, facts, [mine], Stamp("k", 0, "2026-01-01T00:00:00+00:00", 1.0)))
     assert rec["metrics"]["precision_policy"] == {"params": "fp32", "forward_params": "fp32", "compute": "fp32",
                                                   "gradients": "fp32", "residual": "fp32"}
 
@@ -72,7 +73,7 @@ def test_measured_batches_are_made_before_the_timed_steps(monkeypatch):
     that was ready before the first of them, and it is the batch of its step number."""
     made, timed = spy_on_batches(monkeypatch)
     run = tiny_run(monkeypatch)
-    mine, _ = worker.measure(run, bdist.init_distributed(run), None)
+    mine, _ = worker.run_rank(run, bdist.init_distributed(run), None)
     assert len(mine.step_times_s) == run.train.steps and timed == [run.train.steps]
     assert [step for step, in_timed in made] == list(range(worker.unmeasured_steps(run) + run.train.steps))
     assert not any(in_timed for _, in_timed in made)
@@ -86,7 +87,7 @@ def test_a_long_runs_batches_are_staged_in_chunks_each_before_its_steps(monkeypa
     run = dataclasses.replace(run, train=dataclasses.replace(run.train, steps=5))
     step_bytes = 2 * run.micro_batch_per_rank * run.model.seq_len * 8  # inputs and targets, int64
     monkeypatch.setattr(worker, "STAGED_BYTES", 2 * step_bytes)
-    mine, _ = worker.measure(run, bdist.init_distributed(run), None)
+    mine, _ = worker.run_rank(run, bdist.init_distributed(run), None)
     assert timed == [2, 2, 1] and len(mine.step_times_s) == 5
     assert [step for step, _ in made] == list(range(worker.unmeasured_steps(run) + 5))
     assert not any(in_timed for _, in_timed in made)
@@ -98,17 +99,17 @@ def test_a_rank_returns_a_typed_result_and_rank_0_the_run_facts(monkeypatch):
     from dataclasses import fields
 
     from benchsuite.parallel.zero import precision_policy
-    from benchsuite.results.record import RankResult, RunFacts
+    from benchsuite.assembly import RankResult, RunFacts
 
     run = tiny_run(monkeypatch)
-    mine, facts = worker.measure(run, bdist.init_distributed(run), 2.0)  # --peak-tflops 2
+    mine, facts = worker.run_rank(run, bdist.init_distributed(run), 2.0)  # --peak-tflops 2
     assert isinstance(mine, RankResult) and isinstance(facts, RunFacts)
     assert {"precision", "peak_tflops", "impl", "precision_policy"}.isdisjoint(f.name for f in fields(RankResult))
     assert (mine.rank, len(mine.step_times_s), len(mine.losses)) == (0, run.train.steps, run.train.steps)
     assert (facts.peak_flops, facts.peak_source, facts.precision) == (2e12, "given (--peak-tflops)", "fp32")
     assert facts.applied.precision == precision_policy("fp32") and facts.applied.zero_stage == 0
     assert facts.applied.implementation() == {"data": "single process"} and facts.backend is None
-    rec = build_record(run, facts, [mine], run_key="k", started_at="now", duration_s=1.0)
+    rec = to_dict(harness_record(run, facts, [mine], Stamp("k", 0, "2026-01-01T00:00:00+00:00", 1.0)))
     assert rec["metrics"]["peak_tflops"] == 2.0 and rec["metrics"]["implementation"] == {"data": "single process"}
     assert [s["loss"] for s in rec["steps"]] == mine.losses
 
@@ -135,8 +136,8 @@ def test_the_worker_computes_in_the_precision_parallelize_applied(monkeypatch):
     run = tiny_run(monkeypatch)  # train.precision = "fp32"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "no peak FLOP/s known" for a CPU
-        mine, facts = worker.measure(run, bdist.init_distributed(run), None)
+        mine, facts = worker.run_rank(run, bdist.init_distributed(run), None)
     assert facts.precision == "bf16" and facts.applied.precision.compute == "bf16"
     assert casts and set(casts) == {"bf16"}  # every step ran under the applied precision
-    rec = build_record(run, facts, [mine], run_key="k", started_at="now", duration_s=1.0)
+    rec = to_dict(harness_record(run, facts, [mine], Stamp("k", 0, "2026-01-01T00:00:00+00:00", 1.0)))
     assert rec["metrics"]["precision"] == rec["metrics"]["precision_policy"]["compute"] == "bf16"

@@ -17,17 +17,17 @@ import torch
 
 import benchsuite
 from benchsuite import cli
+from benchsuite import assembly
 from benchsuite import dist as bdist
 from benchsuite import worker
 from benchsuite.config import ConfigError, parse_suite
-from benchsuite.energy.common import Figure
 from benchsuite.energy.meters import NodeEnergyMonitor
+from benchsuite.record import to_dict
 from benchsuite.results.model import results_at
-from benchsuite.results.record import build_record
 
 from helpers import REPO, runs_rows
 from helpers.launcher import strict_load
-from helpers.user_loop import MICRO_BATCH, MODEL, train
+from helpers.user_loop import MICRO_BATCH, MODEL, WATTS, ClockedGpu, synthetic_meters, train
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
 BUILT_IN = FIXTURES / "smoke__dense-tiny__w1n1-weak__ee7bbe62e331231c.json"
@@ -48,43 +48,10 @@ def one_rank_one_thread(monkeypatch):
     torch.set_num_threads(threads)
 
 
-class Clocked:
-    """A synthetic meter: constant power integrated over the monotonic clock between its own reads."""
-
-    def __init__(self, watts: float):
-        self.watts, self.t0 = watts, {}
-
-    def begin(self, name: str) -> None:
-        self.t0[name] = time.monotonic()
-
-    def joules(self, name: str) -> float:
-        return self.watts * (time.monotonic() - self.t0.pop(name))
-
-
-class ClockedGpu(Clocked):
-    uuid, name, cuda_index = "GPU-5e1f0000-0000-0000-0000-000000000000", "synthetic GPU", 0
-
-    def end(self, name: str) -> Figure:
-        return Figure(self.joules(name), "measured")
-
-    def close(self) -> None:
-        pass
-
-
-class ClockedCpu(Clocked):
-    def end(self, name: str) -> dict[str, Figure]:
-        j = self.joules(name)
-        return {"cpu": Figure(j, "measured"), "dram": Figure(j / 10, "measured")}
-
-
-WATTS = 300.0 + 50.0 + 5.0  # the synthetic GPU, CPU and DRAM together
-
-
 @pytest.fixture
 def synthetic(monkeypatch):
     """Every monitor measure() makes reads the synthetic meters."""
-    monkeypatch.setattr(NodeEnergyMonitor, "create", classmethod(
-        lambda cls, *a, **kw: cls([ClockedGpu(300.0)], ClockedCpu(50.0), min_window_s=0.0)))
+    synthetic_meters(monkeypatch)
 
 
 def user_record(out: Path, name: str = "user-gpt", steps: int = 4, **kwargs) -> dict:
@@ -92,14 +59,14 @@ def user_record(out: Path, name: str = "user-gpt", steps: int = 4, **kwargs) -> 
     kwargs = {"tokens_per_step": MICRO_BATCH * MODEL.seq_len, "energy": {"min_window_s": 0}, **kwargs}
     with benchsuite.measure(name, out=out, **kwargs) as m:
         train(m, steps)
-    return m.record
+    return to_dict(m.record)
 
 
 # -- against the harness -------------------------------------------------------------------------
 
 
 def harness_record(steps: int) -> dict:
-    """The harness's record of the loop's model, batch and step count (worker.measure in this process)."""
+    """The harness's record of the loop's model, batch and step count (worker.run_rank in this process)."""
     doc = {"suite": {"name": "cmp"},
            "defaults": {"model": {"layers": MODEL.layers, "hidden": MODEL.hidden, "heads": MODEL.heads,
                                   "vocab": MODEL.vocab, "seq_len": MODEL.seq_len},
@@ -107,8 +74,9 @@ def harness_record(steps: int) -> dict:
                         "energy": {"min_window_s": 0}},
            "workload": [{"name": "dense", "kind": "dense"}]}
     run = parse_suite(doc).runs[0]
-    mine, facts = worker.measure(run, bdist.init_distributed(run), None)
-    return build_record(run, facts, [mine], run_key="k", started_at="2026-12-02T00:00:00+00:00", duration_s=1.0)
+    mine, facts = worker.run_rank(run, bdist.init_distributed(run), None)
+    return to_dict(assembly.harness_record(run, facts, [mine], assembly.Stamp("k", 0, "2026-12-02T00:00:00+00:00",
+                                                                              1.0)))
 
 
 def test_a_measured_plain_loop_records_what_the_harness_records_of_the_same_model(tmp_path):
@@ -164,9 +132,9 @@ def test_step_tokens_and_device_tensors_are_read_at_the_end(tmp_path):
     with benchsuite.measure("tokens", out=tmp_path, energy={"min_window_s": 0}) as m:
         for n in (100, 300):
             m.step(tokens=torch.tensor(n), loss=torch.tensor(2.5))
-    steps = m.record["steps"]
-    assert [s["tokens"] for s in steps] == [100, 300] and [s["loss"] for s in steps] == [2.5, 2.5]
-    assert m.record["metrics"]["tokens_per_step"] == 200
+    steps = m.record.steps
+    assert [s.tokens for s in steps] == [100, 300] and [s.loss for s in steps] == [2.5, 2.5]
+    assert m.record.metrics.tokens_per_step == 200
 
 
 def test_a_step_never_touches_the_meters(tmp_path, synthetic, monkeypatch):
@@ -179,7 +147,7 @@ def test_a_step_never_touches_the_meters(tmp_path, synthetic, monkeypatch):
         for _ in range(50):
             m.step(tokens=1)
     assert edges == ["__train-0", "__train-0"]
-    assert m.record["metrics"]["step_time_s"]["n"] == 50
+    assert m.record.metrics.step_time_s.n == 50
 
 
 def test_warm_up_steps_are_left_out_of_steps_and_energy(tmp_path, synthetic):
@@ -188,7 +156,7 @@ def test_warm_up_steps_are_left_out_of_steps_and_energy(tmp_path, synthetic):
         for _ in range(5):
             m.step()
     rec = m.record
-    assert len(rec["steps"]) == 3 and rec["energy"]["window_s"] < 0.15
+    assert len(rec.steps) == 3 and rec.energy.window_s < 0.15
 
 
 def test_measure_refuses_bad_settings_before_anything_runs():
@@ -209,10 +177,10 @@ def test_measure_refuses_bad_settings_before_anything_runs():
 def test_carbon_settings_as_a_suite_gives_them(tmp_path, synthetic):
     with benchsuite.measure("fr", out=tmp_path, tokens_per_step=10, carbon={"country": "FRA", "pue": 1.2}) as m:
         m.step()
-    carbon = m.record["carbon"]
-    assert carbon["pue"] == 1.2 and carbon["intensity_source"] == "codecarbon:global_energy_mix:FRA"
-    kwh = m.record["energy"]["total_j"] / 3.6e6
-    assert carbon["co2e_g"] == pytest.approx(kwh * 1.2 * carbon["intensity_g_per_kwh"])
+    carbon = m.record.carbon
+    assert carbon.pue == 1.2 and carbon.intensity_source == "codecarbon:global_energy_mix:FRA"
+    kwh = m.record.energy.total_j / 3.6e6
+    assert carbon.co2e_g == pytest.approx(kwh * 1.2 * carbon.intensity_g_per_kwh)
 
 
 # -- windows -------------------------------------------------------------------------------------
@@ -250,7 +218,7 @@ def test_a_window_outside_training_is_in_no_step_and_not_in_the_record_energy(tm
             if i == 1:
                 with m.window("eval", training=False):
                     time.sleep(0.3)
-    rec, evaluation = m.record, m.windows[0]
+    rec, evaluation = to_dict(m.record), m.windows[0]
     assert max(s["time_s"] for s in rec["steps"]) < 0.2
     assert rec["energy"]["total_j"] == pytest.approx(WATTS * rec["energy"]["window_s"], rel=0.01)
     assert rec["energy"]["window_s"] < 0.25 and evaluation.seconds >= 0.3
@@ -301,16 +269,17 @@ def test_two_gloo_ranks_under_torchrun_write_one_record(tmp_path):
 
 def test_each_physical_gpu_counts_once_whichever_ranks_share_it(tmp_path, synthetic):
     """Two ranks on one GPU (by UUID): one device in the energy, and no speed figure."""
-    from benchsuite.measuring import JobFacts, RankFigures, user_record as record_of
+    from benchsuite.measuring import shares_a_gpu
 
     with benchsuite.measure("shared", out=tmp_path, tokens_per_step=10) as m:
         m.step()
     device = {"host": "h", "type": "cuda", "name": "synthetic GPU", "uuid": ClockedGpu.uuid, "index": 0,
               "cpu_threads": 1}
     memory = {"peak_allocated_bytes": 1, "peak_reserved_bytes": 2, "source": "torch.cuda"}
-    ranks = [RankFigures(rank, 0, device, [0.01], [None], [None], memory, {**m._segments[0], "rank": rank}, [])
-             for rank in (0, 1)]
-    rec = record_of(m, JobFacts(2, "gloo", "fp32", None, "none"), ranks, duration_s=1.0)
+    ranks = [assembly.RankResult(rank, 0, device, [0.01], [None], memory, {**m._segments[0], "rank": rank},
+                                 tokens=[None]) for rank in (0, 1)]
+    facts = assembly.RunFacts(2, "fp32", None, "none", "gloo", shared_device=shares_a_gpu(ranks))
+    rec = to_dict(assembly.user_record(m.loop, facts, ranks, started_at=m.started_at, duration_s=1.0))
     (gpu,) = rec["energy"]["per_device"]
     assert gpu["ranks"] == [0, 1] and rec["energy"]["gpu_j"] == gpu["energy_j"]
     assert rec["metrics"]["speed_valid"] is False and rec["env"]["gpu_count"] == 1
@@ -387,7 +356,7 @@ def test_the_hugging_face_callback_measures_the_trainer_steps(tmp_path):
         handler.on_step_end(None, state, control)
         time.sleep(0.05)  # logging, evaluation, checkpointing: between steps, in none
     handler.on_train_end(None, state, control)
-    rec = callback.measurement.record
+    rec = to_dict(callback.measurement.record)
     assert [s["tokens"] for s in rec["steps"]] == [64, 128, 192]
     assert max(s["time_s"] for s in rec["steps"]) < 0.05
     assert rec["workload"] == "hf-loop" and rec["config"]["kind"] == "user"
@@ -409,7 +378,7 @@ def test_on_a_gpu_the_nvml_counter_of_the_device_is_the_figure(tmp_path):
         for _ in range(20):
             x = torch.tanh(x @ x)
             m.step()
-    rec = m.record
+    rec = to_dict(m.record)
     (gpu,) = rec["energy"]["per_device"]
     assert gpu["uuid"] == rec["env"]["devices"][0]["uuid"] and gpu["source"] in ("measured", "sampled")
     assert rec["metrics"]["step_time_s"]["n"] == 20 and rec["metrics"]["precision"] == "bf16"

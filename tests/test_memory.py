@@ -8,6 +8,7 @@ import json
 import pytest
 
 from benchsuite.config import ModelConfig
+from benchsuite.layout import ZERO_WRAPPERS, DataParallel, ParallelDims
 from benchsuite.metrics import memory as mem
 from helpers import run_cli, write_suite
 
@@ -26,12 +27,12 @@ def test_fp32_constants_and_implementation_formulas():
     fp32 = [mem.zero_model_state(psi, n, s, mem.FP32)["total"] for s in range(4)]
     assert fp32 == [16 * psi, 8 * psi + 8 * psi / n, 4 * psi + 12 * psi / n, 16 * psi / n]
     assert mem.zero_formula(0, mem.FP32) == "(4+4+8)Ψ"
-    impl = [mem.implementation_model_state(psi, n, s, "fp32")["total"] for s in range(4)]
+    impl = [mem.implementation_model_state(psi, n, wrapper, "fp32")["total"] for wrapper in ZERO_WRAPPERS]
     # torch allocates the paper's fp32 figure except FSDP2 stage 2, which keeps its fp32 shard
     # beside the gathered parameters: + 4Ψ/N.
     assert impl[0] == fp32[0] and impl[1] == fp32[1] and impl[3] == fp32[3]
     assert impl[2] == fp32[2] + 4 * psi / n
-    bf16 = mem.implementation_model_state(psi, n, 2, "bf16")
+    bf16 = mem.implementation_model_state(psi, n, DataParallel.FSDP_STAGE2, "bf16")
     assert bf16["params"] == 2 * psi + 4 * psi / n and bf16["grads"] == 4 * psi / n
     with pytest.raises(ValueError):
         mem.zero_model_state(psi, 0, 1)
@@ -189,7 +190,6 @@ def test_model_state_record_reads_the_applied_precision_not_the_wrapper_name():
     that mentions a MixedPrecisionPolicy changes nothing, a bf16 forward_params halves the gathered copy."""
     from dataclasses import replace
 
-    from benchsuite.dist import ParallelDims
     from benchsuite.parallel import Applied
     from benchsuite.parallel.zero import precision_policy
 

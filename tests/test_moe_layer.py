@@ -382,7 +382,7 @@ def test_loop_mm_and_grouped_mm_agree_on_empty_and_full_groups():
 # ----------------------------------------------------------------------------- record figures
 
 def test_merge_sums_loads_over_ranks_and_defines_imbalance_per_step():
-    from benchsuite.results.record import merge_moe_stats
+    from benchsuite.assembly.harness import merge_moe_stats
 
     def rank(tokens, by_step):
         scalars = {"dropped_frac": 0.0, "padding_frac": 0.0, "load_max_over_mean": 1.0, "aux_loss": 0.1,

@@ -54,7 +54,7 @@ def make_run(pp: int, tp: int, schedule: str, virtual: int, microbatches: int, r
 
 
 def section_of(run: RunConfig, figs: list[dict]) -> dict:
-    """metrics.pipeline of `run` from the ranks' figures, given the sections results/record.py passes."""
+    """metrics.pipeline of `run` from the ranks' figures, given the sections assembly/harness.py passes."""
     from benchsuite.parallel.pipeline import pipeline_section
 
     return pipeline_section(figs, parallel=run.parallel, model=run.model, train=run.train,
@@ -103,10 +103,11 @@ class GradCapture:
         pass
 
 
-def make_ctx(rank: int, pp: int, tp: int):
-    from benchsuite.dist import DistContext, ParallelDims
+def make_ctx(rank: int, run: RunConfig):
+    from benchsuite.dist import DistContext
+    from benchsuite.layout import ParallelDims
 
-    dims = ParallelDims(WORLD, tp=tp, pp=pp).build_meshes("cpu")
+    dims = ParallelDims.from_run(run).build_meshes("cpu")
     return DistContext(rank, rank, WORLD, 0, torch.device("cpu"), "gloo", dims)
 
 
@@ -157,7 +158,8 @@ def _rank(rank: int, world: int, out_dir: str) -> None:
     torch.set_num_threads(1)
     results = {}
     for name, spec in CASES.items():
-        results[name] = train_and_compare(make_run(*spec), make_ctx(rank, spec[0], spec[1]))
+        run = make_run(*spec)
+        results[name] = train_and_compare(run, make_ctx(rank, run))
     (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(results))
     shutdown()
 

@@ -77,14 +77,15 @@ def idle_and_busy(samples: list) -> tuple[float, float]:
 def measure(schedule: str, virtual: int, rank: int) -> dict:
     """{placement: (idle growth, busy growth)} of this rank, against steps without a delay (the
     "baseline": their idle and busy seconds)."""
-    from benchsuite.dist import DistContext, ParallelDims
+    from benchsuite.dist import DistContext
+    from benchsuite.layout import ParallelDims
     from benchsuite.models.transformer import build_model
     from benchsuite.parallel import parallelize
     from benchsuite.parallel.pipeline import PipelinePlan
     from benchsuite.worker import train_step
 
     run = make_run(schedule, virtual)
-    dims = ParallelDims(WORLD, pp=PP).build_meshes("cpu")
+    dims = ParallelDims.from_run(run).build_meshes("cpu")
     ctx = DistContext(rank, rank, WORLD, 0, torch.device("cpu"), "gloo", dims)
     par = parallelize(build_model(CFG, seed=0), dims=dims, train=run.train, moe=None, device=ctx.device,
                       pipeline=PipelinePlan.from_run(run))

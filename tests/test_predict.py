@@ -15,13 +15,14 @@ from benchsuite.config import CarbonConfig, ConfigError, ModelConfig, MoEConfig
 from benchsuite.metrics.memory import activation_bytes
 from benchsuite.predict import load_system, predict
 from benchsuite.predict.system import parse_system
-from benchsuite.predict.workload import Implementation, Layout, Recompute, Schedule, Workload
+from benchsuite.layout import ParallelDims, Schedule
+from benchsuite.predict.workload import Implementation, Recompute, Workload
 
 H100 = "workloads/systems/h100-8x.toml"
 MODEL = ModelConfig(layers=8, hidden=1024, heads=16, vocab=32000, seq_len=1024)
 
 
-def workload(layout=Layout(), recompute=Recompute.NONE, moe=None, micro_batch=2, microbatches=1,
+def workload(layout=ParallelDims(1), recompute=Recompute.NONE, moe=None, micro_batch=2, microbatches=1,
              impl=Implementation.MEGATRON, model=MODEL) -> Workload:
     return Workload(model=model, moe=moe, layout=layout, micro_batch=micro_batch, microbatches=microbatches,
                     recompute=recompute, compute_bytes=2, implementation=impl)
@@ -46,8 +47,8 @@ def test_single_device_is_compute_plus_optimizer():
 
 def test_tensor_parallel_bytes_are_megatrons_4l_plus_2_all_reduces_and_sp_gathers_again_off_the_path():
     t, b, s, h = 4, 2, 1024, 1024
-    plain = run(workload(Layout(tp=t)))
-    sp = run(workload(Layout(tp=t, sequence_parallel=True)))
+    plain = run(workload(ParallelDims.from_degrees(tp=t)))
+    sp = run(workload(ParallelDims.from_degrees(tp=t, sequence_parallel=True)))
     ring = 2 * (t - 1) / t * b * s * h * 2  # one bf16 all-reduce of b·s·h per rank, ring
     loss = 3 * 2 * (t - 1) / t * b * s * 4  # the vocab-parallel cross-entropy's three fp32 all-reduces of b·s
     assert plain.tp_bytes_per_microbatch == pytest.approx((4 * MODEL.layers + 2) * ring + loss)
@@ -57,14 +58,14 @@ def test_tensor_parallel_bytes_are_megatrons_4l_plus_2_all_reduces_and_sp_gather
     assert "37 collectives" in plain.components[3].detail and "88 collectives" in sp.components[3].detail
     latency = 10e-6 * (88 - 17 - 37)  # twice the calls for the same exposed bytes; the 17 re-gathers overlap
     assert sp.seconds("tensor_parallel") - plain.seconds("tensor_parallel") == pytest.approx(latency)
-    full = run(workload(Layout(tp=t), recompute=Recompute.FULL))
+    full = run(workload(ParallelDims.from_degrees(tp=t), recompute=Recompute.FULL))
     assert full.tp_bytes_per_microbatch == pytest.approx((6 * MODEL.layers + 2) * ring + loss)  # forward ones again
 
 
 @pytest.mark.parametrize("schedule,v,bubble", [(Schedule.ONE_F_ONE_B, 1, 3 / 8), (Schedule.GPIPE, 1, 3 / 8),
                                                (Schedule.INTERLEAVED, 2, 3 / 16)])
 def test_pipeline_bubble_by_schedule(schedule, v, bubble):
-    p = run(workload(Layout(pp=4, schedule=schedule, virtual_stages=v), microbatches=8))
+    p = run(workload(ParallelDims.from_degrees(pp=4, schedule=schedule, virtual_stages=v), microbatches=8))
     per_micro = sum(p.seconds(n) for n in ("compute.matmul", "compute.attention", "compute.recompute",
                                            "tensor_parallel", "expert_parallel"))
     assert p.bubble_fraction == bubble
@@ -72,11 +73,11 @@ def test_pipeline_bubble_by_schedule(schedule, v, bubble):
 
 
 def test_memory_in_flight_microbatches_and_korthikanti_sp_selective():
-    gpipe = run(workload(Layout(pp=4, schedule=Schedule.GPIPE), microbatches=8)).memory
-    one = run(workload(Layout(pp=4), microbatches=8)).memory
+    gpipe = run(workload(ParallelDims.from_degrees(pp=4, schedule=Schedule.GPIPE), microbatches=8)).memory
+    one = run(workload(ParallelDims.from_degrees(pp=4), microbatches=8)).memory
     assert (gpipe.inflight_microbatches, one.inflight_microbatches) == (8, 4)
     assert gpipe.activation_bytes == pytest.approx(2 * one.activation_bytes)
-    sp = run(workload(Layout(tp=8, sequence_parallel=True), recompute=Recompute.SELECTIVE)).memory
+    sp = run(workload(ParallelDims.from_degrees(tp=8, sequence_parallel=True), recompute=Recompute.SELECTIVE)).memory
     s, b, h, L, t = 1024, 2, 1024, 8, 8
     assert sp.activation_bytes == pytest.approx(L * 34 * s * b * h / t + 4 * s * b * h / t * (1 + 32000 / h))
     # selective + SP saves the attention core's 5·a·s/h and splits the rest over t (Korthikanti, table 2)
@@ -86,7 +87,7 @@ def test_memory_in_flight_microbatches_and_korthikanti_sp_selective():
 
 def test_data_parallel_overlap_hides_what_backward_covers():
     system = load_system(H100)
-    w = workload(Layout(dp=8), impl=Implementation.BENCHSUITE)
+    w = workload(ParallelDims.from_degrees(dp=8), impl=Implementation.BENCHSUITE)
     hidden = run(w, system)
     exposed = run(w, dataclasses.replace(system, node=dataclasses.replace(system.node, dp_overlap=0.0)))
     from benchsuite.predict.compute import params_per_device
@@ -113,14 +114,14 @@ def test_framework_time_is_added_to_the_collectives_dtensor_and_fsdp2_issue_only
     calls = {"tensor_parallel": lambda w: tensor_parallel(w, base).calls * w.microbatches,
              "data_parallel": lambda w: data_parallel(w, base, params_per_device(w)).calls}
     cases = {  # workload: the components whose calls pay the framework's time
-        "tp": (workload(Layout(tp=2), impl=bench), {"tensor_parallel"}),
-        "zero3": (workload(Layout(dp=2, zero=3), impl=bench), {"data_parallel"}),
-        "tp+dp": (workload(Layout(tp=2, dp=2), impl=bench), {"tensor_parallel", "data_parallel"}),
-        "pp+dp": (workload(Layout(pp=2, dp=2), microbatches=4, impl=bench), {"data_parallel"}),
-        "ddp": (workload(Layout(dp=2), impl=bench), set()),
-        "zero1": (workload(Layout(dp=2, zero=1), impl=bench), set()),
-        "ep": (workload(Layout(dp=2, ep=2), moe=moe, impl=bench), set()),
-        "megatron tp": (workload(Layout(tp=2)), set()),
+        "tp": (workload(ParallelDims.from_degrees(tp=2), impl=bench), {"tensor_parallel"}),
+        "zero3": (workload(ParallelDims.from_degrees(dp=2, zero=3), impl=bench), {"data_parallel"}),
+        "tp+dp": (workload(ParallelDims.from_degrees(tp=2, dp=2), impl=bench), {"tensor_parallel", "data_parallel"}),
+        "pp+dp": (workload(ParallelDims.from_degrees(pp=2, dp=2), microbatches=4, impl=bench), {"data_parallel"}),
+        "ddp": (workload(ParallelDims.from_degrees(dp=2), impl=bench), set()),
+        "zero1": (workload(ParallelDims.from_degrees(dp=2, zero=1), impl=bench), set()),
+        "ep": (workload(ParallelDims.from_degrees(dp=2, ep=2), moe=moe, impl=bench), set()),
+        "megatron tp": (workload(ParallelDims.from_degrees(tp=2)), set()),
     }
     for name, (w, paying) in cases.items():
         fast, dear = run(w, base), run(w, slow)
@@ -139,11 +140,10 @@ def test_a_data_parallel_pipeline_reduces_the_bytes_its_record_expects():
     """benchsuite PP 2 × DP 2: the predicted data-parallel bytes are metrics.comm's expected volume less
     the loss's all-reduce (Ψ of the pipeline rank holding the most, not the layers' even share)."""
     from benchsuite.config import TrainConfig
-    from benchsuite.dist import ParallelDims
     from benchsuite.metrics.comm import paper_bytes, ring_bytes
     from benchsuite.parallel.zero import precision_policy
 
-    w = workload(Layout(pp=2, dp=2), microbatches=4, impl=Implementation.BENCHSUITE)
+    w = workload(ParallelDims.from_degrees(pp=2, dp=2), microbatches=4, impl=Implementation.BENCHSUITE)
     expected, formula = paper_bytes(model=MODEL, moe=None, train=TrainConfig(), dims=ParallelDims(world=4, pp=2),
                                     micro_batch=2, precision=precision_policy("fp32"))
     assert run(w).dp_bytes_per_step == pytest.approx(expected - ring_bytes("all_reduce", 4, 2)), formula
@@ -151,14 +151,14 @@ def test_a_data_parallel_pipeline_reduces_the_bytes_its_record_expects():
 
 def test_expert_parallel_all_to_all_carries_the_routed_slots():
     moe = MoEConfig(experts=8, router="switch", capacity_factor=1.0, every=2)
-    p = run(workload(Layout(dp=4, ep=4), moe=moe))
+    p = run(workload(ParallelDims.from_degrees(dp=4, ep=4), moe=moe))
     tokens, h = 2 * 1024, 1024
     slots = 8 * (tokens // 8)  # E · C, C = cf·N/E
     assert p.ep_bytes_per_microbatch == pytest.approx(4 * (MODEL.layers // 2) * 3 / 4 * slots * h * 2)
 
 
 def test_energy_is_power_at_utilisation_times_time():
-    p = run(workload(Layout(tp=8)))
+    p = run(workload(ParallelDims.from_degrees(tp=8)))
     s = load_system(H100).device
     e = p.energy
     assert e.device_w == pytest.approx(s.idle_w + (s.max_w - s.idle_w) * e.utilisation)

@@ -12,7 +12,8 @@ import pytest
 
 from benchsuite.config import CarbonConfig, ModelConfig
 from benchsuite.predict import load_system, predict
-from benchsuite.predict.workload import Implementation, Layout, Recompute, Workload
+from benchsuite.layout import ParallelDims
+from benchsuite.predict.workload import Implementation, Recompute, Workload
 
 A100 = "workloads/systems/a100-8x.toml"
 
@@ -23,7 +24,7 @@ ROWS = [("22B", 48, 6144, 64, 8, 1, 4, 1.42, 1.10), ("175B", 96, 12288, 96, 8, 8
 
 def megatron_row(layers, hidden, heads, tp, pp, batch, present_work: bool) -> Workload:
     model = ModelConfig(layers=layers, hidden=hidden, heads=heads, vocab=51200, seq_len=2048, bias=True)
-    layout = Layout(tp=tp, pp=pp, dp=1, sequence_parallel=present_work)
+    layout = ParallelDims.from_degrees(tp=tp, pp=pp, dp=1, sequence_parallel=present_work)
     return Workload(model=model, moe=None, layout=layout, micro_batch=1, microbatches=batch,
                     recompute=Recompute.SELECTIVE if present_work else Recompute.FULL, compute_bytes=2,
                     implementation=Implementation.MEGATRON)

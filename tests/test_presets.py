@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from benchsuite.config import ConfigError, ModelConfig, MoEConfig, parse_suite
+from benchsuite.config.presets import PRESETS
 from benchsuite.metrics.flops import flops_per_token, param_counts
-from benchsuite.models.presets import PRESETS
 
 transformers = pytest.importorskip("transformers")
 

@@ -123,8 +123,9 @@ def test_eval_rows_is_a_fixed_set_whatever_the_batch_size():
 def _run(monkeypatch, eval_every, eval_sleep_s=0.0):
     from benchsuite import dist as bdist
     from benchsuite import worker
+    from benchsuite.assembly import Stamp, harness_record
     from benchsuite.config import parse_suite
-    from benchsuite.results.record import build_record
+    from benchsuite.record import to_dict
 
     monkeypatch.setenv("WORLD_SIZE", "1")
     monkeypatch.setenv("RANK", "0")
@@ -147,8 +148,8 @@ def _run(monkeypatch, eval_every, eval_sleep_s=0.0):
     ctx = bdist.init_distributed(run)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "no peak FLOP/s known" for a CPU
-        mine, facts = worker.measure(run, ctx, None)
-    rec = build_record(run, facts, [mine], run_key="k", started_at=utc_now(), duration_s=1.0)
+        mine, facts = worker.run_rank(run, ctx, None)
+    rec = to_dict(harness_record(run, facts, [mine], Stamp("k", 0, utc_now(), 1.0)))
     return mine, rec
 
 
@@ -158,7 +159,7 @@ def test_tiny_run_evaluates_at_the_right_steps_and_keeps_eval_out_of_time_and_en
     qual = rec["metrics"]["quality"]
     # evaluations after 0, 2, 4 and 5 (the last) measured steps; steps[i] carries the loss after step i
     assert [p["step"] for p in qual["curve"]] == [0, 2, 4, 5]
-    assert [i for i, s in enumerate(rec["steps"]) if "val_loss" in s] == [1, 3, 4]
+    assert [i for i, s in enumerate(rec["steps"]) if s["val_loss"] is not None] == [1, 3, 4]
     assert [rec["steps"][i]["val_loss"] for i in (1, 3, 4)] == [p["val_loss"] for p in qual["curve"][1:]]
     assert qual["curve"][-1]["val_loss"] < qual["curve"][0]["val_loss"]  # it learns
     assert qual["eval_rows"] == q.EVAL_ROWS and qual["eval_count"] == 4
@@ -183,8 +184,8 @@ def test_tiny_run_evaluates_at_the_right_steps_and_keeps_eval_out_of_time_and_en
 
     # without evaluation: one window, no quality section, and the very same training (eval changed nothing)
     mine0, rec0 = _run(monkeypatch, eval_every=0)
-    assert mine0.quality is None and "quality" not in rec0["metrics"]
-    assert all("val_loss" not in s for s in rec0["steps"])
+    assert mine0.quality is None and rec0["metrics"]["quality"] is None
+    assert all(s["val_loss"] is None for s in rec0["steps"])
     assert [s["loss"] for s in rec0["steps"]] == [s["loss"] for s in rec["steps"]]
 
     # the record's flat columns and the report's "to target" cell

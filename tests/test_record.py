@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from benchsuite import cli
-from benchsuite.record import (SCHEMA_VERSION, NewerRecordError, RecordError, encode, record_filename, to_dict,
-                               write_record)
+from benchsuite.record import (SCHEMA_VERSION, NewerRecordError, RecordError, as_record, encode, record_filename,
+                               to_dict, write_record)
 from benchsuite.record.columns import field_columns
 from benchsuite.record.schema import SHIPPED, schema_text
 from benchsuite.results.api import COLUMNS
@@ -95,6 +95,16 @@ def test_a_value_of_the_wrong_type_is_refused_by_the_writer_naming_it():
     rec["metrics"]["pipeline"]["stages"] = "two"
     with pytest.raises(RecordError, match=r"metrics.pipeline.stages: expected `int \| null`, got `str`"):
         encode(rec)
+
+
+def test_the_writer_takes_the_typed_record_and_writes_the_file_its_plain_values_give(tmp_path):
+    rec = _current("v4-dropless.json")
+    typed = as_record(rec)
+    assert as_record(typed) is typed and encode(typed) == encode(rec)
+    path = write_record(tmp_path, typed)
+    assert path.name == record_filename(rec) and path.read_bytes() == encode(rec)
+    text = path.read_text(encoding="utf-8")
+    assert text == json.dumps(json.loads(text), indent=1, sort_keys=True, ensure_ascii=False)
 
 
 def test_a_newer_benchsuites_record_is_never_replaced(tmp_path):

@@ -105,8 +105,8 @@ def test_every_one_rank_record_shape_validates_against_the_shipped_schema(tmp_pa
     """The one-rank shapes measured in this process by the worker's own functions, written by its writer."""
     from benchsuite import dist as bdist
     from benchsuite import worker
+    from benchsuite.assembly import Stamp, harness_record
     from benchsuite.record import utc_now, write_record
-    from benchsuite.results.record import build_record
 
     monkeypatch.setenv("WORLD_SIZE", "1")
     monkeypatch.setenv("RANK", "0")
@@ -116,8 +116,8 @@ def test_every_one_rank_record_shape_validates_against_the_shipped_schema(tmp_pa
     for run in load_suite(_suite(tmp_path, ones)).runs:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "no peak FLOP/s known" for a CPU
-            mine, facts = worker.measure(run, bdist.init_distributed(run), None)
-        rec = build_record(run, facts, [mine], run_key=run.workload, started_at=utc_now(), duration_s=1.0)
+            mine, facts = worker.run_rank(run, bdist.init_distributed(run), None)
+        rec = harness_record(run, facts, [mine], Stamp(run.workload, 0, utc_now(), 1.0))
         records.append(json.loads(write_record(tmp_path / "out", rec).read_text()))
     _validate(records)
     assert any(r["metrics"]["quality"] for r in records) and any(r["config"]["moe"] for r in records)

@@ -159,7 +159,7 @@ def test_carbon_project_text_states_its_assumptions_and_sources(tmp_path, capsys
     text = " ".join(capsys.readouterr().out.split())
     tps_dev = rec["metrics"]["tokens_per_s"] / rec["config"]["world_size"]
     assert ("J/token, the run's median over its seeds and repeats, from estimated energy of gpu, cpu, dram (an "
-            "estimate, not a measured counter)" in text)
+            "estimate, not a meter's reading)" in text)
     assert "short window: a record's energy window was shorter than the meters resolve" in text
     assert (f"throughput: {tps_dev:,.0f} tok/s per device as measured at world 2, held constant at 64 devices"
             in text)
@@ -169,7 +169,7 @@ def test_carbon_project_text_states_its_assumptions_and_sources(tmp_path, capsys
     path.write_text(json.dumps(rec))
     assert cli.main([*args, "--pue", "1.5"]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "from measured energy of gpu, cpu, dram (a measured counter)" in text
+    assert "from measured energy of gpu, cpu, dram (an energy counter)" in text
     assert "no short-window flag" in text
     assert "PUE 1.5 from --pue" in text
 

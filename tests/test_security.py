@@ -15,7 +15,8 @@ import pytest
 
 from benchsuite import cli
 from benchsuite.commands import run as run_verb
-from benchsuite.config import ConfigError, load_suite
+from benchsuite.config import ConfigError
+from benchsuite.config.preflight import load_suite
 from benchsuite.record import write_record
 from helpers import REPO, run_cli, write_suite
 from helpers.escaping import assert_site_escapes, assert_terminal_safe

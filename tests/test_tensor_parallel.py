@@ -57,8 +57,7 @@ def train_and_compare(rank: int, world: int, run: RunConfig, ctx) -> dict:
     dp, device = ctx.dims.dp, ctx.device
     ref = build_model(run.model, seed=0).to(device)
     ref_opt = make_adamw(ref.parameters(), run.train)
-    par = parallelize(build_model(run.model, seed=0), dims=ctx.dims, train=run.train, moe=run.moe, device=ctx.device,
-                      sequence_parallel=run.parallel.sequence_parallel)
+    par = parallelize(build_model(run.model, seed=0), dims=ctx.dims, train=run.train, moe=run.moe, device=ctx.device)
     out = {"impl": par.applied.implementation(), "loss_parallel": par.loss_parallel,
            "fused": [g["fused"] for g in par.optimizer.param_groups]}
     sl = slice(ctx.dp_rank * MB, (ctx.dp_rank + 1) * MB)
@@ -95,7 +94,7 @@ def train_and_compare(rank: int, world: int, run: RunConfig, ctx) -> dict:
             probe.close()
             psi = params_per_rank(run.model, tp=ctx.dims.tp)
             out["psi"] = (psi, split_params_per_rank(ref, ctx.dims.tp))  # the formula, the model's own count
-            analytic = implementation_model_state(psi, dp, 0, "fp32", replicate=dp > 1)
+            analytic = implementation_model_state(psi, dp, ctx.dims.data_parallel)
             out["state_ratio"] = {k: probe.result()[k] / analytic[k] for k in ("params", "grads", "optimizer")}
     ref_params = dict(ref.named_parameters())
     out["params"] = max(rel(full(p), ref_params[clean_name(n)]) for n, p in par.model.named_parameters())
@@ -116,7 +115,9 @@ def _rank(rank: int, world: int, cases: list, out_dir: str, device: str = "cpu")
         run = make_run(world, tp)
         run = replace(run, model=replace(run.model, **model), train=replace(run.train, recompute=keys.get("recompute", "none")),
                       parallel=replace(run.parallel, sequence_parallel=keys.get("sequence_parallel", False)))
-        results[name] = train_and_compare(rank, world, run, make_ctx(rank, world, dp, tp, device=device))
+        ctx = make_ctx(rank, world, dp, tp, device=device)
+        ctx.dims = replace(ctx.dims, sequence_parallel=run.parallel.sequence_parallel)
+        results[name] = train_and_compare(rank, world, run, ctx)
     (__import__("pathlib").Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(results))
     shutdown()  # collects FSDP2/mesh cycles first: no gloo abort at exit
 

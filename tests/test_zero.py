@@ -57,7 +57,7 @@ def _stage(rank: int, world: int, stage: int, ref_params: dict, mesh, model: Mod
     psi = params_per_rank(run.model)
     out["psi"] = (psi, sum(p.numel() for p in ref_params.values()))  # the formula, the model's own count
     out["measured"] = probe.result()
-    out["analytic"] = implementation_model_state(psi, world, stage, "fp32")
+    out["analytic"] = implementation_model_state(psi, world, ctx.dims.data_parallel)
     out["comm"] = counter.result()
     out["paper_comm"] = paper_bytes(model=run.model, moe=run.moe, train=run.train, dims=ctx.dims,
                                     micro_batch=run.micro_batch_per_rank, precision=par.applied.precision)[0]
@@ -284,7 +284,7 @@ def test_v1_records_get_the_precision_policy_they_ran_with():
 def test_parallel_dims_own_the_layout_facts_and_parallelize_says_what_it_applied():
     """A world of one: no mesh, no process group, ZeRO-3 asked for but stage 0 applied, and the
     typed Applied carries the stage, the precision policy and the wrapper names of the record."""
-    from benchsuite.dist import DP, EP, PP, TP, ParallelDims
+    from benchsuite.layout import DP, EP, PP, TP, ParallelDims
     from benchsuite.models.transformer import build_model
     from benchsuite.parallel import Applied, parallelize
     from benchsuite.parallel.zero import precision_policy

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from benchsuite.commands.common import (COUNT, JSON, NON_NEGATIVE, POSITIVE, PUE, UsageError, err, load_results, out,
                                         overflowed, path_arg, print_json)
+from benchsuite.record.kinds import source_kind
 from benchsuite.terminal import printable
 
 
@@ -193,7 +194,9 @@ def project(args) -> int:
 def _projection_assumptions(r: dict, pue_given: bool) -> list[str]:
     """What a projection takes for granted and where each input came from, so a reader can weigh it."""
     parts = ", ".join(r["energy_includes"]) or "no part"
-    how = "a measured counter" if r["energy_source"] == "measured" else "an estimate, not a measured counter"
+    kind = source_kind(r["energy_source"])
+    how = ("an energy counter" if kind.measured else "power samples, not an energy counter" if kind.metered
+           else "an estimate, not a meter's reading")
     return [
         f"energy: {r['j_per_token']:.3g} J/token, the run's median over its seeds and repeats, from "
         f"{r['energy_source']} energy of {parts} ({how})",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from benchsuite.commands.common import JSON, path_arg, print_json, print_lines
-from benchsuite.config import load_suite
+from benchsuite.config.preflight import load_suite
 
 
 def add_parser(sub) -> None:

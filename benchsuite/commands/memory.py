@@ -5,7 +5,7 @@ record; --precision overrides."""
 from __future__ import annotations
 
 from benchsuite.commands.common import COUNT, JSON, PARAMS, UsageError, path_arg, print_json, print_lines
-from benchsuite.config import load_suite
+from benchsuite.config.preflight import load_suite
 
 
 def add_parser(sub) -> None:

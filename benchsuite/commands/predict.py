@@ -3,8 +3,13 @@ memory per device and the energy and CO2e of a training run (benchsuite/predict/
 
 from __future__ import annotations
 
+import warnings
+from pathlib import Path
+
 from benchsuite.commands.common import JSON, POSITIVE, path_arg, print_json, print_lines
-from benchsuite.config import load_suite
+from benchsuite.config import ConfigError
+from benchsuite.config.preflight import load_suite
+from benchsuite.record.types import Record
 
 
 def add_parser(sub) -> None:
@@ -20,6 +25,21 @@ def add_parser(sub) -> None:
     p.set_defaults(fn=run)
 
 
+def calibration_record(path: str) -> Record:
+    """The one record of the file `--calibrate` names, read as every reader reads records; ConfigError
+    naming the file when it holds none."""
+    from benchsuite.results.store import load_records
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        records = load_records(path) if Path(path).is_file() else []
+    if not records:
+        why = f": {caught[0].message}" if caught else ": not a record file"
+        raise ConfigError(path, [("--calibrate", f"cannot read the record{why}; give one record file "
+                                                 f"(a .json that `benchsuite run` wrote)")])
+    return records[0].record
+
+
 def run(args) -> int:
     from benchsuite.predict import load_system, predict_run
     from benchsuite.predict.calibrate import calibrate
@@ -28,7 +48,7 @@ def run(args) -> int:
     suite = load_suite(args.suite)
     system = load_system(args.system)
     if args.calibrate:
-        system = calibrate(system, args.calibrate)
+        system = calibrate(system, calibration_record(args.calibrate), args.calibrate)
     runs = [(f"{r.workload} · w{r.world_size} · seed {r.train.seed}", predict_run(r, system, args.tokens))
             for r in suite.runs]
     if args.json:

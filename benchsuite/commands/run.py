@@ -10,7 +10,8 @@ from pathlib import Path
 
 from benchsuite.commands.common import (COUNT, INDEX, JSON, POSITIVE, REPEAT, UsageError, check_repeat, endpoint, err,
                                         make_folder, path_arg, print_json)
-from benchsuite.config import RANKS_PER_CORE, check_ranks_per_node, load_suite, usable_cores
+from benchsuite.config import RANKS_PER_CORE, check_ranks_per_node, usable_cores
+from benchsuite.config.preflight import load_suite
 from benchsuite.terminal import printable
 from benchsuite.results.identity import record_name
 
@@ -42,8 +43,7 @@ def run(args) -> int:
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from benchsuite.launch import Rendezvous, RunStatus, plan, run_suite
-    from benchsuite.progress import STARTING
+    from benchsuite.launch import Rendezvous, plan, run_suite
     from benchsuite.record import NewerRecordError
 
     if args.nnodes > 1 and not args.rdzv_endpoint:
@@ -58,31 +58,11 @@ def run(args) -> int:
                         TextColumn("{task.fields[suite]}", markup=False), TimeElapsedColumn(), console=err,
                         transient=True, disable=args.json)
     planned = plan(suite.runs, args.repeat)
-    eta = SuiteEta(len(planned))
-    task = progress.add_task(printable(suite.name), total=len(planned), suite=eta.line())
-
-    def on_event(kind, i, total, payload):
-        label = printable(run_name(planned[i].run, planned[i].repeat))
-        if kind == "start":  # the ranks take seconds to start and warm up: the bar says so meanwhile
-            progress.update(task, description=f"{label} · {STARTING}", suite=eta.line())
-            if not err.is_terminal or args.json:
-                err.print(f"suite {printable(suite.name)}: {eta.line()}", markup=False)
-            return
-        if kind == "progress":  # the bar's text on a terminal; a plain stderr line otherwise (--json too)
-            if err.is_terminal and not args.json:
-                progress.update(task, description=f"{label} · {printable(payload.text)}")
-            else:
-                err.print(f"{label}: {printable(payload.text)}", markup=False)
-            return
-        eta.finished(payload)
-        progress.update(task, advance=1, suite=eta.line())
-        if not args.json:
-            progress.console.print(_outcome_line(payload))
-
     try:
         with progress:
             outcomes = run_suite(suite, args.out, resume=args.resume, peak_tflops=args.peak_tflops, rdzv=rdzv,
-                                 on_event=on_event, repeat=args.repeat)
+                                 on_event=_progress_events(progress, suite.name, planned, args.json),
+                                 repeat=args.repeat)
     except NewerRecordError as e:  # a newer benchsuite's record where this suite would write one
         raise UsageError(str(e)) from None
     except OSError as e:  # disk full, folder removed mid-suite, ...: the path and the fix, exit 2, no traceback
@@ -98,8 +78,45 @@ def run(args) -> int:
     if interrupted:  # the suite is over: more Ctrl-C presses must not cut short its last words or exit code
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_IGN)
+    return _finish(args, suite.name, outcomes, len(planned), interrupted)
+
+
+def _progress_events(progress, suite_name: str, planned: list, as_json: bool):
+    """What run_suite calls on each event: a run starts (the bar says the ranks are starting), a progress line
+    of its log (the bar's text on a terminal; a plain stderr line otherwise, --json too), a run ends (its
+    outcome line, the suite's runs done and ETA)."""
+    from benchsuite.progress import STARTING
+
+    eta = SuiteEta(len(planned))
+    task = progress.add_task(printable(suite_name), total=len(planned), suite=eta.line())
+
+    def on_event(kind, i, total, payload):
+        label = printable(run_name(planned[i].run, planned[i].repeat))
+        if kind == "start":  # the ranks take seconds to start and warm up: the bar says so meanwhile
+            progress.update(task, description=f"{label} · {STARTING}", suite=eta.line())
+            if not err.is_terminal or as_json:
+                err.print(f"suite {printable(suite_name)}: {eta.line()}", markup=False)
+            return
+        if kind == "progress":
+            if err.is_terminal and not as_json:
+                progress.update(task, description=f"{label} · {printable(payload.text)}")
+            else:
+                err.print(f"{label}: {printable(payload.text)}", markup=False)
+            return
+        eta.finished(payload)
+        progress.update(task, advance=1, suite=eta.line())
+        if not as_json:
+            progress.console.print(_outcome_line(payload))
+
+    return on_event
+
+
+def _finish(args, suite_name: str, outcomes: list, planned: int, interrupted: bool) -> int:
+    """The suite's last words (its --json document or summary line) and its exit code."""
+    from benchsuite.launch import RunStatus
+
     if args.json:
-        print_json({"suite": suite.name, "out": str(args.out), "interrupted": interrupted,
+        print_json({"suite": suite_name, "out": str(args.out), "interrupted": interrupted,
                     "runs": [{"workload": o.run.workload, "world_size": o.run.world_size, "scaling": o.run.scaling,
                               "run_key": o.run_key, "repeat": o.repeat, "status": o.status.value,
                               "record": o.record_path, "error": o.error,
@@ -109,7 +126,7 @@ def run(args) -> int:
                               "flags": (_ok_record(o) or {}).get("flags") or []}
                              for o in outcomes]})
     else:
-        err.print(_summary_line(outcomes, len(planned))
+        err.print(_summary_line(outcomes, planned)
                   + f" → {printable(args.out)}   next: benchsuite report {printable(args.out)}",
                   markup=False)
     if interrupted:

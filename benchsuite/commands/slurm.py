@@ -11,7 +11,8 @@ from pathlib import Path
 
 from benchsuite.commands.common import (COUNT, INDEX, OUTPUT, REPEAT, UsageError, check_repeat, err, make_folder,
                                         number, output_file, path_arg)
-from benchsuite.config import RANKS_PER_CORE, load_suite
+from benchsuite.config import RANKS_PER_CORE
+from benchsuite.config.preflight import load_suite
 from benchsuite.slurm import GPU_REQUESTS, MAX_REQUEUES, MEM_SIZE, SIGNAL_SECONDS
 from benchsuite.terminal import printable
 

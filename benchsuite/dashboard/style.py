@@ -2,7 +2,7 @@
 
 A family comes from the record's `kind` and its `moe` config: the router, spelt any way a config or
 an older record spells it (`expert_choice`, `expert-choice`, `Expert Choice`); a token-choice router
-(switch, gshard, token_choice) with capacity_factor = 0 is the dropless family, and any MoE with
+(record/kinds.ROUTERS) with capacity_factor = 0 is the dropless family, and any MoE with
 shared experts the shared-experts family (their routing and cost differ from the capacity routers'
 by design). The same family gets the same display name, colour and marker on every page. Series of
 one family (several workloads) differ by line dash or bar pattern, never by a colour that could be
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from benchsuite.record.kinds import ROUTERS
 from benchsuite.record.values import num, present
 
 
@@ -27,15 +28,13 @@ DENSE = "dense"
 USER = "user"  # a record of the user's own loop (benchsuite.measure): a model benchsuite did not build
 DROPLESS = "dropless"
 SHARED = "shared_experts"
-TOKEN_CHOICE = ("switch", "gshard", "token_choice")  # the routers capacity_factor = 0 makes dropless
-# The families of the routers benchsuite.config accepts, with names a reader knows them by
-# (colour-blind-safe hues, no colour or marker used twice).
+# Each router's colour and marker (colour-blind-safe hues, no colour or marker used twice); its family's name
+# is its label (record/kinds.ROUTERS).
+ROUTER_LOOKS = {"switch": ("#e8590c", "diamond"), "gshard": ("#2f9e44", "square"),
+                "expert_choice": ("#9c36b5", "triangle-up"), "token_choice": ("#1098ad", "hexagon")}
 KNOWN = {
     DENSE: Style("dense", "#1f77b4", "circle"),
-    "switch": Style("MoE · Switch", "#e8590c", "diamond"),
-    "gshard": Style("MoE · GShard", "#2f9e44", "square"),
-    "expert_choice": Style("MoE · Expert choice", "#9c36b5", "triangle-up"),
-    "token_choice": Style("MoE · Top-k (capacity)", "#1098ad", "hexagon"),
+    **{name: Style(f"MoE · {ROUTERS[name].label}", *look) for name, look in ROUTER_LOOKS.items()},
     DROPLESS: Style("MoE · Dropless top-k", "#c2255c", "star"),
     SHARED: Style("MoE · Shared experts", "#8c564b", "pentagon"),
     USER: Style("your loop", "#868e96", "circle-open"),
@@ -58,10 +57,16 @@ def family(kind, router, capacity_factor=None, shared_experts=None) -> str:
         return DENSE
     if (num(shared_experts) or 0) > 0:
         return SHARED
-    key = "_".join(str(router).strip().lower().replace("-", " ").split()) if present(router) else ""
-    if key in TOKEN_CHOICE and num(capacity_factor) == 0:
+    key = router_name(router)
+    if key in ROUTERS and ROUTERS[key].token_choice and num(capacity_factor) == 0:
         return DROPLESS
     return key or "unknown"
+
+
+def router_name(router) -> str:
+    """A router as benchsuite.config names it, from any spelling a record has (lower case, `_` for `-` and
+    spaces); "" for none."""
+    return "_".join(str(router).strip().lower().replace("-", " ").split()) if present(router) else ""
 
 
 class Families:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from benchsuite.energy.common import sum_or_none
+from benchsuite.record.kinds import source_kind
 from benchsuite.record.types import MAX_DEVICE_W
 
 # The share of its figure beyond which a bound is flagged: two runs closer than this cannot be told
@@ -71,7 +72,7 @@ def nvml_parts(figure: dict, window_s: float) -> list[dict[str, Any]]:
     detail, windows = figure.get("detail") or {}, _windows(figure)
     parts = [_part("sensor accuracy", NVML_ACCURACY_W * window_s, f"±{NVML_ACCURACY_W:g} W × {window_s:.3g} s "
                    f"({ACCURACY_SOURCE})")]
-    if figure["source"] == "measured":
+    if source_kind(figure["source"]).measured:  # NVML's energy counter
         edge_s = detail.get("counter_edge_s")
         if edge_s is None:
             edge_s, how = NVML_UPDATE_S, f"read up to one update ({NVML_UPDATE_S:g} s) late"
@@ -124,10 +125,10 @@ def estimate_parts(figure: dict, window_s: float, key: str) -> list[dict[str, An
 def figure_bound(figure: dict, window_s: float | None, key: str, short: bool = False) -> dict[str, Any] | None:
     """The bound of one figure (key "gpu", "cpu" or "dram"), or None when the figure is unavailable or its
     source not stated. short: a window was shorter than energy.min_window_s (energy.short_window)."""
-    energy, source = figure.get("energy_j"), figure.get("source")
-    if energy is None or not window_s or source not in ("measured", "sampled", "estimated"):
-        return None  # no figure, or one whose meter is not known
-    if source == "estimated":
+    energy, kind = figure.get("energy_j"), source_kind(figure.get("source"))
+    if energy is None or not window_s or not kind.figure:
+        return None  # no figure, or one whose source is not stated
+    if not kind.metered:
         parts = estimate_parts(figure, window_s, key)
     elif key == "gpu":
         parts = nvml_parts(figure, window_s)

@@ -16,9 +16,11 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from benchsuite.config import CarbonConfig
 from benchsuite.energy import footprint
 from benchsuite.energy.bounds import scaled
 from benchsuite.energy.footprint import Usage
+from benchsuite.record.sanity import sanity_flags
 from benchsuite.record.values import ratio
 
 J_PER_KWH = 3.6e6
@@ -201,7 +203,8 @@ def carbon_section(energy_j: float | None, carbon_cfg, energy_source: str | None
 
 
 def usage_of(energy: dict[str, Any], pue: float) -> Usage:
-    """What the footprint parts read of a record's energy section: the GPUs metered (each once), else
+    """What the footprint parts read of a record's energy section: the energy window's GPUs (each once, whatever
+    its figure's source: a device's share of its manufacture does not depend on how its energy was read), else
     the nodes (a CPU host is the device), over the energy window."""
     gpus = len(energy.get("per_device") or [])
     window_s = energy.get("window_s")
@@ -220,8 +223,6 @@ def record_carbon(energy: dict[str, Any], carbon_cfg) -> dict[str, Any]:
 
 def parts_config(record_carbon_cfg: dict, given: dict):
     """The [carbon] keys the parts read: a record's, with the caller's values (not None) over them."""
-    from benchsuite.config import CarbonConfig
-
     known = {k: v for k, v in record_carbon_cfg.items() if k in CarbonConfig.LATER and v is not None}
     return CarbonConfig(**{**known, **{k: v for k, v in given.items() if v is not None}})
 
@@ -291,8 +292,6 @@ def project_from_record(record: dict, tokens: float, devices: int | None = None,
     rate = tokens_per_s / world_size. PUE, intensity and the parts' [carbon] keys (`parts` overrides them by key) default to the record's. A record whose
     inputs the sanity guard flagged (record/sanity.py) is refused with the flag's reason: a projection
     scales a wrong figure by millions of tokens."""
-    from benchsuite.record.sanity import sanity_flags
-
     inputs = _projection_inputs(pue is not None, intensity is not None)
     flags = [f for f in (record.get("flags") or sanity_flags(record)) if isinstance(f, dict)
              and str(f.get("field", "")).startswith(inputs)]

@@ -1,7 +1,8 @@
 """What every energy module shares: the error, the figure and window types, the meter interface,
 and the empty stand-ins for hardware that cannot be metered (Zeus zeus/device/gpu/common.py).
 
-The vendor modules (nvml, rapl, estimate) import only this module; meters.py composes them.
+The vendor modules (nvml, rapl, estimate) import only this module and the bottom's (the record's types,
+NVML's devices); meters.py composes them.
 """
 
 from __future__ import annotations
@@ -9,20 +10,13 @@ from __future__ import annotations
 import dataclasses
 import socket
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Protocol
+from typing import Any, Protocol
 
-# Strongest first; an aggregate is only as good as its weakest part.
-SOURCES = ("measured", "sampled", "estimated", "unavailable")
+from benchsuite.record.types import Source
 
 
 class EnergyError(Exception):
     """A sensor could not give a figure; vendor errors (NVML, sysfs, codecarbon) become this."""
-
-
-def weakest(sources: Iterable[str]) -> str:
-    """The least trustworthy source among `sources` ("unavailable" when empty)."""
-    ranks = [SOURCES.index(s) for s in sources]
-    return SOURCES[max(ranks)] if ranks else "unavailable"
 
 
 def sum_or_none(values) -> float | None:
@@ -36,7 +30,7 @@ class Figure:
     """One energy figure over one window; energy_j is None whenever source is unavailable."""
 
     energy_j: float | None
-    source: str
+    source: Source
     reason: str | None = None
     sampled_energy_j: float | None = None   # integrated power beside the counter (sample_power=True)
     avg_w: float | None = None               # set by the monitor: energy_j / window_s
@@ -46,7 +40,7 @@ class Figure:
 
     @classmethod
     def unavailable(cls, reason: str) -> Figure:
-        return cls(energy_j=None, source="unavailable", reason=reason)
+        return cls(energy_j=None, source=Source.UNAVAILABLE, reason=reason)
 
 
 def unavailable_cpu(reason: str) -> dict[str, Figure]:

@@ -15,6 +15,7 @@ from importlib import resources
 from typing import Any
 
 from benchsuite.energy.common import EnergyError, Figure
+from benchsuite.record.types import Source
 
 
 @dataclass(frozen=True)
@@ -148,7 +149,7 @@ class EstimateSensor:
         pct = load.percent(prime_interval=0.0)
         cpu_w = cpu_load_watts(m.cpu_max_w, pct)
         return {
-            "cpu": Figure(cpu_w * dt, "estimated", f"codecarbon cpu_load model at {pct:.0f} % load: {m.cpu_basis}",
+            "cpu": Figure(cpu_w * dt, Source.ESTIMATED, f"codecarbon cpu_load model at {pct:.0f} % load: {m.cpu_basis}",
                           detail={"watts": cpu_w, "load_percent": pct, "cpu_max_w": m.cpu_max_w}),
-            "dram": Figure(m.ram_w * dt, "estimated", m.ram_basis, detail={"watts": m.ram_w}),
+            "dram": Figure(m.ram_w * dt, Source.ESTIMATED, m.ram_basis, detail={"watts": m.ram_w}),
         }

@@ -5,7 +5,8 @@ at both edges, every figure carrying its source (measured | sampled | estimated 
 unavailable) and `None` plus a reason for what was not measured -- never 0. A sensor
 that fails degrades to the next one; a meter never fails a run.
 
-This module composes the vendor meters (nvml, rapl, estimate), which know only energy/common.py.
+This module composes the vendor meters (nvml, rapl, estimate), which know only energy/common.py and the
+bottom of the house (the record's types, NVML's devices in benchsuite/nvml.py).
 The per-rank result (`WindowResult.to_dict()`) is what the worker all_gathers;
 `energy.attribution.attribute_energy` (pure) turns the gathered list into the record's `energy` section.
 """

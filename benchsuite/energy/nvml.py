@@ -1,8 +1,7 @@
 """NVML GPU energy: the total-energy counter per device, sampled power where it is missing.
 
-The NVML handle is found by UUID, never by index: NVML enumerates every GPU in its own
-(PCI) order and ignores CUDA_VISIBLE_DEVICES, so cuda:i and NVML index i can be
-different chips. pynvml is imported lazily and its errors become EnergyError.
+The device is found by UUID (benchsuite/nvml.py, never by index: NVML's order is not CUDA's), and
+NVML's errors become EnergyError here, where the meter reads it.
 """
 
 from __future__ import annotations
@@ -12,6 +11,8 @@ import time
 from typing import Any, Callable
 
 from benchsuite.energy.common import EmptyGpuMeter, EnergyError, Figure
+from benchsuite.nvml import Nvml, NvmlError, cuda_device_uuid, normalize_uuid
+from benchsuite.record.types import Source
 
 # Power sampling period when integrating. 20 ms is 5 samples per counter update
 # (~100 ms); on an H200 20 ms samples matched the counter within 0.1-1.5 % over
@@ -26,73 +27,6 @@ EDGE_WAIT_S = 0.25
 
 # c_nvmlValue_t member per nvmlValueType_t (nvml.h: NVML_VALUE_TYPE_*).
 _VALUE_MEMBER = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
-
-
-def load_nvml():
-    """The pynvml module, imported only when a GPU meter is built."""
-    try:
-        import pynvml
-    except ImportError as e:
-        raise EnergyError(f"pynvml (nvidia-ml-py) not importable: {e}") from e
-    return pynvml
-
-
-def text(value: Any) -> str:
-    """pynvml returns str, older versions bytes."""
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def normalize_uuid(uuid: Any) -> str:
-    """Comparable form: torch gives '58a7...', NVML 'GPU-58a7...' (bytes in old pynvml)."""
-    text_ = text(uuid).strip().lower()
-    for prefix in ("gpu-", "mig-"):
-        if text_.startswith(prefix):
-            text_ = text_[len(prefix):]
-    return text_
-
-
-def cuda_device_uuid(index: int) -> str:
-    """UUID of CUDA ordinal `index` as this process sees it (after CUDA_VISIBLE_DEVICES)."""
-    import torch
-    return str(torch.cuda.get_device_properties(index).uuid)
-
-
-class Nvml:
-    """pynvml with its errors translated; one nvmlInit per instance."""
-
-    def __init__(self, lib=None):
-        self.lib = lib if lib is not None else load_nvml()
-        self.call(self.lib.nvmlInit)
-
-    def call(self, fn: Callable, *args):
-        try:
-            return fn(*args)
-        except self.lib.NVMLError as e:
-            raise EnergyError(f"{getattr(fn, '__name__', 'nvml')}: {e}") from e
-
-    def devices(self) -> list[tuple[Any, str]]:
-        """(handle, UUID) of every device, in NVML's own (PCI) order."""
-        handles = [self.call(self.lib.nvmlDeviceGetHandleByIndex, i)
-                   for i in range(self.call(self.lib.nvmlDeviceGetCount))]
-        return [(h, text(self.call(self.lib.nvmlDeviceGetUUID, h))) for h in handles]
-
-    def name(self, handle) -> str:
-        return text(self.call(self.lib.nvmlDeviceGetName, handle))
-
-    def handle_for_uuid(self, uuid: str):
-        """(handle, NVML's UUID string) of the device whose UUID matches."""
-        want = normalize_uuid(uuid)
-        devices = self.devices()
-        for h, got in devices:
-            if normalize_uuid(got) == want:
-                return h, got
-        raise EnergyError(f"no NVML device has UUID {uuid} (NVML sees {', '.join(u for _, u in devices) or 'none'})")
-
-    def shutdown(self) -> None:
-        try:
-            self.lib.nvmlShutdown()
-        except Exception:
-            pass
 
 
 class PowerSampler:
@@ -171,13 +105,16 @@ class NvmlGpuMeter:
     def __init__(self, cuda_index: int, *, sample_power: bool = False, lib=None,
                  interval_s: float = SAMPLE_INTERVAL_S, uuid: str | None = None):
         self.cuda_index = cuda_index
-        self.nvml = Nvml(lib)
-        self.handle, self.uuid = self.nvml.handle_for_uuid(uuid or cuda_device_uuid(cuda_index))
-        self.name = self.nvml.name(self.handle)
+        try:
+            self.nvml = Nvml(lib)
+            self.handle, self.uuid = self.nvml.handle_for_uuid(uuid or cuda_device_uuid(cuda_index))
+            self.name = self.nvml.name(self.handle)
+        except NvmlError as e:
+            raise EnergyError(str(e)) from e
         self.counter_reason = None
         try:
             self._counter_mj()
-        except EnergyError as e:
+        except NvmlError as e:
             self.counter_reason = f"NVML energy counter unsupported ({e}); power integrated"
         self.power_api: str | None = None   # "instant" field or "average" nvmlDeviceGetPowerUsage
         want_samples = sample_power or self.counter_reason is not None
@@ -208,10 +145,10 @@ class NvmlGpuMeter:
             try:
                 v = self.nvml.call(lib.nvmlDeviceGetFieldValues, self.handle, [lib.NVML_FI_DEV_POWER_INSTANT])[0]
                 if v.nvmlReturn != 0:
-                    raise EnergyError(f"NVML_FI_DEV_POWER_INSTANT returned {v.nvmlReturn}")
+                    raise NvmlError(f"NVML_FI_DEV_POWER_INSTANT returned {v.nvmlReturn}")
                 self.power_api = "instant"
                 return getattr(v.value, _VALUE_MEMBER[v.valueType]) / 1000.0
-            except EnergyError:
+            except NvmlError:
                 if self.power_api == "instant":
                     raise
         self.power_api = "average"
@@ -222,7 +159,7 @@ class NvmlGpuMeter:
         if self.counter_reason is None:
             try:
                 state["mj"], state["edge_s"] = self._counter_at_update()
-            except EnergyError as e:
+            except NvmlError as e:
                 state["counter_error"] = f"counter failed at window start: {e}"
         if self.sampler is not None:
             state["i0"] = self.sampler.open()
@@ -238,7 +175,7 @@ class NvmlGpuMeter:
                 end_mj, end_edge_s = self._counter_at_update()
                 counter_j = (end_mj - state["mj"]) / 1000.0
                 edges.append(end_edge_s)
-            except EnergyError as e:
+            except NvmlError as e:
                 reasons.append(f"counter failed at window end: {e}")
             if counter_j is not None and counter_j < 0:  # the counter restarts on a GPU reset / driver reload
                 reasons.append(f"energy counter went backwards by {-counter_j:.3f} J during the window "
@@ -258,9 +195,10 @@ class NvmlGpuMeter:
         if counter_j is not None:
             if None not in edges:  # both edges on a counter update (else the bound counts a whole period)
                 detail["counter_edge_s"] = max(edges)
-            return Figure(counter_j, "measured", "; ".join(reasons) or None, sampled_energy_j=sampled_j, detail=detail)
+            return Figure(counter_j, Source.MEASURED, "; ".join(reasons) or None, sampled_energy_j=sampled_j,
+                          detail=detail)
         if sampled_j is not None:
-            return Figure(sampled_j, "sampled", "; ".join(reasons), sampled_energy_j=sampled_j, detail=detail)
+            return Figure(sampled_j, Source.SAMPLED, "; ".join(reasons), sampled_energy_j=sampled_j, detail=detail)
         return Figure.unavailable("; ".join(reasons) or "no GPU energy source")
 
     def close(self) -> None:

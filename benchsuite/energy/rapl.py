@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchsuite.energy.common import EnergyError, Figure
+from benchsuite.record.types import Source
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,7 @@ class RaplSensor:
             ranges = [z.max_range_uj / 1e6 for z in zones if z.max_range_uj]
             return {"rapl_zones": [z.name for z in zones], "rapl_range_j": min(ranges) if ranges else None}
 
-        cpu = Figure(total("package"), "measured", detail=detail("package"))
-        dram = (Figure(total("dram"), "measured", detail=detail("dram")) if self.has_dram else
+        cpu = Figure(total("package"), Source.MEASURED, detail=detail("package"))
+        dram = (Figure(total("dram"), Source.MEASURED, detail=detail("dram")) if self.has_dram else
                 Figure.unavailable("no RAPL dram zone (common on client and AMD CPUs)"))
         return {"cpu": cpu, "dram": dram}

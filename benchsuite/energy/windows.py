@@ -7,7 +7,9 @@ it reads any window.
 
 from __future__ import annotations
 
-from benchsuite.energy.common import sum_or_none, weakest
+from benchsuite.energy.common import sum_or_none
+from benchsuite.record.kinds import weakest
+from benchsuite.record.types import Source
 
 
 def _combine_figure(figs: list[dict], window_s: float) -> dict:
@@ -19,7 +21,7 @@ def _combine_figure(figs: list[dict], window_s: float) -> dict:
     idle = figs[0].get("idle_w") if figs else None
     return {
         "energy_j": energy,
-        "source": weakest(f["source"] for f in figs) if energy is not None else "unavailable",
+        "source": weakest(f["source"] for f in figs) if energy is not None else Source.UNAVAILABLE,
         "reason": "; ".join(reasons) or None,
         "sampled_energy_j": sum_or_none(f.get("sampled_energy_j") for f in figs),
         "avg_w": energy / window_s if energy is not None and window_s > 0 else None,

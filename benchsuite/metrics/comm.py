@@ -38,6 +38,10 @@ from dataclasses import dataclass
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from benchsuite.layout import ParallelDims
+from benchsuite.metrics.flops import _moe_layer_count
+from benchsuite.metrics.memory import rank_params
+
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "other")
 
 _OP_KINDS = {
@@ -190,8 +194,6 @@ def tensor_parallel_collectives(model, moe, *, micro_batch: int, recompute: str,
     act_bytes: the dtype size of the row-parallel matmuls' outputs (the compute dtype) and so of their
     gradients; grad_bytes: the residual stream's (the embedding's output, the norms' outputs, the column
     inputs' gradients: fp32 here under autocast). megatron: Megatron-LM's forms where they differ."""
-    from benchsuite.metrics.flops import _moe_layer_count
-
     bs = micro_batch * model.seq_len
     bsh = bs * model.hidden
     layers, dense = model.layers, model.layers - _moe_layer_count(model, moe)
@@ -255,24 +257,20 @@ def tensor_parallel_formula(calls: list[Collective], bs: int, hidden: int, seque
     return f"{words}, ring over t ({form}; the cross-entropy's 3 of b·s·4B)"
 
 
-def paper_bytes(*, model, moe, train, dims, micro_batch: int, precision,
-                sequence_parallel: bool = False, virtual_stages: int = 1) -> tuple[float | None, str]:
+def paper_bytes(*, model, moe, train, dims: ParallelDims, micro_batch: int, precision) -> tuple[float | None, str]:
     """(bytes per rank per step, formula) by the ZeRO and Megatron volumes, ring convention.
-    model, moe, train: the run's config sections; dims: its dist.ParallelDims; micro_batch: sequences
-    per rank per micro-step; precision: the parallel.zero.PrecisionPolicy (compute: the activations'
-    dtype; forward_params: the parameters FSDP2 gathers); sequence_parallel: parallel.sequence_parallel
-    (the tensor-parallel collectives take its all-gather / reduce-scatter form); virtual_stages:
-    parallel.virtual_stages. A pipeline's data-parallel ranks reduce their own stages' gradients (Ψ of
-    the rank holding the most) and its ranks all-reduce the loss (one fp32 value); its point-to-point
-    bytes are metrics.pipeline's."""
-    from benchsuite.metrics.memory import rank_params
-
+    model, moe, train: the run's config sections; dims: its layout (with sequence parallelism the
+    tensor-parallel collectives take the all-gather / reduce-scatter form); micro_batch: sequences per
+    rank per micro-step; precision: the parallel.zero.PrecisionPolicy (compute: the activations' dtype;
+    forward_params: the parameters FSDP2 gathers). A pipeline's data-parallel ranks reduce their own
+    stages' gradients (Ψ of the rank holding the most) and its ranks all-reduce the loss (one fp32
+    value); its point-to-point bytes are metrics.pipeline's."""
     if dims.ep_enabled:
         return None, "expert parallelism: no paper volume modelled"
     if dims.pp_enabled and dims.tp_enabled:
         return None, "pipeline with tensor parallelism: no paper volume modelled"
     n, t = dims.dp, dims.tp
-    psi = rank_params(model, moe, dims, virtual_stages)
+    psi = rank_params(model, moe, dims)
     stage = dims.zero_applied
     total, parts = 0.0, []
     accum = train.grad_accum
@@ -294,9 +292,9 @@ def paper_bytes(*, model, moe, train, dims, micro_batch: int, precision,
         # stream, and so its gradients, in fp32: autocast keeps it there.
         act = 2 if precision.compute == "bf16" else 4
         calls = tensor_parallel_collectives(model, moe, micro_batch=micro_batch, recompute=train.recompute,
-                                            sequence_parallel=sequence_parallel, act_bytes=act, grad_bytes=FP32)
+                                            sequence_parallel=dims.sequence_parallel, act_bytes=act, grad_bytes=FP32)
         total += sum(ring_bytes(c.kind, c.payload, t) * c.calls for c in calls) * accum
-        parts.append(tensor_parallel_formula(calls, micro_batch * model.seq_len, model.hidden, sequence_parallel)
+        parts.append(tensor_parallel_formula(calls, micro_batch * model.seq_len, model.hidden, dims.sequence_parallel)
                      + (" per micro-batch" if accum > 1 else ""))
     if dims.pp_enabled:
         total += ring_bytes("all_reduce", FP32, dims.pp)
@@ -306,8 +304,7 @@ def paper_bytes(*, model, moe, train, dims, micro_batch: int, precision,
     return total, " + ".join(parts)
 
 
-def comm_record(per_rank: list[dict], *, model, moe, train, dims, micro_batch: int, applied,
-                sequence_parallel: bool = False, virtual_stages: int = 1) -> dict:
+def comm_record(per_rank: list[dict], *, model, moe, train, dims: ParallelDims, micro_batch: int, applied) -> dict:
     """metrics.comm: rank 0's bytes by kind, the largest rank's total, and the paper's volume
     (arguments as paper_bytes; applied: what parallelize applied, parallel.Applied)."""
     valid = [r for r in per_rank if r]
@@ -317,8 +314,7 @@ def comm_record(per_rank: list[dict], *, model, moe, train, dims, micro_batch: i
     r0 = valid[0]
     total = max(r["total_bytes"] for r in valid)
     paper, formula = paper_bytes(model=model, moe=moe, train=train, dims=dims, micro_batch=micro_batch,
-                                 precision=applied.precision, sequence_parallel=sequence_parallel,
-                                 virtual_stages=virtual_stages)
+                                 precision=applied.precision)
     notes = []
     if applied.zero_stage == 1:
         notes.append("torch's ZeroRedundancyOptimizer all-reduces full gradients and then broadcasts the updated "

@@ -17,9 +17,11 @@ the same formula with constants (param 4, grad 4, K 8): DDP (4 + 4 + 8)Ψ = 16Ψ
 8Ψ + 8Ψ/N, stage 2 4Ψ + (4 + 8)Ψ/N, stage 3 (4 + 4 + 8)Ψ/N. `zero_model_state` takes the
 constants; `PAPER` and `FP32` hold the two sets.
 
-What benchsuite's implementation (parallel/zero.py) allocates is `implementation_model_state`,
-and that is the `analytic` figure a record holds beside the measured one. It equals the paper's
-formula with the constants of the precision, except where torch allocates differently:
+What benchsuite's implementation (parallel/zero.py) allocates is `implementation_model_state`, by the
+data-parallel wrapper the layout runs (layout.ParallelDims.data_parallel), and that is the `analytic`
+figure a record holds beside the measured one, and the model states `benchsuite predict` gives a
+benchsuite run. It equals the paper's formula with the constants of the precision, except where torch
+allocates differently:
 
 - DDP and ZeRO-1 train fp32 parameters (autocast does bf16 compute), so their states follow
   the fp32 constants whatever the precision: a bf16 run's stage 1 is 8Ψ + 8Ψ/N, not 4Ψ + 12Ψ/N.
@@ -35,9 +37,12 @@ formula with the constants of the precision, except where torch allocates differ
   Gathered parameters of one group at a time (stage 3) are transient buffers, which the paper
   does not count as model state either.
 - Tensor parallel: Ψ is the parameters one tensor rank holds (`params_per_rank`). Data
-  parallelism over tensor-parallel ranks uses replicate_with_fsdp (torch's DDP refuses DTensor
-  parameters), FSDP2's machinery on a replicate-only mesh: like stage 2 it keeps a gathered copy
-  of the parameters from forward to backward beside the stored (here full) ones, (4+4+4+8)Ψ.
+  parallelism over tensor-parallel ranks, and over pipeline stages, uses replicate_with_fsdp (torch's
+  DDP refuses DTensor parameters), FSDP2's machinery on a replicate-only mesh: like stage 2 it keeps
+  a gathered copy of the parameters from forward to backward beside the stored (here full) ones,
+  (4+4+4+8)Ψ. In a pipeline Ψ is that of the rank holding the most (`params_per_pipeline_rank`).
+- Expert parallelism: Ψ counts the rank's own E/ep experts of each MoE layer (`rank_params`); DDP
+  leaves the expert shards out and their gradients are reduced by hand, so the states are DDP's.
 
 Measured (`ModelStateProbe`): during one instrumented training step, the bytes of the tensors a
 rank holds, DTensors counted by their local shard, aliases counted once:
@@ -68,6 +73,8 @@ from dataclasses import dataclass
 import torch
 
 from benchsuite.config import ModelConfig
+from benchsuite.layout import DataParallel, ParallelDims
+from benchsuite.metrics.flops import _moe_layer_count, attention_matmul, one_norm_params, param_counts
 
 GB = 1e9
 
@@ -86,6 +93,9 @@ PAPER = StateConstants(param=2, grad=2, k=12, name="mixed precision (fp16/bf16 p
 FP32 = StateConstants(param=4, grad=4, k=8, name="fp32 (params, grads, Adam m and v)")
 
 STAGE_LABELS = {0: "DDP", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"}
+WRAPPER_LABELS = {DataParallel.NONE: "no data parallelism", DataParallel.DDP: "DDP", DataParallel.ZERO1: "ZeRO-1",
+                  DataParallel.FSDP_STAGE2: "ZeRO-2", DataParallel.FSDP_STAGE3: "ZeRO-3",
+                  DataParallel.REPLICATE: "DDP via replicate_with_fsdp"}
 
 
 def _n(x: float) -> str:
@@ -111,25 +121,25 @@ def zero_model_state(psi: float, n: int, stage: int, c: StateConstants = PAPER) 
             "formula": zero_formula(stage, c), "K": c.k}
 
 
-def implementation_model_state(psi: float, n: int, stage: int, precision: str = "fp32",
-                               replicate: bool = False) -> dict:
-    """What parallel/zero.py allocates per rank (see the module docstring for each term).
-
-    stage is the stage actually applied (0 for a single process). precision: "fp32" | "bf16"
-    (bf16 means a GPU MixedPrecisionPolicy for FSDP2; DDP and ZeRO-1 keep fp32 states).
-    replicate: data parallelism over tensor-parallel DTensors (replicate_with_fsdp), which keeps a
-    gathered copy of the (replicated) parameters from forward to backward: (4+4+4+8)Ψ."""
-    if replicate and n > 1:
+def implementation_model_state(psi: float, n: int, wrapper: DataParallel, forward_params: str = "fp32") -> dict:
+    """What parallel/zero.py allocates per rank under the data-parallel `wrapper` over n ranks (see the
+    module docstring for each term). forward_params: the dtype FSDP2 gathers parameters in
+    (PrecisionPolicy.forward_params; "bf16" would be a MixedPrecisionPolicy); DDP and ZeRO-1 keep fp32
+    states. replicate_with_fsdp keeps a gathered copy of the (replicated) parameters from forward to
+    backward: (4+4+4+8)Ψ."""
+    if wrapper is DataParallel.REPLICATE:
         return {"params": 8 * psi, "grads": 4 * psi, "optimizer": 8 * psi, "total": 20 * psi,
                 "formula": "(4+4+4+8)Ψ", "K": 8}
-    if stage in (0, 1):
+    if wrapper in (DataParallel.NONE, DataParallel.DDP, DataParallel.ZERO1):
+        stage = 1 if wrapper is DataParallel.ZERO1 else 0
         out = zero_model_state(psi, n, stage, FP32)
         out["formula"] = {0: "(4+4+8)Ψ", 1: "(4+4)Ψ + 8Ψ/N"}[stage]
         return out
-    gathered = 2 if precision == "bf16" else 4
+    gathered = 2 if forward_params == "bf16" else 4
     shard, grads, adam = 4 * psi / n, 4 * psi / n, 8 * psi / n
-    params = (gathered * psi + shard) if stage == 2 else shard
-    formula = f"{gathered}Ψ + (4+4+8)Ψ/N" if stage == 2 else "(4+4+8)Ψ/N"
+    stage2 = wrapper is DataParallel.FSDP_STAGE2
+    params = (gathered * psi + shard) if stage2 else shard
+    formula = f"{gathered}Ψ + (4+4+8)Ψ/N" if stage2 else "(4+4+8)Ψ/N"
     return {"params": params, "grads": grads, "optimizer": adam, "total": params + grads + adam,
             "formula": formula, "K": 8}
 
@@ -150,8 +160,6 @@ def params_per_rank(cfg, moe=None, tp: int = 1) -> int:
     parallel matrices, the column-parallel biases, the token embedding and the LM head (once when
     tied) are split over tp ranks; position embedding, norms, row-parallel biases and MoE layers
     (replicated under TP) are not. Exact for models/transformer.py."""
-    from benchsuite.metrics.flops import _moe_layer_count, attention_matmul, param_counts
-
     pc = param_counts(cfg, moe)
     if tp == 1:
         return pc.total
@@ -171,8 +179,6 @@ def params_per_pipeline_rank(cfg, pp: int, virtual: int = 1, tp: int = 1) -> int
     0 also the embeddings and rank P − 1 the final norm and the LM head; each its tensor-parallel share
     (params_per_rank's split: the token embedding and the LM head over the vocabulary). For the dense,
     untied models config.py allows a pipeline. Exact for models/transformer.py."""
-    from benchsuite.metrics.flops import one_norm_params, param_counts
-
     pc = param_counts(cfg)
     token = cfg.vocab * cfg.hidden
     first, last = pc.embedding - token + token // tp, one_norm_params(cfg) + pc.lm_head // tp
@@ -180,12 +186,22 @@ def params_per_pipeline_rank(cfg, pp: int, virtual: int = 1, tp: int = 1) -> int
     return virtual * (cfg.layers // (pp * virtual)) * block + max(first, last)
 
 
-def rank_params(model, moe, dims, virtual_stages: int = 1) -> int:
-    """Ψ one rank holds before data-parallel sharding, for its layout (dims: dist.ParallelDims): its
-    tensor-parallel share (params_per_rank), in a pipeline the share of the rank holding the most."""
+def other_ranks_experts(cfg, moe, ep: int) -> int:
+    """The routed-expert parameters the other ranks of an expert-parallel group of ep hold: each rank
+    keeps E/ep experts of every MoE layer (parallel/expert.py)."""
+    if moe is None or ep == 1:
+        return 0
+    pc = param_counts(cfg, moe)
+    return pc.moe_layers * (moe.experts - moe.experts // ep) * pc.expert
+
+
+def rank_params(model, moe, dims: ParallelDims) -> int:
+    """Ψ one rank holds before data-parallel sharding, for its layout: its tensor-parallel share
+    (params_per_rank) less the experts its expert-parallel peers hold; in a pipeline the share of the
+    rank holding the most (params_per_pipeline_rank, dims.virtual_stages stages per rank)."""
     if dims.pp_enabled:
-        return params_per_pipeline_rank(model, dims.pp, virtual_stages, dims.tp)
-    return params_per_rank(model, moe, dims.tp)
+        return params_per_pipeline_rank(model, dims.pp, dims.virtual_stages, dims.tp)
+    return params_per_rank(model, moe, dims.tp) - other_ranks_experts(model, moe, dims.ep)
 
 
 # ------------------------------------------------------------------ activations
@@ -318,28 +334,24 @@ def constants_for(precision: str) -> StateConstants:
     return PAPER if precision == "bf16" else FP32
 
 
-def analytic_model_state(model, moe, dims, *, compute: str, forward_params: str, virtual_stages: int = 1) -> dict:
+def analytic_model_state(model, moe, dims: ParallelDims, *, compute: str, forward_params: str) -> dict:
     """The analytic part of metrics.memory.model_state_bytes for one run (model, moe: its config
-    sections; dims: its dist.ParallelDims): what parallel/zero.py allocates (`analytic`), beside the
-    paper's formula with the constants of the precision (`paper`). compute: the resolved compute
-    precision; forward_params: the dtype FSDP2 gathers parameters in (PrecisionPolicy.forward_params);
-    virtual_stages: parallel.virtual_stages. Data parallelism beside tensor or pipeline parallelism is
-    replicate_with_fsdp (parallel/zero.py, parallel/pipeline.py)."""
-    if dims.ep_enabled:
-        return {"analytic": None, "formula": None, "note": "expert parallelism: per-rank parameters not modelled here"}
-    stage = dims.zero_applied
-    n = dims.dp
-    psi = rank_params(model, moe, dims, virtual_stages)
-    replicate = dims.dp_enabled and (dims.tp_enabled or dims.pp_enabled)
-    analytic = implementation_model_state(psi, n, stage, forward_params, replicate=replicate)
+    sections; dims: its layout): what parallel/zero.py allocates under the layout's data-parallel
+    wrapper (`analytic`), beside the paper's formula with the constants of the precision (`paper`).
+    compute: the resolved compute precision; forward_params: the dtype FSDP2 gathers parameters in
+    (PrecisionPolicy.forward_params)."""
+    stage, n, wrapper = dims.zero_applied, dims.dp, dims.data_parallel
+    psi = rank_params(model, moe, dims)
+    analytic = implementation_model_state(psi, n, wrapper, forward_params)
     paper_c = constants_for(compute)
     paper = zero_model_state(psi, n, stage, paper_c)
-    label = ("DDP via replicate_with_fsdp" if replicate else STAGE_LABELS[stage]) if dims.dp_enabled else \
-        "no data parallelism"
+    label = WRAPPER_LABELS[wrapper]
     if dims.tp_enabled:
         label += f", TP {dims.tp} (Ψ per tensor rank)"
     if dims.pp_enabled:
         label += f", PP {dims.pp} (Ψ of the pipeline rank holding the most)"
+    if dims.ep_enabled:
+        label += f", EP {dims.ep} (Ψ with the rank's own experts)"
     return {
         "analytic": {k: analytic[k] for k in ("params", "grads", "optimizer", "total")},
         "formula": f"{label} ({compute}): {analytic['formula']}",
@@ -349,7 +361,7 @@ def analytic_model_state(model, moe, dims, *, compute: str, forward_params: str,
     }
 
 
-def model_state_record(measured_per_rank: list[dict], *, model, moe, dims, applied, virtual_stages: int = 1) -> dict:
+def model_state_record(measured_per_rank: list[dict], *, model, moe, dims: ParallelDims, applied) -> dict:
     """metrics.memory.model_state_bytes: measured (the largest rank) beside the analytic formula.
     applied: what parallelize applied (parallel.Applied: its precision policy sets the constants)."""
     valid = [m for m in measured_per_rank if m and m.get("total") is not None]
@@ -359,7 +371,6 @@ def model_state_record(measured_per_rank: list[dict], *, model, moe, dims, appli
            "method": "local tensor bytes (DTensor: local shard) during one warm-up step: params at the end of "
                      "forward, grads after backward, optimizer state after the step; largest rank"}
     out.update(analytic_model_state(model, moe, dims, compute=applied.precision.compute,
-                                    forward_params=applied.precision.forward_params, virtual_stages=virtual_stages))
-    if out["analytic"] is not None:
-        out["ratio"] = (measured["total"] / out["analytic"]["total"]) if measured else None
+                                    forward_params=applied.precision.forward_params))
+    out["ratio"] = (measured["total"] / out["analytic"]["total"]) if measured else None
     return out

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from benchsuite.config import Suite
+from benchsuite.layout import ParallelDims
 from benchsuite.metrics import memory as mem
 from benchsuite.metrics.flops import flops_per_token, hardware_basis, param_counts
 
@@ -60,7 +61,7 @@ def _memory_lines(name: str, consts: mem.StateConstants, psi: float, dp: int, st
     analytic figure and its activations."""
     cells = "  ".join(f"{r['name']} {r['total'] / 1e9:10.4g} GB" for r in stages)
     lines = [f"{name:<24} {consts.name}, K = {consts.k:g}", f"{INDENT} Ψ {psi:,.0f}  N {dp:<4} {cells}"]
-    if record and record["analytic"]:
+    if record:
         lines.append(f"{INDENT} the record's analytic figure: {record['formula']} = "
                      f"{record['analytic']['total'] / 1e9:.4g} GB")
     if act:
@@ -87,7 +88,6 @@ def memory_table_for_suite(suite: Suite, device: torch.device, precision: str | 
     (train.precision, "auto" resolved for `device`) unless `precision` ("mixed" or "fp32") is given;
     `params` and `dp` replace each run's own Ψ and data-parallel degree."""
     from benchsuite.device import resolve_precision
-    from benchsuite.dist import ParallelDims
 
     doc = {"precision": precision, "source": MEMORY_SOURCE, "suite": suite.name, "device": device.type, "runs": []}
     title = "model states per device (GB = 1e9 bytes)" + (
@@ -100,13 +100,13 @@ def memory_table_for_suite(suite: Suite, device: torch.device, precision: str | 
         psi = params or param_counts(run.model, run.moe).total
         run_dp = dp or run.data_parallel
         dims = ParallelDims.from_run(run)
-        psi_rank = params or mem.rank_params(run.model, run.moe, dims, run.parallel.virtual_stages)
+        psi_rank = params or mem.rank_params(run.model, run.moe, dims)
         stages = mem.stage_table(psi_rank, run_dp, consts)
         act = mem.activation_estimates(run.model, micro_batch=run.micro_batch_per_rank,
                                          recompute=run.train.recompute, tp=run.parallel.tensor)
         fsdp_precision = "bf16" if run_precision == "bf16" and device.type == "cuda" else "fp32"  # parallel/zero.py
         record = mem.analytic_model_state(run.model, run.moe, dims, compute=run_precision,
-                                          forward_params=fsdp_precision, virtual_stages=run.parallel.virtual_stages)
+                                          forward_params=fsdp_precision)
         doc["runs"].append({"workload": run.workload, "world_size": run.world_size, "tensor": run.parallel.tensor,
                             "zero": run.parallel.zero, "precision": run_precision, **_constants_doc(consts),
                             "params": psi, "params_per_rank": psi_rank, "dp": run_dp, "stages": stages,

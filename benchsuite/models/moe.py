@@ -43,6 +43,7 @@ from torch import nn
 
 from benchsuite.config import ModelConfig, MoEConfig
 from benchsuite.models.ffn import MLP, ffn_activation
+from benchsuite.record.kinds import ROUTERS
 
 # Expert paths per layout: slots (capacity routers) and sorted (dropless). On this project's CPU
 # (fp32, 2 threads; 4-32 experts, H 64-128, loads skewed as a router skews them) one forward +
@@ -68,7 +69,7 @@ def capacity(moe: MoEConfig, tokens: int) -> int:
     """
     millionths = round(moe.capacity_factor * _MILLION) * (moe.k or 1)
     num, den = millionths * tokens, _MILLION * moe.experts
-    c = num // den if moe.router == "expert_choice" else -(-num // den)
+    c = -(-num // den) if ROUTERS[moe.router].token_choice else num // den
     return max(1, min(tokens, max(c, moe.min_capacity)))
 
 
@@ -84,9 +85,9 @@ def active_experts_per_token(moe: MoEConfig, tokens: int) -> float:
     """Routed experts a token uses in the model-FLOP count: k for token-choice routers (1 switch,
     2 gshard, top_k token_choice); expert choice fills all E * floor(cf * N / E) slots of a call of
     N tokens, E * C / N per token (not cf). Shared experts come on top (flops.param_counts)."""
-    if moe.router == "expert_choice":
-        return expected_slots_per_token(moe, tokens)
-    return float(moe.k)
+    if ROUTERS[moe.router].token_choice:
+        return float(moe.k)
+    return expected_slots_per_token(moe, tokens)
 
 
 # ----------------------------------------------------------------------------- routing
@@ -529,7 +530,7 @@ def layout_impl(impl: str, moe: MoEConfig) -> str:
     SORTED_IMPLS) and grouped_mm stays grouped_mm; a layer with capacity runs slots (SLOT_IMPLS)."""
     if impl not in EXPERT_IMPLS:
         raise ValueError(f"expert_impl must be one of {EXPERT_IMPLS}, got {impl!r}")
-    if moe.dropless and moe.router != "expert_choice":
+    if moe.dropless and ROUTERS[moe.router].token_choice:
         return "loop_mm" if impl == "padded_bmm" else impl
     if impl not in SLOT_IMPLS:
         raise ValueError(f"expert_impl {impl!r} runs sorted rows (dropless layers); with capacity use one of "
@@ -547,7 +548,7 @@ def has_aux_loss(moe: MoEConfig) -> bool:
     """Whether the layer's loss term depends on its parameters. Expert choice without z-loss has
     none: the layer then returns None, not a constant zero, which compiled backward graphs
     reject as an output without a gradient."""
-    return (moe.router != "expert_choice" and moe.aux_loss_coef > 0) or moe.z_loss_coef > 0
+    return (ROUTERS[moe.router].token_choice and moe.aux_loss_coef > 0) or moe.z_loss_coef > 0
 
 
 def moe_layers(model: nn.Module) -> list[MoELayer]:

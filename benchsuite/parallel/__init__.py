@@ -18,8 +18,8 @@ from torch import nn
 
 from benchsuite.config import MoEConfig, TrainConfig
 from benchsuite.device import resolve_precision
-from benchsuite.dist import ParallelDims
-from benchsuite.parallel.zero import PrecisionPolicy
+from benchsuite.layout import EDP, EP, TP, ParallelDims
+from benchsuite.parallel.zero import PrecisionPolicy, apply_data_parallel, build_optimizer, precision_policy
 
 
 @dataclass(frozen=True)
@@ -102,24 +102,19 @@ def choose_expert_impl(model: nn.Module, *, precision: str, device: torch.device
 
 
 def parallelize(model: nn.Module, *, dims: ParallelDims, train: TrainConfig, moe: MoEConfig | None,
-                device: torch.device, pipeline=None, sequence_parallel: bool = False) -> Parallelized:
-    """The parallel model, its optimizer and what was applied. dims carries the meshes (world > 1);
-    pipeline: the pipeline.PipelinePlan of a run with dims.pp_enabled; sequence_parallel: Megatron's
-    sequence parallelism with tensor parallel (parallel.sequence_parallel)."""
-    from benchsuite.parallel.zero import apply_data_parallel, build_optimizer, precision_policy
-
+                device: torch.device, pipeline=None) -> Parallelized:
+    """The parallel model, its optimizer and what was applied, all as the layout `dims` says (it carries
+    the meshes with world > 1); pipeline: the pipeline.PipelinePlan of a run with dims.pp_enabled."""
     precision = resolve_precision(train.precision, device)
     applied: dict = {"zero_stage": dims.zero_applied, "precision": precision_policy(precision)}
     hooks: list = []
     if moe is not None:
         applied["expert_impl"] = choose_expert_impl(model, precision=precision, device=device)
     if dims.tp_enabled:
-        from benchsuite.dist import TP
         from benchsuite.parallel.tensor import apply_tensor_parallel
 
-        applied["tensor"] = apply_tensor_parallel(model, dims.mesh[TP], sequence_parallel=sequence_parallel)
+        applied["tensor"] = apply_tensor_parallel(model, dims.mesh[TP], sequence_parallel=dims.sequence_parallel)
     if dims.ep_enabled:
-        from benchsuite.dist import EDP, EP
         from benchsuite.parallel import expert
 
         expert.apply_expert_parallel(model, dims.group(EP))

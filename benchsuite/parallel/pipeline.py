@@ -8,12 +8,12 @@ r, r + P, ..., the interleaved layout of the paper). The model file knows nothin
 stage is a :class:`StageModule` that takes the owned modules of the full model (tensor parallel,
 when on, has already sharded them) and drops the rest.
 
-Each stage module is then wrapped for data parallelism over the "dp" mesh dimension (``replicate``:
-DDP semantics that the pipeline stage knows how to defer to the last microbatch) and handed to a
-``PipelineStage``; the schedule (``Schedule1F1B``, ``ScheduleInterleaved1F1B`` or ``ScheduleGPipe``)
-splits the rank's batch into M microbatches, runs forward and backward, computes the loss on the last stage and scales the
-gradients by 1/M, so they are those of the whole batch's mean loss. The mesh is pp × dp × tp
-(benchsuite/dist.py).
+Each stage module is then wrapped for data parallelism as the layout says (ParallelDims.data_parallel:
+``replicate`` over the "dp" mesh dimension, DDP semantics that the pipeline stage knows how to defer to
+the last microbatch) and handed to a ``PipelineStage``; the schedule (``Schedule1F1B``,
+``ScheduleInterleaved1F1B`` or ``ScheduleGPipe``, the layout's) splits the rank's batch into M
+microbatches, runs forward and backward, computes the loss on the last stage and scales the gradients
+by 1/M, so they are those of the whole batch's mean loss. The mesh is pp × dp × tp (benchsuite/layout.py).
 
 Measured figures (metrics.pipeline in the record, :func:`pipeline_section`):
 
@@ -49,9 +49,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from benchsuite.config import ModelConfig, ParallelConfig, RunConfig, TrainConfig
-from benchsuite.dist import DP, PP, ParallelDims
 from benchsuite.device import synchronize
+from benchsuite.layout import PP, DataParallel, ParallelDims, Schedule
 from benchsuite.models.transformer import embed
+from benchsuite.parallel.zero import wrap_data_parallel
 
 ACTIVATION_BYTES = 4  # fp32 residual stream between stages
 
@@ -87,11 +88,6 @@ class StageModule(nn.Module):
         if parts[0] == "blocks":
             parts[1] = str(self.layer_ids[int(parts[1])])
         return ".".join(parts)
-
-
-def stage_ids(pp_rank: int, pp: int, virtual: int) -> list[int]:
-    """The stages a pipeline rank runs ("loop" placement: stage s on rank s mod P)."""
-    return [pp_rank + k * pp for k in range(virtual)]
 
 
 def stage_layers(stage: int, num_stages: int, layers: int) -> list[int]:
@@ -230,25 +226,26 @@ class PipelineRun:
                 "busy_s": [x.busy_s for x in self.samples], "sent_bytes": [x.sent_bytes for x in self.samples]}
 
 
-SCHEDULE_NAMES = {"1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B", "gpipe": "ScheduleGPipe"}
+SCHEDULE_NAMES = {Schedule.ONE_F_ONE_B: "Schedule1F1B", Schedule.INTERLEAVED: "ScheduleInterleaved1F1B",
+                  Schedule.GPIPE: "ScheduleGPipe"}
 
 
-def make_schedule(name: str, stages: list, microbatches: int, loss_fn):
+def make_schedule(schedule: Schedule, stages: list, microbatches: int, loss_fn):
     from torch.distributed import pipelining
 
-    cls = getattr(pipelining, SCHEDULE_NAMES[name])
-    return cls(stages if name == "interleaved" else stages[0], n_microbatches=microbatches, loss_fn=loss_fn)
+    cls = getattr(pipelining, SCHEDULE_NAMES[schedule])
+    return cls(stages if schedule is Schedule.INTERLEAVED else stages[0], n_microbatches=microbatches,
+               loss_fn=loss_fn)
 
 
-def wrap_data_parallel(module: nn.Module, dims: ParallelDims) -> tuple[nn.Module, str]:
-    """``replicate`` over the dp mesh dimension (DDP semantics on FSDP2's machinery), per stage: the
-    pipeline stage defers its gradient all-reduce to the last microbatch's backward. (torch's DDP under
-    a pipeline fails when rebuilding its buckets after accumulating microbatches, torch 2.13.)"""
-    from benchsuite.parallel.zero import apply_replicate
-
-    if not dims.dp_enabled:
+def wrap_stage(module: nn.Module, dims: ParallelDims, device: torch.device) -> tuple[nn.Module, str]:
+    """(stage, implementation name): the stage wrapped as dims.data_parallel says, which for a pipeline
+    is ``replicate`` over the dp mesh dimension (DDP semantics on FSDP2's machinery): the pipeline stage
+    defers its gradient all-reduce to the last microbatch's backward. (torch's DDP under a pipeline fails
+    when rebuilding its buckets after accumulating microbatches, torch 2.13.)"""
+    if dims.data_parallel is DataParallel.NONE:
         return module, "none (pipeline only)" if not dims.tp_enabled else "none (pipeline and tensor parallel)"
-    return apply_replicate(module, dims.mesh[DP]), "replicate_with_fsdp over dp, per stage"
+    return wrap_data_parallel(module, dims, device), "replicate_with_fsdp over dp, per stage"
 
 
 def example_io(first: bool, last: bool, microbatch: int, cfg, tp: int, logits_dtype: torch.dtype):
@@ -266,18 +263,16 @@ def example_io(first: bool, last: bool, microbatch: int, cfg, tp: int, logits_dt
 
 @dataclass(frozen=True)
 class PipelinePlan:
-    """A pipelined run's schedule: V stages per rank, the schedule's name, M microbatches per step of
-    `microbatch_size` sequences each."""
+    """A pipelined run's batch split: M microbatches per step of `microbatch_size` sequences each (the
+    stages and the schedule are the layout's: ParallelDims)."""
 
-    virtual: int
-    schedule: str
     microbatches: int
     microbatch_size: int
 
     @classmethod
     def from_run(cls, run: RunConfig) -> PipelinePlan:
-        p = run.parallel
-        return cls(p.virtual_stages, p.schedule, p.n_microbatches, run.micro_batch_per_rank // p.n_microbatches)
+        n = run.parallel.n_microbatches
+        return cls(n, run.micro_batch_per_rank // n)
 
 
 def apply_pipeline(model: nn.Module, *, dims: ParallelDims, plan: PipelinePlan, device: torch.device,
@@ -290,22 +285,22 @@ def apply_pipeline(model: nn.Module, *, dims: ParallelDims, plan: PipelinePlan, 
     the names of what was applied, the Applied fields "pipeline" and "data")."""
     if model.cfg.tie_embeddings:  # config.py rejects it before launch; this guards direct callers
         raise ValueError("a tied LM head cannot be split from the token embedding over pipeline stages")
-    pp, num_stages, pp_group = dims.pp, dims.pp * plan.virtual, dims.group(PP)
+    pp, num_stages, pp_group = dims.pp, dims.num_stages, dims.group(PP)
     busy = SpanClock(device)
     timed_stage = _timed_stage_class()
     modules, stages, data = [], [], ""
-    for s in stage_ids(dims.mesh.get_local_rank(PP), pp, plan.virtual):
+    for s in dims.stage_ids(dims.mesh.get_local_rank(PP)):
         first, last = s == 0, s == num_stages - 1
         part = StageModule(model, stage_layers(s, num_stages, model.cfg.layers), first, last)
-        part, data = wrap_data_parallel(part, dims)
+        part, data = wrap_stage(part, dims, device)
         modules.append(part)
         inputs, outputs = example_io(first, last, plan.microbatch_size, model.cfg, dims.tp, logits_dtype)
         stages.append(timed_stage(part, s, num_stages, device, input_args=inputs, output_args=outputs,
                                   group=pp_group, clock=busy))
-    run = PipelineRun(make_schedule(plan.schedule, stages, plan.microbatches, loss_fn), stages, pp_group, pp,
+    run = PipelineRun(make_schedule(dims.schedule, stages, plan.microbatches, loss_fn), stages, pp_group, pp,
                       device, busy, SpanClock(device))
-    names = {"pipeline": f"torch.distributed.pipelining {SCHEDULE_NAMES[plan.schedule]}: {pp} ranks x "
-                         f"{plan.virtual} stage(s), {plan.microbatches} microbatches", "data": data}
+    names = {"pipeline": f"torch.distributed.pipelining {SCHEDULE_NAMES[dims.schedule]}: {pp} ranks x "
+                         f"{dims.virtual_stages} stage(s), {plan.microbatches} microbatches", "data": data}
     return nn.ModuleList(modules), run, names
 
 

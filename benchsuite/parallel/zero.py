@@ -35,6 +35,9 @@ and DTensor" while broadcasting module states, torch 2.13), so with tensor > 1 t
 wrapper is ``torch.distributed._composable.replicate_with_fsdp.replicate`` over the "dp" mesh
 dimension: FSDP2's machinery with a replicate-only mesh, i.e. DDP semantics (full parameters per
 dp rank, gradients all-reduced and averaged over dp) that understands 2-D DTensors.
+
+Which wrapper a layout gets is the layout's answer (layout.ParallelDims.data_parallel); this module
+applies it.
 """
 
 from __future__ import annotations
@@ -47,13 +50,14 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from benchsuite.config import TrainConfig
-from benchsuite.dist import DP, ParallelDims
+from benchsuite.layout import DP, DataParallel, ParallelDims
 
-STAGE_NAMES = {
-    0: "DistributedDataParallel",
-    1: "ZeroRedundancyOptimizer(AdamW) + DistributedDataParallel",
-    2: "FSDP2 fully_shard(reshard_after_forward=False)",
-    3: "FSDP2 fully_shard(reshard_after_forward=True)",
+WRAPPER_NAMES = {  # Applied.data: the data-parallel wrapper, by name, in the record
+    DataParallel.DDP: "DistributedDataParallel",
+    DataParallel.ZERO1: "ZeroRedundancyOptimizer(AdamW) + DistributedDataParallel",
+    DataParallel.FSDP_STAGE2: "FSDP2 fully_shard(reshard_after_forward=False)",
+    DataParallel.FSDP_STAGE3: "FSDP2 fully_shard(reshard_after_forward=True)",
+    DataParallel.REPLICATE: "replicate_with_fsdp over dp (DDP semantics for DTensor params)",
 }
 
 
@@ -135,30 +139,38 @@ def apply_replicate(model: nn.Module, mesh) -> nn.Module:
     return model
 
 
-def apply_data_parallel(model: nn.Module, *, dims: ParallelDims, device: torch.device) -> tuple[nn.Module, str]:
-    """(model, implementation name) for ZeRO stage dims.zero over the data-parallel ranks; the
-    optimizer comes from build_optimizer."""
-    stage = dims.zero
-    if not dims.dp_enabled:
-        if dims.tp_enabled:
-            return model, "none (tensor parallel only)"
-        return model, "single process" if stage == 0 else f"single process (ZeRO-{stage} needs more than one " \
-                                                           f"data-parallel rank; nothing to shard)"
+def wrap_data_parallel(model: nn.Module, dims: ParallelDims, device: torch.device) -> nn.Module:
+    """`model` wrapped as dims.data_parallel says (the optimizer comes from build_optimizer)."""
+    wrapper = dims.data_parallel
+    if wrapper is DataParallel.NONE:
+        return model
+    if wrapper is DataParallel.REPLICATE:
+        return apply_replicate(model, dims.mesh[DP])
+    if wrapper in (DataParallel.DDP, DataParallel.ZERO1):
+        return DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
+                   process_group=dims.group(DP), gradient_as_bucket_view=True)
+    return apply_fsdp(model, dims.mesh[DP], reshard_after_forward=wrapper is DataParallel.FSDP_STAGE3)
+
+
+def single_rank_name(dims: ParallelDims) -> str:
+    """Applied.data of a layout with one data-parallel rank (no pipeline)."""
     if dims.tp_enabled:
-        if stage:
-            raise ValueError("ZeRO stages 1-3 with tensor > 1 are not supported (config.py rejects them)")
-        return apply_replicate(model, dims.mesh[DP]), "replicate_with_fsdp over dp (DDP semantics for DTensor params)"
-    if stage in (0, 1):
-        model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
-                    process_group=dims.group(DP), gradient_as_bucket_view=True)
-        return model, STAGE_NAMES[stage]
-    return apply_fsdp(model, dims.mesh[DP], reshard_after_forward=stage == 3), STAGE_NAMES[stage]
+        return "none (tensor parallel only)"
+    if dims.zero == 0:
+        return "single process"
+    return f"single process (ZeRO-{dims.zero} needs more than one data-parallel rank; nothing to shard)"
+
+
+def apply_data_parallel(model: nn.Module, *, dims: ParallelDims, device: torch.device) -> tuple[nn.Module, str]:
+    """(model, implementation name) for the data-parallel wrapper of dims (no pipeline)."""
+    name = single_rank_name(dims) if dims.data_parallel is DataParallel.NONE else WRAPPER_NAMES[dims.data_parallel]
+    return wrap_data_parallel(model, dims, device), name
 
 
 def build_optimizer(model: nn.Module, *, train: TrainConfig, dims: ParallelDims) -> torch.optim.Optimizer:
     """AdamW over the wrapped model's parameters; ZeRO-1 partitions its state over the data-parallel
-    ranks (ZeroRedundancyOptimizer), every other stage shards (FSDP2) or replicates it with the model."""
-    if dims.zero_applied == 1:
+    ranks (ZeroRedundancyOptimizer), every other wrapper shards (FSDP2) or replicates it with the model."""
+    if dims.data_parallel is DataParallel.ZERO1:
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
         return ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW,

@@ -3,55 +3,46 @@
 One device has no communication and no bubble, so its measured median step time is compute plus the
 optimizer step. The rate that makes this package's compute term reproduce that time (optimizer at the
 system's memory bandwidth, hardware FLOPs as flop_parts counts them) replaces the system file's matmul
-and attention rates: one measurement cannot tell the two apart, so both get it.
+and attention rates: one measurement cannot tell the two apart, so both get it. The record comes in as
+read (the command reads the file), so this package stays below the readers.
 """
 
 from __future__ import annotations
 
-import warnings
-from pathlib import Path
+import msgspec
 
 from benchsuite.config import ConfigError, RunConfig
 from benchsuite.predict.compute import optimizer_s, token_flops
 from benchsuite.predict.system import System
 from benchsuite.predict.workload import from_run
+from benchsuite.record.types import Kind, Record, Status
 
 
-def _record(path: str | Path) -> dict:
-    from benchsuite.results.store import load_records
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        records = load_records(path) if Path(path).is_file() else []
-    if not records:
-        why = f": {caught[0].message}" if caught else ": not a record file"
-        raise ConfigError(path, [("--calibrate", f"cannot read the record{why}; give one record file "
-                                                 f"(a .json that `benchsuite run` wrote)")])
-    return records[0]
-
-
-def calibrate(system: System, path: str | Path) -> System:
-    """The system with the achieved rate measured in the record at `path` (ok, world size 1)."""
-    rec = _record(path)
-    if rec.get("status") != "ok" or rec.get("config", {}).get("kind") == "user":
-        raise ConfigError(path, [("--calibrate", "needs an ok record of a benchsuite run (not a failed run or "
-                                                 "a benchsuite.measure() loop); give another record")])
-    run = RunConfig.from_record(rec["config"])
+def calibrate(system: System, rec: Record, source: str) -> System:
+    """The system with the achieved rate measured in `rec` (an ok record of world size 1), read from
+    `source` (the file, named in every problem and in the system's source)."""
+    if rec.status is not Status.OK or rec.config.kind is Kind.USER:
+        raise ConfigError(source, [("--calibrate", "needs an ok record of a benchsuite run (not a failed run or "
+                                                   "a benchsuite.measure() loop); give another record")])
+    run = RunConfig.from_record(msgspec.to_builtins(rec.config))
     if run.world_size != 1:
-        raise ConfigError(path, [("--calibrate", f"needs a single-device record (world size 1), this one ran "
-                                                 f"on {run.world_size}: its time holds communication; give a "
-                                                 f"world-1 record of the same device")])
+        raise ConfigError(source, [("--calibrate", f"needs a single-device record (world size 1), this one ran "
+                                                   f"on {run.world_size}: its time holds communication; give a "
+                                                   f"world-1 record of the same device")])
     w = from_run(run, system.device.kind)
-    step = rec["metrics"]["step_time_s"]["median"]
+    step = rec.metrics.step_time_s.median if rec.metrics and rec.metrics.step_time_s else None
+    if step is None:
+        raise ConfigError(source, [("--calibrate", "the record has no median step time (metrics.step_time_s.median "
+                                                   "is null); give a record of a run that measured its steps")])
     compute = step - optimizer_s(w, system)
     if compute <= 0:
-        raise ConfigError(path, [("--calibrate", f"the step ({step:.4g} s) is no longer than the optimizer "
-                                                 f"step predicted at device.memory_gbps; check memory_gbps")])
+        raise ConfigError(source, [("--calibrate", f"the step ({step:.4g} s) is no longer than the optimizer "
+                                                   f"step predicted at device.memory_gbps; check memory_gbps")])
     rate = token_flops(w).hardware * w.micro_batch * w.model.seq_len * w.microbatches / compute / 1e12
     if system.device.peak_tflops is not None and rate > system.device.peak_tflops:
-        raise ConfigError(path, [("--calibrate", f"the record's achieved {rate:.4g} TFLOP/s is above the system's "
-                                                 f"device.peak_tflops ({system.device.peak_tflops:g}): it is a "
-                                                 f"record of another device; give a record of this one")])
-    device = rec["env"]["devices"][0]["name"] if rec.get("env", {}).get("devices") else "unknown device"
-    return system.calibrated(rate, rate, f"compute rate {rate:.4g} TFLOP/s calibrated from {path} "
+        raise ConfigError(source, [("--calibrate", f"the record's achieved {rate:.4g} TFLOP/s is above the "
+                                                   f"system's device.peak_tflops ({system.device.peak_tflops:g}): "
+                                                   f"it is a record of another device; give a record of this one")])
+    device = rec.env.devices[0].name if rec.env.devices else "unknown device"
+    return system.calibrated(rate, rate, f"compute rate {rate:.4g} TFLOP/s calibrated from {source} "
                                          f"({device}, {step:.4g} s per step)")

@@ -2,14 +2,15 @@
 
 Bytes follow metrics.comm's ring convention (all-reduce 2(n−1)/n·M, the others (n−1)/n·M), the link is
 the system's intra-node or inter-node one by whether the group spans nodes (ranks are laid out pp × dp ×
-tp, tp fastest, as dist.ParallelDims builds its mesh). Which collectives run comes from metrics.comm:
+tp, tp fastest, as layout.ParallelDims builds its mesh). Which collectives run comes from metrics.comm:
 tensor_parallel_collectives (per micro-batch, Megatron's all-reduces or, with sequence parallelism, its
 reduce-scatter/all-gather pairs) and data_parallel_collectives (per step, DDP and ZeRO 1-3).
 
 Who issues a collective matters on a host that does not run ahead of its device (a CPU): DTensor (tensor
-parallelism) and FSDP2 (ZeRO-2/3, and data parallelism beside tensor or pipeline parallelism, which
-the harness gives replicate_with_fsdp) spend Python host time on each one, the system's
-`framework_us`; DDP's reducer, the expert all-to-alls and the pipeline's sends call c10d directly.
+parallelism) and FSDP2 (the data-parallel wrappers on its machinery, DataParallel.fsdp of the layout:
+ZeRO-2/3, and replicate_with_fsdp beside tensor or pipeline parallelism) spend Python host time on each
+one, the system's `framework_us`; DDP's reducer, the expert all-to-alls and the pipeline's sends call
+c10d directly.
 
 Overlap model, stated: tensor-parallel (but Megatron's sequence-parallel re-gather, which overlaps the
 input-gradient GEMM), expert-parallel and pipeline point-to-point transfers sit on the critical path
@@ -103,7 +104,7 @@ def data_parallel(w: Workload, system: System, psi: float) -> CommTime:
     dense = data_parallel_collectives(psi - experts, stage=w.layout.zero, grad_accum=w.microbatches,
                                       grad_bytes=grad, gather_bytes=gather, zero1_broadcast=benchsuite, units=units)
     crosses = _spans(w.layout.dp, w.layout.tp, system)
-    fsdp = benchsuite and (w.layout.zero >= 2 or w.layout.tp > 1 or w.layout.pp > 1)
+    fsdp = benchsuite and w.layout.data_parallel.fsdp
     out = time_of(dense, w.layout.dp, system.link(crosses), crosses, system.node.framework_us if fsdp else 0.0)
     replicas = w.layout.dp // w.layout.ep
     if experts and replicas > 1:

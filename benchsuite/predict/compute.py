@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from benchsuite.metrics.flops import FlopParts, flop_parts
-from benchsuite.metrics.memory import params_per_pipeline_rank, params_per_rank
+from benchsuite.metrics.flops import FlopParts, flop_parts, param_counts
+from benchsuite.metrics.memory import other_ranks_experts, params_per_rank, rank_params
 from benchsuite.predict.system import System
 from benchsuite.predict.workload import Implementation, Workload
 
@@ -58,19 +58,14 @@ def microbatch_compute(w: Workload, system: System) -> MicrobatchCompute:
 
 
 def params_per_device(w: Workload) -> float:
-    """Parameters one device holds before ZeRO sharding: its tensor-parallel share (metrics.memory), its
-    pipeline stage's share of the layers, its expert-parallel share of the experts. A benchsuite
-    pipeline: the rank holding the most (metrics.memory, as the record's memory and communication
-    figures expect); Megatron's: the layers' share with the embedding and LM head averaged in."""
-    if w.implementation is Implementation.BENCHSUITE and w.layout.pp > 1 and w.moe is None:
-        return params_per_pipeline_rank(w.model, w.layout.pp, w.layout.virtual_stages, w.layout.tp)
-    psi = params_per_rank(w.model, w.moe, w.layout.tp)
-    if w.moe is not None and w.layout.ep > 1:
-        from benchsuite.metrics.flops import param_counts
-
-        pc = param_counts(w.model, w.moe)
-        psi -= pc.moe_layers * w.moe.experts * pc.expert * (1 - 1 / w.layout.ep)
-    return psi / w.layout.pp
+    """Parameters one device holds before ZeRO sharding: its tensor-parallel share, its pipeline stage's
+    share of the layers, its expert-parallel share of the experts. A benchsuite run: the Ψ its record's
+    memory and communication figures count (metrics.memory.rank_params; in a pipeline the rank holding
+    the most); Megatron's: the layers' share with the embedding and LM head averaged in."""
+    lay = w.layout
+    if w.implementation is Implementation.BENCHSUITE:
+        return rank_params(w.model, w.moe, lay)
+    return (params_per_rank(w.model, w.moe, lay.tp) - other_ranks_experts(w.model, w.moe, lay.ep)) / lay.pp
 
 
 def expert_params_per_device(w: Workload) -> float:
@@ -78,8 +73,6 @@ def expert_params_per_device(w: Workload) -> float:
     that only the ranks holding the same experts reduce."""
     if w.moe is None:
         return 0.0
-    from benchsuite.metrics.flops import param_counts
-
     pc = param_counts(w.model, w.moe)
     return pc.moe_layers * w.moe.experts / w.layout.ep * pc.expert / w.layout.pp
 

@@ -1,5 +1,9 @@
 """Memory per device: model states (metrics.memory's ZeRO forms) plus the activations the schedule keeps.
 
+Model states: a benchsuite run's are metrics.memory's implementation_model_state (the function behind
+its record's analytic figure) under the data-parallel wrapper its layout runs; Megatron-LM's the ZeRO
+paper's mixed-precision forms.
+
 Activations: Korthikanti et al. 2022's per-layer bytes (metrics.memory.activation_bytes, with selective
 recompute and sequence parallelism) for one micro-batch, times the micro-batches a stage holds at once:
 one without a pipeline; GPipe all M (every forward before any backward); 1F1B min(P, M) on the first
@@ -12,8 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from benchsuite.layout import Schedule
 from benchsuite.metrics import memory as mem
-from benchsuite.predict.workload import Implementation, Schedule, Workload
+from benchsuite.predict.workload import Implementation, Workload
 
 GB = 1e9
 
@@ -48,13 +53,12 @@ def inflight(w: Workload) -> float:
 
 def model_state(w: Workload, psi: float) -> tuple[float, str]:
     """Bytes and formula of one device's model states for psi parameters (before ZeRO sharding)."""
-    stage = w.layout.zero if w.layout.dp > 1 else 0
+    lay = w.layout
     if w.implementation is Implementation.MEGATRON:
-        out = mem.zero_model_state(psi, w.layout.dp, stage, mem.PAPER)
+        out = mem.zero_model_state(psi, lay.dp, lay.zero_applied, mem.PAPER)
     else:
         forward = "bf16" if w.compute_bytes == 2 else "fp32"
-        out = mem.implementation_model_state(psi, w.layout.dp, stage, forward,
-                                             replicate=w.layout.tp > 1 and w.layout.dp > 1)
+        out = mem.implementation_model_state(psi, lay.dp, lay.data_parallel, forward)
     return out["total"], out["formula"]
 
 

@@ -12,7 +12,7 @@ import tomllib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from benchsuite.config import ConfigError, _build_section, _non_negative, _one_of, _positive, _spec
+from benchsuite.config import ConfigError, build_section, non_negative, one_of, positive, spec
 
 EXAMPLE = "workloads/systems/h100-8x.toml"
 
@@ -25,31 +25,31 @@ def _fraction(v):
 class Device:
     """One accelerator (or one CPU rank): datasheet figures and the rates a training step achieves."""
 
-    name: str | None = _spec(None, None, "the device, e.g. NVIDIA H100 80GB HBM3")
-    kind: str = _spec("gpu", _one_of("gpu", "cpu"), "cpu: precision \"auto\" is fp32, as the harness runs it")
-    peak_tflops: float | None = _spec(None, _positive, "dense bf16 (fp32 on a CPU) peak, datasheet")
-    matmul_tflops: float | None = _spec(None, _positive, "achieved on the weight matmuls of a training step")
-    attention_tflops: float | None = _spec(None, _positive, "achieved on the attention core")
-    memory_gb: float | None = _spec(None, _positive, "device memory (HBM), GB = 1e9 bytes")
-    memory_gbps: float | None = _spec(None, _positive, "memory bandwidth, GB/s (the optimizer step is bound by it)")
-    max_w: float | None = _spec(None, _positive, "board power at full load (TDP)")
-    idle_w: float | None = _spec(None, _positive, "board power while idle")
+    name: str | None = spec(None, None, "the device, e.g. NVIDIA H100 80GB HBM3")
+    kind: str = spec("gpu", one_of("gpu", "cpu"), "cpu: precision \"auto\" is fp32, as the harness runs it")
+    peak_tflops: float | None = spec(None, positive, "dense bf16 (fp32 on a CPU) peak, datasheet")
+    matmul_tflops: float | None = spec(None, positive, "achieved on the weight matmuls of a training step")
+    attention_tflops: float | None = spec(None, positive, "achieved on the attention core")
+    memory_gb: float | None = spec(None, positive, "device memory (HBM), GB = 1e9 bytes")
+    memory_gbps: float | None = spec(None, positive, "memory bandwidth, GB/s (the optimizer step is bound by it)")
+    max_w: float | None = spec(None, positive, "board power at full load (TDP)")
+    idle_w: float | None = spec(None, positive, "board power while idle")
 
 
 @dataclass(frozen=True)
 class Link:
     """A collective's cost on one kind of link: latency per call plus bytes sent per rank / bandwidth."""
 
-    gbps: float | None = _spec(None, _positive, "bus bandwidth per device a ring collective achieves, GB/s")
-    latency_us: float | None = _spec(None, _positive, "the fixed cost of one collective call, µs")
+    gbps: float | None = spec(None, positive, "bus bandwidth per device a ring collective achieves, GB/s")
+    latency_us: float | None = spec(None, positive, "the fixed cost of one collective call, µs")
 
 
 @dataclass(frozen=True)
 class Node:
-    name: str | None = _spec(None, None, "what the file describes, e.g. 8x H100 SXM (DGX H100)")
-    devices_per_node: int | None = _spec(None, _positive, "devices one node holds")
-    dp_overlap: float = _spec(1.0, _fraction, "share of data-parallel communication hidden behind backward")
-    framework_us: float = _spec(0.0, _non_negative, "host time DTensor and FSDP2 add to each collective they "
+    name: str | None = spec(None, None, "what the file describes, e.g. 8x H100 SXM (DGX H100)")
+    devices_per_node: int | None = spec(None, positive, "devices one node holds")
+    dp_overlap: float = spec(1.0, _fraction, "share of data-parallel communication hidden behind backward")
+    framework_us: float = spec(0.0, non_negative, "host time DTensor and FSDP2 add to each collective they "
                                                     "issue, µs (0 where the host runs ahead of the device)")
 
 
@@ -92,7 +92,7 @@ def parse_system(doc: dict, path: str | Path) -> System:
         if raw is None:
             problems.append((sec, f"missing section [{sec}]; add it (see {EXAMPLE})"))
             raw = {}
-        built[sec], _ = _build_section(cls, raw, sec, problems)
+        built[sec], _ = build_section(cls, raw, sec, problems)
         for f in fields(cls):
             given = isinstance(raw, dict) and f.name in raw
             if not given and f"{sec}.{f.name}" not in OPTIONAL and sec in doc:

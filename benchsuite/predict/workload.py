@@ -1,7 +1,8 @@
 """What a prediction is of: one run's model, parallel layout and implementation, as typed values.
 
-A suite's RunConfig becomes a Workload (`from_run`) with the harness's own conventions; a published
-measurement (Megatron-LM's) is a Workload with Megatron's (validation in tests/test_predict_published.py).
+A suite's RunConfig becomes a Workload (`from_run`) with the harness's own conventions and the layout the
+harness runs (layout.ParallelDims.from_run); a published measurement (Megatron-LM's) is a Workload with
+Megatron's, its layout built from its degrees (validation in tests/test_predict_published.py).
 """
 
 from __future__ import annotations
@@ -10,18 +11,13 @@ import enum
 from dataclasses import dataclass
 
 from benchsuite.config import ModelConfig, MoEConfig, RunConfig
+from benchsuite.layout import ParallelDims
 
 
 class Recompute(enum.Enum):
     NONE = "none"
     SELECTIVE = "selective"  # the attention core re-run in backward (Korthikanti et al. 2022, §5)
     FULL = "full"  # every block's forward re-run in backward
-
-
-class Schedule(enum.Enum):
-    ONE_F_ONE_B = "1f1b"
-    INTERLEAVED = "interleaved"
-    GPIPE = "gpipe"
 
 
 class Implementation(enum.Enum):
@@ -38,28 +34,10 @@ class Implementation(enum.Enum):
 
 
 @dataclass(frozen=True)
-class Layout:
-    """Degrees of parallelism and how the pipeline runs."""
-
-    tp: int = 1
-    pp: int = 1
-    dp: int = 1
-    ep: int = 1
-    zero: int = 0
-    schedule: Schedule = Schedule.ONE_F_ONE_B
-    virtual_stages: int = 1
-    sequence_parallel: bool = False
-
-    @property
-    def world(self) -> int:
-        return self.tp * self.pp * self.dp
-
-
-@dataclass(frozen=True)
 class Workload:
     model: ModelConfig
     moe: MoEConfig | None
-    layout: Layout
+    layout: ParallelDims
     micro_batch: int  # sequences in one micro-batch of one data-parallel rank
     microbatches: int  # micro-batches per step and rank: the pipeline's M, or grad_accum without one
     recompute: Recompute
@@ -83,12 +61,10 @@ def from_run(run: RunConfig, device_kind: str) -> Workload:
     p = run.parallel
     precision = run.train.precision if run.train.precision != "auto" else ("bf16" if device_kind == "gpu" else "fp32")
     per_rank = run.micro_batch_per_rank
-    layout = Layout(tp=p.tensor, pp=p.pipeline, dp=run.data_parallel, ep=p.expert, zero=p.zero,
-                    schedule=Schedule(p.schedule), virtual_stages=p.virtual_stages,
-                    sequence_parallel=p.sequence_parallel)
     if p.pipeline > 1:
         micro_batch, microbatches = per_rank // p.n_microbatches, p.n_microbatches
     else:
         micro_batch, microbatches = per_rank, run.train.grad_accum
-    return Workload(model=run.model, moe=run.moe, layout=layout, micro_batch=micro_batch, microbatches=microbatches,
-                    recompute=Recompute(run.train.recompute), compute_bytes=2 if precision == "bf16" else 4)
+    return Workload(model=run.model, moe=run.moe, layout=ParallelDims.from_run(run), micro_batch=micro_batch,
+                    microbatches=microbatches, recompute=Recompute(run.train.recompute),
+                    compute_bytes=2 if precision == "bf16" else 4)

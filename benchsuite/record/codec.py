@@ -1,5 +1,5 @@
 """Records to and from JSON: strict parsing of untrusted bytes, decoding into the types, encoding
-what the worker built through them.
+the typed record (record.Record) the assembler builds.
 
 Reading is in three steps, so that an older record is upgraded before anything judges it:
 parse (strict JSON, bounded size and nesting) -> results.migrate (raw dict, each update_to_N) ->
@@ -218,15 +218,23 @@ def validate(doc: object) -> None:
     decode(doc)
 
 
-def encode(doc: dict) -> bytes:
-    """What the worker or launcher built, checked by the types and written as strict, sorted JSON. A key
-    the types do not declare, or a value of the wrong type, is a RecordError (a bug: tests catch it)."""
+def as_record(rec: Record | dict) -> Record:
+    """A record as the types state it. A dict (what the assembler builds, the launcher's failed record, a
+    record read back and flagged) is checked by them: a key they do not declare, or a value of the wrong
+    type, is a RecordError naming the field (a bug: tests catch it)."""
+    if isinstance(rec, Record):
+        return rec
     try:  # as JSON sees it first: tuples are lists, str subclasses (torch's version) plain text
-        plain = json.loads(json.dumps(doc, allow_nan=False))
+        plain = json.loads(json.dumps(rec, allow_nan=False))
     except (TypeError, ValueError) as e:
         raise RecordError(f"not JSON: {e}") from None
-    rec = to_dict(decode(plain))
-    return json.dumps(rec, indent=1, sort_keys=True, allow_nan=False, ensure_ascii=False).encode("utf-8")
+    return decode(plain)
+
+
+def encode(rec: Record | dict) -> bytes:
+    """The record's file: strict JSON of every declared field, keys sorted, indented by one, text as UTF-8."""
+    doc = to_dict(as_record(rec))
+    return json.dumps(doc, indent=1, sort_keys=True, allow_nan=False, ensure_ascii=False).encode("utf-8")
 
 
 def failed_record(run_key: str, config: dict, env: dict, error: dict, started_at: str, duration_s: float,

@@ -8,9 +8,9 @@ import stat
 from pathlib import Path
 
 from benchsuite.atomic import atomic_file
-from benchsuite.record.codec import NewerRecordError, RecordError, encode, parse
+from benchsuite.record.codec import NewerRecordError, RecordError, as_record, encode, parse, to_dict
 from benchsuite.record.names import record_filename
-from benchsuite.record.types import SCHEMA_VERSION
+from benchsuite.record.types import SCHEMA_VERSION, Record
 
 MAX_RECORD_BYTES = 64 * 2**20  # a record is kilobytes to a few MiB (200k steps ~ 20 MiB); larger is not one
 
@@ -55,11 +55,12 @@ def newer_version_at(path: Path) -> int | None:
     return version if type(version) is int and version > SCHEMA_VERSION else None
 
 
-def write_record(out_dir: str | Path, rec: dict) -> Path:
-    """Checked by the types, then written atomically: a reader sees the old record or the whole new one,
-    never a partial record, even if this process is killed mid-write. A record of a newer schema at the
-    same name is never replaced (NewerRecordError)."""
-    final = Path(out_dir) / record_filename(rec)
+def write_record(out_dir: str | Path, rec: Record | dict) -> Path:
+    """The typed record (a dict is checked by the types first: codec.as_record), written atomically: a
+    reader sees the old record or the whole new one, never a partial record, even if this process is killed
+    mid-write. A record of a newer schema at the same name is never replaced (NewerRecordError)."""
+    rec = as_record(rec)
+    final = Path(out_dir) / record_filename(to_dict(rec))
     data = encode(rec)
     newer = newer_version_at(final)
     if newer is not None:

@@ -1,13 +1,51 @@
 """Classifications every layer and every view asks, each defined once at the bottom of the house:
-which energy sources were read from a meter, what each MoE router is. A view that needs one of
+how far each energy source can be trusted, what each MoE router is. A view that needs one of
 these asks here; it never keeps a list of its own (two lists drift: one view called "sampled"
 metered, another not measured)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from benchsuite.record.types import Source
+
+
+@dataclass(frozen=True)
+class SourceKind:
+    """What an energy figure's source says about it (README, Energy and carbon: how each is obtained): compare
+    and the verdicts judge only metered energy, and a view calls only measured energy measured. Each property
+    holds for a source only if it holds for every stronger one."""
+
+    source: Source
+    figure: bool  # comes with a figure (unavailable: a reason instead)
+    metered: bool  # read from a meter, not a model: an energy counter (NVML's, RAPL) or NVML's power samples
+    measured: bool  # exact enough for a view to call "measured": an energy counter read at both window edges
+
+
+# Strongest first: an aggregate is only as good as its weakest part.
+SOURCES = {s.source: s for s in (
+    SourceKind(Source.MEASURED, figure=True, metered=True, measured=True),
+    # 20 ms power samples, integrated: the sensor sees a quarter of each period (energy/bounds.py)
+    SourceKind(Source.SAMPLED, figure=True, metered=True, measured=False),
+    SourceKind(Source.ESTIMATED, figure=True, metered=False, measured=False),  # codecarbon's power model × time
+    SourceKind(Source.UNAVAILABLE, figure=False, metered=False, measured=False),
+)}
+
+
+def source_kind(source: str | None) -> SourceKind:
+    """The kind of a record's energy source; a figure whose source is not stated has none."""
+    return SOURCES[Source.UNAVAILABLE if source is None else Source(source)]
+
+
+def weakness(source: str) -> int:
+    """A source's place in SOURCES' order: 0 for the strongest."""
+    return list(SOURCES).index(Source(source))
+
+
+def weakest(sources: Iterable[str]) -> Source:
+    """The least trustworthy of `sources` (unavailable when there are none)."""
+    return max(map(Source, sources), key=weakness, default=Source.UNAVAILABLE)
 
 
 @dataclass(frozen=True)
@@ -17,15 +55,19 @@ class RouterKind:
     name: str
     k: int | None  # experts each token chooses (token_choice: its default top_k); None: experts choose tokens
     token_choice: bool  # tokens choose experts (a capacity drops tokens; capacity_factor = 0 is dropless)
-    label: str  # how a person reads its name
+    label: str  # how a person reads its name (the dashboard's family "MoE · label")
 
 
 ROUTERS = {r.name: r for r in (
-    RouterKind("switch", 1, True, "Switch (top-1)"),
-    RouterKind("gshard", 2, True, "GShard (top-2)"),
-    RouterKind("token_choice", 2, True, "token choice (top-k)"),
-    RouterKind("expert_choice", None, False, "expert choice"),
+    RouterKind("switch", 1, True, "Switch"),
+    RouterKind("gshard", 2, True, "GShard"),
+    RouterKind("expert_choice", None, False, "Expert choice"),
+    RouterKind("token_choice", 2, True, "Top-k"),
 )}
 
-# Energy read from a meter: the GPU's energy counter, RAPL, or integrated power samples.
-METERED = frozenset({Source.MEASURED, Source.SAMPLED})
+
+def experts_choose(router: object) -> bool:
+    """Whether a record's moe.router names a router whose experts choose their tokens; False for a token-choice
+    router, for none, and for a name this benchsuite does not know."""
+    kind = ROUTERS.get(router) if isinstance(router, str) else None
+    return kind is not None and not kind.token_choice

@@ -104,7 +104,7 @@ class Scaling(enum.StrEnum):
 
 
 class Source(enum.StrEnum):
-    """How an energy figure was obtained, strongest first (energy/common.SOURCES)."""
+    """How an energy figure was obtained, strongest first (record/kinds.SOURCES: what each says of its figure)."""
     MEASURED = "measured"
     SAMPLED = "sampled"
     ESTIMATED = "estimated"

@@ -27,6 +27,7 @@ from pathlib import Path
 from rich.markup import escape
 from rich.table import Table
 
+from benchsuite.record.kinds import source_kind
 from benchsuite.record.values import dig, num
 from benchsuite.record.names import digest
 from benchsuite.record.types import Config, Error, Interval, PerWork, Record, Status
@@ -37,7 +38,6 @@ from benchsuite.results.store import load_records
 from benchsuite.terminal import printable
 
 DEFAULT_THRESHOLD = 0.05
-MEASURED_ENERGY = ("measured", "sampled")  # energy.source values read from a meter
 METHOD = ("95 % interval: Student's t on the repeats' log figures, pooled run-to-run spread "
           "(scipy.stats.ttest_ind, equal_var=True); A, B: medians over each side's ok records")
 ESTIMATED = "estimated energy (a fixed power × time): not judged"
@@ -205,9 +205,8 @@ def figures(records: list[Record], metric: Metric) -> list[float | None]:
 
 
 def estimated_energy(rec: Record) -> bool:
-    """True when the record's energy was not read from a meter (energy.source not measured/sampled)."""
-    source = (rec.energy.source if rec.energy else None) or per_work(rec).energy_source
-    return source not in MEASURED_ENERGY
+    """True when the record's energy was not read from a meter (record/kinds.py: its source is not metered)."""
+    return not source_kind((rec.energy.source if rec.energy else None) or per_work(rec).energy_source).metered
 
 
 def _median(records: list[Record], values: list[float | None]) -> float | None:

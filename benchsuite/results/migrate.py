@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 
 from benchsuite.record.codec import RecordError, check_version
+from benchsuite.record.kinds import experts_choose
 from benchsuite.record.types import SCHEMA_VERSION
 from benchsuite.record.values import coefficient_of_variation, num
 
@@ -39,7 +40,7 @@ def _v1_model_per_token(run) -> float:
     cfg, tokens = run.model, run.micro_batch_per_rank * run.model.seq_len
     pc = param_counts(cfg, run.moe, tokens)
     active = pc.active_matmul
-    if run.moe is not None and run.moe.router == "expert_choice":
+    if run.moe is not None and experts_choose(run.moe.router):
         active += pc.moe_layers * pc.expert * (run.moe.capacity_factor - active_experts_per_token(run.moe, tokens))
     mult, attn = (8, 16) if run.train.recompute == "full" else (6, 12)
     return mult * active + 6 * pc.lm_head + attn * cfg.layers * cfg.seq_len * cfg.hidden
@@ -57,59 +58,63 @@ def upgrade_v1_flops(rec: dict) -> dict:
     parses, model figures stay only where schema 1 had them right (no recompute, not expert
     choice), hardware figures are null, and metrics.flops.upgraded_from says so.
     """
-    from benchsuite.config import RunConfig
-    from benchsuite.metrics.flops import (computed_slot_share, flops_per_token, hardware_basis, lookup_peak,
-                                          rate_figures, record_flops)
+    from benchsuite.metrics.flops import lookup_peak, rate_figures, record_flops  # brings torch: only when upgrading
 
     metrics = rec.get("metrics") or {}
     if not isinstance(metrics.get("flops"), dict):
         return rec  # a failed run: no figures
     rec = copy.deepcopy(rec)
-    m, cfg = rec["metrics"], rec.get("config") or {}
-    old, moe = m["flops"], m.get("moe") or {}
-    try:
-        run = RunConfig.from_dict(cfg)
-    except (TypeError, ValueError, KeyError, AttributeError) as e:
-        run, why = None, f"{type(e).__name__}: {e}"
-    if run is not None:
-        f = flops_per_token(run.model, run.moe, micro_batch=run.micro_batch_per_rank, recompute=run.train.recompute,
-                            slot_share=computed_slot_share(moe.get("expert_impl"), moe.get("padding_frac")))
-        v1 = _v1_model_per_token(run)
-        to_model, to_hardware = f.model / v1, f.hardware / v1
-        basis = hardware_basis(run.moe, recompute=run.train.recompute, expert_impl=moe.get("expert_impl"))
-        note = "schema 1, corrected from the stored config"
-    else:
-        exact = ((cfg.get("train") or {}).get("recompute") != "full"
-                 and (cfg.get("moe") or {}).get("router") != "expert_choice")
-        to_model, to_hardware = (1.0 if exact else None), None
-        basis = "not known: the stored config no longer parses"
-        note = (f"schema 1, config no longer parses ({why}): model FLOPs "
-                + ("kept (no recompute, no expert choice)" if exact else "unknown (schema 1 counted recompute)"))
-
-    def times(v, k):
-        return None if v is None or k is None else v * k
-
+    m = rec["metrics"]
+    old = m["flops"]
+    to_model, to_hardware, basis, note = _v1_ratios(rec.get("config") or {}, m.get("moe") or {})
     stored = old.get("model_per_token")
-    m["flops"] = dict(record_flops(times(stored, to_model), times(stored, to_hardware), basis,
+    m["flops"] = dict(record_flops(_times(stored, to_model), _times(stored, to_hardware), basis,
                                    old.get("counted_per_token"), old.get("counted_source")), upgraded_from=note)
     devices = (rec.get("env") or {}).get("devices") or [{}]
     if m.get("peak_source") == "given" and m.get("peak_tflops"):
         peak, source = m["peak_tflops"] * 1e12, "given (--peak-tflops)"
     else:
         peak, source = lookup_peak(str(devices[0].get("name")), m.get("precision"))
-    achieved = times(m.get("tflops_per_device"), 1e12)  # stored model FLOP/s per device
-    m.update(rate_figures(times(achieved, to_model), times(achieved, to_hardware), peak),
+    achieved = _times(m.get("tflops_per_device"), 1e12)  # stored model FLOP/s per device
+    m.update(rate_figures(_times(achieved, to_model), _times(achieved, to_hardware), peak),
              peak_tflops=None if peak is None else peak / 1e12, peak_source=source)
     if "mfu_vs_ceiling" in m:
-        m["mfu_vs_ceiling"] = times(m["mfu_vs_ceiling"], to_model)
+        m["mfu_vs_ceiling"] = _times(m["mfu_vs_ceiling"], to_model)
     if isinstance(m.get("energy"), dict) and "j_per_pflop" in m["energy"]:
-        m["energy"]["j_per_pflop"] = times(m["energy"]["j_per_pflop"], None if not to_model else 1 / to_model)
+        m["energy"]["j_per_pflop"] = _times(m["energy"]["j_per_pflop"], None if not to_model else 1 / to_model)
     quality = m.get("quality")
     if isinstance(quality, dict):
         for part in [quality, *(quality.get("curve") or [])]:
             if "model_flops" in part:
-                part["model_flops"] = times(part["model_flops"], to_model)
+                part["model_flops"] = _times(part["model_flops"], to_model)
     return rec
+
+
+def _times(v: float | None, k: float | None) -> float | None:
+    return None if v is None or k is None else v * k
+
+
+def _v1_ratios(cfg: dict, moe: dict) -> tuple[float | None, float | None, str, str]:
+    """(schema 2's model FLOPs ÷ schema 1's, hardware FLOPs ÷ schema 1's model FLOPs, the hardware figure's
+    basis, the note) for a schema-1 record's stored config; where the config no longer parses, 1 where
+    schema 1 was right (no recompute, not expert choice), else unknown."""
+    from benchsuite.config import RunConfig
+    from benchsuite.metrics.flops import computed_slot_share, flops_per_token, hardware_basis
+
+    try:
+        run = RunConfig.from_dict(cfg)
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
+        exact = ((cfg.get("train") or {}).get("recompute") != "full"
+                 and not experts_choose((cfg.get("moe") or {}).get("router")))
+        return ((1.0 if exact else None), None, "not known: the stored config no longer parses",
+                f"schema 1, config no longer parses ({type(e).__name__}: {e}): model FLOPs "
+                + ("kept (no recompute, no expert choice)" if exact else "unknown (schema 1 counted recompute)"))
+    f = flops_per_token(run.model, run.moe, micro_batch=run.micro_batch_per_rank, recompute=run.train.recompute,
+                        slot_share=computed_slot_share(moe.get("expert_impl"), moe.get("padding_frac")))
+    v1 = _v1_model_per_token(run)
+    return (f.model / v1, f.hardware / v1,
+            hardware_basis(run.moe, recompute=run.train.recompute, expert_impl=moe.get("expert_impl")),
+            "schema 1, corrected from the stored config")
 
 
 def upgrade_v1_ceiling(rec: dict) -> dict:
@@ -219,7 +224,7 @@ def upgrade_v2_moe(rec: dict) -> dict:
         cfg_moe.update({k: v for k, v in defaults.items() if k not in cfg_moe})
     if isinstance(stats, dict):
         load = stats.get("expert_load")
-        exact = (cfg_moe or {}).get("router") == "expert_choice" or stats.get("dropped_frac") == 0
+        exact = experts_choose((cfg_moe or {}).get("router")) or stats.get("dropped_frac") == 0
         stats.update(load_figures(load if exact and isinstance(load, list) else None, None))
         stats["upgraded_from"] = ("schema 2: tokens_per_expert " + ("from expert_load (no token dropped)" if exact
                                   else "unknown (expert_load counts dropped tokens)")

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from benchsuite.record.codec import RecordError, decode, parse
+from benchsuite.record.codec import RecordError, decode, parse, to_dict
 from benchsuite.record.columns import field_columns
 from benchsuite.record.io import file_kind, read_bytes
 from benchsuite.record.names import record_id
 from benchsuite.record.sanity import flag_summary, with_flags
-from benchsuite.record.types import Record
+from benchsuite.record.types import Flag, Record
 from benchsuite.results.migrate import migrate
 from benchsuite.results.scaling import scaling_identity
 
@@ -105,9 +105,12 @@ class Loaded:
 
 def typed(doc: dict) -> Record:
     """A record document (a file's, or one built in memory) as the types: upgraded to the current schema
-    version, flagged by the sanity guard (records written before it, or by an older one, are flagged on
-    load) and decoded; RecordError names the field that does not fit."""
-    return decode(with_flags(migrate(doc)))
+    version, decoded (RecordError names the field that does not fit), then flagged by the sanity guard, which
+    judges only what the types accepted (records written before the guard, or by an older one, are flagged
+    on load too)."""
+    rec = decode(migrate(doc))
+    flags = with_flags(to_dict(rec))["flags"]
+    return msgspec.structs.replace(rec, flags=msgspec.convert(flags, list[Flag]))
 
 
 def read_record(path: Path) -> Record:

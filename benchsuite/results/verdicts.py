@@ -30,9 +30,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from benchsuite.record.kinds import source_kind
 from benchsuite.record.types import Record
 from benchsuite.record.values import num, present
-from benchsuite.results.compare import ESTIMATED, MEASURED_ENERGY, meter_ratio
+from benchsuite.results.compare import ESTIMATED, meter_ratio
 from benchsuite.results.identity import hardware_label
 from benchsuite.results.stats import Interval, log_t_interval, no_interval, welch_ratio
 
@@ -224,11 +225,11 @@ def unresolvable(ratio: Interval, sparse: SeedGroup, dense: SeedGroup) -> str | 
 def energy_not_measured(*groups: SeedGroup) -> str | None:
     """Why the runs' energy figures cannot be judged (an estimate, or no meter), or None when every run's
     energy was read from a meter."""
-    sources = {g.energy_source for g in groups}
-    if "estimated" in sources:
+    kinds = {g.energy_source: source_kind(g.energy_source) for g in groups}
+    if any(k.figure and not k.metered for k in kinds.values()):
         return ESTIMATED
-    missing = sources - set(MEASURED_ENERGY)
-    return f"energy not measured (energy.source {', '.join(sorted(map(str, missing)))})" if missing else None
+    missing = sorted(str(s) for s, k in kinds.items() if not k.metered)
+    return f"energy not measured (energy.source {', '.join(missing)})" if missing else None
 
 
 def pairs(groups: list[SeedGroup]) -> list[PairRatio]:

@@ -3,11 +3,15 @@ benchsuite.measure(): the test of the API against the harness (same model, same 
 the two-rank test starts under torchrun:
 
     torchrun --nproc_per_node 2 tests/helpers/user_loop.py OUT STEPS
+
+Beside it, synthetic meters of constant power, so that a record's energy sources are the same on every
+machine.
 """
 
 from __future__ import annotations
 
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -15,10 +19,50 @@ import torch.nn.functional as F
 import benchsuite
 from benchsuite.config import ModelConfig
 from benchsuite.data import SyntheticSource
+from benchsuite.energy.common import Figure
+from benchsuite.energy.meters import NodeEnergyMonitor
 from benchsuite.models.transformer import build_model
 
 MODEL = ModelConfig(layers=2, hidden=64, heads=4, vocab=128, seq_len=32)
 MICRO_BATCH = 4
+
+
+class Clocked:
+    """A synthetic meter: constant power integrated over the monotonic clock between its own reads."""
+
+    def __init__(self, watts: float):
+        self.watts, self.t0 = watts, {}
+
+    def begin(self, name: str) -> None:
+        self.t0[name] = time.monotonic()
+
+    def joules(self, name: str) -> float:
+        return self.watts * (time.monotonic() - self.t0.pop(name))
+
+
+class ClockedGpu(Clocked):
+    uuid, name, cuda_index = "GPU-5e1f0000-0000-0000-0000-000000000000", "synthetic GPU", 0
+
+    def end(self, name: str) -> Figure:
+        return Figure(self.joules(name), "measured")
+
+    def close(self) -> None:
+        pass
+
+
+class ClockedCpu(Clocked):
+    def end(self, name: str) -> dict[str, Figure]:
+        j = self.joules(name)
+        return {"cpu": Figure(j, "measured"), "dram": Figure(j / 10, "measured")}
+
+
+WATTS = 300.0 + 50.0 + 5.0  # the synthetic GPU, CPU and DRAM together
+
+
+def synthetic_meters(monkeypatch) -> None:
+    """Every energy monitor made from here on (the harness's and measure()'s) reads the synthetic meters."""
+    monkeypatch.setattr(NodeEnergyMonitor, "create", classmethod(
+        lambda cls, *a, **kw: cls([ClockedGpu(300.0)], ClockedCpu(50.0), min_window_s=0.0)))
 
 
 def train(m: benchsuite.Measurement, steps: int, *, first_step: int = 0, rank: int = 0, world: int = 1,

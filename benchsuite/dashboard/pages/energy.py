@@ -1,20 +1,30 @@
 """Energy and carbon: GPU / CPU / DRAM energy per run, stacked, with each figure's source
-visible (measured solid; sampled, estimated hatched and paler), and the PUE and grid
-intensity (with its source) each CO2e figure used."""
+visible (measured solid; metered but not measured hatched, paler; estimated crossed, palest: the
+classes of record/kinds.py), and the PUE and grid intensity (with its source) each CO2e figure used."""
 
 from __future__ import annotations
 
 from statistics import median
 
-from benchsuite.record.types import Energy
 from benchsuite.dashboard.data import SiteData, per_family
 from benchsuite.dashboard.page import Page
 from benchsuite.dashboard.render import Figure, Section, esc, f_sig, layout, log_axis, missing, ptext, short, table
+from benchsuite.record.kinds import SOURCES, SourceKind
+from benchsuite.record.types import Energy
 
 PARTS = [("gpu", "GPU", "#2f9e44"), ("cpu", "CPU", "#1971c2"), ("dram", "DRAM", "#f08c00")]
-# How each source is drawn: (pattern shape, opacity). Order = most to least trustworthy.
-SOURCES = {"measured": ("", 1.0), "sampled": ("/", 0.8), "estimated": ("x", 0.5)}
-OTHER = ("\\", 0.5)
+# The sources a bar can have, most to least trustworthy (record/kinds.SOURCES' order).
+DRAWN = [s for s, kind in SOURCES.items() if kind.figure]
+SOLID = [s for s in DRAWN if SOURCES[s].measured]
+OTHER = ("\\", 0.5)  # a part whose source the record does not state
+
+
+def look(kind: SourceKind) -> tuple[str, float]:
+    """How a source is drawn, (pattern shape, opacity): solid where a view calls it measured, hatched where a
+    meter read it otherwise, crossed and pale for an estimate."""
+    if kind.measured:
+        return "", 1.0
+    return ("/", 0.8) if kind.metered else ("x", 0.5)
 
 
 def _source(energy: Energy, part: str) -> str:
@@ -46,11 +56,11 @@ def stacked_figure(data: SiteData) -> tuple[Figure | None, list[str]]:
     if by_family:
         labels.sort()
     names = {part: (name, color) for part, name, color in PARTS}
-    order = list(SOURCES) + sorted({s for _, s in values if s not in SOURCES})
+    order = DRAWN + sorted({s for _, s in values if s not in DRAWN})
     traces = []
     for part, src in sorted(values, key=lambda k: ([p for p, _, _ in PARTS].index(k[0]), order.index(k[1]))):
         name, color = names[part]
-        shape, opacity = SOURCES.get(src, OTHER)
+        shape, opacity = look(SOURCES[src]) if src in DRAWN else OTHER
         bars = values[(part, src)]
         xs = [x for x in labels if x in bars]
         ys = [short(median(bars[x])) for x in xs]
@@ -65,7 +75,8 @@ def stacked_figure(data: SiteData) -> tuple[Figure | None, list[str]]:
     log = log_axis(totals)
     what = "median per model family and world size" if by_family else "per run"
     fig = Figure("fig-energy-stacked", traces,
-                 layout(f"Energy {what}: GPU + CPU + DRAM (solid: measured; hatched/pale: sampled or estimated)",
+                 layout(f"Energy {what}: GPU + CPU + DRAM (solid: {' or '.join(SOLID)}; hatched/pale: "
+                        f"{' or '.join(s for s in DRAWN if s not in SOLID)})",
                         "", "energy (J)" + (", log scale" if log else ""), barmode="stack", height=420,
                         xaxis={"type": "category", "categoryorder": "array", "categoryarray": labels,
                                "tickangle": -30}, yaxis=log))
@@ -105,7 +116,7 @@ def render(data: SiteData) -> Section:
     fig, unmeasured = stacked_figure(data)
     figs = [fig] if fig else []
     html = fig.div("fig wide") if fig else missing("Energy per run", "not measured for any run")
-    legend = " ".join(f'<span class="src src-{esc(s)}">{esc(s)}</span>' for s in SOURCES)
+    legend = " ".join(f'<span class="src src-{esc(s)}">{esc(s)}</span>' for s in DRAWN)
     html += f'<p class="note">Energy sources, most to least direct: {legend}; unavailable parts are left out.'
     if unmeasured and fig:
         shown = ", ".join(esc(x) for x in unmeasured[:12]) + (" …" if len(unmeasured) > 12 else "")

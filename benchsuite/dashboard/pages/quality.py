@@ -4,7 +4,8 @@ what each run took to reach `train.target_loss` (benchsuite/metrics/quality.py).
 - Curves (metrics.quality.curve): validation loss vs training tokens, vs training energy (J) and vs
   model FLOPs, three panels sharing the loss axis, one trace per run in each (legend groups tie a
   run's three traces together). Energy points exist only where the record has an energy figure;
-  energy that was estimated or sampled (the record's energy source) says so in the panel title.
+  energy not read from an energy counter (its source estimated or sampled: what no view calls measured,
+  record/kinds.py) says so in the panel title.
 - To target (metrics.quality's to-target fields): tokens, seconds, kWh and g CO2e per run, as
   horizontal bars in four panels sharing the run axis. A run that did not reach the target gets no
   bar (never a zero bar) but a "not reached" label, and its reason in the table below; a figure
@@ -16,13 +17,14 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
-from benchsuite.energy.carbon import J_PER_KWH
-from benchsuite.record.types import Quality, Record
 from benchsuite.dashboard.data import SiteData, metrics_of, per_family
 from benchsuite.dashboard.page import Page
 from benchsuite.dashboard.render import (DASH, Figure, Section, esc, f_num, f_sig, layout, missing, num, present, ptext,
                               short, table)
-from benchsuite.dashboard.style import DASHES, series_styles, trace_styles
+from benchsuite.dashboard.style import DASHES, router_name, series_styles, trace_styles
+from benchsuite.energy.carbon import J_PER_KWH
+from benchsuite.record.kinds import SOURCES, experts_choose, source_kind
+from benchsuite.record.types import Quality, Record
 
 NO_EVAL = "no evaluation in these records: set train.eval_every and train.target_loss"
 # (curve key, panel title, axis title, hover unit)
@@ -35,7 +37,8 @@ TARGETS = [("Tokens", lambda q: num(q.tokens)),
            ("Energy (kWh)", lambda q: None if num(q.energy_j) is None else num(q.energy_j) / J_PER_KWH),
            ("CO2e (g)", lambda q: num(q.co2e_g))]
 ENERGY_PANELS = {2, 3}  # the to-target panels whose figure is energy (or CO2e from it)
-NOT_MEASURED_SOURCES = ("estimated", "sampled")
+# The sources of a figure that the page does not call measured (record/kinds.py), weakest first.
+NOT_MEASURED = " or ".join(k.source for k in reversed(SOURCES.values()) if k.figure and not k.measured)
 
 
 class Run:
@@ -50,6 +53,18 @@ class Run:
         self.curve = [p for p in q.curve or [] if p.val_loss is not None]
         src = q.energy_source or (rec.energy.source if rec.energy is not None else None)
         self.energy_source = str(src) if present(src) else "unavailable"
+
+    @property
+    def energy_not_measured(self) -> bool:
+        """Its energy has a figure, but not one a view calls measured (record/kinds.py: not an energy counter)."""
+        kind = source_kind(self.energy_source)
+        return kind.figure and not kind.measured
+
+    @property
+    def experts_choose_tokens(self) -> bool:
+        """Its router's experts choose their tokens (record/kinds.ROUTERS), whatever the record's spelling."""
+        moe = self.rec.config.moe
+        return experts_choose(router_name(moe.router if moe is not None else None))
 
     @property
     def target(self) -> float | None:
@@ -132,13 +147,13 @@ def _styles(runs: list[Run], data: SiteData) -> dict[int, dict]:
 
 
 def _estimated_note(runs: list[Run]) -> str:
-    est = [r for r in runs if r.energy_source in NOT_MEASURED_SOURCES]
+    est = [r for r in runs if r.energy_not_measured]
     if not est:
         return ""
     if len(est) == len(runs):
-        kinds = sorted({r.energy_source for r in est})
-        return f" (energy {' / '.join(kinds)}, not measured)"
-    return f" ({len(est)} of {len(runs)} runs' energy estimated or sampled)"
+        sources = sorted({r.energy_source for r in est})
+        return f" (energy {' / '.join(sources)}, not measured)"
+    return f" ({len(est)} of {len(runs)} runs' energy {NOT_MEASURED})"
 
 
 def curves_figure(runs: list[Run], data: SiteData) -> tuple[Figure | None, list[Run]]:
@@ -251,7 +266,7 @@ def target_figure(runs: list[Run], data: SiteData) -> Figure | None:
         ys = [value(r.q) if r.reached is not False else None for r in runs]
         text = []
         for r, v in zip(runs, ys):
-            est = " · " + r.energy_source if p in ENERGY_PANELS and r.energy_source in NOT_MEASURED_SOURCES else ""
+            est = " · " + r.energy_source if p in ENERGY_PANELS and r.energy_not_measured else ""
             text.append("" if v is None else f"{f_sig(v)}{est}")
             label = _status(r, v)
             if label:
@@ -389,10 +404,10 @@ def render(data: SiteData) -> Section:
     counting = next((r.q.counting for r in runs if present(r.q.counting)), None)
     if counting:
         notes.append(f"How these are counted: {esc(counting)}.")
-    est = [r.label for r in runs if r.energy_source in NOT_MEASURED_SOURCES]
+    est = [r.label for r in runs if r.energy_not_measured]
     if est:
-        notes.append("Energy estimated or sampled, not measured, for: " + esc(", ".join(est)) + ".")
-    if any("expert_choice" in r.kind for r in runs):
+        notes.append(f"Energy {NOT_MEASURED}, not measured, for: " + esc(", ".join(est)) + ".")
+    if any(r.experts_choose_tokens for r in runs):
         notes.append("Expert choice routes over the whole batch, so in a causal decoder a token's experts depend on "
                      "later tokens: its validation loss can use that leak, and its figures are its cost, not a "
                      "comparable quality.")

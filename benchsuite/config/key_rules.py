@@ -5,15 +5,18 @@ not apply is refused naming the key, what it needs and the fix, unless its value
 does anyway (the default, or a router's own k): `expert = 1` on a dense model states a fact.
 A key inherited from [defaults] or the suite's [energy]/[carbon] is applied where it applies and
 left at its default elsewhere, so each record holds what ran; one that applies to no workload is
-refused. The README's table of where keys apply is `table()`.
+refused. The README's table of where keys apply is `table()`; `apply_rules` applies them to one workload.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any, Callable
 
-from benchsuite.config import ROUTER_K
+from benchsuite.config.merging import Inherited, inherited_path
+from benchsuite.config.problems import Problems
+from benchsuite.record.kinds import ROUTERS
 
 
 @dataclass(frozen=True)
@@ -60,16 +63,21 @@ def _router(w: Workload) -> str:
     return w.moe.router
 
 
+def _token_choice(w: Workload) -> bool:
+    """Tokens choose experts (switch, gshard, token_choice): a load-balancing loss and routing apply."""
+    return ROUTERS[w.moe.router].token_choice
+
+
 def _no_pipeline(what: str) -> Callable[[Workload, Any], str]:
     return lambda w, v: (f"{what} a pipeline; parallel.pipeline is 1, so {v!r} would change nothing: "
                          f"set pipeline > 1 or remove it")
 
 
 def _top_k_why(w: Workload, v) -> str:
-    if w.moe.router == "expert_choice":
+    if not _token_choice(w):
         return ("expert choice has no top_k (each expert takes capacity_factor·N/E tokens); remove top_k "
                 "or use router = \"token_choice\"")
-    k = ROUTER_K[w.moe.router]
+    k = ROUTERS[w.moe.router].k
     return f"router = {w.moe.router!r} is top-{k}; for top-{v} use router = \"token_choice\""
 
 
@@ -101,7 +109,7 @@ RULES = (
             lambda w, v: "expert parallelism needs kind = \"moe\" (a dense model has no experts to shard); "
                          "remove expert or set it to 1"),
     KeyRule("moe.top_k", "`moe.router = \"token_choice\"` (switch is top-1, gshard top-2)", ("moe.router",),
-            lambda w: _router(w) == "token_choice", _top_k_why, also_runs=lambda w: ROUTER_K.get(_router(w))),
+            lambda w: _router(w) == "token_choice", _top_k_why, also_runs=lambda w: ROUTERS[_router(w)].k),
     KeyRule("moe.score", "`moe.router = \"token_choice\"` (the others score with softmax)", ("moe.router",),
             lambda w: _router(w) == "token_choice",
             lambda w, v: f"score = {v!r} needs router = \"token_choice\" ({w.moe.router} scores with softmax)"),
@@ -109,7 +117,7 @@ RULES = (
             ("moe.router", "moe.capacity_factor"),
             lambda w: _router(w) == "gshard" and w.moe.capacity_factor > 0, _second_expert_why),
     KeyRule("moe.aux_loss_coef", "a token-choice router (`switch`, `gshard`, `token_choice`)", ("moe.router",),
-            lambda w: _router(w) != "expert_choice",
+            _token_choice,
             lambda w, v: "expert choice is balanced by construction and has no load-balancing loss: remove "
                          "aux_loss_coef (z_loss_coef applies to every router)"),
     KeyRule("moe.min_capacity", "`moe.capacity_factor` > 0", ("moe.capacity_factor",),
@@ -125,14 +133,14 @@ RULES = (
             lambda w, v: f"normalize_top_k applies to router = \"token_choice\" ({w.moe.router} fixes its own "
                          f"gates): remove it"),
     KeyRule("moe.balance", "a token-choice router (`switch`, `gshard`, `token_choice`)", ("moe.router",),
-            lambda w: _router(w) != "expert_choice",
+            _token_choice,
             lambda w, v: "expert choice is balanced by construction: remove balance"),
     KeyRule("moe.bias_update", "`moe.balance = \"aux_free\"`", ("moe.balance",),
             lambda w: w.moe.balance == "aux_free",
             lambda w, v: "bias_update is the step of aux-free balancing's expert bias: set balance = "
                          "\"aux_free\" or remove it"),
     KeyRule("moe.routing", "a token-choice router (`switch`, `gshard`, `token_choice`)", ("moe.router",),
-            lambda w: _router(w) != "expert_choice",
+            _token_choice,
             lambda w, v: "expert choice already gives each expert the same number of tokens: forced routing "
                          "changes nothing; remove routing"),
     KeyRule("model.ffn_hidden", "a dense FFN or an expert is that wide: not (`moe.every = 1` with "
@@ -174,3 +182,23 @@ def table() -> str:
     rows = ["| key | applies when |", "|---|---|"]
     rows += [f"| `{rule.key}` | {rule.applies_when} |" for rule in RULES]
     return "\n".join(rows)
+
+
+def apply_rules(w: Workload, origins: dict[str, str], problems: Problems, inherited: Inherited) -> None:
+    """Refuse the workload's own keys that would change nothing; set an inherited key that does not apply
+    back to its default, so the record holds what ran, and note why it took no effect there."""
+    for key, origin in origins.items():
+        sec, _, name = key.partition(".")
+        path = inherited_path(key, origin)
+        rule = BY_KEY.get(key)
+        if sec not in w.sections:  # [defaults.moe] under a dense workload
+            inherited.unused(path, "applies to no workload of this suite: it needs kind = \"moe\"")
+        elif rule is None or not problems.known(key, *rule.reads) or rule.applies(w):
+            if origin != "workload":
+                inherited.used.add(path)
+        elif origin != "workload":
+            w.sections[sec] = dataclasses.replace(w.sections[sec], **{name: default_of(w.sections[sec], name)})
+            inherited.unused(path, f"applies to no workload of this suite: it needs "
+                                   f"{rule.applies_when.replace('`', '')}")
+        elif not runs_anyway(rule, w, getattr(w.sections[sec], name)):
+            problems.refuse(key, rule.why(w, getattr(w.sections[sec], name)))
