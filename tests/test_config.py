@@ -330,10 +330,16 @@ def test_defaults_that_are_not_a_table_leave_their_keys_unjudged():
 
 
 def test_a_seed_sweep_gives_one_run_per_seed_with_one_seed_free_identity():
+    import msgspec
+
+    from benchsuite.record.types import Config, Env
     from benchsuite.results.identity import run_identity
+    from helpers.records import make_record, records_of
+
+    (base,) = records_of([make_record()])
 
     def identity(run):  # the results model's: the config less its seed (and text), on one machine
-        return run_identity({"config": run.to_dict(), "env": {}})
+        return run_identity(msgspec.structs.replace(base, config=msgspec.convert(run.to_dict(), Config), env=Env()))
 
     suite = parse_suite({"workload": [{"name": "a"}, {"name": "b", "sweep": {"seed": [5]}}],
                          "sweep": {"seed": [0, 1, 2], "world_size": [1, 2]}})

@@ -67,6 +67,7 @@ def test_only_preflight_imports_benchsuite_beyond_the_config_package_and_the_rec
     assert above == set()
 
 
+@pytest.mark.procs
 def test_importing_the_config_package_brings_neither_torch_nor_the_data_or_energy_packages():
     code = ("import sys, benchsuite.config; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch' "

@@ -3,12 +3,12 @@ asked through its own functions, on small inputs, for every Source and every rou
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import inspect
 import math
 from pathlib import Path
 
+import msgspec
 import pytest
 import torch
 
@@ -22,10 +22,12 @@ from benchsuite.energy.bounds import figure_bound
 from benchsuite.energy.carbon import record_carbon
 from benchsuite.models import moe as moe_model
 from benchsuite.record.kinds import ROUTERS, SOURCES, experts_choose, source_kind, weakest, weakness
-from benchsuite.record.types import Source
+from benchsuite.record import to_dict
+from benchsuite.record.types import Energy, PerWork, Source
 from benchsuite.results.compare import estimated_energy
 from benchsuite.results.store import load_records
 from benchsuite.results.verdicts import SeedGroup, energy_not_measured
+from helpers.records import make_record, records_of
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "results"
 
@@ -51,8 +53,12 @@ def _group(source: Source) -> SeedGroup:
 @pytest.mark.parametrize("source", list(Source))
 def test_compare_and_the_verdicts_judge_exactly_the_metered_sources(source):
     kind = SOURCES[source]
-    assert estimated_energy({"energy": {"source": source}}) is not kind.metered
-    assert estimated_energy({"metrics": {"energy": {"energy_source": source}}}) is not kind.metered
+    (rec,) = records_of([make_record()])
+    by_section = msgspec.structs.replace(rec, energy=Energy(source=source))
+    by_metrics = msgspec.structs.replace(rec, energy=None, metrics=msgspec.structs.replace(
+        rec.metrics, energy=PerWork(energy_source=source)))
+    assert estimated_energy(by_section) is not kind.metered
+    assert estimated_energy(by_metrics) is not kind.metered
     assert (energy_not_measured(_group(source), _group(Source.MEASURED)) is None) is kind.metered
 
 
@@ -87,7 +93,7 @@ def test_a_shared_devices_reading_is_the_strongest_and_a_sum_as_weak_as_its_weak
 
 
 def _quality_run_with(source: Source) -> dict:
-    rec = copy.deepcopy(next(r for r in load_records(FIXTURES) if Path(r["_path"]).name == "make_dense-q.json"))
+    rec = to_dict(next(one.record for one in load_records(FIXTURES) if one.path.name == "make_dense-q.json"))
     rec["energy"]["source"] = source
     rec["metrics"]["quality"]["energy_source"] = source
     return rec
