@@ -79,8 +79,8 @@ def test_two_launchers_of_one_suite_into_one_folder_measure_each_run_once(tmp_pa
     assert a.returncode == 1, a_err
     assert [r["status"] for r in json.loads(a_out)["runs"]] == ["failed", "skipped_recorded"]
     recs = strict_load(out)
-    assert recs[k1]["status"] == "failed" and recs[k1]["error"]["type"] == "WorkerKilled"
-    assert recs[k2]["status"] == "ok" and len(recs) == 2
+    assert recs[k1].record.status == "failed" and recs[k1].record.error.type == "WorkerKilled"
+    assert recs[k2].record.status == "ok" and len(recs) == 2
 
 
 TWO_NODES = """
@@ -139,7 +139,7 @@ def test_node1_skips_the_run_node0_skipped_without_waiting_for_the_rendezvous(tm
         assert runs[1][0]["lock"].startswith(f"{lock_path(out, k1)} (owner {getpass.getuser()}) is a symbolic link")
     assert not [p for p in (out / "logs").iterdir() if k1 in p.name]  # no torchrun started for run 1, on any node
     recs = strict_load(out)
-    assert list(recs) == [k2] and recs[k2]["status"] == "ok" and recs[k2]["env"]["nodes"] == 2
+    assert list(recs) == [k2] and recs[k2].record.status == "ok" and recs[k2].record.env.nodes == 2
 
 
 GRAB = """

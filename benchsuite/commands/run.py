@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import msgspec
 
 from benchsuite.commands.common import (COUNT, INDEX, JSON, POSITIVE, REPEAT, UsageError, check_repeat, endpoint, err,
                                         make_folder, path_arg, print_json)
 from benchsuite.config import RANKS_PER_CORE, check_ranks_per_node, usable_cores
 from benchsuite.config.preflight import load_suite
+from benchsuite.record.types import Record
 from benchsuite.terminal import printable
 from benchsuite.results.identity import record_name
 
@@ -123,7 +125,7 @@ def _finish(args, suite_name: str, outcomes: list, planned: int, interrupted: bo
                               "holder": str(o.holder) if o.holder else None,
                               "lock": str(o.lock) if o.lock else None,
                               "kept_earlier_record": o.kept_earlier,
-                              "flags": (_ok_record(o) or {}).get("flags") or []}
+                              "flags": msgspec.to_builtins(rec.flags) if (rec := _ok_record(o)) else []}
                              for o in outcomes]})
     else:
         err.print(_summary_line(outcomes, planned)
@@ -213,9 +215,11 @@ def run_name(run, repeat: int) -> str:
     return record_name(f"{run.workload}{routing} · w{run.world_size} · {run.scaling}", run.train.seed, repeat)
 
 
-def _ok_record(o) -> dict | None:
-    """The record an ok outcome wrote (None for the other statuses)."""
-    return json.loads(Path(o.record_path).read_text()) if o.status == "ok" else None
+def _ok_record(o) -> Record | None:
+    """The record an ok outcome wrote, read as every reader reads one (None for the other statuses)."""
+    from benchsuite.results.store import read_record
+
+    return read_record(Path(o.record_path)) if o.status == "ok" else None
 
 
 def _outcome_line(o) -> str:
@@ -247,12 +251,12 @@ def _outcome_line(o) -> str:
 
 def _ok_line(o, name: str, escape) -> str:
     rec = _ok_record(o)
-    m = rec["metrics"]
-    mfu = f"{m['mfu']:.1%}" if m.get("mfu") is not None else "n/a"
-    tps = f"{m['tokens_per_s']:,.0f}" if m.get("tokens_per_s") is not None else "n/a"
+    m = rec.metrics
+    mfu = f"{m.mfu:.1%}" if m.mfu is not None else "n/a"
+    tps = f"{m.tokens_per_s:,.0f}" if m.tokens_per_s is not None else "n/a"
     line = f"[green]✓[/green] {name}: {tps} tok/s, MFU {mfu}, {o.duration_s:.1f} s"
-    if rec.get("flags"):  # impossible figures (record/sanity.py) are never shown as a plain ok
+    if rec.flags:  # impossible figures (record/sanity.py) are never shown as a plain ok
         from benchsuite.record.sanity import flag_summary
 
-        line += f"\n  [yellow]⚠ flagged:[/yellow] {escape(flag_summary(rec['flags']))}"
+        line += f"\n  [yellow]⚠ flagged:[/yellow] {escape(flag_summary(msgspec.to_builtins(rec.flags)))}"
     return line
