@@ -190,6 +190,8 @@ def test_model_state_record_reads_the_applied_precision_not_the_wrapper_name():
     that mentions a MixedPrecisionPolicy changes nothing, a bf16 forward_params halves the gathered copy."""
     from dataclasses import replace
 
+    import msgspec
+
     from benchsuite.parallel import Applied
     from benchsuite.parallel.zero import precision_policy
 
@@ -197,7 +199,8 @@ def test_model_state_record_reads_the_applied_precision_not_the_wrapper_name():
     dims = ParallelDims(world=4, zero=2)
     psi = mem.params_per_rank(cfg)
     named = Applied(zero_stage=2, precision=precision_policy("bf16"), data="FSDP2 + MixedPrecisionPolicy(bf16)")
-    gathers_bf16 = replace(named, precision=replace(named.precision, forward_params="bf16"), data="FSDP2")
+    gathers_bf16 = replace(named, precision=msgspec.structs.replace(named.precision, forward_params="bf16"),
+                           data="FSDP2")
     for applied, gathered in ((named, 4), (gathers_bf16, 2)):
         out = mem.model_state_record([None], model=cfg, moe=None, dims=dims, applied=applied)
         assert out["analytic"]["params"] == gathered * psi + 4 * psi / 4

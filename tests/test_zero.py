@@ -242,7 +242,8 @@ def test_fsdp_stages_compute_in_the_precision_of_ddp(tmp_path):
     from torch.distributed.device_mesh import init_device_mesh
 
     from benchsuite.models.transformer import build_model
-    from benchsuite.parallel.zero import PrecisionPolicy, apply_fsdp, precision_policy
+    from benchsuite.parallel.zero import apply_fsdp, precision_policy
+    from benchsuite.record.types import PrecisionPolicy
     from benchsuite.worker import autocast
 
     run = make_run(1, 1, zero=3)

@@ -6,7 +6,8 @@ pipeline's figures and the validation curve."""
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict
+
+import msgspec
 
 from benchsuite.assembly.inputs import RankResult, RunFacts, Stamp
 from benchsuite.assembly.sections import (Work, energy_and_carbon, env_section, ok_record, shared_metrics,
@@ -96,7 +97,7 @@ def model_metrics(run: RunConfig, dims: ParallelDims, facts: RunFacts, ranks: li
         "params": {"total": f.params, "active": f.params_active, "non_embedding": f.params_non_embedding},
         "comm": comm.comm_record([r.comm for r in ranks], model=run.model, moe=run.moe, train=run.train,
                                  dims=dims, micro_batch=run.micro_batch_per_rank, applied=facts.applied),
-        "precision_policy": asdict(facts.applied.precision),
+        "precision_policy": msgspec.to_builtins(facts.applied.precision),
         "implementation": facts.applied.implementation(),
         "moe": moe,
         "pipeline": pipeline_section([r.pipeline for r in ranks], parallel=run.parallel, model=run.model,

@@ -43,14 +43,13 @@ applies it.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
-
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from benchsuite.config import TrainConfig
 from benchsuite.layout import DP, DataParallel, ParallelDims
+from benchsuite.record.types import PrecisionPolicy
 
 WRAPPER_NAMES = {  # Applied.data: the data-parallel wrapper, by name, in the record
     DataParallel.DDP: "DistributedDataParallel",
@@ -59,17 +58,6 @@ WRAPPER_NAMES = {  # Applied.data: the data-parallel wrapper, by name, in the re
     DataParallel.FSDP_STAGE3: "FSDP2 fully_shard(reshard_after_forward=True)",
     DataParallel.REPLICATE: "replicate_with_fsdp over dp (DDP semantics for DTensor params)",
 }
-
-
-@dataclass(frozen=True)
-class PrecisionPolicy:
-    """The dtype of each part of a training step ("fp32" | "bf16")."""
-
-    params: str  # stored parameters, the ones AdamW updates
-    forward_params: str  # parameters as the forward reads them (what FSDP2 gathers)
-    compute: str  # matmuls (autocast)
-    gradients: str  # gradients as kept and reduced
-    residual: str  # the residual stream between blocks
 
 
 def precision_policy(precision: str) -> PrecisionPolicy:

@@ -295,11 +295,13 @@ class PerRank(Section):
 
 
 class PrecisionPolicy(Section):
-    params: Text | None = None
-    compute: Text | None = None
-    forward_params: Text | None = None
-    gradients: Text | None = None
-    residual: Text | None = None
+    """The dtype of each part of a training step ("fp32" | "bf16"): what parallel.zero.precision_policy gives a
+    run and the record states."""
+    params: Text | None = None  # stored parameters, the ones AdamW updates
+    compute: Text | None = None  # matmuls (autocast)
+    forward_params: Text | None = None  # parameters as the forward reads them (what FSDP2 gathers)
+    gradients: Text | None = None  # gradients as kept and reduced
+    residual: Text | None = None  # the residual stream between blocks
 
 
 class MemoryParts(Section):

@@ -14,7 +14,9 @@ from __future__ import annotations
 import copy
 import datetime as dt
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
+
+import msgspec
 
 from benchsuite.record.codec import RecordError, check_version
 from benchsuite.record.kinds import experts_choose
@@ -178,7 +180,7 @@ def upgrade_v1_precision_policy(record: dict) -> dict:
     metrics = record.get("metrics")
     if not metrics or "precision_policy" in metrics or "precision" not in metrics:
         return record
-    policy = asdict(precision_policy(metrics["precision"]))
+    policy = msgspec.to_builtins(precision_policy(metrics["precision"]))
     if "MixedPrecisionPolicy" in str((metrics.get("implementation") or {}).get("data", "")):
         policy.update(forward_params="bf16", residual="bf16")
     return {**record, "metrics": {**metrics, "precision_policy": policy}}
