@@ -11,7 +11,7 @@ from benchsuite import nvml as nvml_devices
 from benchsuite.energy import common, estimate, meters, nvml, rapl
 from benchsuite.energy.attribution import attribute_energy
 from benchsuite.energy.estimate import EstimateSensor
-from benchsuite.energy.common import EmptyCpuSensor, EnergyError, Figure
+from benchsuite.energy.common import EmptyCpuSensor, EnergyError, Reading
 from benchsuite.energy.meters import FirstAvailable, NodeEnergyMonitor
 from helpers.meters import FIXED, UUIDS, FakeGpus, make_zone, torch_uuids
 
@@ -289,7 +289,7 @@ def test_cuda_indices_parsing():
 
 
 def fig(e, source, reason=None, idle_w=None, window=10.0):
-    f = Figure(e, source, reason, idle_w=idle_w)
+    f = Reading(e, source, reason, idle_w=idle_w)
     if e is not None and idle_w is not None:
         f.above_idle_j = e - idle_w * window
     return f
@@ -297,7 +297,7 @@ def fig(e, source, reason=None, idle_w=None, window=10.0):
 
 def rank_result(rank, host, gpus, cpu, dram, window=10.0):
     return common.WindowResult("measure", rank, host, window, False,
-                               [common.DeviceEnergy(u, "NVIDIA H200", i, f) for i, (u, f) in enumerate(gpus)],
+                               [common.GpuReading(u, "NVIDIA H200", i, f) for i, (u, f) in enumerate(gpus)],
                                cpu, dram).to_dict()
 
 

@@ -294,7 +294,7 @@ def test_the_best_window_wins_on_a_box_that_was_busy_for_a_while(cpu, monkeypatc
 def test_measure_matmul_ceiling_returns_the_best_repeat_as_flops(cpu, monkeypatch):
     import torch
 
-    fake = ce.LoopTiming(ce.Window(5, 1.0), [ce.Window(10, 1.0), ce.Window(30, 1.0), ce.Window(20, 1.0)])
+    fake = ce.LoopTiming(ce.TimedWindow(5, 1.0), [ce.TimedWindow(10, 1.0), ce.TimedWindow(30, 1.0), ce.TimedWindow(20, 1.0)])
     seen = {}
 
     def fake_loop(step, device, warmup_s, duration_s, repeats):

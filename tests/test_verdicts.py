@@ -8,7 +8,7 @@ from scipy import stats
 
 from benchsuite.results.model import results_of
 from benchsuite.results.store import loaded
-from benchsuite.results.stats import Interval, log_t_interval, welch_ratio
+from benchsuite.results.stats import ConfidenceInterval, log_t_interval, welch_ratio
 from benchsuite.results.verdicts import verdicts as verdicts_of
 from benchsuite.results.verdicts import CLAIMS, Consistency, Ranking, judge, verdicts_doc
 
@@ -148,7 +148,7 @@ def test_a_claim_at_equal_flops_is_not_testable_when_the_flops_differ():
 @pytest.mark.parametrize("lo, hi, expected", [(0.2, 0.4, Consistency.CONSISTENT), (0.6, 0.9, Consistency.NOT_CONSISTENT),
                                               (0.3, 0.7, Consistency.INCONCLUSIVE)])
 def test_a_claim_holds_only_when_the_whole_interval_is_in_its_region(lo, hi, expected):
-    assert judge(Interval(0.5, lo, hi, 3), CLAIMS[0].region) is expected
+    assert judge(ConfidenceInterval(0.5, lo, hi, 3), CLAIMS[0].region) is expected
 
 
 def test_the_verdicts_document_is_plain_json():

@@ -20,7 +20,7 @@ from benchsuite.record.kinds import ROUTERS
 
 
 @dataclass(frozen=True)
-class Workload:
+class BuiltWorkload:
     """What the rules read of one workload: its kind, built sections and whether its sweep sets seeds."""
 
     kind: str
@@ -53,27 +53,27 @@ class KeyRule:
     key: str  # "section.key"
     applies_when: str  # the condition as the README's table states it
     reads: tuple[str, ...]  # keys the condition reads: a rule is not judged when one of them was refused
-    applies: Callable[[Workload], bool]
-    why: Callable[[Workload, Any], str]  # the refusal: why the value changes nothing, and the fix
-    also_runs: Callable[[Workload], Any] = lambda w: None  # a value besides the default that the run does anyway
+    applies: Callable[[BuiltWorkload], bool]
+    why: Callable[[BuiltWorkload, Any], str]  # the refusal: why the value changes nothing, and the fix
+    also_runs: Callable[[BuiltWorkload], Any] = lambda w: None  # a value besides the default that the run does anyway
     default_ok: bool = True  # False: even the default is not what the record would hold (train.seed)
 
 
-def _router(w: Workload) -> str:
+def _router(w: BuiltWorkload) -> str:
     return w.moe.router
 
 
-def _token_choice(w: Workload) -> bool:
+def _token_choice(w: BuiltWorkload) -> bool:
     """Tokens choose experts (switch, gshard, token_choice): a load-balancing loss and routing apply."""
     return ROUTERS[w.moe.router].token_choice
 
 
-def _no_pipeline(what: str) -> Callable[[Workload, Any], str]:
+def _no_pipeline(what: str) -> Callable[[BuiltWorkload, Any], str]:
     return lambda w, v: (f"{what} a pipeline; parallel.pipeline is 1, so {v!r} would change nothing: "
                          f"set pipeline > 1 or remove it")
 
 
-def _top_k_why(w: Workload, v) -> str:
+def _top_k_why(w: BuiltWorkload, v) -> str:
     if not _token_choice(w):
         return ("expert choice has no top_k (each expert takes capacity_factor·N/E tokens); remove top_k "
                 "or use router = \"token_choice\"")
@@ -81,7 +81,7 @@ def _top_k_why(w: Workload, v) -> str:
     return f"router = {w.moe.router!r} is top-{k}; for top-{v} use router = \"token_choice\""
 
 
-def _second_expert_why(w: Workload, v) -> str:
+def _second_expert_why(w: BuiltWorkload, v) -> str:
     if w.moe.router != "gshard":
         return (f"applies to router = \"gshard\" (whether a capacity keeps each token's second expert); "
                 f"{w.moe.router} has no second expert to drop: remove it")
@@ -89,7 +89,7 @@ def _second_expert_why(w: Workload, v) -> str:
             "capacity_factor > 0")
 
 
-def _ffn_applies(w: Workload) -> bool:
+def _ffn_applies(w: BuiltWorkload) -> bool:
     return not (w.kind == "moe" and w.moe.every == 1 and w.moe.expert_hidden is not None)
 
 
@@ -171,7 +171,7 @@ def default_of(section: Any, key: str) -> Any:
     return next(f.default for f in fields(section) if f.name == key)
 
 
-def runs_anyway(rule: KeyRule, w: Workload, value: Any) -> bool:
+def runs_anyway(rule: KeyRule, w: BuiltWorkload, value: Any) -> bool:
     """Whether a value of a key that does not apply is what the run does anyway (so stating it misleads no one)."""
     default = default_of(w.sections[rule.key.partition(".")[0]], rule.key.partition(".")[2])
     return (rule.default_ok and value == default) or (value is not None and value == rule.also_runs(w))
@@ -184,7 +184,7 @@ def table() -> str:
     return "\n".join(rows)
 
 
-def apply_rules(w: Workload, origins: dict[str, str], problems: Problems, inherited: Inherited) -> None:
+def apply_rules(w: BuiltWorkload, origins: dict[str, str], problems: Problems, inherited: Inherited) -> None:
     """Refuse the workload's own keys that would change nothing; set an inherited key that does not apply
     back to its default, so the record holds what ran, and note why it took no effect there."""
     for key, origin in origins.items():

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from benchsuite.config.key_rules import Workload, apply_rules
+from benchsuite.config.key_rules import BuiltWorkload, apply_rules
 from benchsuite.config.merging import Layers, apply_preset, merge_sections
 from benchsuite.config.presets import Preset
 from benchsuite.config.problems import Problems, qkey, show
@@ -70,7 +70,7 @@ def read_workload(raw: dict, name: str, layers: Layers, problems: Problems) -> W
                 if sec != "moe" or kind == "moe"}
     sweep = sweep_lists(raw.get("sweep"), problems)
     problems.refused -= {f"sweep.{key}" for key in sweep}  # its own list replaces a refused suite-level one
-    apply_rules(Workload(kind, sections, seed_swept="seed" in {**layers.sweep, **sweep}), origins, problems,
+    apply_rules(BuiltWorkload(kind, sections, seed_swept="seed" in {**layers.sweep, **sweep}), origins, problems,
                 layers.inherited)
     check_workload(kind, sections, problems)
     return WorkloadDraft(name, kind, description, sections, origins, sweep, problems)

@@ -1,4 +1,4 @@
-"""A summary page of the dashboard: `Page(slug, title, render)`, `render(data) -> Section`
+"""A summary page of the dashboard: `Page(slug, title, render)`, `render(data) -> PageSection`
 (dashboard/pages/ lists them)."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from typing import Callable
 
 from benchsuite.dashboard.data import SiteData
-from benchsuite.dashboard.render import Section
+from benchsuite.dashboard.render import PageSection
 
 
 @dataclass(frozen=True)
 class Page:
     slug: str
     title: str
-    render: Callable[[SiteData], Section]
+    render: Callable[[SiteData], PageSection]

@@ -233,7 +233,7 @@ class DataFile:
 
 
 @dataclass
-class Section:
+class PageSection:
     """What a page plug-in returns: body HTML (already escaped), the figures it places and the data
     files its script reads."""
     slug: str

@@ -26,7 +26,7 @@ def sum_or_none(values) -> float | None:
 
 
 @dataclass
-class Figure:
+class Reading:
     """One energy figure over one window; energy_j is None whenever source is unavailable."""
 
     energy_j: float | None
@@ -39,23 +39,23 @@ class Figure:
     detail: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def unavailable(cls, reason: str) -> Figure:
+    def unavailable(cls, reason: str) -> Reading:
         return cls(energy_j=None, source=Source.UNAVAILABLE, reason=reason)
 
 
-def unavailable_cpu(reason: str) -> dict[str, Figure]:
+def unavailable_cpu(reason: str) -> dict[str, Reading]:
     """A CPU sensor's answer when it has no figure: cpu and dram unavailable for the same reason."""
-    return {"cpu": Figure.unavailable(reason), "dram": Figure.unavailable(reason)}
+    return {"cpu": Reading.unavailable(reason), "dram": Reading.unavailable(reason)}
 
 
 @dataclass
-class DeviceEnergy:
+class GpuReading:
     """A GPU figure with the identity attribution needs (UUID, not index)."""
 
     uuid: str
     name: str
     cuda_index: int
-    figure: Figure
+    figure: Reading
 
 
 @dataclass
@@ -67,9 +67,9 @@ class WindowResult:
     host: str
     window_s: float
     short_window: bool
-    gpus: list[DeviceEnergy]
-    cpu: Figure
-    dram: Figure
+    gpus: list[GpuReading]
+    cpu: Reading
+    dram: Reading
     reasons: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -89,7 +89,7 @@ class GpuMeter(Protocol):
 
     def begin(self, name: str) -> None: ...
 
-    def end(self, name: str) -> Figure: ...
+    def end(self, name: str) -> Reading: ...
 
     def close(self) -> None: ...
 
@@ -99,8 +99,8 @@ class CpuSensor(Protocol):
 
     def begin(self, name: str) -> None: ...
 
-    def end(self, name: str) -> dict[str, Figure]:
-        """{"cpu": Figure, "dram": Figure}."""
+    def end(self, name: str) -> dict[str, Reading]:
+        """{"cpu": Reading, "dram": Reading}."""
         ...
 
 
@@ -114,8 +114,8 @@ class EmptyGpuMeter:
     def begin(self, name: str) -> None:
         pass
 
-    def end(self, name: str) -> Figure:
-        return Figure.unavailable(self.reason)
+    def end(self, name: str) -> Reading:
+        return Reading.unavailable(self.reason)
 
     def close(self) -> None:
         pass
@@ -130,5 +130,5 @@ class EmptyCpuSensor:
     def begin(self, name: str) -> None:
         pass
 
-    def end(self, name: str) -> dict[str, Figure]:
+    def end(self, name: str) -> dict[str, Reading]:
         return unavailable_cpu(self.reason)

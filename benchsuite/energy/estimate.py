@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from benchsuite.energy.common import EnergyError, Figure
+from benchsuite.energy.common import EnergyError, Reading
 from benchsuite.record.types import Source
 
 
@@ -142,14 +142,14 @@ class EstimateSensor:
         load.reset()
         self._open[name] = (time.monotonic(), load)
 
-    def end(self, name: str) -> dict[str, Figure]:
+    def end(self, name: str) -> dict[str, Reading]:
         t0, load = self._open.pop(name)
         dt = time.monotonic() - t0
         m = self.model
         pct = load.percent(prime_interval=0.0)
         cpu_w = cpu_load_watts(m.cpu_max_w, pct)
         return {
-            "cpu": Figure(cpu_w * dt, Source.ESTIMATED, f"codecarbon cpu_load model at {pct:.0f} % load: {m.cpu_basis}",
+            "cpu": Reading(cpu_w * dt, Source.ESTIMATED, f"codecarbon cpu_load model at {pct:.0f} % load: {m.cpu_basis}",
                           detail={"watts": cpu_w, "load_percent": pct, "cpu_max_w": m.cpu_max_w}),
-            "dram": Figure(m.ram_w * dt, Source.ESTIMATED, m.ram_basis, detail={"watts": m.ram_w}),
+            "dram": Reading(m.ram_w * dt, Source.ESTIMATED, m.ram_basis, detail={"watts": m.ram_w}),
         }

@@ -19,7 +19,7 @@ from typing import Any, Iterable
 
 import torch
 
-from benchsuite.energy.common import (CpuSensor, DeviceEnergy, EmptyCpuSensor, EnergyError, Figure, GpuMeter,
+from benchsuite.energy.common import (CpuSensor, GpuReading, EmptyCpuSensor, EnergyError, Reading, GpuMeter,
                                       WindowResult, unavailable_cpu)
 from benchsuite.energy import estimate, nvml, rapl
 from benchsuite.device import synchronize
@@ -45,8 +45,8 @@ class FirstAvailable:
             except Exception as e:
                 self._begin_errors[(name, i)] = f"{type(s).__name__} failed at window start: {e}"
 
-    def end(self, name: str) -> dict[str, Figure]:
-        per_sensor: list[dict[str, Figure]] = []
+    def end(self, name: str) -> dict[str, Reading]:
+        per_sensor: list[dict[str, Reading]] = []
         for i, s in enumerate(self.sensors):
             err = self._begin_errors.pop((name, i), None)
             if err is None:
@@ -61,13 +61,13 @@ class FirstAvailable:
             reasons = list(self.notes)
             chosen = None
             for figs in per_sensor:
-                fig = figs.get(key) or Figure.unavailable("no figure")
+                fig = figs.get(key) or Reading.unavailable("no figure")
                 if fig.energy_j is not None:
                     chosen = fig
                     break
                 reasons.append(fig.reason or "unavailable")
             if chosen is None:
-                chosen = Figure.unavailable("; ".join(reasons))
+                chosen = Reading.unavailable("; ".join(reasons))
             elif reasons:
                 chosen.reason = "; ".join(reasons + [chosen.reason or ""]).strip("; ")
             out[key] = chosen
@@ -108,7 +108,7 @@ class NodeEnergyMonitor:
         self.notes = list(notes or [])
         self.idle_w: dict[str, float | None] | None = None
         self._open: dict[str, float] = {}
-        self._begin_failed: dict[tuple[str, int], Figure] = {}   # (window, meter index): why its start failed
+        self._begin_failed: dict[tuple[str, int], Reading] = {}   # (window, meter index): why its start failed
 
     @classmethod
     def create(cls, devices: Iterable[Any] = (), energy_cfg=None, *, rank: int = 0,
@@ -154,7 +154,7 @@ class NodeEnergyMonitor:
                 for i, g in enumerate(self.gpu_meters)]  # each waits for its counter's update, as at begin
         window_s = time.monotonic() - self._open.pop(name)
         cpu_figs = _safe(lambda: self.cpu_sensor.end(name), default_reason="CPU sensor failed", many=True)
-        gpus = [DeviceEnergy(g.uuid, g.name, g.cuda_index, self._finish(fig, window_s, f"gpu:{g.uuid}"))
+        gpus = [GpuReading(g.uuid, g.name, g.cuda_index, self._finish(fig, window_s, f"gpu:{g.uuid}"))
                 for g, fig in zip(self.gpu_meters, figs)]
         reasons = list(self.notes)
         short = window_s < self.min_window_s
@@ -183,7 +183,7 @@ class NodeEnergyMonitor:
         for g in self.gpu_meters:
             _safe(g.close)
 
-    def _finish(self, fig: Figure, window_s: float, key: str) -> Figure:
+    def _finish(self, fig: Reading, window_s: float, key: str) -> Reading:
         if fig.energy_j is not None and window_s > 0:
             fig.avg_w = fig.energy_j / window_s
         if self.idle_w is not None and self.idle_w.get(key) is not None:
@@ -210,4 +210,4 @@ def _safe(fn, default_reason: str = "meter failed", many: bool = False):
         reason = f"{default_reason}: {type(e).__name__}: {e}"
         if many:
             return unavailable_cpu(reason)
-        return Figure.unavailable(reason)
+        return Reading.unavailable(reason)

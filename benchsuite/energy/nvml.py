@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from benchsuite.energy.common import EmptyGpuMeter, EnergyError, Figure
+from benchsuite.energy.common import EmptyGpuMeter, EnergyError, Reading
 from benchsuite.nvml import Nvml, NvmlError, cuda_device_uuid, normalize_uuid
 from benchsuite.record.types import Source
 
@@ -165,7 +165,7 @@ class NvmlGpuMeter:
             state["i0"] = self.sampler.open()
         self._open[name] = state
 
-    def end(self, name: str) -> Figure:
+    def end(self, name: str) -> Reading:
         state = self._open.pop(name)
         counter_j, reasons, edges = None, [], [state.get("edge_s")]
         if self.counter_reason is not None:
@@ -195,11 +195,11 @@ class NvmlGpuMeter:
         if counter_j is not None:
             if None not in edges:  # both edges on a counter update (else the bound counts a whole period)
                 detail["counter_edge_s"] = max(edges)
-            return Figure(counter_j, Source.MEASURED, "; ".join(reasons) or None, sampled_energy_j=sampled_j,
+            return Reading(counter_j, Source.MEASURED, "; ".join(reasons) or None, sampled_energy_j=sampled_j,
                           detail=detail)
         if sampled_j is not None:
-            return Figure(sampled_j, Source.SAMPLED, "; ".join(reasons), sampled_energy_j=sampled_j, detail=detail)
-        return Figure.unavailable("; ".join(reasons) or "no GPU energy source")
+            return Reading(sampled_j, Source.SAMPLED, "; ".join(reasons), sampled_energy_j=sampled_j, detail=detail)
+        return Reading.unavailable("; ".join(reasons) or "no GPU energy source")
 
     def close(self) -> None:
         self.nvml.shutdown()

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchsuite.energy.common import EnergyError, Figure
+from benchsuite.energy.common import EnergyError, Reading
 from benchsuite.record.types import Source
 
 
@@ -97,7 +97,7 @@ class RaplSensor:
     def begin(self, name: str) -> None:
         self._open[name] = (time.monotonic(), self.poll())
 
-    def end(self, name: str) -> dict[str, Figure]:
+    def end(self, name: str) -> dict[str, Reading]:
         _, start = self._open.pop(name)
         now = self.poll()
 
@@ -111,7 +111,7 @@ class RaplSensor:
             ranges = [z.max_range_uj / 1e6 for z in zones if z.max_range_uj]
             return {"rapl_zones": [z.name for z in zones], "rapl_range_j": min(ranges) if ranges else None}
 
-        cpu = Figure(total("package"), Source.MEASURED, detail=detail("package"))
-        dram = (Figure(total("dram"), Source.MEASURED, detail=detail("dram")) if self.has_dram else
-                Figure.unavailable("no RAPL dram zone (common on client and AMD CPUs)"))
+        cpu = Reading(total("package"), Source.MEASURED, detail=detail("package"))
+        dram = (Reading(total("dram"), Source.MEASURED, detail=detail("dram")) if self.has_dram else
+                Reading.unavailable("no RAPL dram zone (common on client and AMD CPUs)"))
         return {"cpu": cpu, "dram": dram}

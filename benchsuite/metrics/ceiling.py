@@ -35,7 +35,7 @@ SIZE = {"cuda": 8192, "cpu": 512}
 
 
 @dataclass(frozen=True)
-class Window:
+class TimedWindow:
     iters: int
     seconds: float
 
@@ -47,11 +47,11 @@ class Window:
 
 @dataclass(frozen=True)
 class LoopTiming:
-    warmup: Window
-    windows: list[Window]
+    warmup: TimedWindow
+    windows: list[TimedWindow]
 
     @property
-    def best(self) -> Window:
+    def best(self) -> TimedWindow:
         return max(self.windows, key=lambda w: w.rate)
 
 
@@ -81,7 +81,7 @@ class _Clock:
         return self._start.elapsed_time(end) / 1e3
 
 
-def _run_for(step: Callable[[], None], clock: _Clock, seconds: float, chunk: int) -> Window:
+def _run_for(step: Callable[[], None], clock: _Clock, seconds: float, chunk: int) -> TimedWindow:
     """Calls step in chunks until at least `seconds` have elapsed; checked between chunks only, so
     on GPU the device stays busy inside a chunk."""
     clock.start()
@@ -92,7 +92,7 @@ def _run_for(step: Callable[[], None], clock: _Clock, seconds: float, chunk: int
         iters += chunk
         elapsed = clock.elapsed_s()
         if elapsed >= seconds:
-            return Window(iters, elapsed)
+            return TimedWindow(iters, elapsed)
 
 
 def time_loop(step: Callable[[], None], device, warmup_s: float, duration_s: float, repeats: int) -> LoopTiming:

@@ -22,7 +22,7 @@ def _fraction(v):
 
 
 @dataclass(frozen=True)
-class Device:
+class DeviceSpec:
     """One accelerator (or one CPU rank): datasheet figures and the rates a training step achieves."""
 
     name: str | None = spec(None, None, "the device, e.g. NVIDIA H100 80GB HBM3")
@@ -58,7 +58,7 @@ class System:
     """What `benchsuite predict` knows of the machine (the typed system file)."""
 
     node: Node
-    device: Device
+    device: DeviceSpec
     intra_node: Link
     inter_node: Link
     source: str  # the file, and what calibrated it
@@ -76,7 +76,7 @@ class System:
                                             attention_tflops=attention_tflops), source=f"{self.source}; {how}")
 
 
-SECTIONS = {"system": Node, "device": Device, "intra_node": Link, "inter_node": Link}
+SECTIONS = {"system": Node, "device": DeviceSpec, "intra_node": Link, "inter_node": Link}
 OPTIONAL = {"system.dp_overlap", "system.framework_us", "device.kind"}
 
 

@@ -32,7 +32,7 @@ from benchsuite.record.values import coefficient_of_variation, num, present
 from benchsuite.results.identity import record_name, run_identity, seed_of, seeds_text
 from benchsuite.results.routing import ROUTING_COLUMN, RoutingPair, routing_pairs
 from benchsuite.results.scaling import add_scaling_efficiency
-from benchsuite.results.stats import ONE_SEED, Interval, log_t_interval
+from benchsuite.results.stats import ONE_SEED, ConfidenceInterval, log_t_interval
 from benchsuite.results.store import Loaded, cyclic_gc_paused, dataframe_of, load_records
 
 NOISY_CV = 0.10  # tokens/s of one seed's repeats: a coefficient of variation above this is a noisy measurement
@@ -259,7 +259,7 @@ def _add_intervals(runs: pd.DataFrame, per_seed: pd.DataFrame) -> None:
                 runs.at[identity, "interval_reason"] = interval.reason
 
 
-def seed_interval(values: pd.Series) -> Interval:
+def seed_interval(values: pd.Series) -> ConfidenceInterval:
     """A figure over seeds (one per-seed median each, the seeds that recorded it)."""
     return log_t_interval([v for v in (num(x) for x in values) if v is not None])
 

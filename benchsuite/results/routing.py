@@ -15,7 +15,7 @@ from benchsuite.record.names import digest
 from benchsuite.record.types import Record
 from benchsuite.record.values import num
 from benchsuite.results.identity import SEED, TEXT_ONLY, hardware_of, without
-from benchsuite.results.stats import Interval, welch_ratio
+from benchsuite.results.stats import ConfidenceInterval, welch_ratio
 
 ROUTING = ("moe", "routing")
 (ROUTING_COLUMN,) = view_columns("config.moe.routing")
@@ -27,7 +27,7 @@ class RoutingPair:
     label: str  # the learned run's label
     learned: dict[str, float | None]  # FIGURES of the learned run (its medians)
     forced: dict[str, float | None]
-    speedup: Interval  # forced tok/s ÷ learned tok/s
+    speedup: ConfidenceInterval  # forced tok/s ÷ learned tok/s
     identities: tuple[str, str]  # (learned, forced)
 
     def to_dict(self) -> dict:

@@ -28,7 +28,7 @@ ONE_SEED = "one seed: no interval (sweep train.seed)"
 
 
 @dataclass(frozen=True)
-class Interval:
+class ConfidenceInterval:
     """A figure (a median, or a ratio of medians) and its 95 % interval; lo/hi null with the reason."""
 
     point: float | None
@@ -41,8 +41,8 @@ class Interval:
         return None if self.lo is None else self.lo <= x <= self.hi
 
 
-def no_interval(n: int, reason: str, point: float | None = None) -> Interval:
-    return Interval(point, None, None, n, reason)
+def no_interval(n: int, reason: str, point: float | None = None) -> ConfidenceInterval:
+    return ConfidenceInterval(point, None, None, n, reason)
 
 
 def run_median(by_seed: list[tuple[int, float]]) -> float:
@@ -66,7 +66,7 @@ def _quiet(test, *args, **kw):
         return test(*args, **kw).confidence_interval(LEVEL)
 
 
-def log_t_interval(values: list[float], unit: str = "seed") -> Interval:
+def log_t_interval(values: list[float], unit: str = "seed") -> ConfidenceInterval:
     """Median of values; exp of Student's t-interval on the mean of their logs."""
     xs = np.asarray(values, dtype=float)
     if xs.size == 0:
@@ -82,10 +82,10 @@ def log_t_interval(values: list[float], unit: str = "seed") -> Interval:
     lo, hi = _exp_ci(_quiet(stats.ttest_1samp, np.log(xs), 0.0))
     if not (math.isfinite(lo) and math.isfinite(hi)):  # identical values: scipy's interval is the mean
         lo = hi = float(np.exp(np.log(xs).mean()))
-    return Interval(point, lo, hi, int(xs.size))
+    return ConfidenceInterval(point, lo, hi, int(xs.size))
 
 
-def _ratio(num_values, den_values, equal_var: bool, unit: str) -> Interval:
+def _ratio(num_values, den_values, equal_var: bool, unit: str) -> ConfidenceInterval:
     a, b = np.asarray(num_values, dtype=float), np.asarray(den_values, dtype=float)
     n = min(a.size, b.size)
     if n == 0:
@@ -104,15 +104,15 @@ def _ratio(num_values, den_values, equal_var: bool, unit: str) -> Interval:
     lo, hi = _exp_ci(_quiet(stats.ttest_ind, la, lb, equal_var=equal_var))
     if not (math.isfinite(lo) and math.isfinite(hi)):  # no spread on either side
         lo = hi = float(math.exp(la.mean() - lb.mean()))
-    return Interval(point, lo, hi, n)
+    return ConfidenceInterval(point, lo, hi, n)
 
 
-def welch_ratio(num_values: list[float], den_values: list[float], unit: str = "seed") -> Interval:
+def welch_ratio(num_values: list[float], den_values: list[float], unit: str = "seed") -> ConfidenceInterval:
     """num/den: the ratio of medians, and exp of Welch's t-interval on mean(log num) − mean(log den)."""
     return _ratio(num_values, den_values, equal_var=False, unit=unit)
 
 
-def pooled_ratio(num_values: list[float], den_values: list[float], unit: str = "repeat") -> Interval:
+def pooled_ratio(num_values: list[float], den_values: list[float], unit: str = "repeat") -> ConfidenceInterval:
     """num/den: the ratio of medians, and exp of Student's pooled t-interval on the difference of mean logs
     (needs 3 values in all, so one side may have one)."""
     return _ratio(num_values, den_values, equal_var=True, unit=unit)

@@ -35,7 +35,7 @@ from benchsuite.record.types import Record
 from benchsuite.record.values import num, present
 from benchsuite.results.compare import ESTIMATED, meter_ratio
 from benchsuite.results.identity import hardware_label
-from benchsuite.results.stats import Interval, log_t_interval, no_interval, welch_ratio
+from benchsuite.results.stats import ConfidenceInterval, log_t_interval, no_interval, welch_ratio
 
 if TYPE_CHECKING:
     from benchsuite.results.model import Results
@@ -127,8 +127,8 @@ class WorkloadSummary:
     reached: int  # seeds that reached the target
     not_reached: list[int]  # seeds that did not (their to-target figures are absent, not zero)
     failed: list[int]  # seeds whose run failed
-    figures: dict[str, Interval]  # TO_TARGET figures over the seeds that reached, and the final val loss
-    per_step: dict[str, Interval]  # tokens_per_s, j_per_token over seeds
+    figures: dict[str, ConfidenceInterval]  # TO_TARGET figures over the seeds that reached, and the final val loss
+    per_step: dict[str, ConfidenceInterval]  # tokens_per_s, j_per_token over seeds
 
     @property
     def n(self) -> int:
@@ -168,7 +168,7 @@ class PairRatio:
     sparse: str
     dense: str
     figure: str
-    ratio: Interval
+    ratio: ConfidenceInterval
     ranking: Ranking
 
     @property
@@ -180,7 +180,7 @@ class PairRatio:
         return f"{self.sparse} {'lower' if self.ranking is Ranking.LESS else 'higher'}"
 
 
-def rank(ratio: Interval) -> Ranking:
+def rank(ratio: ConfidenceInterval) -> Ranking:
     """Ranked only where the interval excludes 1."""
     if ratio.lo is None:
         return Ranking.UNAVAILABLE
@@ -189,7 +189,7 @@ def rank(ratio: Interval) -> Ranking:
     return Ranking.LESS if ratio.hi < 1 else Ranking.MORE
 
 
-def per_step_ratio(num_group: SeedGroup, den_group: SeedGroup, column: str) -> Interval:
+def per_step_ratio(num_group: SeedGroup, den_group: SeedGroup, column: str) -> ConfidenceInterval:
     """num/den of a per-step figure over seeds (Welch)."""
     return welch_ratio(num_group.values(column), den_group.values(column))
 
@@ -204,14 +204,14 @@ def pair_ratios(sparse: SeedGroup, dense: SeedGroup) -> list[PairRatio]:
     for name, r in out:
         ranking = rank(r)
         if name in ENERGY_FIGURES and unmeasured:
-            r, ranking = Interval(r.point, r.lo, r.hi, r.n, unmeasured), Ranking.UNAVAILABLE
+            r, ranking = ConfidenceInterval(r.point, r.lo, r.hi, r.n, unmeasured), Ranking.UNAVAILABLE
         elif name in ENERGY_FIGURES and (why := unresolvable(r, sparse, dense)):
-            r, ranking = Interval(r.point, r.lo, r.hi, r.n, why), Ranking.UNRESOLVABLE
+            r, ranking = ConfidenceInterval(r.point, r.lo, r.hi, r.n, why), Ranking.UNRESOLVABLE
         pairs.append(PairRatio(sparse.suite, sparse.label, dense.label, name, r, ranking))
     return pairs
 
 
-def unresolvable(ratio: Interval, sparse: SeedGroup, dense: SeedGroup) -> str | None:
+def unresolvable(ratio: ConfidenceInterval, sparse: SeedGroup, dense: SeedGroup) -> str | None:
     """Why an energy ratio cannot be told from 1 by the meters (compare.meter_ratio: each side moved to the far
     ends of its bound), or None when it can or no bound is known."""
     meters = meter_ratio(1.0, ratio.point, dense.records, sparse.records) if ratio.point else None
@@ -301,7 +301,7 @@ CLAIMS = (
 class ClaimCheck:
     claim: Claim
     suite: str | None
-    measured: Interval | None  # in the claim's terms (a speed-up when inverse)
+    measured: ConfidenceInterval | None  # in the claim's terms (a speed-up when inverse)
     consistency: Consistency
     conditions: str  # what differs: scale, hardware, tokens
     reason: str | None = None  # why not testable / inconclusive
@@ -315,7 +315,7 @@ def _need_label(need: str) -> str:
     return "a dense workload" if need == "dense" else f"a moe workload with router = {need!r}"
 
 
-def judge(measured: Interval, region: tuple[float, float]) -> Consistency:
+def judge(measured: ConfidenceInterval, region: tuple[float, float]) -> Consistency:
     """Consistent only if the whole interval lies in the claimed region, not consistent only if none of
     it does; an interval across a bound carries neither."""
     lo, hi = region

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 import benchsuite
 from benchsuite.config import ModelConfig
 from benchsuite.data import SyntheticSource
-from benchsuite.energy.common import Figure
+from benchsuite.energy.common import Reading
 from benchsuite.energy.meters import NodeEnergyMonitor
 from benchsuite.models.transformer import build_model
 
@@ -43,17 +43,17 @@ class Clocked:
 class ClockedGpu(Clocked):
     uuid, name, cuda_index = "GPU-5e1f0000-0000-0000-0000-000000000000", "synthetic GPU", 0
 
-    def end(self, name: str) -> Figure:
-        return Figure(self.joules(name), "measured")
+    def end(self, name: str) -> Reading:
+        return Reading(self.joules(name), "measured")
 
     def close(self) -> None:
         pass
 
 
 class ClockedCpu(Clocked):
-    def end(self, name: str) -> dict[str, Figure]:
+    def end(self, name: str) -> dict[str, Reading]:
         j = self.joules(name)
-        return {"cpu": Figure(j, "measured"), "dram": Figure(j / 10, "measured")}
+        return {"cpu": Reading(j, "measured"), "dram": Reading(j / 10, "measured")}
 
 
 WATTS = 300.0 + 50.0 + 5.0  # the synthetic GPU, CPU and DRAM together

@@ -5,18 +5,18 @@ to-target ratio to the dense one of its suite, ranked only where its interval ex
 
 from __future__ import annotations
 
-from benchsuite.results.stats import Interval
+from benchsuite.results.stats import ConfidenceInterval
 from benchsuite.results.verdicts import Consistency
 from benchsuite.dashboard.data import SiteData
 from benchsuite.dashboard.page import Page
-from benchsuite.dashboard.render import DASH, Figure, Section, esc, f_sig, layout, missing, ptext, short, table
+from benchsuite.dashboard.render import DASH, Figure, PageSection, esc, f_sig, layout, missing, ptext, short, table
 
 COLORS = {Consistency.CONSISTENT: "#2b8a3e", Consistency.NOT_CONSISTENT: "#c92a2a",
           Consistency.INCONCLUSIVE: "#868e96"}
 LOG_FLOOR = 1e-3  # where a claimed region "< x" starts on the log axis
 
 
-def interval_text(i: Interval | None) -> str:
+def interval_text(i: ConfidenceInterval | None) -> str:
     if i is None or i.point is None:
         return DASH if i is None or not i.reason else i.reason
     if i.lo is None:
@@ -79,18 +79,18 @@ def pairs_table(v) -> str:
     return html
 
 
-def render(data: SiteData) -> Section:
+def render(data: SiteData) -> PageSection:
     slug, title = "claims", "Published claims beside these runs"
     v = data.verdicts
     if not v.workloads:
-        return Section(slug, title, missing("Claims", "no run with a quality section: set train.eval_every and "
+        return PageSection(slug, title, missing("Claims", "no run with a quality section: set train.eval_every and "
                                                       "train.target_loss, and sweep train.seed"))
     fig = claims_figure(v.claims)
     html = (fig.div("fig wide") if fig else "") + claims_table(v.claims)
     html += f'<p class="note">{esc(v.method)}. {esc(v.energy_spread)}.</p>'
     html += "<h3>Sparse ÷ dense over seeds</h3>" + (pairs_table(v) if shown_pairs(v.pairs) else missing(
         "Sparse ÷ dense", "no dense and sparse workload of one suite with two or more seeds each (sweep train.seed)"))
-    return Section(slug, title, html, [fig] if fig else [])
+    return PageSection(slug, title, html, [fig] if fig else [])
 
 
 PAGE = Page("claims", "Published claims beside these runs", render)

@@ -14,7 +14,7 @@ from statistics import median
 
 from benchsuite.dashboard.data import SiteData, metrics_of, per_family, tokens_per_expert
 from benchsuite.dashboard.page import Page
-from benchsuite.dashboard.render import (Figure, Section, esc, f_num, f_pct, f_sig, layout, log_axis, missing, num, ptext,
+from benchsuite.dashboard.render import (Figure, PageSection, esc, f_num, f_pct, f_sig, layout, log_axis, missing, num, ptext,
                               short, table)
 from benchsuite.dashboard.style import trace_styles
 
@@ -206,9 +206,9 @@ def routing_table(data: SiteData) -> str:
                      "MFU learned", "MFU forced", "J/token learned", "J/token forced"], rows))
 
 
-def render(data: SiteData) -> Section:
+def render(data: SiteData) -> PageSection:
     if data.ok.empty:
-        return Section("compare", "Dense vs sparse", missing("Dense vs sparse", "no successful runs"))
+        return PageSection("compare", "Dense vs sparse", missing("Dense vs sparse", "no successful runs"))
     df = data.ok_runs
     by_family = per_family(data.df)
     styles = trace_styles(data.df, by_family)
@@ -239,7 +239,7 @@ def render(data: SiteData) -> Section:
     else:
         html += missing("MoE per-expert load", "not applicable: no MoE runs")
     html += routing_table(data)
-    return Section("compare", "Dense vs sparse", html, figs)
+    return PageSection("compare", "Dense vs sparse", html, figs)
 
 
 PAGE = Page("compare", "Dense vs sparse", render)

@@ -8,7 +8,7 @@ from statistics import median
 
 from benchsuite.dashboard.data import SiteData, per_family
 from benchsuite.dashboard.page import Page
-from benchsuite.dashboard.render import Figure, Section, esc, f_sig, layout, log_axis, missing, ptext, short, table
+from benchsuite.dashboard.render import Figure, PageSection, esc, f_sig, layout, log_axis, missing, ptext, short, table
 from benchsuite.record.kinds import SOURCES, SourceKind
 from benchsuite.record.types import Energy
 
@@ -110,9 +110,9 @@ def carbon_table(data: SiteData) -> str:
     return html
 
 
-def render(data: SiteData) -> Section:
+def render(data: SiteData) -> PageSection:
     if data.df.empty:
-        return Section("energy", "Energy and carbon", missing("Energy", "no records"))
+        return PageSection("energy", "Energy and carbon", missing("Energy", "no records"))
     fig, unmeasured = stacked_figure(data)
     figs = [fig] if fig else []
     html = fig.div("fig wide") if fig else missing("Energy per run", "not measured for any run")
@@ -122,7 +122,7 @@ def render(data: SiteData) -> Section:
         shown = ", ".join(esc(x) for x in unmeasured[:12]) + (" …" if len(unmeasured) > 12 else "")
         html += f" Energy not measured for {len(unmeasured)} run(s): {shown}."
     html += "</p><h3>Carbon: PUE and grid intensity used</h3>" + carbon_table(data)
-    return Section("energy", "Energy and carbon", html, figs)
+    return PageSection("energy", "Energy and carbon", html, figs)
 
 
 PAGE = Page("energy", "Energy and carbon", render)

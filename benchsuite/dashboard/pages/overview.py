@@ -8,7 +8,7 @@ from benchsuite.record.columns import view_columns
 from benchsuite.results.scaling import BASELINE
 from benchsuite.dashboard.data import SiteData
 from benchsuite.dashboard.page import Page
-from benchsuite.dashboard.render import DASH, DataFile, Section, esc, f_ms, f_num, f_pct, f_sig, num, present
+from benchsuite.dashboard.render import DASH, DataFile, PageSection, esc, f_ms, f_num, f_pct, f_sig, num, present
 
 
 WIDE = "wide"  # a column left out below 1,200 px (dashboard.css), so the table fits a 900 px window
@@ -105,10 +105,10 @@ def _glance(data: SiteData) -> str:
                                            f'<div class="k">{esc(k)}</div></div>' for k, v in cards) + "</div>"
 
 
-def render(data: SiteData) -> Section:
+def render(data: SiteData) -> PageSection:
     df = data.df
     if df.empty:
-        return Section("overview", "Runs", '<p class="missing">No records in this results folder.</p>')
+        return PageSection("overview", "Runs", '<p class="missing">No records in this results folder.</p>')
     head = "".join(f'<th data-type="{t}" data-render="{r}" class="{w}" tabindex="0">{esc(h)}</th>'
                    for h, t, r, w in COLUMNS)
     kinds = "".join(f'<option value="{esc(k)}">{esc(k)}</option>' for k in sorted(df["kind_label"].unique()))
@@ -134,7 +134,7 @@ def render(data: SiteData) -> Section:
             "repeats): weak = throughput(N) / (N × throughput(1)), strong = time(1) / (N × time(N)), against the "
             "1-device run of the sweep with the same config, hardware and threads per rank.</p>")
     rows = DataFile("runs", "BENCHSUITE_RUNS", [_row(r) for r in df.reindex(columns=ROW_COLUMNS).to_dict("records")])
-    return Section("overview", "Runs", html, data_files=[rows])
+    return PageSection("overview", "Runs", html, data_files=[rows])
 
 
 PAGE = Page("overview", "Runs", render)

@@ -19,7 +19,7 @@ import numpy as np
 
 from benchsuite.dashboard.data import SiteData, metrics_of, per_family
 from benchsuite.dashboard.page import Page
-from benchsuite.dashboard.render import (DASH, Figure, Section, esc, f_num, f_sig, layout, missing, num, present, ptext,
+from benchsuite.dashboard.render import (DASH, Figure, PageSection, esc, f_num, f_sig, layout, missing, num, present, ptext,
                               short, table)
 from benchsuite.dashboard.style import DASHES, router_name, series_styles, trace_styles
 from benchsuite.energy.carbon import J_PER_KWH
@@ -372,13 +372,13 @@ def seed_curves(data: SiteData) -> tuple[str, list[Figure]]:
     return fig.div("fig wide") + notes, [fig]
 
 
-def render(data: SiteData) -> Section:
+def render(data: SiteData) -> PageSection:
     slug, title = "quality", "Dense vs sparse at equal quality"
     if data.ok.empty:
-        return Section(slug, title, missing("Validation loss", "no successful runs"))
+        return PageSection(slug, title, missing("Validation loss", "no successful runs"))
     runs, without = quality_runs(data)
     if not runs:
-        return Section(slug, title, missing("Validation loss", NO_EVAL))
+        return PageSection(slug, title, missing("Validation loss", NO_EVAL))
     figs, html = [], ""
     curves, no_energy = curves_figure(runs, data)
     if curves:
@@ -415,7 +415,7 @@ def render(data: SiteData) -> Section:
         notes.append(f"No evaluation in {len(without)} other run(s) (set train.eval_every and train.target_loss): "
                      + esc(", ".join(without[:12])) + (" …" if len(without) > 12 else "") + ".")
     html += "".join(f'<p class="note">{n}</p>' for n in notes)
-    return Section(slug, title, html, figs)
+    return PageSection(slug, title, html, figs)
 
 
 PAGE = Page("quality", "Dense vs sparse at equal quality", render)

@@ -16,7 +16,7 @@ from benchsuite.record.types import (Embodied, EnergyBound, Env, Flops, MarketBa
                                      ParallelConfig, Params, PartEnergy, Record, Water)
 from benchsuite.results.scaling import BASELINE
 from benchsuite.dashboard.data import load_table, metrics_of
-from benchsuite.dashboard.render import (Figure, Section, esc, f_bytes, f_count, f_duration, f_ms, f_num, f_pct, f_si, f_sig,
+from benchsuite.dashboard.render import (Figure, PageSection, esc, f_bytes, f_count, f_duration, f_ms, f_num, f_pct, f_si, f_sig,
                               kv_table, layout, missing, num, present, ptext, series, short, table)
 
 SMALL = {"height": 300}
@@ -487,7 +487,7 @@ def _predicted(b) -> str:
     return "<h3>Measured beside predicted</h3>" + kv_table(rows)
 
 
-def render(row: dict, rec: Record, predicted=None) -> Section:
+def render(row: dict, rec: Record, predicted=None) -> PageSection:
     figs = []
     moe_why = "not applicable: dense model" if row.get("kind") != "moe" else "not measured"
     blocks = {}
@@ -520,4 +520,4 @@ def render(row: dict, rec: Record, predicted=None) -> Section:
             f'<h2>Environment</h2>{_env(rec.env)}'
             f'<details><summary>Resolved config</summary><pre>'
             f'{esc(json.dumps(msgspec.to_builtins(rec.config), indent=1, sort_keys=True))}</pre></details>')
-    return Section("run", str(row.get("run_label")), html, figs)
+    return PageSection("run", str(row.get("run_label")), html, figs)

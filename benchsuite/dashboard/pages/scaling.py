@@ -9,7 +9,7 @@ from __future__ import annotations
 from benchsuite.results.scaling import BASELINE
 from benchsuite.dashboard.data import SiteData, per_family
 from benchsuite.dashboard.page import Page
-from benchsuite.dashboard.render import Figure, Section, esc, f_num, f_pct, layout, missing, num, present, ptext, short
+from benchsuite.dashboard.render import Figure, PageSection, esc, f_num, f_pct, layout, missing, num, present, ptext, short
 from benchsuite.dashboard.style import trace_styles
 
 
@@ -98,9 +98,9 @@ def _notes(curves) -> list[str]:
     return notes
 
 
-def render(data: SiteData) -> Section:
+def render(data: SiteData) -> PageSection:
     if data.ok.empty:
-        return Section("scaling", "Scaling", missing("Scaling", "no successful runs"))
+        return PageSection("scaling", "Scaling", missing("Scaling", "no successful runs"))
     df = data.ok_runs
     df = df[df["tokens_per_s"].map(lambda v: num(v) is not None)]
     by_family = per_family(data.df)
@@ -120,7 +120,7 @@ def render(data: SiteData) -> Section:
         if not (g["world_size"] == 1).any():
             no_base.append(series)
     if not curves:
-        return Section("scaling", "Scaling", missing("Scaling", "no sweep has successful runs at two or more "
+        return PageSection("scaling", "Scaling", missing("Scaling", "no sweep has successful runs at two or more "
                                                     "world sizes"))
     figs = [throughput_figure(curves)]
     eff = efficiency_figure(curves)
@@ -138,7 +138,7 @@ def render(data: SiteData) -> Section:
     if single:
         notes.append("One world size only (no curve): " + ", ".join(esc(s) for s, _, _ in single) + ".")
     html += "".join(f'<p class="note">{n}</p>' for n in notes)
-    return Section("scaling", "Scaling", html, figs)
+    return PageSection("scaling", "Scaling", html, figs)
 
 
 PAGE = Page("scaling", "Scaling", render)
