@@ -56,7 +56,7 @@ def import_torch_s() -> float:
 
 def fixed_cost_s(folder: Path, world: int, compile_: bool) -> tuple[float, float]:
     """(wall time of one `benchsuite run`, its measured steps' time from the record). With compile, the
-    one more warm-up step a compiled run must have (config.py)."""
+    one more warm-up step a compiled run must have (benchsuite.config)."""
     suite = folder / f"w{world}-{compile_}.toml"
     suite.write_text(SUITE.format(world=world, compile=str(compile_).lower(), warmup=3 if compile_ else 2))
     out = Path(tempfile.mkdtemp(dir=folder))

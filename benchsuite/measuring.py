@@ -76,7 +76,7 @@ class Window:
 
 def _checked(cls, value, where: str):
     """A CarbonConfig or EnergyConfig from itself, a dict of its keys or None, checked as a suite's [carbon]
-    and [energy] are (config.py): a mistyped country must not silently become the world average."""
+    and [energy] are (benchsuite.config): a mistyped country must not silently become the world average."""
     if value is None:
         return cls()
     problems: list = []
@@ -290,7 +290,7 @@ def measure(name: str, *, flops_per_token: float | None = None, tokens_per_step:
 
     flops_per_token: model FLOPs per token (forward + backward, no recompute) for MFU; None: MFU is null.
     tokens_per_step: tokens of one step over the whole job (global batch × sequence length); m.step(tokens=)
-    gives a step's own. out: the results folder. carbon / energy: a suite's [carbon] / [energy] (config.py),
+    gives a step's own. out: the results folder. carbon / energy: a suite's [carbon] / [energy] (benchsuite.config),
     as the dataclass or a dict of its keys. description: the model, in words. warmup_steps: steps left out
     of the figures (compilation, allocator warm-up). precision: "bf16" or "fp32", the peak MFU divides by
     (default: bf16 on GPU, fp32 on CPU); peak_tflops: a peak of your own. device: this rank's (default: the

@@ -178,7 +178,7 @@ def params_per_pipeline_rank(cfg, pp: int, virtual: int = 1, tp: int = 1) -> int
     stages L/(P·V) blocks and puts stage s on rank s mod P, so every rank holds V stages' blocks, rank
     0 also the embeddings and rank P − 1 the final norm and the LM head; each its tensor-parallel share
     (params_per_rank's split: the token embedding and the LM head over the vocabulary). For the dense,
-    untied models config.py allows a pipeline. Exact for models/transformer.py."""
+    untied models the config allows a pipeline. Exact for models/transformer.py."""
     pc = param_counts(cfg)
     token = cfg.vocab * cfg.hidden
     first, last = pc.embedding - token + token // tp, one_norm_params(cfg) + pc.lm_head // tp

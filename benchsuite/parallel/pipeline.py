@@ -283,7 +283,7 @@ def apply_pipeline(model: nn.Module, *, dims: ParallelDims, plan: PipelinePlan, 
 
     Returns (the rank's stage modules, as one ModuleList for the optimizer and the probes; the run;
     the names of what was applied, the Applied fields "pipeline" and "data")."""
-    if model.cfg.tie_embeddings:  # config.py rejects it before launch; this guards direct callers
+    if model.cfg.tie_embeddings:  # the config rejects it before launch; this guards direct callers
         raise ValueError("a tied LM head cannot be split from the token embedding over pipeline stages")
     pp, num_stages, pp_group = dims.pp, dims.num_stages, dims.group(PP)
     busy = SpanClock(device)

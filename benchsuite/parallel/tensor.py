@@ -32,7 +32,7 @@ on the row-parallel ones (DTensor adds them once to the reduced sum). Qwen3's pe
 norm acts on each rank's own heads with one weight [D] shared by all heads: as a replicated DTensor
 its gradient, a partial sum over the local heads, is all-reduced like the norms' in Megatron's
 sequence parallel. OLMoE's "full" query/key norm spans every head, across ranks: not supported
-(config.py refuses it). A tied LM head shares the token embedding's vocab shard (both Shard(0) over
+(the config refuses it). A tied LM head shares the token embedding's vocab shard (both Shard(0) over
 the vocabulary). The LM head's logits stay sharded over the vocabulary and the worker computes the
 loss under ``loss_parallel()``: full-vocabulary logits never exist on one rank. Blocks whose FFN is
 an MoE layer keep that layer replicated on every tensor-parallel rank (correct, but not sharded;
@@ -134,7 +134,7 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh, sequence_parallel: bool = F
 
     check_divisible(model, tp_mesh.size())
     if sequence_parallel and any(not isinstance(block.ffn, MLP) for block in model.blocks):
-        raise ValueError("sequence parallelism supports dense models (config.py refuses MoE with it)")
+        raise ValueError("sequence parallelism supports dense models (the config refuses MoE with it)")
     parallelize_module(model, tp_mesh, tensor_parallel_plan(model, sequence_parallel))
     if model.cfg.tie_embeddings:  # each style distributed its own copy of the one weight: share one again
         model.head.weight = model.tok_emb.weight
