@@ -81,6 +81,14 @@ def test_load_steps_one_row_per_measured_step():
     assert steps["time_s"].dtype == np.float64 and steps["step"].dtype == pd.Int64Dtype()
 
 
+@pytest.mark.parametrize("loader", [benchsuite.load, benchsuite.load_runs, benchsuite.load_steps])
+def test_a_folder_whose_every_file_is_skipped_gives_the_columns_and_no_rows(loader, tmp_path):
+    (tmp_path / "not-a-record.json").write_text('{"x": 1}')
+    with pytest.warns(UserWarning, match="not-a-record.json"):
+        frame = loader(tmp_path)
+    assert frame.empty and len(frame.columns) > 0
+
+
 def test_missing_folder_is_an_error_naming_it(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope"):
         benchsuite.load(tmp_path / "nope")

@@ -186,6 +186,8 @@ def load_steps(path: str | Path) -> pd.DataFrame:
     """One row per (record, measured step): step time, training loss, tokens and validation loss
     (NaN after the steps with no evaluation)."""
     results = results_at(_folder(path))
+    if not results.records:  # nothing readable: the columns, no rows
+        return _frame(pd.DataFrame(), STEP_COLUMNS)
     names = dict(zip(results.df["rec"], results.df["record_name"]))
     paths = dict(zip(results.df["rec"], results.df["path"]))
     rows = [{"run_key": rec.run_key, "record_name": names[i], "suite": rec.suite, "workload": rec.workload,
