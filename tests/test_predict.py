@@ -201,3 +201,36 @@ train = {{ micro_batch = {rec['config']['train']['micro_batch']}, precision = "b
     w2 = shutil.copy("tests/fixtures/results/make_dvs-dense-w2.json", tmp_path / "w2.json")
     assert main(["predict", str(suite), "--system", H100, "--calibrate", str(w2)]) == 2
     assert "single-device record" in capsys.readouterr().err
+
+
+def test_calibrate_refuses_a_record_of_another_device_or_without_a_step_time(tmp_path, capsys):
+    """An A100's record does not calibrate an H100 file, a CPU's not a GPU file, and a record whose median
+    step time is null says so (it was a TypeError)."""
+    rec = json.loads(open("tests/fixtures/results/make_dvs-dense-w1.json").read())
+    m = rec["config"]["model"]
+    suite = tmp_path / "s.toml"
+    suite.write_text(f"""[suite]\nname = "s"\n[[workload]]\nname = "dense"\nkind = "dense"
+model = {{ layers = {m['layers']}, hidden = {m['hidden']}, heads = {m['heads']}, vocab = {m['vocab']}, seq_len = {m['seq_len']} }}
+train = {{ micro_batch = {rec['config']['train']['micro_batch']}, precision = "bf16" }}\n""")
+    cases = {"NVIDIA A100-SXM4-80GB": "the record ran on NVIDIA A100-SXM4-80GB, the system file describes NVIDIA H100",
+             "cpu": "the record ran on a CPU", "null step": "no median step time"}
+    for case, said in cases.items():
+        doc = json.loads(json.dumps(rec))
+        if case == "cpu":
+            doc["env"]["devices"][0].update(type="cpu", name="AMD EPYC")
+        elif case == "null step":
+            doc["metrics"]["step_time_s"]["median"] = None
+        else:
+            doc["env"]["devices"][0]["name"] = case
+        (tmp_path / "r.json").write_text(json.dumps(doc))
+        assert main(["predict", str(suite), "--system", H100, "--calibrate", str(tmp_path / "r.json")]) == 2, case
+        assert said in capsys.readouterr().err, case
+
+
+def test_tokens_past_float_range_are_refused_naming_the_option(tmp_path, capsys):
+    suite = tmp_path / "s.toml"
+    suite.write_text('[suite]\nname = "s"\n[[workload]]\nname = "dense"\n'  # twice GPT-3 175B: about 2 J a token
+                     'model = { layers = 192, hidden = 12288, heads = 96, vocab = 51200, seq_len = 2048 }\n')
+    assert main(["predict", str(suite), "--system", H100, "--tokens", "1.7e308", "--json"]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["error"] == "usage" and doc["message"].startswith("--tokens 1.7e+308: the training run of dense")

@@ -3,10 +3,11 @@ memory per device and the energy and CO2e of a training run (benchsuite/predict/
 
 from __future__ import annotations
 
+import math
 import warnings
 from pathlib import Path
 
-from benchsuite.commands.common import JSON, POSITIVE, path_arg, print_json, print_lines
+from benchsuite.commands.common import JSON, POSITIVE, UsageError, path_arg, print_json, print_lines
 from benchsuite.config import ConfigError
 from benchsuite.config.preflight import load_suite
 from benchsuite.record.types import Record
@@ -51,6 +52,10 @@ def run(args) -> int:
         system = calibrate(system, calibration_record(args.calibrate), args.calibrate)
     runs = [(f"{r.workload} · w{r.world_size} · seed {r.train.seed}", predict_run(r, system, args.tokens))
             for r in suite.runs]
+    for name, p in runs:
+        if not all(map(math.isfinite, (p.energy.run_hours, p.energy.run_kwh, p.energy.run_co2e_kg))):
+            raise UsageError(f"--tokens {args.tokens:g}: the training run of {name} would take hours, kWh or CO2e "
+                             f"past float range; give a number of tokens a training run has (e.g. 1e12)")
     if args.json:
         print_json({"suite": suite.name, "system": system.name, "system_source": system.source,
                     "runs": [prediction_doc(name, p) for name, p in runs]})

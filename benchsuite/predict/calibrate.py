@@ -29,6 +29,10 @@ def calibrate(system: System, rec: Record, source: str) -> System:
         raise ConfigError(source, [("--calibrate", f"needs a single-device record (world size 1), this one ran "
                                                    f"on {run.world_size}: its time holds communication; give a "
                                                    f"world-1 record of the same device")])
+    other = other_device(system, rec)
+    if other:
+        raise ConfigError(source, [("--calibrate", f"{other}: its rate is not this system's; give a record of "
+                                                   f"this system's device (or a system file of the record's)")])
     w = from_run(run, system.device.kind)
     step = rec.metrics.step_time_s.median if rec.metrics and rec.metrics.step_time_s else None
     if step is None:
@@ -46,3 +50,17 @@ def calibrate(system: System, rec: Record, source: str) -> System:
     device = rec.env.devices[0].name if rec.env.devices else "unknown device"
     return system.calibrated(rate, rate, f"compute rate {rate:.4g} TFLOP/s calibrated from {source} "
                                          f"({device}, {step:.4g} s per step)")
+
+
+def other_device(system: System, rec: Record) -> str | None:
+    """Why the record ran on another device than the system file describes (None when it did not): a CPU
+    record for a GPU file or the reverse, or a GPU of another name than the file's. A CPU file is
+    calibrated from whichever CPU the user's host has: that is what calibrating a CPU system is for."""
+    device = rec.env.devices[0] if rec.env.devices else None
+    kind = "gpu" if device is not None and device.type == "cuda" else "cpu" if device is not None else None
+    if kind is not None and kind != system.device.kind:
+        return (f"the record ran on a {kind.upper()} ({device.name}), the system file describes a "
+                f"{system.device.kind.upper()}")
+    if kind == "gpu" and system.device.name and (device.name or "").strip().lower() != system.device.name.lower():
+        return f"the record ran on {device.name}, the system file describes {system.device.name}"
+    return None
