@@ -150,6 +150,13 @@ def thread_plan(runs: list[RunConfig], cores: int | None = None, environ=os.envi
     return {sweep: Threads(max(1, cores // n), "sweep rule") for sweep, n in largest.items()}
 
 
+def key_of(run: RunConfig, hardware: dict, threads: Threads) -> str:
+    """The run key a run is measured and recorded under: its resolved config and the hardware it runs on,
+    the threads per rank included, so a rerun at another thread count (OMP_NUM_THREADS, another host's
+    cores) is another run, measured beside the first, never skipped as already recorded."""
+    return run.run_key({**hardware, "threads_per_rank": threads.per_rank})
+
+
 def worker_env(run: RunConfig, threads: Threads) -> dict:
     """The ranks' environment: the sweep's thread count (torchrun would otherwise pin every
     multi-rank run to one thread per rank), applied by the worker and recorded."""
@@ -527,7 +534,7 @@ def run_suite(suite: Suite, out_dir: str | Path, resume: bool = True, peak_tflop
     out_dir.mkdir(parents=True, exist_ok=True)
     hardware = hardware_identity()
     for p in planned:  # a newer benchsuite's record is never measured over (NewerRecordError names it)
-        path = record_path(out_dir, p.run, p.run.run_key(hardware), p.repeat)
+        path = record_path(out_dir, p.run, key_of(p.run, hardware, threads[p.run.sweep_id]), p.repeat)
         version = newer_version_at(path)
         if version is not None:
             raise NewerRecordError(version, path)
@@ -538,7 +545,7 @@ def run_suite(suite: Suite, out_dir: str | Path, resume: bool = True, peak_tflop
     with coordinate(out_dir, rdzv.rdzv_id, rdzv.endpoint, rdzv.nnodes, rdzv.node_rank) as nodes, \
             _suite_folder() as constants:
         for i, (run, rep) in enumerate((p.run, p.repeat) for p in planned):
-            key = run.run_key(hardware)
+            key = key_of(run, hardware, threads[run.sweep_id])
             rid = record_id(key, rep)
 
             def launch() -> RunOutcome:

@@ -123,13 +123,13 @@ def test_a_newer_benchsuites_record_is_never_replaced(tmp_path):
 def test_run_exits_2_before_measuring_over_a_newer_record(tmp_path, tiny_suite, capsys):
     from benchsuite.config import load_suite
     from benchsuite.environment import hardware_identity
-    from benchsuite.launch import record_path
+    from benchsuite.launch import key_of, record_path, thread_plan
 
     suite = tiny_suite()
     (run,) = load_suite(suite).runs
     out = tmp_path / "out"
     out.mkdir()
-    path = record_path(out, run, run.run_key(hardware_identity()))
+    path = record_path(out, run, key_of(run, hardware_identity(), thread_plan([run])[run.sweep_id]))
     path.write_text(json.dumps({"schema_version": SCHEMA_VERSION + 3, "status": "ok"}))
     assert cli.main(["run", str(suite), "--out", str(out)]) == 2
     said = capsys.readouterr().err

@@ -51,7 +51,8 @@ def user_record(loop: UserLoop, facts: RunFacts, ranks: list[RankResult], *, sta
                 duration_s: float) -> Record:
     """The record of one measured loop (rank 0), by the harness's formulas from what the loop told: the
     slowest rank's step times, rank 0's tokens and losses, the given FLOPs per token. Its run key is its
-    config's and the hardware's; it is repeat 0 (the caller knows the folder that may hold others)."""
+    config's and the hardware's, rank 0's threads included (a loop run at another thread count is another run);
+    it is repeat 0 (the caller knows the folder that may hold others)."""
     step_times = slowest_steps(ranks)
     work = Work(step_times, step_tokens(ranks[0].tokens, loop.tokens_per_step)[:len(step_times)],
                 loop.flops_per_token, None, UNKNOWN["hardware_per_token"])
@@ -59,6 +60,7 @@ def user_record(loop: UserLoop, facts: RunFacts, ranks: list[RankResult], *, sta
     metrics = {**shared_metrics(work, facts, ranks, energy, carbon),
                "reasons": null_reasons(loop, facts, ranks, work)}
     config = user_config(loop, facts, ranks)
-    stamp = Stamp(digest({"config": config, "hardware": hardware_identity()}), 0, started_at, duration_s)
+    hardware = {**hardware_identity(), "threads_per_rank": ranks[0].device["cpu_threads"]}
+    stamp = Stamp(digest({"config": config, "hardware": hardware}), 0, started_at, duration_s)
     return ok_record(stamp, config, env_section(facts, ranks), metrics, energy, carbon,
                      step_rows(work, ranks[0].losses))

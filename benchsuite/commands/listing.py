@@ -26,9 +26,9 @@ def run(args) -> int:
         return 0
     for r in rows:  # printable: a record's strings never drive the terminal (escape sequences)
         status = f"{r['status']}{' ⚠' if r['flagged'] else ''}"
-        out.print(printable(f"{r['run_key']}  {status:8}  {r['suite']}/{r['workload']}  w{r['world_size']} "
-                            f"n{r['nodes']} {r['scaling']}  seed {r['seed']} repeat {r['repeat']}  "
-                            f"{r['started_at']}"), markup=False)
+        # the record's name, as every view names it: what tells its run from the folder's others included
+        out.print(printable(f"{r['run_key']}  {status:8}  {r['suite']}  {r['record_name']}  {r['started_at']}"),
+                  markup=False)
     if not rows:
         err.print(f"no records in {printable(args.dir)}", markup=False)
     return 0

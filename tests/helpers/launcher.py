@@ -3,6 +3,7 @@ for a condition, and loading the records strictly (a partial or corrupt file fai
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 import time
@@ -25,11 +26,14 @@ def wait_for(predicate, timeout: float, what: str):
     raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
-def run_keys(suite_path: Path) -> list[str]:
+def run_keys(suite_path: Path, environ=os.environ) -> list[str]:
+    """The keys `benchsuite run` measures the suite's runs under here (the threads per rank it would give)."""
     from benchsuite.environment import hardware_identity
+    from benchsuite.launch import key_of, thread_plan
 
-    hw = hardware_identity()
-    return [run.run_key(hw) for run in load_suite(suite_path).runs]
+    runs = load_suite(suite_path).runs
+    hw, threads = hardware_identity(), thread_plan(runs, environ=environ)
+    return [key_of(run, hw, threads[run.sweep_id]) for run in runs]
 
 
 def workdirs(key: str) -> set[Path]:
