@@ -413,3 +413,17 @@ def test_an_energy_change_inside_the_meters_bound_is_not_resolvable_whatever_the
     b = [_bounded(r, 0.002) for r in _repeats(DENSE, speed=1 / 1.1, spread=[1.0, 1.0005, 0.9995])]
     m = next(x for x in _compare(a, b).metrics if x.metric == "j_per_token")
     assert m.verdict is Verdict.WORSE and m.meter_bound[0] > 1
+
+
+def test_two_folders_that_differ_only_by_threads_per_rank_name_the_difference(tmp_path, capsys):
+    """The likeliest cause of a CPU run's 10× change is in the hardware column on both sides, not hidden
+    behind the same CPU name."""
+    name = "smoke__dense-tiny__w1n1-weak__ee7bbe62e331231c.json"
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    doc = to_dict(read_record(FIXTURES / name))
+    for folder, threads in (("a", 2), ("b", 1)):
+        doc["env"]["threads_per_rank"] = threads
+        (tmp_path / folder / name).write_bytes(encode(doc))
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json"]) == 0
+    (run,) = json.loads(capsys.readouterr().out)["runs"]
+    assert run["hardware_a"].endswith(", 2 threads per rank") and run["hardware_b"].endswith(", 1 thread per rank")

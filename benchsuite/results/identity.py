@@ -54,12 +54,16 @@ def run_identity(rec: Record) -> str:
 
 
 def hardware_label(records: list[Record]) -> str:
-    """'2× NVIDIA H100 80GB HBM3' from each record's devices; records on different hardware are all
-    named, joined by '; '."""
+    """'2× NVIDIA H100 80GB HBM3', with ', 2 threads per rank' where the record states them (a part of the run
+    as much as the devices: the likeliest cause of a CPU run's change), from each record's devices; records
+    on different hardware are all named, joined by '; '."""
     labels = []
     for rec in records:
         names = Counter(str(dev.name) for dev in rec.env.devices or [])
         label = " + ".join(f"{n}× {name}" for name, n in names.items()) or "unknown"
+        threads = rec.env.threads_per_rank
+        if threads is not None:
+            label += f", {threads} thread{'s' if threads != 1 else ''} per rank"
         if label not in labels:
             labels.append(label)
     return "; ".join(labels)
