@@ -35,7 +35,7 @@ def test_a_run_far_slower_than_predicted_is_flagged_with_a_suspect(rows):
 def test_runs_on_other_hardware_or_a_users_loop_are_not_compared(rows):
     cpu = rows["dense-tiny · w1"]
     assert cpu.predicted_step_s is None and not cpu.flagged
-    assert cpu.reason == "measured on 1× AMD EPYC; the system file describes NVIDIA H100 80GB HBM3"
+    assert cpu.reason == "measured on 1× AMD EPYC, 2 threads per rank; the system file describes NVIDIA H100 80GB HBM3"
     doc = make_record()
     doc["config"]["kind"] = "user"
     (rec,) = records_of([doc])
