@@ -19,6 +19,7 @@ import torch.nn.functional as F
 import benchsuite
 from benchsuite.config import ModelConfig
 from benchsuite.data import SyntheticSource
+from benchsuite.dist import shutdown
 from benchsuite.energy.common import Reading
 from benchsuite.energy.meters import NodeEnergyMonitor
 from benchsuite.models.transformer import build_model
@@ -94,7 +95,9 @@ def main(out: str, steps: int) -> None:
     with benchsuite.measure("user-gpt", tokens_per_step=MICRO_BATCH * MODEL.seq_len * world, out=out,
                             energy={"min_window_s": 0}, description="plain loop, built-in GPT, DDP on gloo") as m:
         train(m, steps, rank=rank, world=world)
-    torch.distributed.destroy_process_group()
+    # the harness's teardown: DDP's state sits in reference cycles that hold the process group; destroyed at
+    # interpreter exit instead, gloo's threads abort the rank (SIGABRT) now and then on a busy machine
+    shutdown()
 
 
 if __name__ == "__main__":
