@@ -481,6 +481,15 @@ def apply_threads() -> None:
         torch.set_num_threads(int(threads))
 
 
+def launched(spec: dict, started_at: str, t0: float) -> tuple[str, float]:
+    """(start, seconds so far) of the run: from the launcher's start when it names one (the launch, the
+    process start and torch's import included, as a failed run's record counts them), else from this
+    worker's (a rank started without the launcher)."""
+    if "launched_unix_s" in spec:
+        return spec["launched_at"], time.time() - spec["launched_unix_s"]
+    return started_at, time.perf_counter() - t0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="benchsuite.worker")
     p.add_argument("workdir", help="the run's folder: run.json in, pid and error files out")
@@ -502,7 +511,7 @@ def main(argv: list[str] | None = None) -> int:
         mine, facts = run_rank(run, ctx, spec["peak_tflops"], log, constants)
         ranks = bdist.all_gather_objects(mine, ctx)
         if ctx.is_main:  # repeat: which measurement of the run (launch.plan)
-            stamp = Stamp(spec["run_key"], spec.get("repeat", 0), started_at, time.perf_counter() - t0)
+            stamp = Stamp(spec["run_key"], spec.get("repeat", 0), *launched(spec, started_at, t0))
             write_record(spec["out"], harness_record(run, facts, ranks, stamp))
         bdist.shutdown()
         inject_fault(rank, phase="exit")

@@ -1,10 +1,13 @@
-"""The thread count per rank is part of a run: a rerun at another OMP_NUM_THREADS into the same folder is
-another run, measured beside the first (it was skipped as "already recorded", or written under the same
-key), and every view names the two apart; a rerun at the same count is skipped."""
+"""What a launched run is and how long it took. The thread count per rank is part of a run: a rerun at
+another OMP_NUM_THREADS into the same folder is another run, measured beside the first (it was skipped as
+"already recorded", or written under the same key), and every view names the two apart; a rerun at the same
+count is skipped. A record's duration counts from the launch."""
 
 from __future__ import annotations
 
+import datetime
 import json
+from pathlib import Path
 
 import pytest
 
@@ -34,3 +37,18 @@ def test_a_rerun_at_another_thread_count_is_another_run(tmp_path, tiny_suite):
     assert names == ["dense · w1 · 1 thread · seed 0 · repeat 0", "dense · w1 · 2 threads · seed 0 · repeat 0"]
     text = run_cli("list", str(out)).stdout
     assert all(name in text for name in names)
+
+
+@pytest.mark.procs
+def test_a_records_duration_counts_from_the_launch(tmp_path, tiny_suite):
+    """duration_s is the run's wall time, launch included (the process start and torch's import are most of
+    a tiny run): at least most of what the launcher timed, and started_at is the launcher's start."""
+    from benchsuite.config import load_suite
+    from benchsuite.launch import run_suite
+    from benchsuite.results.store import read_record
+
+    t0 = datetime.datetime.now(datetime.timezone.utc)
+    (outcome,) = run_suite(load_suite(tiny_suite()), tmp_path / "out")
+    rec = read_record(Path(outcome.record_path))
+    assert outcome.duration_s * 0.7 <= rec.duration_s <= outcome.duration_s
+    assert (rec.started_at - t0).total_seconds() < 1.0  # the launch, not the worker's start after torch's import
