@@ -252,3 +252,28 @@ def test_project_from_a_record_whose_optional_fields_are_null():
     rec["carbon"].update(intensity_source=None)
     out = carbon.project_from_record(rec, tokens=1e9)
     assert (out["energy_includes"], out["energy_source"], out["intensity_source"]) == ([], "unavailable", "record")
+
+
+def test_a_run_of_two_seeds_projects_from_the_throughput_and_j_per_token_it_prints(tmp_path, capsys):
+    """hours, kWh and CO2e follow from the printed per-device tok/s and J/token by the printed formulas (a
+    median of each record's hours beside a median of tok/s did not: 1/median ≠ median of 1/x)."""
+    from pathlib import Path
+
+    from benchsuite.cli import main
+
+    doc = json.loads((Path(__file__).parent / "fixtures" / "results" / "make_dvs-dense-w1.json").read_text())
+    for seed, share in ((0, 0.5), (1, 0.125)):
+        rec = json.loads(json.dumps(doc))
+        rec["run_key"] = f"{doc['run_key']}{seed}"
+        rec["config"]["train"]["seed"] = seed
+        rec["metrics"]["tokens_per_s"] *= share
+        rec["metrics"]["energy"]["j_per_token"] /= share  # the same power over fewer tokens
+        (tmp_path / f"r{seed}.json").write_text(json.dumps(rec))
+    assert main(["carbon", "project", str(tmp_path), "--tokens", "1e12", "--json"]) == 0
+    (run,) = json.loads(capsys.readouterr().out)
+    assert run["records_projected"] == 2 and run["hours_range"][0] < run["hours_range"][1]
+    tokens, devices = run["tokens"], run["devices"]
+    assert run["hours"] == pytest.approx(tokens / (run["tokens_per_s_per_device"] * devices) / 3600, rel=1e-12)
+    assert run["energy_kwh"] == pytest.approx(tokens * run["j_per_token"] / 3.6e6, rel=1e-12)
+    assert run["facility_kwh"] == pytest.approx(run["energy_kwh"] * run["pue"], rel=1e-12)
+    assert run["co2e_t"] == pytest.approx(run["facility_kwh"] * run["intensity_g_per_kwh"] / 1e6, rel=1e-12)

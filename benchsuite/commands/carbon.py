@@ -110,13 +110,13 @@ PROJECTED = ("hours", "energy_kwh", "facility_kwh", "co2e_t", "j_per_token", "to
 
 
 def _run_projection(results, row: dict, args, intensity) -> dict:
-    """One run's projection: each record's, and the run's figure the median over seeds of each seed's
-    median over repeats (results/model.run_median), with the range over the records. energy/carbon.py reads
+    """One run's projection from one throughput and one J/token: each the median over seeds of each seed's
+    median over its records' (results/model.run_median), so hours, kWh and CO2e follow from exactly the
+    figures printed; beside each figure the range of the records' own projections. energy/carbon.py reads
     records as JSON values (the record's writer uses it too): each record is handed to it as its document."""
     import msgspec
 
-    from benchsuite.energy import carbon, footprint
-    from benchsuite.energy.footprint import J_PER_KWH, Usage
+    from benchsuite.energy import carbon
     from benchsuite.results.identity import seed_of
     from benchsuite.results.stats import run_median
 
@@ -141,16 +141,17 @@ def _run_projection(results, row: dict, args, intensity) -> dict:
     if not projections:
         return {**head, "error": errors[0]}
     first = projections[0][1]
-    out = {**head, **{k: v for k, v in first.items() if k not in PROJECTED and k != "run_key"}}
-    for key in PROJECTED:
-        values = [(seed, p[key]) for seed, p in projections]
-        out[key] = run_median(values)
-        out[f"{key}_range"] = [min(v for _, v in values), max(v for _, v in values)]
+    rates = {key: run_median([(seed, p[key]) for seed, p in projections])
+             for key in ("j_per_token", "tokens_per_s_per_device")}
     first_energy, first_carbon = recs[0].energy, recs[0].config.carbon
-    usage = Usage(out["energy_kwh"] * J_PER_KWH, out["pue"], out["devices"], out["hours"],
-                  bool(first_energy and first_energy.per_device))  # the parts of the run's median figures
     carbon_config = msgspec.to_builtins(first_carbon) if first_carbon else {}
-    out.update(footprint.parts(usage, carbon.parts_config(carbon_config, _parts_given(args))))
+    run = carbon.project(args.tokens, first["devices"], rates["j_per_token"], rates["tokens_per_s_per_device"],
+                         first["pue"], carbon.Intensity(first["intensity_g_per_kwh"], first["intensity_source"]),
+                         carbon.parts_config(carbon_config, _parts_given(args)),
+                         gpus=bool(first_energy and first_energy.per_device))
+    out = {**head, **{k: v for k, v in first.items() if k not in run and k != "run_key"}, **run}
+    for key in PROJECTED:
+        out[f"{key}_range"] = [min(p[key] for _, p in projections), max(p[key] for _, p in projections)]
     out["records_projected"] = len(projections)
     if errors:
         out["records_not_projected"] = errors
