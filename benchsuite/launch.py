@@ -402,8 +402,9 @@ def launch_run(run: RunConfig, key: str, out_dir: Path, hardware: dict, rdzv: Re
                                                       "log_json": str(out_dir / "logs" / json_log_name),
                                                       "suite_constants": str(constants) if constants else None,
                                                       "record_name": final.stem,
-                                                      # the record's start and duration count from here
-                                                      "launched_at": started_at, "launched_unix_s": time.time()}))
+                                                      # the record's start and duration count from here: the
+                                                      # monotonic clock is one clock for every process of a host
+                                                      "launched_at": started_at, "launched_monotonic_s": t0}))
         error = _run_ranks(run, launch_command(run, rid, workdir, rdzv), workdir, out_dir / "logs", log_name,
                            threads, stop, on_progress)
         if error is None and rdzv.node_rank == 0 and not final.exists():

@@ -484,10 +484,11 @@ def apply_threads() -> None:
 def launched(spec: dict, started_at: str, t0: float) -> tuple[str, float]:
     """(start, seconds so far) of the run: from the launcher's start when it names one (the launch, the
     process start and torch's import included, as a failed run's record counts them), else from this
-    worker's (a rank started without the launcher)."""
-    if "launched_unix_s" in spec:
-        return spec["launched_at"], time.time() - spec["launched_unix_s"]
-    return started_at, time.perf_counter() - t0
+    worker's (a rank started without the launcher). Both are perf_counter readings: on Linux its clock
+    (CLOCK_MONOTONIC) is one clock for every process of a host, and rank 0 runs on the host of the
+    launcher that wrote run.json."""
+    t0 = spec.get("launched_monotonic_s", t0)
+    return spec.get("launched_at", started_at), time.perf_counter() - t0
 
 
 def main(argv: list[str] | None = None) -> int:
