@@ -233,7 +233,11 @@ def as_record(rec: Record | dict) -> Record:
 
 def encode(rec: Record | dict) -> bytes:
     """The record's file: strict JSON of every declared field, keys sorted, indented by one, text as UTF-8."""
-    doc = to_dict(as_record(rec))
+    return file_bytes(to_dict(as_record(rec)))
+
+
+def file_bytes(doc: dict) -> bytes:
+    """A typed record's JSON values (to_dict) as its file's bytes."""
     return json.dumps(doc, indent=1, sort_keys=True, allow_nan=False, ensure_ascii=False).encode("utf-8")
 
 

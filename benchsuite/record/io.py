@@ -8,7 +8,7 @@ import stat
 from pathlib import Path
 
 from benchsuite.atomic import atomic_file
-from benchsuite.record.codec import NewerRecordError, RecordError, as_record, encode, parse, to_dict
+from benchsuite.record.codec import NewerRecordError, RecordError, as_record, file_bytes, parse, to_dict
 from benchsuite.record.names import record_filename
 from benchsuite.record.types import SCHEMA_VERSION, Record
 
@@ -59,9 +59,9 @@ def write_record(out_dir: str | Path, rec: Record | dict) -> Path:
     """The typed record (a dict is checked by the types first: codec.as_record), written atomically: a
     reader sees the old record or the whole new one, never a partial record, even if this process is killed
     mid-write. A record of a newer schema at the same name is never replaced (NewerRecordError)."""
-    rec = as_record(rec)
-    final = Path(out_dir) / record_filename(to_dict(rec))
-    data = encode(rec)
+    doc = to_dict(as_record(rec))  # once: the file's name and its bytes
+    final = Path(out_dir) / record_filename(doc)
+    data = file_bytes(doc)
     newer = newer_version_at(final)
     if newer is not None:
         raise NewerRecordError(newer, final)

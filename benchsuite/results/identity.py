@@ -10,7 +10,6 @@ Every view groups records this way (results/model.py), and names a record by all
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections import Counter
 from typing import Any
 
@@ -26,9 +25,9 @@ SEED = ("train", "seed")
 SITE_SETTINGS = (("energy",), ("carbon",))
 
 
-def without(config: Config | dict, paths) -> dict:
-    """The config as JSON values (a copy), with each dotted path (a tuple of keys) removed."""
-    cfg = msgspec.to_builtins(config) if isinstance(config, Config) else json.loads(json.dumps(config, default=str))
+def without(config: Config, paths) -> dict:
+    """The config as JSON values, with each dotted path (a tuple of keys) removed."""
+    cfg = msgspec.to_builtins(config)
     for path in paths:
         parent = dig(cfg, *path[:-1]) if len(path) > 1 else cfg
         if isinstance(parent, dict):
