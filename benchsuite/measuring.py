@@ -36,9 +36,9 @@ import torch.distributed as dist
 
 from benchsuite import config as cfg
 from benchsuite.assembly import RankResult, RunFacts, UserLoop, user_record
+from benchsuite.config.preflight import check_carbon
 from benchsuite.device import peak_memory, pick_device, resolve_precision
 from benchsuite.energy.attribution import attribute_energy
-from benchsuite.energy.carbon import place_problems
 from benchsuite.energy.meters import NodeEnergyMonitor
 from benchsuite.energy.windows import combine_windows
 from benchsuite.environment import device_info
@@ -82,7 +82,7 @@ def _checked(cls, value, where: str):
     problems: list = []
     section, refused = cfg.build_section(cls, asdict(value) if isinstance(value, cls) else value, where, problems)
     if cls is cfg.CarbonConfig:
-        cfg.check_carbon(section, {f"carbon.{k}" for k in refused}, where, problems, place_problems)
+        check_carbon(section, {f"carbon.{k}" for k in refused}, where, problems)
     if problems:
         raise cfg.ConfigError(f"benchsuite.measure({where}=...)", problems)
     return section

@@ -24,6 +24,8 @@ LAYERS: list[tuple[str, str, tuple[str, ...]]] = [
     ("parts", "what a rank is made of: hardware identity, meters, data, models, the layout",
      ("benchsuite.environment", "benchsuite.energy", "benchsuite.data", "benchsuite.models",
       "benchsuite.layout", "benchsuite.suite_constants", "benchsuite.progress", "benchsuite.runlock")),
+    ("preflight", "the suite checks that open files: token data, codecarbon's places",
+     ("benchsuite.config.preflight",)),
     ("distributed", "process groups and meshes from torchrun's environment", ("benchsuite.dist",)),
     ("metrics", "FLOPs, memory, communication, timing, quality: figures from parts", ("benchsuite.metrics",)),
     ("parallel", "functions that parallelize a plain model", ("benchsuite.parallel",)),
@@ -32,8 +34,7 @@ LAYERS: list[tuple[str, str, tuple[str, ...]]] = [
      ("benchsuite.assembly", "benchsuite.worker", "benchsuite.measuring", "benchsuite.adapters")),
     ("results", "readers: a folder's records, the results model and its views", ("benchsuite.results",)),
     ("dashboard", "the static site", ("benchsuite.dashboard",)),
-    ("launch", "running suites: preflight, launcher, Slurm scripts",
-     ("benchsuite.config.preflight", "benchsuite.launch", "benchsuite.slurm")),
+    ("launch", "running suites: launcher, Slurm scripts", ("benchsuite.launch", "benchsuite.slurm")),
     ("cli", "the command and the package's API", ("benchsuite.commands", "benchsuite.cli", "benchsuite")),
 ]
 

@@ -7,7 +7,6 @@ preflight.py's, which every verb that runs or reads a suite calls (`preflight.lo
 """
 
 from benchsuite.config.names import name_problem, name_skeleton
-from benchsuite.config.places import check_carbon
 from benchsuite.config.problems import ConfigError
 from benchsuite.config.ranks import RANKS_PER_CORE, check_ranks_per_node, usable_cores
 from benchsuite.config.sections import (SECTIONS, CarbonConfig, EnergyConfig, ModelConfig, MoEConfig, ParallelConfig,
@@ -18,5 +17,5 @@ from benchsuite.config.sweeps import SWEEP_KEYS
 
 __all__ = ["MAX_RUNS", "RANKS_PER_CORE", "SECTIONS", "SWEEP_KEYS", "TOP_KEYS", "CarbonConfig", "ConfigError",
            "EnergyConfig", "ModelConfig", "MoEConfig", "ParallelConfig", "RunConfig", "Suite", "TrainConfig",
-           "build_section", "check_carbon", "check_ranks_per_node", "later_keys", "load_suite", "name_problem",
+           "build_section", "check_ranks_per_node", "later_keys", "load_suite", "name_problem",
            "name_skeleton", "non_negative", "one_of", "parse_suite", "positive", "spec", "usable_cores"]

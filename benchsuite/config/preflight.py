@@ -3,32 +3,50 @@
 They are train.data's token file (it exists, its ids are below model.vocab, it holds enough tokens for
 model.seq_len) and carbon.country / carbon.region against codecarbon's offline data (a typo must not become
 the world average). They sit above the rest of the config package, reading benchsuite.data and
-benchsuite.energy. Every verb that runs, launches or reads a suite (run, slurm, flops, memory, predict) loads
-it with `load_suite` here: the config package's, with these checks added.
+benchsuite.energy, and below measure() (which checks its carbon= here). Every verb that runs, launches or
+reads a suite (run, slurm, flops, memory, predict) loads it with `load_suite` here: the config package's,
+with these checks added.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 
-from benchsuite.config.places import PLACES, check_carbon
 from benchsuite.config.problems import show
+from benchsuite.config.sections import CarbonConfig
 from benchsuite.config.suite import Draft, Suite, read_suite, read_suite_file
 from benchsuite.config.workload import WorkloadDraft
 from benchsuite.energy.carbon import place_problems
+
+
+PLACES = ("carbon.country", "carbon.region")
+
+
+def check_carbon(carbon: CarbonConfig, refused: Collection[str], where: str,
+                 problems: list[tuple[str, str]]) -> set[str]:
+    """carbon.country and carbon.region against codecarbon's offline data (a mistyped place must not silently
+    become the world average), each problem appended under `where`; a suite's [carbon] and measure()'s
+    carbon= alike. A value refused already ("carbon.country" in `refused`) is not judged, nor a region whose
+    country was refused (a region is read within its country). Returns the keys refused ("country", "region")."""
+    if "carbon.country" in refused:
+        return set()
+    found = place_problems(carbon.country, None if "carbon.region" in refused else carbon.region)
+    problems += [(f"{where}.{key}", reason) for key, reason in found]
+    return {key for key, _ in found}
 
 
 def _check_places(draft: Draft) -> None:
     """The suite's own [carbon] once; each workload's where it gives country or region itself (a place the
     suite's [carbon] gave and that was refused there is not judged again)."""
     top = draft.problems
-    bad = check_carbon(draft.carbon, top.refused, "carbon", top.found, place_problems)
+    bad = check_carbon(draft.carbon, top.refused, "carbon", top.found)
     for w in draft.workloads:
         if all(w.origins.get(key) == "suite" for key in PLACES):
             continue
         inherited_bad = {f"carbon.{key}" for key in bad if w.origins.get(f"carbon.{key}") == "suite"}
         check_carbon(w.sections["carbon"], w.problems.refused | inherited_bad, w.problems.path("carbon"),
-                     w.problems.found, place_problems)
+                     w.problems.found)
 
 
 def _data_problem(w: WorkloadDraft) -> tuple[str, str] | None:
