@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -85,17 +86,16 @@ def test_a_measured_plain_loop_records_what_the_harness_records_of_the_same_mode
     per_token = ref["metrics"]["flops"]["model_per_token"]
     rec = user_record(tmp_path, steps=steps + 2, warmup_steps=2, flops_per_token=per_token,
                       description="plain loop, built-in GPT")
-    again = harness_record(steps)  # the harness before and after the loop: how much a shared box moves
     m, r = rec["metrics"], ref["metrics"]
     assert rec["config"]["kind"] == "user" and rec["config"]["description"] == "plain loop, built-in GPT"
     assert rec["config"]["model"] is None and rec["config"]["train"] is None
     assert len(rec["steps"]) == steps and all(s["loss"] > 0 for s in rec["steps"])
     assert m["flops"]["model_per_token"] == per_token
     assert m["tokens_per_step"] == r["tokens_per_step"]
-    # within noise: the harness's own spread between its two runs around the loop, and as much again (other
-    # work on a 2-core box comes in bursts that can slow one run of a few milliseconds a step twofold)
-    harness = sorted(x["metrics"]["tokens_per_s"] for x in (ref, again))
-    assert harness[0] / 2 < m["tokens_per_s"] < harness[1] * 2
+    # the harness's formula on the loop's own steps (how fast the two are is a benchmark's question,
+    # benchmarks/bench_measure.py: on a shared 2-core box a burst slowed one side 2.8× in a full test pass)
+    assert m["tokens_per_s"] == m["tokens_per_step"] / m["step_time_s"]["median"]
+    assert m["step_time_s"]["median"] == statistics.median(s["time_s"] for s in rec["steps"])
     assert m["precision"] == r["precision"] == "fp32"
     assert m["peak_source"] == r["peak_source"] and m["mfu"] is r["mfu"] is None
     for key in ("source", "sources", "total_includes", "reasons"):

@@ -19,7 +19,8 @@ from torch import nn
 from benchsuite.config import MoEConfig, TrainConfig
 from benchsuite.device import resolve_precision
 from benchsuite.layout import EDP, EP, TP, ParallelDims
-from benchsuite.parallel.zero import PrecisionPolicy, apply_data_parallel, build_optimizer, precision_policy
+from benchsuite.parallel.zero import apply_data_parallel, build_optimizer, precision_policy
+from benchsuite.record.types import PrecisionPolicy
 
 
 @dataclass(frozen=True)
