@@ -20,8 +20,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import msgspec
-
 from benchsuite.config import RunConfig
 from benchsuite.predict import load_system, predict_run
 from benchsuite.predict.calibrate import calibrate
@@ -83,7 +81,7 @@ def measure(folder: Path) -> dict[str, Loaded]:
 def predictions(measured: dict) -> dict[str, Prediction]:
     """Each world-2 run's prediction on cpu-gloo.toml, calibrated from the suite's world-1 record."""
     system = calibrate(load_system(CPU), measured["ref"].record, str(measured["ref"].path))
-    return {name: predict_run(RunConfig.from_record(msgspec.to_builtins(one.record.config)), system)
+    return {name: predict_run(RunConfig.from_record(one.record.config), system)
             for name, one in measured.items() if name != "ref"}
 
 

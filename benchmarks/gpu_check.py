@@ -37,12 +37,13 @@ import tempfile
 import threading
 import time
 import tomllib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
+from msgspec.structs import replace
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))

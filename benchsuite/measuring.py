@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -80,7 +80,7 @@ def _checked(cls, value, where: str):
     if value is None:
         return cls()
     problems: list = []
-    section, refused = cfg.build_section(cls, asdict(value) if isinstance(value, cls) else value, where, problems)
+    section, refused = cfg.build_section(cls, msgspec.to_builtins(value) if isinstance(value, cls) else value, where, problems)
     if cls is cfg.CarbonConfig:
         check_carbon(section, {f"carbon.{k}" for k in refused}, where, problems)
     if problems:

@@ -28,7 +28,7 @@ gradients 6e-7.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from msgspec.structs import replace
 from typing import Callable
 
 import pytest

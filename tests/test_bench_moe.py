@@ -4,8 +4,7 @@ says were executed, and the padded / dropless pair its ratio line divides."""
 
 from __future__ import annotations
 
-import dataclasses
-
+import msgspec
 import pytest
 import torch
 
@@ -39,7 +38,7 @@ def test_it_compares_dense_switch_padded_and_dropless_top2_and_expert_choice_eac
 def test_layer_flops_are_what_the_layer_adds_to_a_models_model_flops(moe):
     """A 2-block model with every = 2 has one MoE block: its model FLOPs less the dense model's are
     the MoE layer's less the dense FFN's."""
-    moe = dataclasses.replace(moe, every=2)
+    moe = msgspec.structs.replace(moe, every=2)
     tokens = 4 * TINY.seq_len
     added = per_token(_run(moe)).model - per_token(_run(None)).model
     assert layer_flops_per_token(TINY, moe, tokens) - layer_flops_per_token(TINY, None, tokens) == added

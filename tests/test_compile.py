@@ -13,9 +13,9 @@ timed over a step that compiles nothing (its synchronised timers recompile the b
 
 from __future__ import annotations
 
-import dataclasses
 import types
 
+import msgspec
 import pytest
 import torch
 import torch.distributed as dist
@@ -100,9 +100,9 @@ def test_llama_style_block_compiles_without_break_or_recompile(backend):
     """RMSNorm, rotary tables passed into each block, grouped-query attention (SDPA's enable_gqa),
     per-head query/key norm and SwiGLU, under full recompute: one graph for both blocks."""
     run = make_run(None, "full")
-    llama = dataclasses.replace(run.model, heads=4, kv_heads=2, activation="swiglu", norm="rmsnorm", position="rope",
+    llama = msgspec.structs.replace(run.model, heads=4, kv_heads=2, activation="swiglu", norm="rmsnorm", position="rope",
                                 qk_norm="per_head")
-    compiled, _ = compile_and_train(dataclasses.replace(run, model=llama), backend)
+    compiled, _ = compile_and_train(msgspec.structs.replace(run, model=llama), backend)
     assert compiled == 1, f"{compiled} frames compiled for one block kind"
 
 
@@ -113,7 +113,7 @@ def test_dropless_block_on_grouped_mm_compiles_without_break_or_recompile(recomp
     even where the CPU kernel takes fp32), top-2 of 8 fine-grained experts plus a shared one. The
     split sizes stay on the device, so the block is one graph (loop_mm's host read is a break by design)."""
     run = make_run("token_choice", recompute)
-    run = dataclasses.replace(run, moe=MoEConfig(experts=8, router="token_choice", top_k=2, capacity_factor=0,
+    run = msgspec.structs.replace(run, moe=MoEConfig(experts=8, router="token_choice", top_k=2, capacity_factor=0,
                                                  every=2, shared_experts=1, expert_hidden=16, z_loss_coef=0.0))
     compiled, result = compile_and_train(run, backend, "bf16", expert_impl="grouped_mm")
     assert compiled == 2 and len(result.routing) == 1

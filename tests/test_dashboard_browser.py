@@ -106,7 +106,7 @@ def _names(pairs):
     return [[html.escape(n, quote=False), k] for n, k in pairs]
 
 
-H = f"{HOSTILE} (MoE · <b onmouseover=alert(3)>r</b>)"
+H = f"{HOSTILE} (MoE · Top-k)"
 # the runs with metrics.quality after the hostile one; switch-q last (the energy panel has no trace for it)
 QUALITY_RUNS = [("dense · w1 (dense)", 5), ("dense · w2 (dense)", 5), ("dense · w4 (dense)", 5),
                 ("dense-q (dense)", 6), ("gshard-q (MoE · GShard)", 6),
@@ -131,7 +131,7 @@ EXPECTED_INDEX = {
        for c in ("j_per_token", "gco2e_per_mtok")},
     # a trace (colour and marker) per model family
     "fig-compare-pareto": _names([("dense", 4), ("MoE · Switch", 3), ("MoE · GShard", 1),
-                                  ("MoE · <b onmouseover=alert(3)>r</b>", 1), ("Pareto front", 2)]),
+                                  ("MoE · Top-k", 1), ("Pareto front", 2)]),
     # three panels (tokens, energy, model FLOPs), a trace per run in each: 5 evaluations (eval_every 5 over
     # 20 steps) or 6 (every 4); switch-q has no energy meter, so no trace in the energy panel
     "fig-quality-curves": _names([(H, 5), *QUALITY_RUNS, (H, 5), *QUALITY_RUNS[:-1], (H, 5), *QUALITY_RUNS]),

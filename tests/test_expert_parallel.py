@@ -15,7 +15,7 @@ runs all its cases.
 """
 
 import tempfile
-from dataclasses import replace
+from msgspec.structs import replace
 from pathlib import Path
 
 import pytest

@@ -7,6 +7,7 @@ import datetime as dt
 import json
 import time
 
+import msgspec
 import pandas as pd
 import pytest
 
@@ -282,7 +283,7 @@ def test_footprint_export_joins_emissions_csv_by_run_id_with_the_bound_and_the_p
 
     cfg = CarbonConfig(pue=1.5, intensity_g_per_kwh=400.0, market_intensity_g_per_kwh=100.0, wue_l_per_kwh=0.5)
     rec = {**record("fp"), "schema_version": SCHEMA_VERSION, "energy": energy, "carbon": record_carbon(energy, cfg)}
-    rec["config"]["carbon"] = dataclasses.asdict(cfg)
+    rec["config"]["carbon"] = msgspec.to_builtins(cfg)
     folder = write_records(tmp_path / "results", [rec])
     assert main(["export", str(folder), "--format", "footprint"]) == 0
     assert main(["export", str(folder)]) == 0

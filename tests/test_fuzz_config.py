@@ -13,9 +13,9 @@ import math
 import re
 import time
 import tomllib
-from dataclasses import fields
 from pathlib import Path
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -149,7 +149,7 @@ VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3) | st.di
 
 
 def _section(cls) -> st.SearchStrategy:
-    keys = [f.name for f in fields(cls)] + ["bogus"]
+    keys = [f.name for f in msgspec.structs.fields(cls)] + ["bogus"]
     return st.dictionaries(st.sampled_from(keys), SCALARS | VALUES, max_size=4)
 
 

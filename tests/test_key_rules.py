@@ -58,7 +58,7 @@ VALUES = {
 
 def test_every_key_of_every_section_is_drawn():
     assert {sec: set(keys) for sec, keys in VALUES.items()} == {
-        sec: set(cls.__dataclass_fields__) for sec, cls in SECTIONS.items()}
+        sec: set(cls.__struct_fields__) for sec, cls in SECTIONS.items()}
 
 
 @st.composite

@@ -19,7 +19,7 @@ LAYERS: list[tuple[str, str, tuple[str, ...]]] = [
     ("base", "the record's types and files, and the machine's facts: nothing above them",
      ("benchsuite.record", "benchsuite.atomic", "benchsuite.terminal", "benchsuite.prctl", "benchsuite.runlog",
       "benchsuite.device", "benchsuite.nvml")),
-    ("config", "suites: section types, field specs, key rules, parsing, run keys",
+    ("config", "suites: parsing into the record's section types, key rules, run keys",
      ("benchsuite.config",)),
     ("parts", "what a rank is made of: hardware identity, meters, data, models, the layout",
      ("benchsuite.environment", "benchsuite.energy", "benchsuite.data", "benchsuite.models",

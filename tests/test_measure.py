@@ -3,8 +3,9 @@ left out of the timed steps (a tiny real run in this process, world of one)."""
 
 from __future__ import annotations
 
-import dataclasses
 import warnings
+
+import msgspec
 
 import benchsuite.data
 from benchsuite import dist as bdist
@@ -84,7 +85,7 @@ def test_a_long_runs_batches_are_staged_in_chunks_each_before_its_steps(monkeypa
     step, each the batch of its step number, and every measured step is timed once."""
     made, timed = spy_on_batches(monkeypatch)
     run = tiny_run(monkeypatch)
-    run = dataclasses.replace(run, train=dataclasses.replace(run.train, steps=5))
+    run = msgspec.structs.replace(run, train=msgspec.structs.replace(run.train, steps=5))
     step_bytes = 2 * run.micro_batch_per_rank * run.model.seq_len * 8  # inputs and targets, int64
     monkeypatch.setattr(worker, "STAGED_BYTES", 2 * step_bytes)
     mine, _ = worker.run_rank(run, bdist.init_distributed(run), None)

@@ -26,7 +26,9 @@ random weights leave none.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+
+from msgspec.structs import replace
 from typing import Callable
 
 import pytest

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import replace
+from msgspec.structs import replace
 from pathlib import Path
 
 import pytest

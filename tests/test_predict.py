@@ -8,6 +8,7 @@ import json
 import math
 import shutil
 
+import msgspec
 import pytest
 
 from benchsuite.cli import main
@@ -89,7 +90,7 @@ def test_data_parallel_overlap_hides_what_backward_covers():
     system = load_system(H100)
     w = workload(ParallelDims.from_degrees(dp=8), impl=Implementation.BENCHSUITE)
     hidden = run(w, system)
-    exposed = run(w, dataclasses.replace(system, node=dataclasses.replace(system.node, dp_overlap=0.0)))
+    exposed = run(w, dataclasses.replace(system, node=msgspec.structs.replace(system.node, dp_overlap=0.0)))
     from benchsuite.predict.compute import params_per_device
     assert exposed.dp_bytes_per_step == pytest.approx(2 * 7 / 8 * 4 * params_per_device(w))  # DDP: fp32 grads
     buckets = 1 + math.ceil((4 * params_per_device(w) - 2 ** 20) / (25 * 2 ** 20))  # DDP's 1 MiB, then 25 MiB
@@ -107,8 +108,8 @@ def test_framework_time_is_added_to_the_collectives_dtensor_and_fsdp2_issue_only
     from benchsuite.predict.compute import params_per_device
 
     base = load_system(H100)
-    base = dataclasses.replace(base, node=dataclasses.replace(base.node, dp_overlap=0.0))
-    slow = dataclasses.replace(base, node=dataclasses.replace(base.node, framework_us=1000.0))
+    base = dataclasses.replace(base, node=msgspec.structs.replace(base.node, dp_overlap=0.0))
+    slow = dataclasses.replace(base, node=msgspec.structs.replace(base.node, framework_us=1000.0))
     moe = MoEConfig(experts=8, router="switch", capacity_factor=1.0, every=2)
     bench = Implementation.BENCHSUITE
     calls = {"tensor_parallel": lambda w: tensor_parallel(w, base).calls * w.microbatches,

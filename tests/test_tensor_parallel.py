@@ -17,13 +17,14 @@ architectures every matrix split over the ranks and the norms and row-parallel b
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
-from dataclasses import replace
 
 import pytest
 import torch
 import torch.nn.functional as F
+from msgspec.structs import replace
 
 from benchsuite.config import ConfigError, RunConfig, parse_suite
 from benchsuite.dist import shutdown
@@ -116,7 +117,7 @@ def _rank(rank: int, world: int, cases: list, out_dir: str, device: str = "cpu")
         run = replace(run, model=replace(run.model, **model), train=replace(run.train, recompute=keys.get("recompute", "none")),
                       parallel=replace(run.parallel, sequence_parallel=keys.get("sequence_parallel", False)))
         ctx = make_ctx(rank, world, dp, tp, device=device)
-        ctx.dims = replace(ctx.dims, sequence_parallel=run.parallel.sequence_parallel)
+        ctx.dims = dataclasses.replace(ctx.dims, sequence_parallel=run.parallel.sequence_parallel)
         results[name] = train_and_compare(rank, world, run, ctx)
     (__import__("pathlib").Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(results))
     shutdown()  # collects FSDP2/mesh cycles first: no gloo abort at exit

@@ -15,7 +15,7 @@ group), its Ψ counted on the model (metrics.memory and metrics.comm count the G
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from msgspec.structs import replace
 from pathlib import Path
 
 import pytest

@@ -3,7 +3,7 @@ the loop told, a config of kind "user", and the reason for every figure it leave
 
 from __future__ import annotations
 
-from dataclasses import asdict
+import msgspec
 
 from benchsuite.assembly.inputs import UNKNOWN, RankResult, RunFacts, Stamp, UserLoop
 from benchsuite.assembly.sections import (Work, energy_and_carbon, env_section, ok_record, shared_metrics,
@@ -24,7 +24,7 @@ def user_config(loop: UserLoop, facts: RunFacts, ranks: list[RankResult]) -> dic
     return {"world_size": facts.world_size, "nodes": len({r.node_rank for r in ranks}), "scaling": "weak",
             "suite": loop.suite, "workload": loop.name, "kind": Kind.USER.value, "description": loop.description,
             "sweep_id": "", "model": None, "moe": None, "parallel": None, "train": None,
-            "energy": asdict(loop.energy), "carbon": asdict(loop.carbon)}
+            "energy": msgspec.to_builtins(loop.energy), "carbon": msgspec.to_builtins(loop.carbon)}
 
 
 def null_reasons(loop: UserLoop, facts: RunFacts, ranks: list[RankResult], work: Work) -> list[str]:

@@ -10,13 +10,15 @@ refused. The README's table of where keys apply is `table()`; `apply_rules` appl
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Callable
+
+import msgspec
 
 from benchsuite.config.merging import Inherited, inherited_path
 from benchsuite.config.problems import Problems
 from benchsuite.record.kinds import ROUTERS
+from benchsuite.record.sections import defaults
 
 
 @dataclass(frozen=True)
@@ -168,7 +170,7 @@ BY_KEY = {rule.key: rule for rule in RULES}
 
 def default_of(section: Any, key: str) -> Any:
     """The value a section's key has when a suite does not set it."""
-    return next(f.default for f in fields(section) if f.name == key)
+    return defaults(type(section))[key]
 
 
 def runs_anyway(rule: KeyRule, w: BuiltWorkload, value: Any) -> bool:
@@ -197,7 +199,7 @@ def apply_rules(w: BuiltWorkload, origins: dict[str, str], problems: Problems, i
             if origin != "workload":
                 inherited.used.add(path)
         elif origin != "workload":
-            w.sections[sec] = dataclasses.replace(w.sections[sec], **{name: default_of(w.sections[sec], name)})
+            w.sections[sec] = msgspec.structs.replace(w.sections[sec], **{name: default_of(w.sections[sec], name)})
             inherited.unused(path, f"applies to no workload of this suite: it needs "
                                    f"{rule.applies_when.replace('`', '')}")
         elif not runs_anyway(rule, w, getattr(w.sections[sec], name)):

@@ -3,14 +3,16 @@ preset under the workload's own tables; and which inherited keys took effect in 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from benchsuite.config.presets import Preset, lookup
 from benchsuite.config.problems import Problems, qkey
-from benchsuite.config.sections import SECTIONS, CarbonConfig, EnergyConfig
 from benchsuite.config.specs import read_section
 from benchsuite.config.sweeps import sweep_lists
+from benchsuite.record.sections import SECTIONS, CarbonConfig, EnergyConfig
 
 
 def inherited_path(key: str, origin: str) -> str:
@@ -62,14 +64,14 @@ def _read_defaults(defaults: Any, problems: Problems) -> tuple[dict[str, Any], s
     """[defaults] and the keys of each of its sections that is not a table (unknown to every workload)."""
     if not isinstance(defaults, dict):
         problems.add("defaults", "expected a table")
-        return {}, {f"{sec}.{f.name}" for sec, cls in SECTIONS.items() for f in fields(cls)}
+        return {}, {f"{sec}.{f.name}" for sec, cls in SECTIONS.items() for f in msgspec.structs.fields(cls)}
     unreadable = set()
     for key, v in defaults.items():
         if key not in SECTIONS:
             problems.add(f"defaults.{qkey(key)}", f"unknown key; valid keys: {', '.join(SECTIONS)}")
         elif not isinstance(v, dict):
             problems.add(f"defaults.{key}", "expected a table")
-            unreadable |= {f"{key}.{f.name}" for f in fields(SECTIONS[key])}
+            unreadable |= {f"{key}.{f.name}" for f in msgspec.structs.fields(SECTIONS[key])}
     return defaults, unreadable
 
 
@@ -82,7 +84,7 @@ def _read_suite_sections(doc: dict, problems: Problems) -> tuple[dict[str, dict[
         built[sec] = read_section(cls, raw, sec, problems)
         if isinstance(raw, dict):
             accepted[sec] = {key: getattr(built[sec], key) for key in raw
-                             if problems.known(f"{sec}.{key}") and key in cls.__dataclass_fields__}
+                             if problems.known(f"{sec}.{key}") and key in cls.__struct_fields__}
     return accepted, built["carbon"]
 
 
@@ -93,7 +95,7 @@ def read_layers(doc: dict, problems: Problems) -> Layers:
     inherited = Inherited({f"{sec}.{key}": f"{sec}.{key}" for sec, table in suite_level.items() for key in table}
                           | {f"defaults.{sec}.{key}": f"{sec}.{key}" for sec, table in defaults.items()
                              if sec in SECTIONS and isinstance(table, dict) for key in table
-                             if key in SECTIONS[sec].__dataclass_fields__})
+                             if key in SECTIONS[sec].__struct_fields__})
     sweep = sweep_lists(doc.get("sweep"), problems)
     return Layers(defaults, suite_level, sweep, set(problems.refused), unreadable, inherited, carbon)
 

@@ -14,7 +14,7 @@ from collections.abc import Collection
 from pathlib import Path
 
 from benchsuite.config.problems import show
-from benchsuite.config.sections import CarbonConfig
+from benchsuite.record.sections import CarbonConfig
 from benchsuite.config.suite import Draft, Suite, read_suite, read_suite_file
 from benchsuite.config.workload import WorkloadDraft
 from benchsuite.energy.carbon import place_problems

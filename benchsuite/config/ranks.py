@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from benchsuite.config.problems import ConfigError
-from benchsuite.config.sections import RunConfig
+from benchsuite.config.run import RunConfig
 from benchsuite.config.suite import Suite
 
 # CPU ranks a node starts per usable core unless told otherwise: gloo ranks beyond a few per core only

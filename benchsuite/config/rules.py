@@ -7,7 +7,8 @@ import os
 from typing import Any
 
 from benchsuite.config.problems import Problems
-from benchsuite.config.sections import EnergyConfig, ModelConfig, MoEConfig, RunConfig, TrainConfig
+from benchsuite.config.run import RunConfig
+from benchsuite.record.sections import EnergyConfig, ModelConfig, MoEConfig, TrainConfig
 from benchsuite.record.kinds import ROUTERS
 
 NAME_MAX, PATH_MAX = 255, 4096  # bytes of one path component and of a whole path (Linux file systems)

@@ -1,49 +1,52 @@
-"""Field specs of suite keys (each key's default, check and doc) and a section built from a file's table.
+"""A section built from a file's table, each refused value worded for a person.
 
-A spec is a dataclass field made by `spec(default, check, doc)`; its metadata's "check" (None: any value of
-the key's type) and "doc" are public: the README's key table, predict's system files and measure() read them.
+A section is a msgspec struct whose field types state what each key accepts (record/sections.py, predict's
+system file): msgspec judges a value against its field's type, as it judges a record's, and this module says
+why a refused value is wrong (its type, its range, its choices) and, where the type gives one, the fix.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import field, fields
-from typing import Any, Callable, get_args, get_origin, get_type_hints
+import types
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+import msgspec
 
 from benchsuite.config.problems import Problems, qkey, show
-
-Check = Callable[[Any], str | None]  # a given value's problem, or None when it is fine
-INT_MIN, INT_MAX = -(2**63), 2**63 - 1  # TOML integers are 64-bit
+from benchsuite.record.scalars import INT_MAX, INT_MIN
 
 
-def spec(default: Any, check: Check | None = None, doc: str = "") -> Any:
-    """A section's field: its default, the check of a value a file gives, and its doc."""
-    return field(default=default, metadata={"check": check, "doc": doc})
+def _parts(t: Any) -> tuple[list[Any], list[msgspec.Meta]]:
+    """The plain options of a field type (int, float, str, bool, None, or a Literal) and its constraints."""
+    if get_origin(t) is Annotated:
+        base, *metas = get_args(t)
+        options, inner = _parts(base)
+        return options, inner + [m for m in metas if isinstance(m, msgspec.Meta)]
+    if get_origin(t) in (Union, types.UnionType):
+        options, metas = [], []
+        for arg in get_args(t):
+            o, m = _parts(arg)
+            options += o
+            metas += m
+        return options, metas
+    return [t], []
 
 
-def positive(v: Any) -> str | None:
-    return None if v > 0 else "must be > 0"
+def doc_of(field: msgspec.structs.FieldInfo) -> str:
+    """A field's doc: the description its type carries ("" where none)."""
+    return " ".join(m.description for m in _parts(field.type)[1] if m.description)
 
 
-def non_negative(v: Any) -> str | None:
-    return None if v >= 0 else "must be >= 0"
+def _type_name(opt: Any) -> str:
+    return type(get_args(opt)[0]).__name__ if get_origin(opt) is Literal else getattr(opt, "__name__", str(opt))
 
 
-def one_of(*choices: Any) -> Check:
-    def check(v: Any) -> str | None:
-        return None if v in choices else f"must be one of {', '.join(map(repr, choices))}"
-
-    return check
-
-
-def _type_name(t: Any) -> str:
-    return getattr(t, "__name__", str(t))
-
-
-def _type_problem(t: Any, v: Any) -> str | None:
-    """None when v fits the annotated type t (int | None, float, str, bool)."""
-    options = get_args(t) if get_origin(t) is not None else (t,)
+def _type_problem(options: list[Any], v: Any) -> str | None:
+    """None when v is of one of the options' types (a Literal's values are judged by _value_problem)."""
     for opt in options:
+        if get_origin(opt) is Literal:
+            opt = type(get_args(opt)[0])
         if opt is type(None) and v is None:
             return None
         if opt is bool and isinstance(v, bool):
@@ -58,32 +61,57 @@ def _type_problem(t: Any, v: Any) -> str | None:
             return None
         if opt is str and isinstance(v, str):
             return None
-    names = " or ".join(_type_name(o) for o in options if o is not type(None))
-    return f"expected {names}, got {type(v).__name__} {show(v)}"
+    names = dict.fromkeys(_type_name(opt) for opt in options if opt is not type(None))
+    return f"expected {' or '.join(names)}, got {type(v).__name__} {show(v)}"
+
+
+def _value_problem(options: list[Any], metas: list[msgspec.Meta], v: Any) -> str:
+    """Why a value of the right type is refused: the choices it is not among, or the bound it crosses."""
+    for opt in options:
+        if get_origin(opt) is Literal:
+            return f"must be one of {', '.join(map(repr, get_args(opt)))}"
+    fix = next((m.extra["fix"] for m in metas if m.extra and "fix" in m.extra), None)
+    for m in metas:
+        for bound, op, holds in (("gt", ">", lambda b: v > b), ("ge", ">=", lambda b: v >= b),
+                                 ("lt", "<", lambda b: v < b), ("le", "<=", lambda b: v <= b)):
+            b = getattr(m, bound)
+            if b is not None and not holds(b):
+                return f"must be {op} {b}" + (f": {fix}" if fix else "")
+    return "not a valid value"
+
+
+def value_problem(field: msgspec.structs.FieldInfo, v: Any) -> str | None:
+    """Why `v` is not a valid value of `field` (None when it is), judged by msgspec against the field's type."""
+    options, metas = _parts(field.type)
+    err = _type_problem(options, v)
+    if err is not None:
+        return err
+    try:
+        msgspec.convert(v, field.type)
+    except msgspec.ValidationError:
+        return _value_problem(options, metas, v)
+    return None
 
 
 def build_section(cls: type, raw: Any, where: str, problems: list[tuple[str, str]]) -> tuple[Any, set[str]]:
     """The section `cls` built from the valid values of `raw` (defaults for the rest), and the keys whose
     value was refused (each problem appended to `problems` under `where`): the checks that read a refused
     key are skipped, so no problem is reported about a default the user never chose."""
-    known = {f.name: f for f in fields(cls)}
+    known = {f.name: f for f in msgspec.structs.fields(cls)}
     if not isinstance(raw, dict):
         problems.append((where, f"expected a table, got {type(raw).__name__}"))
         return cls(), set(known)
-    hints = get_type_hints(cls)
     values, refused = {}, set()
     for key, v in raw.items():
         if key not in known:
             problems.append((f"{where}.{qkey(key)}", f"unknown key; valid keys: {', '.join(known)}"))
             continue
-        err = _type_problem(hints[key], v)
-        if err is None and v is not None and known[key].metadata.get("check"):
-            err = known[key].metadata["check"](v)
+        err = value_problem(known[key], v)
         if err:
             problems.append((f"{where}.{key}", err))
             refused.add(key)
         else:
-            values[key] = float(v) if hints[key] in (float, float | None) and v is not None else v
+            values[key] = msgspec.convert(v, known[key].type)  # an int given for a float key becomes a float
     return cls(**values), refused
 
 

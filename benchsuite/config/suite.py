@@ -17,7 +17,8 @@ from benchsuite.config.merging import Layers, read_layers
 from benchsuite.config.names import name_problem, name_skeleton, nfc
 from benchsuite.config.problems import ConfigError, Problems, qkey, show
 from benchsuite.config.rules import check_run
-from benchsuite.config.sections import CarbonConfig, RunConfig
+from benchsuite.config.run import RunConfig
+from benchsuite.record.sections import CarbonConfig
 from benchsuite.config.sweeps import expand, run_count, workload_sweep
 from benchsuite.config.workload import WorkloadDraft, read_workload
 

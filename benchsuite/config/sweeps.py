@@ -4,14 +4,15 @@ one workload expanded from them (world size × nodes × scaling × seed × routi
 from __future__ import annotations
 
 import collections
-import dataclasses
 import itertools
 import math
 from typing import Any, Iterator
 
+import msgspec
+
 from benchsuite.config.problems import Problems, few, qkey
-from benchsuite.config.specs import INT_MAX
 from benchsuite.record.kinds import ROUTERS
+from benchsuite.record.scalars import INT_MAX
 
 SWEEP_KEYS = {"world_size", "nodes", "scaling", "seed", "routing"}
 SWEEP_DEFAULTS = {"world_size": [1], "nodes": [1], "scaling": ["weak"]}  # seed: the workload's train.seed
@@ -95,7 +96,7 @@ def expand(sweep: dict[str, list], sections: dict[str, Any]) -> Iterator[tuple[i
     """Each run of a sweep: world size, nodes, scaling, and the sections with the run's seed and routing."""
     for ws, nodes, scaling, seed, routing in itertools.product(sweep["world_size"], sweep["nodes"], sweep["scaling"],
                                                                sweep["seed"], sweep["routing"]):
-        seeded = {**sections, "train": dataclasses.replace(sections["train"], seed=seed)}
+        seeded = {**sections, "train": msgspec.structs.replace(sections["train"], seed=seed)}
         if routing is not None:
-            seeded["moe"] = dataclasses.replace(sections["moe"], routing=routing)
+            seeded["moe"] = msgspec.structs.replace(sections["moe"], routing=routing)
         yield ws, nodes, scaling, seeded

@@ -11,7 +11,7 @@ from benchsuite.config.merging import Layers, apply_preset, merge_sections
 from benchsuite.config.presets import Preset
 from benchsuite.config.problems import Problems, qkey, show
 from benchsuite.config.rules import check_workload
-from benchsuite.config.sections import SECTIONS
+from benchsuite.record.sections import SECTIONS
 from benchsuite.config.specs import read_section
 from benchsuite.config.sweeps import sweep_lists
 

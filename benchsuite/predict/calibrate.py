@@ -9,8 +9,6 @@ read (the command reads the file), so this package stays below the readers.
 
 from __future__ import annotations
 
-import msgspec
-
 from benchsuite.config import ConfigError, RunConfig
 from benchsuite.predict.compute import optimizer_s, token_flops
 from benchsuite.predict.system import System
@@ -24,7 +22,7 @@ def calibrate(system: System, rec: Record, source: str) -> System:
     if rec.status is not Status.OK or rec.config.kind is Kind.USER:
         raise ConfigError(source, [("--calibrate", "needs an ok record of a benchsuite run (not a failed run or "
                                                    "a benchsuite.measure() loop); give another record")])
-    run = RunConfig.from_record(msgspec.to_builtins(rec.config))
+    run = RunConfig.from_record(rec.config)
     if run.world_size != 1:
         raise ConfigError(source, [("--calibrate", f"needs a single-device record (world size 1), this one ran "
                                                    f"on {run.world_size}: its time holds communication; give a "

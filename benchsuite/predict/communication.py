@@ -21,8 +21,9 @@ reduce-scatters beside its forward and backward. Only the part longer than that 
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
+
+import msgspec
 
 from benchsuite.metrics.comm import (Collective, data_parallel_collectives, ring_bytes,
                                      tensor_parallel_collectives)
@@ -63,7 +64,7 @@ def _spans(group: int, stride: int, system: System) -> bool:
 
 def _stage_model(w: Workload):
     """One pipeline stage's layers (the tensor-parallel and expert collectives run per layer)."""
-    return dataclasses.replace(w.model, layers=max(1, w.model.layers // w.layout.pp))
+    return msgspec.structs.replace(w.model, layers=max(1, w.model.layers // w.layout.pp))
 
 
 def tensor_parallel(w: Workload, system: System) -> CommTime:

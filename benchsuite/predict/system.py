@@ -9,48 +9,50 @@ the user's own measurement. Every problem names the key and the fix (config.Conf
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Annotated, Literal
 
-from benchsuite.config import ConfigError, build_section, non_negative, one_of, positive, spec
+import msgspec
+from msgspec import Meta
+
+from benchsuite.config import ConfigError, build_section, doc_of
+from benchsuite.record.scalars import NonNegativeNum, PositiveInt, PositiveNum, Text
+from benchsuite.record.sections import ConfigSection, doc
 
 EXAMPLE = "workloads/systems/h100-8x.toml"
 
 
-def _fraction(v):
-    return None if 0 <= v <= 1 else "must be between 0 and 1"
+Fraction = Annotated[float, Meta(ge=0, le=1)]
 
 
-@dataclass(frozen=True)
-class DeviceSpec:
+class DeviceSpec(ConfigSection):
     """One accelerator (or one CPU rank): datasheet figures and the rates a training step achieves."""
 
-    name: str | None = spec(None, None, "the device, e.g. NVIDIA H100 80GB HBM3")
-    kind: str = spec("gpu", one_of("gpu", "cpu"), "cpu: precision \"auto\" is fp32, as the harness runs it")
-    peak_tflops: float | None = spec(None, positive, "dense bf16 (fp32 on a CPU) peak, datasheet")
-    matmul_tflops: float | None = spec(None, positive, "achieved on the weight matmuls of a training step")
-    attention_tflops: float | None = spec(None, positive, "achieved on the attention core")
-    memory_gb: float | None = spec(None, positive, "device memory (HBM), GB = 1e9 bytes")
-    memory_gbps: float | None = spec(None, positive, "memory bandwidth, GB/s (the optimizer step is bound by it)")
-    max_w: float | None = spec(None, positive, "board power at full load (TDP)")
-    idle_w: float | None = spec(None, positive, "board power while idle")
+    name: doc(Text | None, "the device, e.g. NVIDIA H100 80GB HBM3") = None
+    kind: doc(Literal["gpu", "cpu"], "cpu: precision \"auto\" is fp32, as the harness runs it") = "gpu"
+    peak_tflops: doc(PositiveNum | None, "dense bf16 (fp32 on a CPU) peak, datasheet") = None
+    matmul_tflops: doc(PositiveNum | None, "achieved on the weight matmuls of a training step") = None
+    attention_tflops: doc(PositiveNum | None, "achieved on the attention core") = None
+    memory_gb: doc(PositiveNum | None, "device memory (HBM), GB = 1e9 bytes") = None
+    memory_gbps: doc(PositiveNum | None, "memory bandwidth, GB/s (the optimizer step is bound by it)") = None
+    max_w: doc(PositiveNum | None, "board power at full load (TDP)") = None
+    idle_w: doc(PositiveNum | None, "board power while idle") = None
 
 
-@dataclass(frozen=True)
-class Link:
+class Link(ConfigSection):
     """A collective's cost on one kind of link: latency per call plus bytes sent per rank / bandwidth."""
 
-    gbps: float | None = spec(None, positive, "bus bandwidth per device a ring collective achieves, GB/s")
-    latency_us: float | None = spec(None, positive, "the fixed cost of one collective call, µs")
+    gbps: doc(PositiveNum | None, "bus bandwidth per device a ring collective achieves, GB/s") = None
+    latency_us: doc(PositiveNum | None, "the fixed cost of one collective call, µs") = None
 
 
-@dataclass(frozen=True)
-class Node:
-    name: str | None = spec(None, None, "what the file describes, e.g. 8x H100 SXM (DGX H100)")
-    devices_per_node: int | None = spec(None, positive, "devices one node holds")
-    dp_overlap: float = spec(1.0, _fraction, "share of data-parallel communication hidden behind backward")
-    framework_us: float = spec(0.0, non_negative, "host time DTensor and FSDP2 add to each collective they "
-                                                    "issue, µs (0 where the host runs ahead of the device)")
+class Node(ConfigSection):
+    name: doc(Text | None, "what the file describes, e.g. 8x H100 SXM (DGX H100)") = None
+    devices_per_node: doc(PositiveInt | None, "devices one node holds") = None
+    dp_overlap: doc(Fraction, "share of data-parallel communication hidden behind backward") = 1.0
+    framework_us: doc(NonNegativeNum, "host time DTensor and FSDP2 add to each collective they issue, µs (0 where "
+                                      "the host runs ahead of the device)") = 0.0
 
 
 @dataclass(frozen=True)
@@ -72,8 +74,8 @@ class System:
 
     def calibrated(self, matmul_tflops: float, attention_tflops: float, how: str) -> System:
         """The same system with the achieved rates of one measurement."""
-        return replace(self, device=replace(self.device, matmul_tflops=matmul_tflops,
-                                            attention_tflops=attention_tflops), source=f"{self.source}; {how}")
+        device = msgspec.structs.replace(self.device, matmul_tflops=matmul_tflops, attention_tflops=attention_tflops)
+        return replace(self, device=device, source=f"{self.source}; {how}")
 
 
 SECTIONS = {"system": Node, "device": DeviceSpec, "intra_node": Link, "inter_node": Link}
@@ -93,10 +95,10 @@ def parse_system(doc: dict, path: str | Path) -> System:
             problems.append((sec, f"missing section [{sec}]; add it (see {EXAMPLE})"))
             raw = {}
         built[sec], _ = build_section(cls, raw, sec, problems)
-        for f in fields(cls):
+        for f in msgspec.structs.fields(cls):
             given = isinstance(raw, dict) and f.name in raw
             if not given and f"{sec}.{f.name}" not in OPTIONAL and sec in doc:
-                problems.append((f"{sec}.{f.name}", f"missing key ({f.metadata['doc']}); add it "
+                problems.append((f"{sec}.{f.name}", f"missing key ({doc_of(f)}); add it "
                                                     f"(see {EXAMPLE})"))
     d = built["device"]
     if d.idle_w is not None and d.max_w is not None and d.idle_w > d.max_w:

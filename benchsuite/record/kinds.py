@@ -5,10 +5,17 @@ metered, another not measured)."""
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from benchsuite.record.types import Source
+
+class Source(enum.StrEnum):
+    """How an energy figure was obtained, strongest first (SOURCES: what each says of its figure)."""
+    MEASURED = "measured"
+    SAMPLED = "sampled"
+    ESTIMATED = "estimated"
+    UNAVAILABLE = "unavailable"
 
 
 @dataclass(frozen=True)

@@ -15,25 +15,19 @@ refused: a record is strict JSON); units are in field names (`_j`, `_w`, `_s`, `
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import enum
-import sys
 from typing import Annotated, Literal
 
 import msgspec
 from msgspec import Meta
 
-SCHEMA_VERSION = 6
+from benchsuite.record.kinds import Source
+from benchsuite.record.scalars import MAX_FLOAT, Count, Index, Int, Name, Num, Pue, Text, Time
+from benchsuite.record.sections import CarbonConfig, EnergyConfig, ModelConfig, MoEConfig, ParallelConfig, TrainConfig
 
-_MAX = sys.float_info.max
-Num = Annotated[float, Meta(ge=-_MAX, le=_MAX, description="a finite number")]
-Int = Annotated[int, Meta(ge=-(2**63), le=2**63 - 1)]
-Count = Annotated[int, Meta(ge=1, lt=2**31, description="a positive integer")]
-Index = Annotated[int, Meta(ge=0, lt=2**31, description="an integer >= 0")]
-Pue = Annotated[float, Meta(ge=1, le=_MAX, description="power usage effectiveness, >= 1")]
-Time = Annotated[dt.datetime, Meta(tz=True, description="RFC 3339 date and time with an offset (UTC)")]
-Text = Annotated[str, Meta(max_length=1_000_000)]
-Name = Annotated[str, Meta(pattern=r"^[^.]+$", max_length=200, description="a key: no dots (flattened names use them)")]
+SCHEMA_VERSION = 7
+
+
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +43,7 @@ class Bound:
 
 MAX_DEVICE_W = 2000.0  # average power of one GPU, or one node's CPU or DRAM, over a window
 MFU_VS_CEILING_MAX = 1.05  # above the matmul ceiling measured on the same device, past timing noise
-_FINITE = Meta(ge=-_MAX, le=_MAX, description="a finite number")
+_FINITE = Meta(ge=-MAX_FLOAT, le=MAX_FLOAT, description="a finite number")
 Joules = Annotated[float, _FINITE, Bound("energy", "a counter wrapped or was reset mid-window")]
 Watts = Annotated[float, _FINITE, Bound("average power", f"one device, or one node's CPU or DRAM, draws at most "
                                         f"{MAX_DEVICE_W:g} W: a counter wrapped or the window is wrong",
@@ -103,102 +97,11 @@ class Scaling(enum.StrEnum):
     STRONG = "strong"
 
 
-class Source(enum.StrEnum):
-    """How an energy figure was obtained, strongest first (record/kinds.SOURCES: what each says of its figure)."""
-    MEASURED = "measured"
-    SAMPLED = "sampled"
-    ESTIMATED = "estimated"
-    UNAVAILABLE = "unavailable"
-
-
 class Section(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """A closed part of the record: a key not declared here is an error, on write and on load."""
 
 
 # ----------------------------------------------------------------------------- config (resolved)
-
-class ModelConfig(Section):
-    layers: Int | None = None
-    hidden: Int | None = None
-    heads: Int | None = None
-    ffn_hidden: Int | None = None
-    vocab: Int | None = None
-    seq_len: Int | None = None
-    activation: Text | None = None
-    preset: Text | None = None
-    norm: Text | None = None
-    norm_eps: Num | None = None
-    position: Text | None = None
-    rope_theta: Num | None = None
-    kv_heads: Int | None = None
-    head_dim: Int | None = None
-    qk_norm: Text | None = None
-    bias: bool | None = None
-    tie_embeddings: bool | None = None
-
-
-class MoEConfig(Section):
-    router: Text | None = None
-    experts: Int | None = None
-    every: Int | None = None
-    capacity_factor: Num | None = None
-    expert_hidden: Int | None = None
-    aux_loss_coef: Num | None = None
-    z_loss_coef: Num | None = None
-    top_k: Int | None = None
-    min_capacity: Int | None = None
-    shared_experts: Int | None = None
-    score: Text | None = None
-    second_expert_policy: Text | None = None
-    normalize_top_k: bool | None = None
-    balance: Text | None = None
-    bias_update: Num | None = None
-    routing: Text | None = None
-
-
-class ParallelConfig(Section):
-    tensor: Int | None = None
-    zero: Int | None = None
-    expert: Int | None = None
-    pipeline: Int | None = None
-    microbatches: Int | None = None
-    schedule: Text | None = None
-    virtual_stages: Int | None = None
-    sequence_parallel: bool | None = None
-
-
-class TrainConfig(Section):
-    micro_batch: Int | None = None
-    steps: Int | None = None
-    warmup_steps: Int | None = None
-    grad_accum: Int | None = None
-    lr: Num | None = None
-    seed: Int | None = None
-    eval_every: Int | None = None
-    target_loss: Num | None = None
-    timeout_s: Num | None = None
-    precision: Text | None = None
-    recompute: Text | None = None
-    data: Text | None = None
-    compile: bool | None = None
-
-
-class EnergyConfig(Section):
-    idle_baseline_s: Num | None = None
-    min_window_s: Num | None = None
-
-
-class CarbonConfig(Section):
-    pue: Pue = 1.0
-    intensity_g_per_kwh: Num | None = None
-    country: Text | None = None
-    region: Text | None = None
-    market_intensity_g_per_kwh: Num | None = None
-    embodied_kg_per_device: Num | None = None
-    device_lifetime_years: Num | None = None
-    wue_l_per_kwh: Num | None = None
-    water_intensity_l_per_kwh: Num | None = None
-
 
 class Config(Section):
     """The run's resolved config (config.RunConfig.to_dict); its hash with the hardware is the run key."""
@@ -697,7 +600,7 @@ class Error(Section):
 
 class Record(Section):
     """One run's measurement: a JSON file per run, the project's product."""
-    schema_version: Literal[6]
+    schema_version: Literal[7]
     run_key: Text
     suite: Text
     workload: Text

@@ -9,7 +9,6 @@ Every view groups records this way (results/model.py), and names a record by all
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from typing import Any
 
@@ -83,10 +82,10 @@ def config_keys() -> list[str]:
     from benchsuite.config import SECTIONS, RunConfig
 
     keys = []
-    for f in dataclasses.fields(RunConfig):
+    for f in msgspec.structs.fields(RunConfig):
         if f.name in SECTIONS:
             keys.append(f.name)
-            keys += [f"{f.name}.{g.name}" for g in dataclasses.fields(SECTIONS[f.name])]
+            keys += [f"{f.name}.{g.name}" for g in msgspec.structs.fields(SECTIONS[f.name])]
         else:
             keys.append(f.name)
     return keys

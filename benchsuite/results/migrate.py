@@ -14,12 +14,13 @@ from __future__ import annotations
 import copy
 import datetime as dt
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import msgspec
 
 from benchsuite.record.codec import RecordError, check_version
 from benchsuite.record.kinds import experts_choose
+from benchsuite.record.sections import SECTIONS, CarbonConfig, MoEConfig, defaults
 from benchsuite.record.types import SCHEMA_VERSION
 from benchsuite.record.values import coefficient_of_variation, num
 
@@ -212,7 +213,6 @@ def upgrade_v2_moe(rec: dict) -> dict:
     is what the experts computed (expert choice, or no token dropped), else null; the imbalance over
     steps was not recorded (null). upgraded_from says so.
     """
-    from benchsuite.config import MoEConfig
     from benchsuite.models.moe import load_figures
 
     cfg_moe = (rec.get("config") or {}).get("moe")
@@ -222,8 +222,7 @@ def upgrade_v2_moe(rec: dict) -> dict:
     rec = copy.deepcopy(rec)
     cfg_moe, stats = (rec.get("config") or {}).get("moe"), (rec.get("metrics") or {}).get("moe")
     if isinstance(cfg_moe, dict):
-        defaults = {f.name: f.default for f in fields(MoEConfig) if f.name in NEW_MOE_CONFIG_KEYS}
-        cfg_moe.update({k: v for k, v in defaults.items() if k not in cfg_moe})
+        cfg_moe.update({k: v for k, v in defaults(MoEConfig).items() if k in NEW_MOE_CONFIG_KEYS and k not in cfg_moe})
     if isinstance(stats, dict):
         load = stats.get("expert_load")
         exact = experts_choose((cfg_moe or {}).get("router")) or stats.get("dropped_frac") == 0
@@ -329,13 +328,10 @@ def upgrade_later_keys(rec: dict) -> dict:
     """Every config section gains the keys added since version 4 (its LATER) at their defaults: what
     every older run ran (the GPT-2-style decoder, the learned loss-balanced router, no market-based or
     embodied carbon), so an older run's identity matches a new run's."""
-    from benchsuite.config import SECTIONS, later_keys
-
     config = rec.get("config") or {}
-    for sec, cls in SECTIONS.items():
-        if isinstance(config.get(sec), dict) and later_keys(cls):
-            defaults = {f.name: f.default for f in fields(cls) if f.name in later_keys(cls)}
-            config[sec].update({k: v for k, v in defaults.items() if k not in config[sec]})
+    for sec, section in SECTIONS.items():
+        if isinstance(config.get(sec), dict):
+            config[sec].update({k: v for k, v in defaults(section).items() if k in section.LATER and k not in config[sec]})
     return rec
 
 
@@ -388,7 +384,6 @@ def upgrade_v5_energy_bounds(rec: dict) -> dict:
 def upgrade_v5_carbon_parts(rec: dict) -> dict:
     """The carbon section gains the CO2e's bound and, beside it, the market-based, embodied and water parts
     as a new run would state them from the same energy and the (upgraded) config's [carbon] keys."""
-    from benchsuite.config import CarbonConfig
     from benchsuite.energy import footprint
     from benchsuite.energy.bounds import scaled
     from benchsuite.energy.carbon import usage_of
@@ -414,6 +409,25 @@ def update_to_6(rec: dict) -> dict:
                            Upgrade(upgrade_v5_carbon_parts, "carbon")])
 
 
+# ----------------------------------------------------------------------------- version 6 -> 7
+
+
+def upgrade_v6_config_nulls(rec: dict) -> dict:
+    """A config section's null keys dropped, so they read as the key's default: before version 7 the record's
+    sections were their own types, every key nullable; since then they are the suite's types (record/sections.py),
+    whose keys hold what the run ran. A null a run wrote is a key its config left at a null default."""
+    config = rec.get("config") or {}
+    for sec in SECTIONS:
+        if isinstance(config.get(sec), dict):
+            config[sec] = {k: v for k, v in config[sec].items() if v is not None}
+    return rec
+
+
+def update_to_7(rec: dict) -> dict:
+    """Version 6 -> 7: the config's sections are the suite's types (defaults, ranges and choices checked)."""
+    return _apply(rec, 7, [Upgrade(upgrade_v6_config_nulls, "config")])
+
+
 # ----------------------------------------------------------------------------- the chain
 
 
@@ -431,7 +445,7 @@ def _apply(rec: dict, version: int, upgrades: list[Upgrade]) -> dict:
 
 
 UPDATES: dict[int, Callable[[dict], dict]] = {2: update_to_2, 3: update_to_3, 4: update_to_4, 5: update_to_5,
-                                               6: update_to_6}  # version reached
+                                               6: update_to_6, 7: update_to_7}  # version reached
 
 
 def migrate(doc: object) -> dict:

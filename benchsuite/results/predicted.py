@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-import msgspec
 from rich.markup import escape
 from rich.table import Table
 
@@ -98,7 +97,7 @@ def beside(results: Results, system) -> list[Beside]:
         why = _not_comparable(rec, hardware, system)
         if why is None:
             try:
-                prediction = predict_run(RunConfig.from_record(msgspec.to_builtins(rec.config)), system)
+                prediction = predict_run(RunConfig.from_record(rec.config), system)
             except (ValueError, TypeError, ZeroDivisionError) as e:  # a config no harness run could have had
                 why = f"cannot be predicted: {e}"
         if why is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import torch
+from msgspec.structs import replace
 
 from benchsuite.config import CarbonConfig, EnergyConfig, ModelConfig, ParallelConfig, RunConfig, TrainConfig
 
@@ -14,7 +15,7 @@ MB, STEPS = 2, 3
 
 
 def make_run(world: int, tensor: int, zero: int = 0, activation: str = "gelu", precision: str = "fp32") -> RunConfig:
-    cfg = ModelConfig(**{**CFG.__dict__, "activation": activation})
+    cfg = replace(CFG, activation=activation)
     return RunConfig(suite="t", workload="w", kind="dense", model=cfg,
                      train=TrainConfig(micro_batch=MB, steps=STEPS, precision=precision),
                      parallel=ParallelConfig(tensor=tensor, zero=zero), energy=EnergyConfig(),
