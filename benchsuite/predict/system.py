@@ -17,8 +17,8 @@ import msgspec
 from msgspec import Meta
 
 from benchsuite.config import ConfigError, build_section, doc_of
-from benchsuite.record.scalars import NonNegativeNum, PositiveInt, PositiveNum, Text
-from benchsuite.record.sections import ConfigSection, doc
+from benchsuite.record.scalars import NonNegativeNum, PositiveInt, PositiveNum, Text, doc
+from benchsuite.record.sections import ConfigSection
 
 EXAMPLE = "workloads/systems/h100-8x.toml"
 

@@ -82,6 +82,31 @@ def field_column(path: str) -> FieldColumn:
         raise KeyError(f"{path}: not a scalar field of the record types (record/types.py)") from None
 
 
+def _description(t: mi.Type) -> str | None:
+    if isinstance(t, mi.UnionType):
+        return next((d for d in map(_description, t.types) if d), None)
+    if isinstance(t, mi.Metadata):
+        return (t.extra_json_schema or {}).get("description") or _description(t.type)
+    return None
+
+
+@functools.cache
+def described(path: str) -> str:
+    """A field's definition, stated once on its type (the JSON Schema's description): what a view labels the
+    figure with, its aggregation included. KeyError naming a path the types do not declare or describe."""
+    t: mi.Type = mi.type_info(Record)
+    for name in path.split("."):
+        inner = _struct(t)
+        field = next((f for f in inner.fields if f.name == name), None) if inner else None
+        if field is None:
+            raise KeyError(f"{path}: not a field of the record types (record/types.py)")
+        t = field.type
+    text = _description(t)
+    if not text:
+        raise KeyError(f"{path}: the record types give it no description (record/types.py)")
+    return text
+
+
 def view_columns(*columns: str) -> tuple[str, ...]:
     """The columns a view declares, checked when its module is imported: a name under one of the record's
     sections (metrics., energy., config., ...) must be a scalar field of the types, so a renamed or

@@ -14,17 +14,12 @@ import msgspec
 from msgspec import Meta
 
 from benchsuite.record.kinds import ROUTERS
-from benchsuite.record.scalars import NonNegativeInt, NonNegativeNum, PositiveInt, PositiveNum, Pue, Text
+from benchsuite.record.scalars import NonNegativeInt, NonNegativeNum, PositiveInt, PositiveNum, Pue, Text, doc
 
 # The worker's first two unmeasured steps are instrumented (step 0 counts FLOPs, step 1 measures
 # model-state and collective bytes, both eager); compile needs one more so it never lands in a measured step.
 MIN_WARMUP_STEPS = 2
 PIPELINE_SCHEDULES = ("1f1b", "interleaved", "gpipe")
-
-
-def doc(value_type: Any, text: str, **extra: str) -> Any:
-    """`value_type` with its doc (the JSON Schema's description) and, in `extra`, a `fix` a refusal adds."""
-    return Annotated[value_type, Meta(description=text, extra=extra or None)]
 
 
 WarmupSteps = doc(Annotated[int, Meta(ge=MIN_WARMUP_STEPS, le=2**63 - 1)], "at least 2, and 3 with compile = true",

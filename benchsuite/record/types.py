@@ -22,7 +22,7 @@ import msgspec
 from msgspec import Meta
 
 from benchsuite.record.kinds import Source
-from benchsuite.record.scalars import MAX_FLOAT, Count, Index, Int, Name, Num, Pue, Text, Time
+from benchsuite.record.scalars import MAX_FLOAT, Count, Index, Int, Name, Num, Pue, Text, Time, doc
 from benchsuite.record.sections import CarbonConfig, EnergyConfig, ModelConfig, MoEConfig, ParallelConfig, TrainConfig
 
 SCHEMA_VERSION = 7
@@ -291,7 +291,8 @@ class Comm(Section):
 class MoEMetrics(Section):
     dropped_frac: Fraction | None = None
     padding_frac: Fraction | None = None
-    load_max_over_mean: MaxOverMean | None = None
+    load_max_over_mean: doc(MaxOverMean | None, "busiest expert ÷ mean (each rank's tokens, last measured step, mean "
+                                                "over MoE layers and ranks)") = None
     aux_loss: Loss | None = None
     z_loss: Loss | None = None
     all_to_all_share: Fraction | None = None
@@ -300,11 +301,15 @@ class MoEMetrics(Section):
     upgraded_from: Text | None = None
     expert_load: list[list[Amount]] | None = None  # [MoE layer][expert]
     tokens_per_expert: list[list[Amount]] | None = None  # [MoE layer][expert]
-    tokens_per_expert_max: Amount | None = None
-    tokens_per_expert_mean: Amount | None = None
+    tokens_per_expert_max: doc(Amount | None, "tokens of the busiest expert (all ranks' tokens, last measured step, "
+                                              "busiest of any MoE layer)") = None
+    tokens_per_expert_mean: doc(Amount | None, "tokens per expert (all ranks' tokens, last measured step, mean over "
+                                               "MoE layers and experts)") = None
     imbalance_by_step: list[Ratio] | None = None
-    imbalance_mean: Ratio | None = None
-    imbalance_max: Ratio | None = None
+    imbalance_mean: doc(Ratio | None, "busiest expert ÷ mean (all ranks' tokens before capacity, mean over MoE "
+                                      "layers, mean over measured steps)") = None
+    imbalance_max: doc(Ratio | None, "busiest expert ÷ mean (all ranks' tokens before capacity, mean over MoE "
+                                     "layers, worst measured step)") = None
 
 
 class Pipeline(Section):

@@ -16,7 +16,7 @@ from rich.cells import cell_len
 from rich.markup import escape
 from rich.table import Table
 
-from benchsuite.record.columns import view_columns
+from benchsuite.record.columns import described, view_columns
 from benchsuite.record.values import format_step_ms, num, present
 from benchsuite.results.scaling import BASELINE
 from benchsuite.results.verdicts import FINAL_LOSS, PER_STEP, TO_TARGET, Consistency, Verdicts
@@ -284,10 +284,10 @@ def report_table(results: Results, fit: Fit = Fit()) -> Table:
 
 
 def _section_table(df: pd.DataFrame, title: str, columns: list[tuple[str, str, str]], when: str,
-                   fit: Fit) -> Table | None:
+                   fit: Fit, note: str = "") -> Table | None:
     """A table of the runs that have column `when` (None when no run has it, or --columns picks none of
-    its columns); its columns are most important first, and its first names the run: kept beside any
-    picked column, so a row always says whose figures it holds."""
+    its columns), with `note` under it; its columns are most important first, and its first names the run:
+    kept beside any picked column, so a row always says whose figures it holds."""
     if when not in df or df[when].isna().all():
         return None
     rows = [[_fmt(fmt, row.get(col)) for _, col, fmt in columns] for _, row in df[df[when].notna()].iterrows()]
@@ -299,8 +299,9 @@ def _section_table(df: pd.DataFrame, title: str, columns: list[tuple[str, str, s
     if picked and key not in fit.columns:
         fit = Fit(fit.width, (key, *fit.columns))
     table, left_out = _fitted_table(title, headers, rows, headers, fit)
-    if left_out:
-        table.caption = "\n".join(escape(line) for line in _left_out_line(left_out))
+    lines = ([note] if note else []) + (_left_out_line(left_out) if left_out else [])
+    if lines:
+        table.caption = "\n".join(escape(line) for line in lines)
     return table
 
 
@@ -317,7 +318,7 @@ def section_rows(results: Results, columns: list[tuple[str, str, str]], when: st
 MOE_COLUMNS = [("run", "label", "{}"), ("router", "router", "{}"),
                ("tok/s", "tokens_per_s", "{:,.0f}"), ("dropped", "metrics.moe.dropped_frac", "{:.1%}"),
                ("padding", "metrics.moe.padding_frac", "{:.1%}"),
-               ("load max/mean", "metrics.moe.load_max_over_mean", "{:.2f}"),
+               ("busiest ÷ mean", "metrics.moe.load_max_over_mean", "{:.2f}"),
                ("aux loss", "metrics.moe.aux_loss", "{:.4f}"), ("z loss", "metrics.moe.z_loss", "{:.4f}"),
                ("all-to-all share", "metrics.moe.all_to_all_share", "{:.0%}"),
                ("model FLOP/tok", "metrics.flops.model_per_token", "{:.4g}"),
@@ -386,7 +387,8 @@ def section_tables(results: Results, fit: Fit = Fit()) -> list[Table]:
     """MoE routing, learned vs forced routing, pipeline and energy/carbon tables, each only when some run has
     those figures."""
     df = results.runs
-    tables = [_section_table(df, "MoE routing (last step)", MOE_COLUMNS, "metrics.moe.dropped_frac", fit),
+    tables = [_section_table(df, "MoE routing (last step)", MOE_COLUMNS, "metrics.moe.dropped_frac", fit,
+                             f"busiest ÷ mean: {described('metrics.moe.load_max_over_mean')}"),
               routing_table(results),
               _section_table(df, "Pipeline bubble (measured vs formula)", PIPELINE_COLUMNS,
                              "metrics.pipeline.bubble_formula", fit),

@@ -17,6 +17,7 @@ from benchsuite.dashboard.page import Page
 from benchsuite.dashboard.render import (Figure, PageSection, esc, f_num, f_pct, f_sig, layout, log_axis, missing, num, ptext,
                               short, table)
 from benchsuite.dashboard.style import trace_styles
+from benchsuite.record.columns import described
 
 METRICS = [
     # (column, figure title, axis title, format for hover, tickformat)
@@ -131,21 +132,19 @@ def pareto_figure(df, families) -> tuple[Figure | None, str]:
 @dataclass(frozen=True)
 class ExpertLoad:
     """One MoE run's routing balance: tokens per expert in its last step, summed over MoE layers
-    and ranks (data.tokens_per_expert), and its dropped share."""
+    and ranks (data.tokens_per_expert), its imbalance as the record states it, and its dropped share."""
 
     label: str
     family: str  # display name
     tokens: list[float]
     counts: str  # what the tokens count: computed by the experts, or routed to them
+    busiest: float | None  # metrics.moe.load_max_over_mean: the one imbalance every view shows
     dropped: float | None
     impl: str | None
 
     @property
     def mean(self) -> float:
         return sum(self.tokens) / len(self.tokens)
-
-    def of_mean(self, value: float) -> float | None:
-        return value / self.mean if self.mean > 0 else None
 
 
 SHOWN_EXPERTS = 16  # tokens of the first experts in the table; the run page draws every one
@@ -160,7 +159,8 @@ def expert_loads(data: SiteData, df, by_family: bool) -> list[ExpertLoad]:
         section = metrics_of(data.record(row)).moe
         per_expert = None if section is None else tokens_per_expert(section)
         if section is not None and per_expert:
-            loads.append(ExpertLoad(str(row["series"]), str(row["kind_label"]), *per_expert, section.dropped_frac,
+            loads.append(ExpertLoad(str(row["series"]), str(row["kind_label"]), *per_expert,
+                                    section.load_max_over_mean, section.dropped_frac,
                                     section.expert_impl or None))
     if not by_family:
         return loads
@@ -169,25 +169,25 @@ def expert_loads(data: SiteData, df, by_family: bool) -> list[ExpertLoad]:
         groups.setdefault(load.family, []).append(load)
     out = []
     for name, group in sorted(groups.items()):
-        group = sorted(group, key=lambda g: g.of_mean(max(g.tokens)) or 0.0)
+        group = sorted(group, key=lambda g: g.busiest or 0.0)
         mid = group[(len(group) - 1) // 2]
-        out.append(ExpertLoad(f"{name} (median of {len(group)})", name, mid.tokens, mid.counts, mid.dropped,
+        out.append(ExpertLoad(f"{name} (median of {len(group)})", name, mid.tokens, mid.counts, mid.busiest, mid.dropped,
                               mid.impl))
     return out
 
 
 def expert_load_table(loads: list[ExpertLoad]) -> str:
-    """One row per MoE series: experts, tokens per expert (mean and each), busiest and idlest ÷ mean."""
+    """One row per MoE series: experts, tokens per expert (mean and each), the record's busiest ÷ mean (its
+    definition in the note under the table, as the report states it)."""
     rows = []
     for g in loads:
         shown = ", ".join(f_num(t) for t in g.tokens[:SHOWN_EXPERTS])
         more = f", … ({len(g.tokens) - SHOWN_EXPERTS} more)" if len(g.tokens) > SHOWN_EXPERTS else ""
-        rows.append([g.label, g.family, len(g.tokens), f_num(g.mean), f_sig(g.of_mean(max(g.tokens))),
-                     f_sig(g.of_mean(min(g.tokens))), sum(1 for t in g.tokens if t == 0), f_pct(g.dropped),
-                     g.impl, g.counts, shown + more])
-    return table(["Series", "Family", "Experts", "Tokens/expert (mean)", "Busiest ÷ mean", "Idlest ÷ mean",
-                  "Idle experts", "Dropped", "Expert impl", "Tokens counted", "Tokens per expert (expert 0, 1, …)"],
-                 rows)
+        rows.append([g.label, g.family, len(g.tokens), f_num(g.mean), f_sig(g.busiest),
+                     sum(1 for t in g.tokens if t == 0), f_pct(g.dropped), g.impl, g.counts, shown + more])
+    return (table(["Series", "Family", "Experts", "Tokens/expert (mean)", "Busiest ÷ mean", "Idle experts", "Dropped",
+                   "Expert impl", "Tokens counted", "Tokens per expert (expert 0, 1, …)"], rows)
+            + f'<p class="note">Busiest ÷ mean: {esc(described("metrics.moe.load_max_over_mean"))}.</p>')
 
 
 def routing_table(data: SiteData) -> str:

@@ -11,6 +11,7 @@ import json
 
 import msgspec
 
+from benchsuite.record.columns import described
 from benchsuite.record.sanity import MAX_DROPPED_FRAC
 from benchsuite.record.types import (Embodied, EnergyBound, Env, Flops, MarketBased, MoEConfig, MoEMetrics, ModelConfig,
                                      ParallelConfig, Params, PartEnergy, Record, Water)
@@ -264,10 +265,11 @@ def _moe_figures(moe: MoEMetrics) -> list[tuple[str, str]]:
     """metrics.moe in words and units, one row each."""
     return [("tokens dropped (over capacity)", _dropped(moe.dropped_frac)),
             ("padding (empty capacity slots)", f_pct(moe.padding_frac)),
-            ("busiest expert ÷ mean (mean over layers)", f_sig(moe.load_max_over_mean)),
-            ("imbalance per step, mean / worst", f"{f_sig(moe.imbalance_mean)} / {f_sig(moe.imbalance_max)}"),
-            ("tokens per expert, busiest / mean", f"{f_count(moe.tokens_per_expert_max)} / "
-                                                  f"{f_count(moe.tokens_per_expert_mean)}"),
+            (described("metrics.moe.load_max_over_mean"), f_sig(moe.load_max_over_mean)),
+            (described("metrics.moe.imbalance_mean"), f_sig(moe.imbalance_mean)),
+            (described("metrics.moe.imbalance_max"), f_sig(moe.imbalance_max)),
+            (described("metrics.moe.tokens_per_expert_max"), f_count(moe.tokens_per_expert_max)),
+            (described("metrics.moe.tokens_per_expert_mean"), f_count(moe.tokens_per_expert_mean)),
             ("auxiliary (balancing) loss", _loss(moe.aux_loss)), ("router z-loss", _loss(moe.z_loss)),
             ("all-to-all share of step time", f_pct(moe.all_to_all_share)),
             ("expert implementation", moe.expert_impl), ("how measured", moe.source)]
