@@ -20,7 +20,7 @@ README = Path(__file__).parents[1] / "README.md"
 SMOKE_W2 = "smoke__dense-tiny__w2n1-weak__6a7938ff8f2a1420.json"  # an ok run with no energy or carbon
 
 EXPECTED = ["run_key", "identity", "name", "seed", "repeat", "suite", "workload", "status", "kind", "router", "world_size", "nodes", "scaling", "tensor",
-            "zero", "expert", "started_at", "duration_s", "tokens_per_s", "mfu", "step_time_median_s",
+            "zero", "expert", "started_at", "duration_s", "tokens_per_s", "tokens_per_s_per_device", "mfu", "step_time_median_s",
             "step_time_ci95_lo_s", "step_time_ci95_hi_s", "scaling_efficiency", "scaling_baseline", "tflops_per_device",
             "model_flops_per_token", "params_active", "peak_memory_bytes", "energy_j", "gpu_energy_j",
             "energy_source", "j_per_token", "gpu_j_per_token", "gco2e_per_mtok", "co2e_g", "intensity_g_per_kwh",
@@ -115,3 +115,15 @@ def test_readme_documents_every_column():
     record_columns = [(c.name, c.typed()[0]) for c in COLUMNS if not c.name.startswith(("config.", "env."))]
     assert documented == record_columns + [(c.name, c.typed()[0]) for c in RUN_COLUMNS]
     assert "`config.*` and `env.*`" in section  # the rest of load()'s columns, named by their dotted path
+
+
+def test_throughput_per_device_is_the_records_tokens_per_s_over_its_world_in_every_frame():
+    """One figure end to end: the record states it (an older record's upgrade computes it the same way),
+    load() and load_runs() read it, carbon project projects from it."""
+    df = benchsuite.load(FIXTURES)
+    ok = df[df["tokens_per_s"].notna()]
+    assert len(ok) > 5
+    assert (ok["tokens_per_s_per_device"] == ok["tokens_per_s"] / ok["world_size"].astype(float)).all()
+    runs = benchsuite.load_runs(FIXTURES).set_index("identity")
+    for identity, group in ok.groupby("identity"):
+        assert runs.loc[identity, "tokens_per_s_per_device"] == pytest.approx(group["tokens_per_s_per_device"].median())

@@ -32,7 +32,8 @@ HARNESS = {  # one run each: a dense model evaluated towards a target loss, and 
 }
 VARIES = "<varies>"
 READINGS = ("energy", "carbon", "metrics.energy")  # every number in them is a reading, or made from one
-TIMED = {"started_at", "duration_s", "time_s", "step_time_s", "tokens_per_s", "tflops_per_device",
+TIMED = {"started_at", "duration_s", "time_s", "step_time_s", "tokens_per_s", "tokens_per_s_per_device",
+         "tflops_per_device",
          "hardware_tflops_per_device", "mfu", "hfu", "matmul_ceiling_tflops", "mfu_vs_ceiling", "mfu_vs_ceiling_reason",
          "seconds", "eval_seconds", "energy_j", "eval_energy_j", "co2e_g", "energy_bound", "step_time_median_s",
          "straggler_ratio", "peak_allocated_bytes", "peak_reserved_bytes", "per_rank"}

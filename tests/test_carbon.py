@@ -213,7 +213,7 @@ def record(status="ok"):
             "env": {"world_size": 2, "python": "3.11",
                     "devices": [{"type": "cuda", "name": "NVIDIA H200", "uuid": "GPU-a", "rank": 0},
                                 {"type": "cuda", "name": "NVIDIA H200", "uuid": "GPU-a", "rank": 1}]},
-            "metrics": {"tokens_per_s": 1000.0},
+            "metrics": {"tokens_per_s": 1000.0, "tokens_per_s_per_device": 500.0},
             "energy": {**energy_section(), "gpu_j": None, "total_j": 200.0, "total_includes": ["cpu"], "per_device": [],
                        "source": "estimated"},
             "carbon": carbon.carbon_section(200.0, CarbonConfig(country="FRA", pue=1.1))}

@@ -98,6 +98,7 @@ def shared_metrics(work: Work, facts: RunFacts, ranks: list[RankResult], energy:
     measured = work.measured_tokens
     return {
         "tokens_per_s": tokens_per_s,
+        "tokens_per_s_per_device": tokens_per_s / facts.world_size if tokens_per_s else None,
         "tokens_per_step": work.tokens_per_step,
         "step_time_s": summary,
         "flops": fl.record_flops(work.model_per_token, work.hardware_per_token, work.hardware_source,

@@ -300,21 +300,22 @@ def project_from_record(record: dict, tokens: float, devices: int | None = None,
                          "a projection from it would be wrong")
     energy, carbon = record.get("energy") or {}, record.get("carbon") or {}
     metrics = record.get("metrics") or {}
-    tps = metrics.get("tokens_per_s")
+    tps, per_device = metrics.get("tokens_per_s"), metrics.get("tokens_per_s_per_device")
     world = (record.get("env") or {}).get("world_size") or (record.get("config") or {}).get("world_size")
     jpt = (metrics.get("energy") or {}).get("j_per_token")
     if jpt is None:
         jpt = ratio(energy.get("total_j"), None if tps is None or energy.get("window_s") is None
                    else tps * energy["window_s"])
-    if jpt is None or not tps or not world:
-        raise ValueError("record lacks energy.total_j, metrics.tokens_per_s or world_size: cannot project")
+    if jpt is None or not tps or not per_device or not world:
+        raise ValueError("record lacks energy.total_j, metrics.tokens_per_s, metrics.tokens_per_s_per_device or "
+                         "world_size: cannot project")
     it = (intensity if isinstance(intensity, Intensity) else
           Intensity(float(intensity), "explicit") if intensity is not None else
           Intensity(carbon["intensity_g_per_kwh"], carbon.get("intensity_source") or "record")
           if carbon.get("intensity_g_per_kwh") is not None else world_average("record has no intensity"))
     pue = pue if pue is not None else carbon.get("pue") or 1.0
     parts_cfg = parts_config((record.get("config") or {}).get("carbon") or {}, parts or {})
-    out = project(tokens, devices or world, jpt, tps / world, pue, it, parts_cfg, gpus=bool(energy.get("per_device")))
+    out = project(tokens, devices or world, jpt, per_device, pue, it, parts_cfg, gpus=bool(energy.get("per_device")))
     bound = (energy.get("bounds") or {}).get("total") or {}
     out.update(run_key=record.get("run_key"), energy_source=energy.get("source") or "unavailable",
                energy_includes=energy.get("total_includes") or [], energy_bound_share=bound.get("share"),

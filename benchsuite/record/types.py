@@ -404,6 +404,7 @@ class PerWork(Section):
 
 class Metrics(Section):
     tokens_per_s: Rate | None = None
+    tokens_per_s_per_device: doc(Rate | None, "tokens per second per device: tokens_per_s ÷ the world size") = None
     tokens_per_step: Rate | None = None
     step_time_s: StepTime | None = None
     flops: Flops | None = None

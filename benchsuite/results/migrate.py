@@ -423,9 +423,19 @@ def upgrade_v6_config_nulls(rec: dict) -> dict:
     return rec
 
 
+def upgrade_v6_per_device_rate(rec: dict) -> dict:
+    """metrics.tokens_per_s_per_device from the record's own tokens/s and world size, as a new run states it."""
+    metrics, world = rec.get("metrics"), (rec.get("config") or {}).get("world_size")
+    if isinstance(metrics, dict) and num(metrics.get("tokens_per_s")) is not None and num(world):
+        metrics["tokens_per_s_per_device"] = metrics["tokens_per_s"] / world
+    return rec
+
+
 def update_to_7(rec: dict) -> dict:
-    """Version 6 -> 7: the config's sections are the suite's types (defaults, ranges and choices checked)."""
-    return _apply(rec, 7, [Upgrade(upgrade_v6_config_nulls, "config")])
+    """Version 6 -> 7: the config's sections are the suite's types (defaults, ranges and choices checked), and
+    the throughput per device."""
+    return _apply(rec, 7, [Upgrade(upgrade_v6_config_nulls, "config"),
+                           Upgrade(upgrade_v6_per_device_rate, "metrics.tokens_per_s")])
 
 
 # ----------------------------------------------------------------------------- the chain

@@ -26,8 +26,8 @@ def make_record(run_key="k1", workload="w", status="ok", world_size=1, tokens_pe
         "started_at": "2026-01-01T00:00:00+00:00", "duration_s": 1.0,
         "config": {"suite": "s", "workload": workload, "kind": "dense", "world_size": world_size, "nodes": 1,
                    "scaling": scaling, "sweep_id": f"s/{workload}/{scaling}"},
-        "env": {}, "metrics": {"tokens_per_s": tokens_per_s, "mfu": None,
-                               "step_time_s": {"median": step, "p10": step, "p90": step, "ci95": [step, step]}}
+        "env": {}, "metrics": {"tokens_per_s": tokens_per_s, "tokens_per_s_per_device": tokens_per_s / world_size,
+                               "mfu": None, "step_time_s": {"median": step, "p10": step, "p90": step, "ci95": [step, step]}}
         if status == "ok" else None,
         "energy": None, "carbon": None, "steps": [{"step": i, "time_s": step} for i in range(steps)],
     })
