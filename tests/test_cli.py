@@ -351,3 +351,18 @@ def test_flops_table_lines_are_the_documents_figures(monkeypatch, capsys):
     assert len(table.lines) == 1 + len(table.doc["runs"]) == 7
     assert exit_code(["flops", "workloads/scaling.toml"]) == 0
     assert capsys.readouterr().out.splitlines() == table.lines
+
+
+@pytest.mark.parametrize("options, named", [
+    (["--wue", "1e308"], "--wue × the energy"), (["--water-intensity", "1e308"], "--water-intensity × the facility"),
+    (["--market-intensity", "1e308"], "--market-intensity × the energy"),
+    (["--embodied-kg", "1e308", "--lifetime-years", "1e-300"], "--embodied-kg × the device hours ÷ --lifetime-years")])
+@pytest.mark.parametrize("verb", ["estimate", "project"])
+def test_a_carbon_part_beyond_float_range_exits_2_naming_its_option(capsys, verb, options, named):
+    """The parts beside the location-based CO2e: once "inf L" and "inf kg CO2e" with exit 0."""
+    argv = (["carbon", "estimate", "--chips", "8", "--hours", "1000", "--watts", "700"] if verb == "estimate" else
+            ["carbon", "project", str(REPO / "tests" / "fixtures" / "results"), "--tokens", "1e12"])
+    for json_flag in ([], ["--json"]):
+        assert exit_code([*argv, *options, *json_flag]) == 2
+        captured = capsys.readouterr()
+        assert named in captured.err and "is beyond float range" in captured.err and "inf" not in captured.out

@@ -53,6 +53,27 @@ def _add_parts(p, embodied_default: str) -> None:
     g.add_argument("--water-intensity", type=NON_NEGATIVE, help="the grid's water, litres per kWh (off-site)")
 
 
+# A part's product that can leave float range, by the part's key: what was multiplied, and the fix.
+PART_OVERFLOWS = {"market.": ("--market-intensity × the energy", "a smaller --market-intensity"),
+                  "embodied.": ("--embodied-kg × the device hours ÷ --lifetime-years",
+                                "a smaller --embodied-kg or a larger --lifetime-years"),
+                  "water.onsite": ("--wue × the energy", "a smaller --wue"),
+                  "water.offsite": ("--water-intensity × the facility energy", "a smaller --water-intensity")}
+
+
+def overflow_problem(doc: dict, product: str, fix: str) -> tuple[str, bool] | None:
+    """Why doc cannot be printed, naming the product beyond float range (a part's, else `product`) and its fix,
+    and whether a part's option is to blame; None when every figure is finite."""
+    paths = overflowed(doc)
+    if not paths:
+        return None
+    own = any("." not in p for p in paths)  # the main product left float range: the parts follow from it
+    parts = [] if own else [PART_OVERFLOWS[key] for key in PART_OVERFLOWS if any(p.startswith(key) for p in paths)]
+    what, fixes = zip(*parts) if parts else ([product], [fix])
+    return (f"{'; '.join(what)} is beyond float range ({', '.join(paths)}); give {' and '.join(fixes)}",
+            bool(parts))
+
+
 def _parts_given(args) -> dict:
     return {key: getattr(args, dest) for dest, key in PART_OPTIONS.items()}
 
@@ -90,9 +111,9 @@ def estimate(args) -> int:
                               carbon.parts_config({}, _parts_given(args)))
     except ValueError as e:
         raise UsageError(str(e)) from None
-    if overflowed(res):
-        raise UsageError(f"--chips × --hours × --watts × --pue × the intensity is beyond float range "
-                         f"({', '.join(overflowed(res))}); give smaller values")
+    problem = overflow_problem(res, "--chips × --hours × --watts × --pue × the intensity", "smaller values")
+    if problem:
+        raise UsageError(problem[0])
     if args.json:
         print_json(res)
         return 0
@@ -133,9 +154,11 @@ def _run_projection(results, row: dict, args, intensity) -> dict:
         except ValueError as e:
             errors.append(str(e))
             continue
-        if overflowed(proj):
-            errors.append(f"--tokens × the record's rates is beyond float range ({', '.join(overflowed(proj))}); "
-                          f"give a smaller --tokens")
+        problem = overflow_problem(proj, "--tokens × the record's rates", "a smaller --tokens")
+        if problem and problem[1]:
+            raise UsageError(problem[0])  # an option of the command, the same for every record: exit 2
+        if problem:
+            errors.append(problem[0])
             continue
         projections.append((seed_of(rec), proj))
     if not projections:

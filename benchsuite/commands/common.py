@@ -118,10 +118,16 @@ def print_json(doc) -> None:
     sys.stdout.write(json.dumps(finite_or_none(doc, str), indent=2, allow_nan=False) + "\n")
 
 
-def overflowed(doc: dict) -> list[str]:
-    """The keys of doc whose figure is not a finite number: inputs that are each finite but whose
-    product leaves float range (1e308 chips x 1e308 hours)."""
-    return [k for k, v in doc.items() if isinstance(v, float) and not math.isfinite(v)]
+def overflowed(doc: dict, prefix: str = "") -> list[str]:
+    """The dotted keys of doc (nested sections included) whose figure is not a finite number: inputs that are
+    each finite but whose product leaves float range (1e308 chips x 1e308 hours)."""
+    out = []
+    for k, v in doc.items():
+        if isinstance(v, dict):
+            out += overflowed(v, f"{prefix}{k}.")
+        elif isinstance(v, float) and not math.isfinite(v):
+            out.append(f"{prefix}{k}")
+    return out
 
 
 def print_lines(lines: list[str]) -> None:
