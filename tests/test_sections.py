@@ -12,11 +12,12 @@ import msgspec
 import pytest
 
 from benchsuite.config import SECTIONS, RunConfig, build_section
-from benchsuite.record import RecordError, decode
+from benchsuite.record import SCHEMA_VERSION, RecordError, decode, to_dict
 from benchsuite.record.types import Config
 from benchsuite.results.identity import run_identity
 from benchsuite.results.migrate import migrate
 from benchsuite.results.store import load_records
+from helpers import REPO
 from helpers.records import make_record, records_of
 
 # Values of every JSON type and of both signs, at and beside the usual bounds (0, 1, 2) and the literals.
@@ -74,3 +75,20 @@ def test_a_record_naming_a_router_this_benchsuite_does_not_know_is_skipped_namin
     (tmp_path / "r.json").write_text(json.dumps(doc), encoding="utf-8")
     with pytest.warns(UserWarning, match=r"r\.json: config\.moe\.router: invalid enum value"):
         assert load_records(tmp_path) == []
+
+
+OLDER = sorted((REPO / "tests" / "fixtures" / "versions").glob("*.json")) + sorted(
+    p for p in (REPO / "tests" / "fixtures" / "results").glob("make_*.json") if "failed" not in p.name)
+
+
+@pytest.mark.parametrize("path", OLDER, ids=[p.name for p in OLDER])
+def test_an_upgraded_record_of_every_older_version_is_the_run_today_writes_for_its_config(path):
+    """Issue: a baseline from before pipeline support never matched today's run of the same configuration
+    ("differs by parallel.pipeline (null in A, 1 in B)"). Today's record of the config states every key."""
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    assert doc["schema_version"] < SCHEMA_VERSION
+    (old,) = records_of([doc])
+    today = json.loads(json.dumps(to_dict(old)))
+    today["config"] = RunConfig.from_record(old.config).to_dict()
+    assert run_identity(old) == run_identity(records_of([today])[0])
+    assert old.config.parallel.pipeline == 1 or "pipe" in path.name  # a key it never had is the default
