@@ -178,3 +178,14 @@ def test_the_readme_table_of_where_keys_apply_is_the_rules_table():
     readme = (REPO / "README.md").read_text()
     assert table() in readme
     assert len(RULES) == len({rule.key for rule in RULES})
+
+
+@pytest.mark.parametrize("order", [("dense", "moe"), ("moe", "dense")])
+def test_an_unused_inherited_keys_reason_is_the_most_specific_whatever_the_workloads_order(order):
+    """Once "needs kind = moe" when a dense workload came first, though the suite has an MoE workload: the
+    real need there is moe.balance = "aux_free"."""
+    workloads = {"dense": {"name": "dense"}, "moe": {"name": "moe", "kind": "moe"}}
+    with pytest.raises(ConfigError) as e:
+        parse_suite({"defaults": {"moe": {"bias_update": 0.01}}, "workload": [workloads[w] for w in order]})
+    reason = dict(e.value.problems)["defaults.moe.bias_update"]
+    assert "aux_free" in reason and "kind" not in reason, reason

@@ -201,6 +201,6 @@ def apply_rules(w: BuiltWorkload, origins: dict[str, str], problems: Problems, i
         elif origin != "workload":
             w.sections[sec] = msgspec.structs.replace(w.sections[sec], **{name: default_of(w.sections[sec], name)})
             inherited.unused(path, f"applies to no workload of this suite: it needs "
-                                   f"{rule.applies_when.replace('`', '')}")
+                                   f"{rule.applies_when.replace('`', '')}", specific=1)
         elif not runs_anyway(rule, w, getattr(w.sections[sec], name)):
             problems.refuse(key, rule.why(w, getattr(w.sections[sec], name)))

@@ -28,11 +28,13 @@ class Inherited:
 
     given: dict[str, str]
     used: set[str] = field(default_factory=set)
-    unused_because: dict[str, str] = field(default_factory=dict)
+    unused_because: dict[str, tuple[int, str]] = field(default_factory=dict)  # path -> (how specific, reason)
 
-    def unused(self, path: str, reason: str) -> None:
-        """Why `path` took no effect in one workload (the first reason is the one told)."""
-        self.unused_because.setdefault(path, reason)
+    def unused(self, path: str, reason: str, specific: int = 0) -> None:
+        """Why `path` took no effect in one workload. The most specific reason is told, whatever the order of the
+        workloads: "needs moe.balance = aux_free" from an MoE workload over "needs kind = moe" from a dense one."""
+        if specific > self.unused_because.get(path, (-1, ""))[0]:
+            self.unused_because[path] = (specific, reason)
 
     def report(self, problems: Problems) -> None:
         """Refuse each inherited key that took effect in no workload: it changes nothing."""
@@ -40,7 +42,7 @@ class Inherited:
             if path in self.used:
                 continue
             where = "[defaults]" if path.startswith("defaults.") else f"[{key.partition('.')[0]}]"
-            reason = self.unused_because.get(path, f"every workload sets its own {key}")
+            reason = self.unused_because.get(path, (0, f"every workload sets its own {key}"))[1]
             problems.refuse(path, f"{reason}, so it changes nothing; remove it from {where}")
 
 
