@@ -235,3 +235,19 @@ def test_tokens_past_float_range_are_refused_naming_the_option(tmp_path, capsys)
     assert main(["predict", str(suite), "--system", H100, "--tokens", "1.7e308", "--json"]) == 2
     doc = json.loads(capsys.readouterr().out)
     assert doc["error"] == "usage" and doc["message"].startswith("--tokens 1.7e+308: the training run of dense")
+
+
+def test_a_runs_nodes_set_the_link_its_collectives_cross_and_its_name(tmp_path, capsys):
+    """A 2-rank data-parallel run on 2 nodes: once predicted on the intra-node link, under the 1-node run's name."""
+    suite = tmp_path / "s.toml"
+    suite.write_text('[suite]\nname = "s"\n[[workload]]\nname = "dense"\n'
+                     'model = { layers = 8, hidden = 1024, heads = 16, vocab = 32000, seq_len = 1024 }\n'
+                     '[workload.sweep]\nworld_size = [2]\nnodes = [1, 2]\n')
+    assert main(["predict", str(suite), "--system", H100, "--json"]) == 0
+    runs = {r["run"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
+    assert set(runs) == {"dense · w2 · weak · seed 0", "dense · w2 · 2 nodes · weak · seed 0"}
+    one = workload(ParallelDims(2))
+    dp_one, dp_two = (next(c for c in run(w).components if c.name == "data_parallel").detail
+                      for w in (one, dataclasses.replace(one, nodes=2)))
+    assert "inside a node" in dp_one and "across nodes" in dp_two
+    assert runs["dense · w2 · 2 nodes · weak · seed 0"]["step_time_s"] > runs["dense · w2 · weak · seed 0"]["step_time_s"]

@@ -50,8 +50,7 @@ def run(args) -> int:
     system = load_system(args.system)
     if args.calibrate:
         system = calibrate(system, calibration_record(args.calibrate), args.calibrate)
-    runs = [(f"{r.workload} · w{r.world_size} · seed {r.train.seed}", predict_run(r, system, args.tokens))
-            for r in suite.runs]
+    runs = [(f"{r.label} · seed {r.train.seed}", predict_run(r, system, args.tokens)) for r in suite.runs]
     for name, p in runs:
         if not all(map(math.isfinite, (p.energy.run_hours, p.energy.run_kwh, p.energy.run_co2e_kg))):
             raise UsageError(f"--tokens {args.tokens:g}: the training run of {name} would take hours, kWh or CO2e "

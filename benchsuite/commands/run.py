@@ -209,10 +209,9 @@ def _check_ranks_per_node(suite, args) -> None:
 
 
 def run_name(run, repeat: int) -> str:
-    """'dense · w2 · weak · seed 1 · repeat 0': a measurement named by its run, seed and repeat (and
-    'switch · forced routing · …' for the forced twin of a learned router)."""
-    routing = " · forced routing" if run.moe is not None and run.moe.routing == "forced" else ""
-    return record_name(f"{run.workload}{routing} · w{run.world_size} · {run.scaling}", run.train.seed, repeat)
+    """'dense · w2 · weak · seed 1 · repeat 0': a measurement named by its run (RunConfig.label), seed and
+    repeat."""
+    return record_name(run.label, run.train.seed, repeat)
 
 
 def _ok_record(o) -> Record | None:

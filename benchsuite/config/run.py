@@ -32,6 +32,14 @@ class RunConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     sweep_id: str = ""
 
     @property
+    def label(self) -> str:
+        """'switch · forced routing · w4 · 2 nodes · weak': the run as the launcher's lines, its log and record
+        names and predict name it (what tells it from the suite's other runs of its workload, seeds apart)."""
+        routing = " · forced routing" if self.moe is not None and self.moe.routing == "forced" else ""
+        nodes = f" · {self.nodes} nodes" if self.nodes > 1 else ""
+        return f"{self.workload}{routing} · w{self.world_size}{nodes} · {self.scaling}"
+
+    @property
     def nproc_per_node(self) -> int:
         return self.world_size // self.nodes
 

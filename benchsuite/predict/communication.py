@@ -57,9 +57,15 @@ def time_of(calls: list[Collective], group: int, link: Link, crosses_nodes: bool
     return CommTime(seconds, sent, n, crosses_nodes, framework_us * 1e-6 * sum(c.calls for c in exposed))
 
 
-def _spans(group: int, stride: int, system: System) -> bool:
+def ranks_per_node(w: Workload, system: System) -> int:
+    """The ranks one node holds: the run's own placement (its world over its nodes, as the harness launches
+    it, even past the system's devices per node: CPU ranks share cores), else the system's node filled."""
+    return system.node.devices_per_node if w.nodes is None else -(-w.layout.world // w.nodes)
+
+
+def _spans(group: int, stride: int, w: Workload, system: System) -> bool:
     """Whether a group of `group` ranks `stride` apart spans more than one node."""
-    return group > 1 and group * stride > system.node.devices_per_node
+    return group > 1 and group * stride > ranks_per_node(w, system)
 
 
 def _stage_model(w: Workload):
@@ -73,7 +79,7 @@ def tensor_parallel(w: Workload, system: System) -> CommTime:
                                         recompute="full" if w.recompute is Recompute.FULL else "none",
                                         sequence_parallel=w.layout.sequence_parallel, act_bytes=w.compute_bytes,
                                         grad_bytes=w.grad_bytes, megatron=w.implementation is Implementation.MEGATRON)
-    crosses = _spans(w.layout.tp, 1, system)
+    crosses = _spans(w.layout.tp, 1, w, system)
     dtensor = system.node.framework_us if w.implementation is Implementation.BENCHSUITE else 0.0
     return time_of(calls, w.layout.tp, system.link(crosses), crosses, dtensor)
 
@@ -90,7 +96,7 @@ def expert_parallel(w: Workload, system: System) -> CommTime:
     payload = expected_slots_per_token(w.moe, tokens) * tokens * w.model.hidden * w.compute_bytes
     per_layer = 4 + (2 if w.recompute is Recompute.FULL else 0)
     calls = [Collective("all_to_all", payload, per_layer * _moe_layer_count(_stage_model(w), w.moe))]
-    crosses = _spans(w.layout.ep, w.layout.tp, system)
+    crosses = _spans(w.layout.ep, w.layout.tp, w, system)
     return time_of(calls, w.layout.ep, system.link(crosses), crosses)
 
 
@@ -104,7 +110,7 @@ def data_parallel(w: Workload, system: System, psi: float) -> CommTime:
     units = max(1, w.model.layers // w.layout.pp) + (1 if w.model.tie_embeddings else 2)  # fully_shard units
     dense = data_parallel_collectives(psi - experts, stage=w.layout.zero, grad_accum=w.microbatches,
                                       grad_bytes=grad, gather_bytes=gather, zero1_broadcast=benchsuite, units=units)
-    crosses = _spans(w.layout.dp, w.layout.tp, system)
+    crosses = _spans(w.layout.dp, w.layout.tp, w, system)
     fsdp = benchsuite and w.layout.data_parallel.fsdp
     out = time_of(dense, w.layout.dp, system.link(crosses), crosses, system.node.framework_us if fsdp else 0.0)
     replicas = w.layout.dp // w.layout.ep
@@ -130,7 +136,7 @@ def pipeline_p2p(w: Workload, system: System) -> CommTime:
     payload = bsh * w.grad_bytes if benchsuite else bsh * w.compute_bytes / w.layout.tp
     m, p, v = w.microbatches, w.layout.pp, w.layout.virtual_stages
     busiest = 2 * m * v - (m if p == 2 and v == 1 else 0)  # P = 2, V = 1: each rank sends one way only
-    crosses = w.layout.dp * w.layout.tp >= system.node.devices_per_node
+    crosses = w.layout.dp * w.layout.tp >= ranks_per_node(w, system)
     link = system.link(crosses)
     sent = 2 * (p * v - 1) * m * payload * (w.layout.tp if benchsuite else 1)
     return CommTime(busiest * (link.latency_us * 1e-6 + payload / (link.gbps * 1e9)), sent, busiest, crosses)

@@ -12,8 +12,8 @@ def prediction_doc(name: str, p: Prediction) -> dict:
     w, lay, mem, e = p.workload, p.workload.layout, p.memory, p.energy
     return {
         "run": name, "system": p.system,
-        "layout": {"tensor": lay.tp, "pipeline": lay.pp, "data": lay.dp, "expert": lay.ep, "zero": lay.zero,
-                   "schedule": lay.schedule.value, "virtual_stages": lay.virtual_stages,
+        "layout": {"nodes": w.nodes, "tensor": lay.tp, "pipeline": lay.pp, "data": lay.dp, "expert": lay.ep,
+                   "zero": lay.zero, "schedule": lay.schedule.value, "virtual_stages": lay.virtual_stages,
                    "sequence_parallel": lay.sequence_parallel, "micro_batch": w.micro_batch,
                    "microbatches": w.microbatches, "recompute": w.recompute.value},
         "step_time_s": p.step_s, "tokens_per_step": p.tokens_per_step, "tokens_per_s": p.tokens_per_s,

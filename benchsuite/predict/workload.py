@@ -43,6 +43,7 @@ class Workload:
     recompute: Recompute
     compute_bytes: int  # 2 (bf16) or 4 (fp32): activations on the wire
     implementation: Implementation = Implementation.BENCHSUITE
+    nodes: int | None = None  # the nodes the ranks spread over, evenly; None: packed devices_per_node to a node
 
     @property
     def tokens_per_step(self) -> int:
@@ -67,4 +68,4 @@ def from_run(run: RunConfig, device_kind: str) -> Workload:
         micro_batch, microbatches = per_rank, run.train.grad_accum
     return Workload(model=run.model, moe=run.moe, layout=ParallelDims.from_run(run), micro_batch=micro_batch,
                     microbatches=microbatches, recompute=Recompute(run.train.recompute),
-                    compute_bytes=2 if precision == "bf16" else 4)
+                    compute_bytes=2 if precision == "bf16" else 4, nodes=run.nodes)
