@@ -23,10 +23,16 @@ class MeasureCallback(TrainerCallback):
     record. The keyword arguments are measure()'s."""
 
     def __init__(self, name: str, **measure_kwargs):
+        self._name, self._kwargs = name, measure_kwargs
         self.measurement: Measurement = measure(name, **measure_kwargs)  # checked now, before training starts
+        self._used = False
         self._seen = 0
 
     def on_train_begin(self, args, state, control, **kwargs):
+        """Each train() is a job of its own, measured by a fresh Measurement: another repeat of the run."""
+        if self._used:
+            self.measurement = measure(self._name, **self._kwargs)
+        self._used = True
         self._seen = state.num_input_tokens_seen
         self.measurement.start()
 

@@ -24,6 +24,7 @@ FLOPs, the matmul ceiling, communication, parameters) is null, the reason in met
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ from benchsuite.energy.windows import combine_windows
 from benchsuite.environment import device_info
 from benchsuite.metrics import flops as fl
 from benchsuite.metrics.timing import StepTimer
+from benchsuite.record.scalars import INT_MAX
 from benchsuite.record import Record, record_filename, to_dict, utc_now, write_record
 
 SUITE = "user"
@@ -88,9 +90,39 @@ def _checked(cls, value, where: str):
     return section
 
 
-def _positive(name: str, value: float | None) -> None:
-    if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0):
-        raise ValueError(f"benchsuite.measure: {name} must be a positive number, got {value!r}")
+def _positive(name: str, value: float | None, integer: bool = False) -> None:
+    """None, or a finite number > 0 (an int where `integer`): as a suite's positive keys are checked."""
+    if value is None:
+        return
+    kinds = (int,) if integer else (int, float)
+    if (isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value) or value <= 0
+            or (integer and value > INT_MAX)):
+        raise ValueError(f"benchsuite.measure: {name} must be a finite {'integer' if integer else 'number'} > 0"
+                         f"{' (64-bit)' if integer else ''}, got {value!r}")
+
+
+def _named(what: str, name: object) -> str:
+    """A name a person reads (the loop's, its suite's, a window's): a non-empty string with no invisible or
+    control character, as a suite's names are checked."""
+    problem = cfg.name_problem(name) if isinstance(name, str) and name.strip() else "must be a non-empty string"
+    if problem:
+        raise ValueError(f"benchsuite.measure: {what} {name!r} {problem}")
+    return name
+
+
+def _results_folder(out: object) -> Path:
+    """out as a folder a record can be written to: a path that is no file, under a folder this process may
+    write in, checked before the loop runs (a file there once failed only at stop(), the loop lost)."""
+    if not isinstance(out, (str, os.PathLike)) or not str(out):
+        raise ValueError(f"benchsuite.measure: out must be a folder path, got {out!r}")
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"benchsuite.measure: out {str(path)!r} is a file, not a folder: give a results folder")
+    parent = next((p for p in (path, *path.parents) if p.exists()), Path("."))
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"benchsuite.measure: out {str(path)!r}: {str(parent)!r} is not a folder this process "
+                         f"can write in; give another results folder")
+    return path
 
 
 def _world() -> tuple[int, int, str | None]:
@@ -131,7 +163,10 @@ class Measurement:
 
     def start(self) -> Measurement:
         """Open the measurement: meters on this rank's device, the first training segment (after the
-        warm-up steps, if any). Every rank of the job calls it."""
+        warm-up steps, if any). Every rank of the job calls it, once: a Measurement measures one job."""
+        if self._monitor is not None:
+            raise RuntimeError(f"benchsuite.measure({self.loop.name!r}) has measured a job already: a second "
+                               f"start() or `with` would mix two jobs' steps; call benchsuite.measure() again")
         self.rank, self.world_size, self.backend = _world()
         if self.device is None:
             self.device = pick_device(int(os.environ.get("LOCAL_RANK", "0")))[0]
@@ -161,6 +196,11 @@ class Measurement:
             return
         if self._segment is None:
             raise RuntimeError(f"step() inside window {self._outside!r}, which is outside training (training=False)")
+        if tokens is not None and not isinstance(tokens, torch.Tensor):
+            _positive("step(tokens=)", tokens, integer=True)
+        if loss is not None and not isinstance(loss, torch.Tensor) and (
+                isinstance(loss, bool) or not isinstance(loss, (int, float))):
+            raise ValueError(f"benchsuite.measure: step(loss=) must be a number or a tensor, got {loss!r}")
         self._timer.mark()
         self._tokens.append(tokens)
         self._losses.append(loss.detach() if isinstance(loss, torch.Tensor) else loss)
@@ -207,6 +247,7 @@ class Measurement:
         Zeus's do. training=False: a window outside training (an evaluation, a checkpoint): the training
         segment ends at its start and a new one begins at its end, so its time is in no step and its energy
         is left out of the record's, as the harness leaves its evaluations out."""
+        _named("window name", name)
         if name.startswith("__"):
             raise ValueError(f"window name {name!r}: names starting with '__' are benchsuite's own")
         if name in self._open:
@@ -247,10 +288,10 @@ class Measurement:
     def _open_segment(self) -> None:
         self._segment = f"__train-{len(self._segments)}"
         self._monitor.begin(self._segment)  # a window edge synchronises the device
-        self._timer.mark()
+        self._timer.resume()  # a step a window outside training split goes on: its two parts are its time
 
     def _close_segment(self) -> None:
-        self._timer.pause()
+        self._timer.suspend()
         self._segments.append(self._monitor.end(self._segment).to_dict())
         self._segment = None
 
@@ -295,21 +336,32 @@ def measure(name: str, *, flops_per_token: float | None = None, tokens_per_step:
     of the figures (compilation, allocator warm-up). precision: "bf16" or "fp32", the peak MFU divides by
     (default: bf16 on GPU, fp32 on CPU); peak_tflops: a peak of your own. device: this rank's (default: the
     harness's choice, LOCAL_RANK's GPU, else the CPU)."""
-    problem = cfg.name_problem(name) if isinstance(name, str) and name.strip() else "must be a non-empty string"
-    if problem:
-        raise ValueError(f"benchsuite.measure: name {name!r} {problem}")
+    _named("name", name)
+    _named("suite", suite)
+    if not isinstance(description, str):
+        raise ValueError(f"benchsuite.measure: description must be a string, got {description!r}")
     _positive("flops_per_token", flops_per_token)
-    _positive("tokens_per_step", tokens_per_step)
+    _positive("tokens_per_step", tokens_per_step, integer=True)
     _positive("peak_tflops", peak_tflops)
-    if not isinstance(warmup_steps, int) or warmup_steps < 0:
-        raise ValueError(f"benchsuite.measure: warmup_steps must be an integer >= 0, got {warmup_steps!r}")
+    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or not 0 <= warmup_steps <= INT_MAX:
+        raise ValueError(f"benchsuite.measure: warmup_steps must be an integer >= 0 (64-bit), got {warmup_steps!r}")
     if precision not in (None, *PRECISIONS):
         raise ValueError(f"benchsuite.measure: precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     loop = UserLoop(name, suite, description, flops_per_token, tokens_per_step,
                     carbon=_checked(cfg.CarbonConfig, carbon, "carbon"),
                     energy=_checked(cfg.EnergyConfig, energy, "energy"))
-    return Measurement(loop, out=out, warmup_steps=warmup_steps, precision=precision, peak_tflops=peak_tflops,
-                       device=None if device is None else torch.device(device))
+    return Measurement(loop, out=_results_folder(out), warmup_steps=warmup_steps, precision=precision,
+                       peak_tflops=peak_tflops, device=_device(device))
+
+
+def _device(device: object) -> torch.device | None:
+    """None (the harness's choice), or this rank's device as a torch.device or its name ("cuda:1", "cpu")."""
+    if device is None or isinstance(device, torch.device):
+        return device
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as e:
+        raise ValueError(f"benchsuite.measure: device {device!r} is not a device torch knows ({e})") from None
 
 
 # ----------------------------------------------------------------------------- the record

@@ -19,12 +19,14 @@ class StepTimer:
     Marks are chained: each mark() ends the interval opened by the previous one (one event
     per step). pause() breaks the chain, so work done before the next mark() (evaluation,
     logging) belongs to no step: mark(), step, mark(), step, mark(), pause(), eval, mark(), step, mark()
-    gives three step intervals and leaves the evaluation out."""
+    gives three step intervals and leaves the evaluation out. suspend() and resume() leave out a part of
+    one step (an evaluation inside it): the step's time is the sum of its pieces either side."""
 
     def __init__(self, device: torch.device):
         self.device = device
-        self._intervals: list[tuple] = []  # (start, end) marks of each timed step
-        self._last = None  # the mark that opens the next interval; None after pause()
+        self._intervals: list[list[tuple]] = []  # the (start, end) pieces of each timed step
+        self._pieces: list[tuple] = []  # the open step's pieces before a suspend()
+        self._last = None  # the mark that opens the next interval; None after pause() or suspend()
 
     def _stamp(self):
         if self.device.type == "cuda":
@@ -37,18 +39,28 @@ class StepTimer:
         """Call once before the first step (and after a pause) and once after every step."""
         t = self._stamp()
         if self._last is not None:
-            self._intervals.append((self._last, t))
-        self._last = t
+            self._intervals.append([*self._pieces, (self._last, t)])
+        self._pieces, self._last = [], t
 
     def pause(self) -> None:
-        """End the chain: the time until the next mark() is not counted in any step."""
+        """End the chain: the time until the next mark() (and the open step's pieces) is in no step."""
+        self._pieces, self._last = [], None
+
+    def suspend(self) -> None:
+        """Keep the open step's time so far as one of its pieces; the time until resume() is in no step."""
+        if self._last is not None:
+            self._pieces.append((self._last, self._stamp()))
         self._last = None
+
+    def resume(self) -> None:
+        """Go on timing the open step (or, before the first mark, start the chain)."""
+        self._last = self._stamp()
 
     def durations_s(self) -> list[float]:
         if self.device.type == "cuda":
             synchronize(self.device)
-            return [a.elapsed_time(b) / 1e3 for a, b in self._intervals]
-        return [b - a for a, b in self._intervals]
+            return [sum(a.elapsed_time(b) for a, b in pieces) / 1e3 for pieces in self._intervals]
+        return [sum(b - a for a, b in pieces) for pieces in self._intervals]
 
 
 def bootstrap_ci_median(xs: list[float], resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
