@@ -116,9 +116,9 @@ def test_interval_is_scipys_pooled_t_on_the_log_figures():
 def test_one_repeat_a_side_gives_no_interval_and_says_how_to_get_one():
     run = _compare(_repeats(DENSE, 1.0, [1.0]), _repeats(DENSE, 2.0, [1.0]))
     tps = _metric(run, "tokens_per_s")
-    assert (tps.verdict, tps.ci95, tps.reason) == (Verdict.UNAVAILABLE, None,
-                                                   "one repeat a side: no interval (run --repeat 2 or more)")
-    assert tps.ratio == pytest.approx(2.0)  # the ratio is still shown
+    assert (tps.ci95, tps.reason) == (None, "one repeat a side: no interval (run --repeat 2 or more)")
+    assert tps.ratio == pytest.approx(2.0)  # the ratio is still shown ...
+    assert (tps.verdict, tps.point_estimate) == (Verdict.BETTER, True)  # ... and judged by the threshold alone
     tps = _metric(_compare(_repeats(DENSE, 1.0, [1.0, 1.02]), _repeats(DENSE, 2.0, [1.0])), "tokens_per_s")
     assert tps.ci95 is not None and tps.verdict is Verdict.BETTER  # pooled: one side may have one repeat
 
@@ -310,10 +310,91 @@ def test_ignored_seeds_are_pooled_as_units(tmp_path, capsys):
     doc = json.loads(_cli(capsys, str(a), str(b), "--ignore", "train.seed,description", "--json")[1])
     (run,) = doc["runs"]
     assert (run["run"], run["repeats_a"], run["repeats_b"]) == ("dense-vs-sparse/dense w1 n1 weak · seeds 0, 1", 2, 2)
+    assert (run["configurations_a"], run["pooled"]) == (1, [])  # seeds are named by the label, not as configurations
     doc = json.loads(_cli(capsys, str(a), str(b), "--json")[1])  # without: one run per seed, one record a side
     assert [r["run"] for r in doc["runs"]] == ["dense-vs-sparse/dense w1 n1 weak · seed 0",
                                                "dense-vs-sparse/dense w1 n1 weak · seed 1"]
 
+
+
+def _cells(out: str, column: int) -> list[str]:
+    """The text table's cells of one column, one per row (a row starts where its figure cell does), each
+    cell's wrapped lines joined again."""
+    rows: list[list[str]] = []
+    for line in out.splitlines():
+        parts = line.split("│")
+        if len(parts) == 10:  # a line of the table's body: 8 cells
+            if parts[4].strip():
+                rows.append([])
+            rows[-1].append(parts[column + 1].strip())
+    return [" ".join(x for x in row if x) for row in rows]
+
+
+def _layers(layers: int, speed: float = 1.0) -> list[dict]:
+    """The repeats of the dense run built with `layers` layers: another configuration, with its own run key."""
+    return [{**r, "run_key": f"layers{layers}"} for r in _repeats(DENSE, speed, config__model__layers=layers)]
+
+
+def test_configurations_pooled_by_ignore_are_named_per_side_in_text_and_json(tmp_path, capsys):
+    """--ignore model.layers once merged A's layers-1 and layers-2 runs into one run of four "repeats",
+    its figure a blend, with nothing saying A mixed two configurations."""
+    a = _folder(tmp_path / "a", *_layers(1), *_layers(2, 0.5))
+    b = _folder(tmp_path / "b", *_layers(2), *_layers(3))
+    rc, out, _ = _cli(capsys, str(a), str(b), "--ignore", "model.layers", "--json")
+    (run,) = json.loads(out)["runs"]
+    assert (run["configurations_a"], run["configurations_b"]) == (2, 2)
+    assert (run["ignored_values_a"], run["ignored_values_b"]) == ({"model.layers": [1, 2]}, {"model.layers": [2, 3]})
+    pooled = ["pools 2 configurations on side A: model.layers = 1, 2",
+              "pools 2 configurations on side B: model.layers = 2, 3"]
+    assert run["pooled"] == pooled
+    rc, out, err = _cli(capsys, str(a), str(b), "--ignore", "model.layers", "--fail-on-regression")
+    cell = _cells(out, 0)[0]  # the run's cell, in its first row
+    assert rc == 0 and all(p in cell for p in pooled)
+    one = _folder(tmp_path / "one", *_layers(1))  # one configuration on B's side: said, as what it holds
+    doc = json.loads(_cli(capsys, str(a), str(one), "--ignore", "model.layers", "--json")[1])
+    assert doc["runs"][0]["pooled"] == ["pools 2 configurations on side A: model.layers = 1, 2",
+                                        "one configuration on side B: model.layers = 1"]
+    assert (doc["runs"][0]["configurations_a"], doc["runs"][0]["configurations_b"]) == (2, 1)
+    slow = _folder(tmp_path / "slow", *_layers(1, 0.25), *_layers(2, 0.125))  # a gate names what a row pools
+    rc, _, err = _cli(capsys, str(a), str(slow), "--ignore", "model.layers", "--fail-on-regression")
+    assert rc == 1 and ("regression: dense-vs-sparse/dense w1 n1 weak · seed 0 (pools 2 configurations on side "
+                        "A: model.layers = 1, 2; pools 2 configurations on side B: model.layers = 1, 2): tok/s "
+                        "worse") in err
+    two = _folder(tmp_path / "two", *_layers(1))
+    doc = json.loads(_cli(capsys, str(one), str(two), "--ignore", "model.layers", "--json")[1])  # nothing pooled
+    assert (doc["runs"][0]["pooled"], doc["runs"][0]["ignored_values_a"], doc["runs"][0]["configurations_b"]) == \
+        ([], {}, 1)
+
+
+def test_a_2x_slowdown_with_one_repeat_a_side_fails_the_gate_on_its_point_estimate(tmp_path, capsys):
+    """Once "one repeat a side: no interval" and exit 0: a gate must not pass what it cannot judge. With no
+    interval the threshold judges the point ratio alone (as asv does without statistics), and says so."""
+    a = _folder(tmp_path / "a", *_repeats(DENSE, 1.0, [1.0]))
+    b = _folder(tmp_path / "b", *_repeats(DENSE, 0.5, [1.0]))
+    rc, out, err = _cli(capsys, str(a), str(b), "--fail-on-regression")
+    assert rc == 1
+    assert "regression: dense-vs-sparse/dense w1 n1 weak · seed 0: tok/s worse (B/A 0.500), MFU worse" in err
+    assert err.count("; point estimate: one repeat a side: no interval (run --repeat 2 or more)") == 1
+    assert _cells(out, 7)[0] == "worse (point estimate: one repeat a side: no interval (run --repeat 2 or more))"
+    doc = json.loads(_cli(capsys, str(a), str(b), "--json")[1])
+    tps = doc["runs"][0]["metrics"][0]
+    assert (tps["verdict"], tps["point_estimate"], tps["ci95"]) == ("worse", True, None)
+    assert tps["reason"] == "one repeat a side: no interval (run --repeat 2 or more)"
+    assert doc["regressions"] == ["dense-vs-sparse/dense w1 n1 weak · seed 0"]
+
+
+def test_a_change_within_the_threshold_with_one_repeat_a_side_passes_saying_point_estimate(tmp_path, capsys):
+    a = _folder(tmp_path / "a", *_repeats(DENSE, 1.0, [1.0]))
+    b = _folder(tmp_path / "b", *_repeats(DENSE, 1 / 1.02, [1.0]))  # 2 % slower
+    rc, out, err = _cli(capsys, str(a), str(b), "--fail-on-regression")
+    assert rc == 0 and "regression" not in err
+    assert _cells(out, 7)[0] == ("no significant change (point estimate: one repeat a side: no interval "
+                                 "(run --repeat 2 or more))")
+    tps = json.loads(_cli(capsys, str(a), str(b), "--json")[1])["runs"][0]["metrics"][0]
+    assert (tps["verdict"], tps["point_estimate"], tps["ratio"]) == ("no significant change", True,
+                                                                     pytest.approx(1 / 1.02))
+    two = json.loads(_cli(capsys, str(a), str(_folder(tmp_path / "c", *_repeats(DENSE))), "--json")[1])
+    assert two["runs"][0]["metrics"][0]["point_estimate"] is False  # an interval: judged by it
 
 @pytest.mark.parametrize("keys", ["train.sed", "train.seed,bogus"])
 def test_an_unknown_ignore_key_exits_2_naming_it(tmp_path, capsys, keys):

@@ -16,10 +16,12 @@ def add_parser(sub) -> None:
                     help="smallest change that counts, as a fraction (default 0.05: 5 %%)")
     cm.add_argument("--ignore", action="append", default=[], metavar="KEY[,KEY...]",
                     help="config keys left out of the match, e.g. train.seed: runs that differ only by them "
-                         "are compared as one, their records pooled (repeatable)")
+                         "are compared as one, their records pooled; a row that pools several configurations "
+                         "names them per side, with the values it holds (repeatable)")
     cm.add_argument("--fail-on-regression", action="store_true",
-                    help="exit 1 when any figure of B is significantly worse than A, or a run of A failed in "
-                         "B or is missing from B (for CI)")
+                    help="exit 1 when any figure of B is significantly worse than A (with no interval, one "
+                         "repeat a side: worse beyond --threshold on the point estimate), or a run of A failed "
+                         "in B or is missing from B (for CI)")
     cm.set_defaults(fn=run)
 
 
@@ -30,8 +32,9 @@ def ignore_keys(values: list[str]) -> list[str]:
 
 
 def run(args) -> int:
-    """B against A, run by run; exit 1 on a regression only with --fail-on-regression, 2 when no run of
-    one folder matches a run of the other."""
+    """B against A, run by run; exit 1 on a regression only with --fail-on-regression (a figure with no
+    interval judged on its point estimate: a gate must not pass what it cannot judge), 2 when no run of one
+    folder matches a run of the other."""
     from benchsuite.results.compare import (CompareError, compare_folders, comparison_doc, comparison_table,
                                             left_out_lines, regression_lines)
 

@@ -9,9 +9,12 @@ over seeds of each seed's median, as the results model states a run's figure), a
 sides (stats.pooled_ratio): one run has about the same spread on two machines, and at 2 repeats a
 side the pooled test covers 95 % where Welch's covers about 98 %.
 
-A gate must not pass what it did not compare: a run that failed in B, or is missing from B, is a
-regression; a folder inside the other is left out of it (and said); estimated energy (a fixed power
-× time) is shown, never judged; an energy ratio inside the meters' bound (energy/bounds.py) is "not
+A gate must not pass what it did not compare, nor what it cannot judge: a run that failed in B, or is
+missing from B, is a regression; a figure with no interval (one repeat a side) is judged by the threshold
+on its point ratio alone, as asv judges by its factor when it has no statistics, and says so; a row that
+--ignore made of several configurations names them per side, as its label names pooled seeds; a folder
+inside the other is left out of it (and said); estimated energy (a fixed power × time) is shown, never
+judged; an energy ratio inside the meters' bound (energy/bounds.py) is "not
 resolvable by the meters", whatever the repeats say.
 """
 
@@ -31,7 +34,7 @@ from benchsuite.record.kinds import source_kind
 from benchsuite.record.values import dig, num
 from benchsuite.record.names import digest
 from benchsuite.record.types import Config, Error, Interval, PerWork, Record, Status
-from benchsuite.results.identity import (SITE_SETTINGS, TEXT_ONLY, differing_keys, hardware_label,
+from benchsuite.results.identity import (SEED, SITE_SETTINGS, TEXT_ONLY, differing_keys, hardware_label,
                                          ignored_paths, seed_of, seeds_text, without)
 from benchsuite.results.stats import pooled_ratio, run_median
 from benchsuite.results.store import load_records
@@ -87,9 +90,15 @@ class MetricComparison:
     ratio: float | None  # B / A, of the medians
     ci95: tuple[float, float] | None
     verdict: Verdict
-    reason: str | None = None  # why the verdict is n/a or not resolvable
+    reason: str | None = None  # why the verdict is n/a or not resolvable, or why there is no interval
     estimated: bool = False  # energy from a fixed power × time on either side
     meter_bound: tuple[float, float | None] | None = None  # B/A as far as the energy meters can tell
+    point_estimate: bool = False  # no interval: judged by the threshold on the ratio alone
+
+    @property
+    def basis(self) -> str | None:
+        """'point estimate: <why no interval>' where the verdict rests on the ratio alone, else None."""
+        return f"point estimate: {self.reason}" if self.point_estimate else None
 
 
 @dataclass(frozen=True)
@@ -103,6 +112,11 @@ class RunComparison:
     repeats_a: int  # ok records: the units of the interval
     repeats_b: int
     metrics: list[MetricComparison]
+    configurations_a: int = 1  # configurations pooled on the side (more than one only under --ignore)
+    configurations_b: int = 1
+    ignored_values_a: dict[str, list] = field(default_factory=dict)  # each key differing in the row → its values
+    ignored_values_b: dict[str, list] = field(default_factory=dict)
+    pooled: list[str] = field(default_factory=list)  # 'pools 2 configurations on side A: model.layers = 1, 2'
 
     @property
     def worse(self) -> list[MetricComparison]:
@@ -190,6 +204,35 @@ def seeds_label(seeds_a: list[int], seeds_b: list[int] | None = None) -> str:
     return f"{'seeds' if len(both) > 1 else 'seed'} {text}"
 
 
+def configurations(records: list[Record]) -> list[dict]:
+    """The distinct configurations among records: identity configs less the seed (the label names seeds).
+    More than one only where --ignore left keys out of the match."""
+    seen: dict[str, dict] = {}
+    for rec in records:
+        cfg = identity_config(rec.config, (SEED,))
+        seen.setdefault(digest(cfg), cfg)
+    return list(seen.values())
+
+
+def held_values(configs: list[dict], keys: list[str]) -> dict[str, list]:
+    """Each key → the values the configs hold, each once, numbers in order before other values."""
+    def order(v):
+        number = isinstance(v, (int, float)) and not isinstance(v, bool)
+        return (0, v, "") if number else (1, 0, json.dumps(v, sort_keys=True, default=str))
+    return {k: sorted({order(v): v for v in (dig(c, *k.split(".")) for c in configs)}.values(), key=order)
+            for k in keys}
+
+
+def pooled_notes(row: dict[str, tuple[int, dict[str, list]]]) -> list[str]:
+    """Per side ('A' → (configurations, values held)), 'pools 2 configurations on side A: model.layers = 1, 2',
+    or 'one configuration on side B: …': a blend of configurations is said, never hidden in the figure."""
+    notes = []
+    for side, (n, values) in row.items():
+        held = "; ".join(f"{k} = {', '.join(_json_text(v) for v in vs)}" for k, vs in values.items())
+        notes.append(f"{f'pools {n} configurations' if n > 1 else 'one configuration'} on side {side}: {held}")
+    return notes
+
+
 def run_label(rec: Record, seeds_a: list[int], seeds_b: list[int] | None = None) -> str:
     """'suite/dense w2 n1 weak · seed 1': the run and the seed(s) its records ran."""
     cfg = rec.config
@@ -251,9 +294,10 @@ def meter_ratio(a: float, b: float, recs_a: list[Record], recs_b: list[Record]) 
     return low, high
 
 
-def verdict(metric: Metric, ratio: float, ci95: tuple[float, float], threshold: float) -> Verdict:
-    """Significant when the interval excludes 1 and the change exceeds the threshold."""
-    if ci95[0] <= 1 <= ci95[1] or abs(ratio - 1) <= threshold:
+def verdict(metric: Metric, ratio: float, ci95: tuple[float, float] | None, threshold: float) -> Verdict:
+    """Significant when the interval excludes 1 and the change exceeds the threshold. With no interval (too
+    few repeats) the threshold alone judges the ratio: a gate must not pass what it cannot judge."""
+    if (ci95 is not None and ci95[0] <= 1 <= ci95[1]) or abs(ratio - 1) <= threshold:
         return Verdict.SAME
     return Verdict.BETTER if (ratio > 1) == metric.higher_is_better else Verdict.WORSE
 
@@ -276,20 +320,27 @@ def compare_metric(metric: Metric, recs_a: list[Record], recs_b: list[Record], t
         return MetricComparison(metric.name, a, b, ratio, ci95, Verdict.UNRESOLVABLE,
                                 f"B/A {ratio:.3f} lies within the meters' bound ({meters[0]:.3f}–{high}): "
                                 f"the energy meters cannot tell these runs apart", meter_bound=meters)
-    if estimated or ci95 is None:  # (no interval: one repeat a side, or a value not positive)
+    if estimated or ratio is None:  # (no ratio: a value not positive)
         return MetricComparison(metric.name, a, b, ratio, ci95, Verdict.UNAVAILABLE,
                                 ESTIMATED if estimated else interval.reason, estimated, meters)
     return MetricComparison(metric.name, a, b, ratio, ci95, verdict(metric, ratio, ci95, threshold),
-                            meter_bound=meters)
+                            interval.reason, meter_bound=meters, point_estimate=ci95 is None)
 
 
 def compare_run(recs_a: list[Record], recs_b: list[Record], threshold: float = DEFAULT_THRESHOLD,
                 identity: str | None = None) -> RunComparison:
-    """B against A for one run, given each side's ok records (its repeats, and seeds when pooled)."""
+    """B against A for one run, given each side's ok records (its repeats, and seeds or configurations when
+    pooled: the keys that differ among the row's configurations are named with each side's values)."""
     seeds_a, seeds_b = seeds_of(recs_a), seeds_of(recs_b)
+    configs_a, configs_b = configurations(recs_a), configurations(recs_b)
+    both = configs_a + configs_b
+    keys = sorted({k for c in both[1:] for k in differing_keys(both[0], c)})
+    values_a, values_b = held_values(configs_a, keys), held_values(configs_b, keys)
+    pooled = pooled_notes({"A": (len(configs_a), values_a), "B": (len(configs_b), values_b)}) if keys else []
     return RunComparison(run_label(recs_a[0], seeds_a, seeds_b), identity or identity_key(recs_a[0].config),
                          hardware_label(recs_a), hardware_label(recs_b), seeds_a, seeds_b, len(recs_a),
-                         len(recs_b), [compare_metric(m, recs_a, recs_b, threshold) for m in METRICS])
+                         len(recs_b), [compare_metric(m, recs_a, recs_b, threshold) for m in METRICS],
+                         len(configs_a), len(configs_b), values_a, values_b, pooled)
 
 
 # ----------------------------------------------------------------------------- two folders
@@ -336,10 +387,15 @@ def error_text(rec: Record) -> str:
     return f"{err.type or 'error'}: {message}" if message or err.type else "no error recorded"
 
 
+def _json_text(value) -> str:
+    """A config value as JSON text, clipped to 40 characters."""
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
 def _value(config: dict, key: str) -> str:
     """A key's value in an identity config (JSON values, walked by the dotted key a user can --ignore)."""
-    text = json.dumps(dig(config, *key.split(".")), default=str)
-    return text if len(text) <= 40 else text[:39] + "…"
+    return _json_text(dig(config, *key.split(".")))
 
 
 def closest_note(run: SideRun, other: dict[str, SideRun], side: str) -> str:
@@ -416,10 +472,22 @@ def left_out_lines(c: Comparison) -> list[str]:
             for p in paths]
 
 
+def _row_name(r: RunComparison) -> str:
+    """The run's name, with the configurations it pools where --ignore pooled several."""
+    return f"{r.run} ({'; '.join(r.pooled)})" if r.pooled else r.run
+
+
+def _worse_text(r: RunComparison) -> str:
+    """'tok/s worse (B/A 0.500), MFU worse (B/A 0.500); point estimate: <why no interval>': the figures a gate
+    fails on, and the point estimate named once where no interval judged them."""
+    worse = ", ".join(f"{LABELS[m.metric]} worse (B/A {m.ratio:.3f})" for m in r.worse)
+    return "; ".join([worse, *dict.fromkeys(m.basis for m in r.worse if m.basis)])
+
+
 def regression_lines(c: Comparison) -> list[str]:
-    """One line per regression, naming the run and why: what a failing gate prints."""
-    lines = [f"regression: {r.run}: " + ", ".join(f"{LABELS[m.metric]} worse (B/A {m.ratio:.3f})" for m in r.worse)
-             for r in c.runs if r.regressed]
+    """One line per regression, naming the run (and the configurations it pools) and why: what a failing
+    gate prints."""
+    lines = [f"regression: {_row_name(r)}: {_worse_text(r)}" for r in c.runs if r.regressed]
     lines += [f"regression: {f.run} failed in B: {f.error}" for f in c.failed_in_b]
     lines += [f"regression: {u.run} missing in B ({c.b} holds no record of it); {u.closest}" for u in c.only_a]
     return lines
@@ -440,9 +508,10 @@ def _ratio(m: MetricComparison) -> str:
 def comparison_table(c: Comparison) -> Table:
     """One row per (run, figure); every string from a record goes through printable."""
     ignoring = f"; matched ignoring {', '.join(c.ignored)}" if c.ignored else ""
+    point = "; with no interval (one repeat a side), the change of B/A alone (point estimate)"
     table = Table(title=escape(printable(f"B / A: {c.b} vs {c.a}")), header_style="bold",
                   caption=escape(f"{c.method}; significant: the interval excludes 1 and the change exceeds "
-                                 f"{c.threshold:.0%}{ignoring}"))
+                                 f"{c.threshold:.0%}{point}{ignoring}"))
     for header in ("run", "hardware A → B", "repeats A, B", "figure", "A", "B", "B/A (95% CI)", "verdict"):
         table.add_column(header, justify="right" if header in ("A", "B", "B/A (95% CI)") else "left",
                          no_wrap=header not in ("run", "hardware A → B", "verdict"))  # figures never split
@@ -451,10 +520,20 @@ def comparison_table(c: Comparison) -> Table:
         hardware = run.hardware_a if run.hardware_a == run.hardware_b else f"{run.hardware_a} → {run.hardware_b}"
         for i, m in enumerate(run.metrics):
             label = LABELS[m.metric] + (" (estimated)" if m.estimated else "")
-            first = [run.run, hardware, f"{run.repeats_a}, {run.repeats_b}"] if i == 0 else ["", "", ""]
-            cells = [*first, label, _figure(m.a), _figure(m.b), _ratio(m),
-                     f"n/a: {m.reason}" if m.verdict is Verdict.UNAVAILABLE else
-                     f"{m.verdict.value}: {m.reason}" if m.verdict is Verdict.UNRESOLVABLE else m.verdict.value]
-            table.add_row(*[escape(printable(x)) for x in cells], style=style.get(m.verdict))
+            first = [[run.run, *run.pooled], hardware, f"{run.repeats_a}, {run.repeats_b}"] if i == 0 else ["", "", ""]
+            cells = [*first, label, _figure(m.a), _figure(m.b), _ratio(m), verdict_text(m)]
+            table.add_row(*[_safe(x) for x in cells], style=style.get(m.verdict))
         table.add_section()
     return table
+
+
+def verdict_text(m: MetricComparison) -> str:
+    """The verdict with why where it is n/a, not resolvable, or rests on the point estimate alone."""
+    if m.verdict in (Verdict.UNAVAILABLE, Verdict.UNRESOLVABLE):
+        return f"{m.verdict.value}: {m.reason}"
+    return f"{m.verdict.value} ({m.basis})" if m.basis else m.verdict.value
+
+
+def _safe(cell: str | list[str]) -> str:
+    """A cell (or its lines) from record strings, shown as text: never markup, never a control character."""
+    return "\n".join(escape(printable(x)) for x in ([cell] if isinstance(cell, str) else cell))
