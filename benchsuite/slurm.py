@@ -1,7 +1,8 @@
 """An sbatch script for a suite: each node count of the job is its own srun step, one launcher per node,
 c10d rendezvous on the step's first host. Every interpolated value is shell-quoted; #SBATCH values, which
 Slurm reads without a shell, are checked against a strict pattern instead. The set-up lines are the
-user's shell code and are inserted as they are.
+user's shell code: written verbatim into a quoted here-document and run by `eval`, so that their text, even
+an unclosed quote or here-document, cannot change the script's own syntax (swallow the lines after it).
 
 Nothing of the generating machine is written in: the interpreter is a command looked up on the job's
 PATH after the set-up, and paths are as the caller gives them (relative ones resolve against the submit
@@ -61,7 +62,8 @@ def sbatch_script(suite_path: str | Path, suite_name: str, out_dir: str | Path, 
     """nodes: the allocation; node_counts: the steps, run in this order (default: one step on all nodes);
     left_out: the suite's node counts no step runs, named in the script.
     python: the command (a name on the job's PATH, or its words, e.g. a container's `apptainer exec
-    IMAGE python3`) that runs `-m benchsuite.cli`. setup: shell text run before it, in the submit directory.
+    IMAGE python3`) that runs `-m benchsuite.cli`. setup: shell texts run before it, in the submit directory,
+    each by its own eval (a text that does not parse stops the job there; it cannot reach the lines after it).
     job_output: the #SBATCH --output pattern (e.g. DIR/logs/slurm-%j.out); None keeps Slurm's
     slurm-%j.out in the submit directory. repeat: `run --repeat`, measurements of each run."""
     counts = list(node_counts or [nodes])
@@ -75,13 +77,33 @@ def sbatch_script(suite_path: str | Path, suite_name: str, out_dir: str | Path, 
                         {"output": (job_output, "--job-output"), "partition": (partition, None),
                          "time": (time, None), "account": (account, None)}, signal_seconds, requeue)
     lines += _prologue(counts, left_out)
-    if setup:
-        lines += ["# --- set-up (--setup), before benchsuite; srun passes its environment to every node's task "
-                  "(--export=ALL, Slurm's default) ---", *(text.rstrip("\n") for text in setup),
-                  "# --- end of set-up ---"]
+    lines += _setup_block(setup)
     lines += _variables(suite_path, out_dir, python, repeat, requeue, max_requeues, gpus)
     lines += STEP_FUNCTION + _steps(counts)
     return "\n".join(lines) + "\n"
+
+
+_SETUP_END = "BENCHSUITE_SETUP_END"  # the here-document's terminator, suffixed when a set-up line is this word
+
+
+def _setup_block(setup: Sequence[str]) -> list[str]:
+    """Each set-up text read verbatim by a quoted here-document and run by eval, in this shell (its exports
+    and `source`s stay). Inline, an unclosed quote would swallow the script's own lines, and a text ending in
+    a backslash would join one of them; here only the terminator line ends it, chosen to be none of its lines."""
+    if not setup:
+        return []
+    lines = ["# --- set-up (--setup), before benchsuite; srun passes its environment to every node's task "
+             "(--export=ALL, Slurm's default). Each text is read as it is and run by eval: it cannot change "
+             "this script's syntax ---"]
+    for text in setup:
+        body = text.rstrip("\n").split("\n")
+        end, n = _SETUP_END, 1
+        while end in body:
+            n += 1
+            end = f"{_SETUP_END}_{n}"
+        lines += [f"IFS= read -r -d '' BENCHSUITE_SETUP <<'{end}' || true  # read stops at the end: status 1",
+                  *body, end, 'eval "$BENCHSUITE_SETUP"']
+    return lines + ["unset BENCHSUITE_SETUP", "# --- end of set-up ---"]
 
 
 def _directives(suite_name: str, nodes: int, gpus: str, cpus: int, mem: str | None, exclusive: bool,

@@ -148,24 +148,79 @@ from benchsuite.runlock import claim
 with claim(sys.argv[1], "k") as got:
     print(json.dumps(None if got is None else str(got)))
 """
+AS_NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+NOBODY_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"}  # nothing of the checkout's environment
+
+
+def _private_folder(path: str) -> Path | None:
+    """The first folder on the way to path that other users cannot enter (no o+x), e.g. mktemp -d's 0700."""
+    for folder in reversed(Path(os.path.abspath(path)).parents):
+        if not os.stat(folder).st_mode & stat.S_IXOTH:
+            return folder
+    return None
+
+
+def _readable_copy(dest: Path) -> Path:
+    """The package as this checkout has it, world-readable under dest: nobody may not reach the checkout (a clone
+    under a private folder), and the venv's editable install points there too."""
+    shutil.copytree(REPO / "benchsuite", dest / "benchsuite", ignore=shutil.ignore_patterns("__pycache__"))
+    for path in [dest, *dest.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return dest
+
+
+def _interpreter_for_nobody(code: Path, team: Path) -> str:
+    """An interpreter user nobody can execute that imports the copied runlock and can write in the lock folder,
+    tried as nobody; the test skips, saying why, where none does."""
+    candidates = dict.fromkeys(c for c in (sys.executable, os.path.realpath(sys.executable),
+                                           getattr(sys, "_base_executable", ""), shutil.which("python3"),
+                                           "/usr/bin/python3") if c)
+    probe = f"import os, sys, benchsuite.runlock; sys.exit(0 if os.access({str(team)!r}, os.W_OK | os.X_OK) else 3)"
+    failures = []
+    for python in candidates:
+        try:
+            res = subprocess.run([*AS_NOBODY, python, "-B", "-c", probe], cwd=code, env=NOBODY_ENV,
+                                 capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            failures.append(f"{python}: {e}")
+            continue
+        if res.returncode == 0:
+            return python
+        said = (f"cannot write in {team}" if res.returncode == 3 else
+                (res.stderr.strip().splitlines() or [f"exit status {res.returncode}"])[-1])
+        private = _private_folder(python)
+        failures.append(f"{python}: {said}" + (f" ({private} is private, mode "
+                                               f"{stat.S_IMODE(os.stat(private).st_mode):o})" if private else ""))
+    pytest.skip(f"user nobody cannot execute an interpreter that runs a copy of benchsuite.runlock (the checkout "
+                f"or the interpreter sits under a private folder): {'; '.join(failures)}")
+
+
+def _grab_as_nobody(python: str, code: Path, team: Path):
+    """GRAB's answer, run as nobody: its JSON, or the test fails with nobody's stderr."""
+    res = subprocess.run([*AS_NOBODY, python, "-B", "-c", GRAB, str(team)], cwd=code, env=NOBODY_ENV,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and res.stdout.strip(), f"as nobody: exit status {res.returncode}: {res.stderr}"
+    return json.loads(res.stdout)
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="runs a launcher as another user")
-def test_another_users_read_only_lock_file_left_by_a_dead_launcher_is_taken_over(tmp_path):
+def test_another_users_read_only_lock_file_left_by_a_dead_launcher_is_taken_over():
     """The kernel's own refusal: root leaves a read-only lock file (0o644) naming a dead pid; nobody takes it over
-    (a fresh file, nobody's, 0o664), and names it while a live launcher holds it."""
-    team = Path(tempfile.mkdtemp(prefix="benchsuite-team-"))  # pytest's folders are root's only
+    (a fresh file, nobody's, 0o664), and names it while a live launcher holds it. nobody runs a world-readable
+    copy of the package (the checkout may sit under a private folder) with an interpreter it can execute."""
+    base = Path(tempfile.mkdtemp(prefix="benchsuite-team-"))  # pytest's folders are root's only
     try:
+        base.chmod(0o755)
+        team, code = base / "team", _readable_copy(base / "code")
+        team.mkdir(mode=0o777)
         team.chmod(0o777)
         path = lock_path(team, "k")
         path.parent.mkdir(mode=0o777)
         path.parent.chmod(0o777)
+        python = _interpreter_for_nobody(code, team)
         path.write_text(json.dumps({"pid": 2**22 + 12345, "host": socket.gethostname()}))
         path.chmod(0o644)
-        as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", GRAB,
-                     str(team)]
-        res = subprocess.run(as_nobody, cwd=REPO, capture_output=True, text=True, timeout=60)
-        assert (res.returncode, json.loads(res.stdout)) == (0, None), res.stderr
+        assert _grab_as_nobody(python, code, team) is None
         st = os.stat(path)
         assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (65534, 0o664)
 
@@ -174,10 +229,9 @@ def test_another_users_read_only_lock_file_left_by_a_dead_launcher_is_taken_over
         try:
             assert child.stdout.readline() == "held\n"
             path.chmod(0o644)  # as an older launcher under umask 022 made it
-            res = subprocess.run(as_nobody, cwd=REPO, capture_output=True, text=True, timeout=60)
-            assert json.loads(res.stdout) == f"pid {child.pid} on host {socket.gethostname()}", res.stderr
+            assert _grab_as_nobody(python, code, team) == f"pid {child.pid} on host {socket.gethostname()}"
         finally:
             child.kill()
             child.wait(timeout=30)
     finally:
-        shutil.rmtree(team)
+        shutil.rmtree(base)

@@ -45,6 +45,7 @@ PYTHON = r"""#!/bin/bash
 trap 'echo "TERM node $SLURM_NODEID" >> "$LOG"; kill "$sleeper" 2>/dev/null; exit 130' TERM
 echo "python3 node $SLURM_NODEID cwd $PWD" >> "$LOG"
 printf '%s\0' "$@" > "$ARGS_DIR/node$SLURM_NODEID.$8"  # $8: --nnodes
+[[ -n "${SETUP_MARK:-}" ]] && echo "mark $SETUP_MARK node $SLURM_NODEID" >> "$LOG"  # exported by a set-up
 for run in a b; do
     grep -qx "$run" "$DONE" 2>/dev/null && continue
     [[ "$SLURM_NODEID" == 0 ]] && echo "measure $run" >> "$LOG"
@@ -242,7 +243,92 @@ def test_set_up_file_python_command_and_no_requeue(cluster, monkeypatch, capsys)
                            "--signal-seconds", "600").read_text()
     lines = script.splitlines()
     start = lines.index("module load cuda/12.4")
-    assert lines[start:start + 3] == ["module load cuda/12.4", "source activate bench", "export NCCL_DEBUG=WARN"]
-    assert start < lines.index("PYTHON=(apptainer exec --nv bench.sif python3)")
+    assert lines[start:start + 2] == ["module load cuda/12.4", "source activate bench"]  # verbatim, in order
+    assert start < lines.index("export NCCL_DEBUG=WARN") < lines.index("PYTHON=(apptainer exec --nv bench.sif python3)")
     assert "#SBATCH --signal=B:TERM@600" in lines and "REQUEUE=0" in lines
     assert "#SBATCH --requeue" not in lines and "#SBATCH --open-mode=append" not in lines
+
+
+# Set-up text bash cannot parse on its own: an unclosed quote would swallow the job's own lines.
+UNPARSABLE = {
+    "double quote": ('module load cuda/12.4"', 'close the " quote it opens'),
+    "single quote": ("source venv/bin/activate\necho 'ready", "close the ' quote it opens"),
+    "if": ("if [ -d venv ]; then\n  source venv/bin/activate", "close the if (fi)"),
+    "case": ('case "$HOSTNAME" in\n  gpu*) module load cuda ;;', "case (esac)"),
+    "heredoc": ("cat > env.txt <<EOF\nX=1", "end the here-document with a line that is exactly EOF"),
+    "substitution": ("export NODE=$(hostname", "close the $( or ( it opens"),
+}
+
+
+@pytest.mark.parametrize("name", UNPARSABLE)
+def test_set_up_bash_cannot_parse_on_its_own_is_refused_naming_setup(cluster, monkeypatch, capsys, name):
+    text, fix = UNPARSABLE[name]
+    monkeypatch.chdir(cluster)
+    assert main(["slurm", "scale.toml", "--gpus-per-node", "8", "--setup", text, "-o", "job.sh"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err  # one line
+    assert err.startswith(f"benchsuite: --setup {text!r}: bash cannot parse it on its own (")
+    assert fix in err and "each --setup value runs on its own" in err
+    assert not (cluster / "job.sh").exists()
+
+
+def test_a_set_up_file_bash_cannot_parse_is_refused_by_its_name(cluster, monkeypatch, capsys):
+    (cluster / "env.sh").write_text('module load cuda/12.4"\nsource venv/bin/activate\n')
+    monkeypatch.chdir(cluster)
+    assert main(["slurm", "scale.toml", "--gpus-per-node", "8", "--setup", "env.sh"]) == 2
+    err = capsys.readouterr().err
+    assert "benchsuite: --setup env.sh: bash cannot parse it on its own (line " in err and "unexpected EOF" in err
+
+
+def test_without_bash_the_set_up_is_written_unchecked_and_said(cluster, monkeypatch, capsys):
+    monkeypatch.setattr("benchsuite.commands.slurm.shutil.which", lambda name: None)
+    _write_script(cluster, monkeypatch, "--setup", "module load cuda/12.4")
+    assert "note: --setup 'module load cuda/12.4': its shell syntax is not checked (bash is not on PATH)" in \
+        capsys.readouterr().err
+
+
+# Valid set-up: module loads, an environment, exports, a here-document whose terminator is the script's own,
+# a last line ending in a backslash (inline, it would join the script's next line).
+VALID_SETUP = ["module load cuda/12.4\nmodule load nccl\nsource venv/bin/activate\nexport SETUP_MARK=1",
+               "cat > \"$LOG.here\" <<'BENCHSUITE_SETUP_END'\nkept\nBENCHSUITE_SETUP_END\necho heredoc done \\"]
+
+
+@pytest.mark.procs
+def test_valid_multi_line_set_up_runs_and_the_job_goes_on_past_it(cluster, monkeypatch):
+    _executable(cluster.parent / "bin" / "module", '#!/bin/bash\necho "module $*" >> "$LOG"\n')
+    options = [word for text in VALID_SETUP for word in ("--setup", text)]
+    job = _write_script(cluster, monkeypatch, "--node-counts", "2", *options)
+    assert "<<'BENCHSUITE_SETUP_END_2'" in job.read_text()  # the script's terminator is none of the set-up's lines
+    assert subprocess.run(["bash", "-n", str(job)]).returncode == 0
+    res = subprocess.run(["bash", str(job)], env=_env(cluster), cwd=cluster.parent, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    log = (cluster.parent / "log").read_text().splitlines()
+    assert log[:3] == ["module load cuda/12.4", "module load nccl", "setup"]
+    assert {"mark 1 node 0", "mark 1 node 1"} <= set(log)  # past the set-up: the step ran, with its export
+    assert (cluster.parent / "log.here").read_text() == "kept\n" and "heredoc done" in res.stdout
+
+
+def _run_with_setup(cluster: Path, *setup: str) -> subprocess.CompletedProcess:
+    """sbatch_script itself, no CLI check in between: what the script alone does with the set-up text."""
+    job = cluster / "job.sh"
+    job.write_text(sbatch_script("scale.toml", "scale", "res", nodes=2, gpus_per_node=8,
+                                 setup=["source venv/bin/activate", *setup]))
+    assert subprocess.run(["bash", "-n", str(job)]).returncode == 0
+    return subprocess.run(["bash", str(job)], env=_env(cluster, LC_ALL="C"), cwd=cluster.parent, capture_output=True,
+                          text=True)
+
+
+@pytest.mark.procs
+def test_an_unclosed_quote_in_the_set_up_stops_the_job_there_and_swallows_none_of_its_lines(cluster):
+    """Inline, the quote ran to the next " of the script: a word of benchsuite's own lines ran as a command."""
+    res = _run_with_setup(cluster, 'module load cuda/12.4"')
+    assert res.returncode == 2 and "eval: line" in res.stderr and "unexpected EOF" in res.stderr, res.stderr
+    assert "command not found" not in res.stderr and not (cluster.parent / "srun").exists()
+
+
+@pytest.mark.procs
+def test_an_unclosed_here_document_in_the_set_up_ends_with_its_text_and_the_job_goes_on(cluster):
+    """It parses on its own (bash only warns); inline, it took the rest of the script as its body: no step ran."""
+    res = _run_with_setup(cluster, "cat >/dev/null <<EOF\nunfinished")
+    assert res.returncode == 0, res.stderr
+    assert "python3 node 0 cwd" in (cluster.parent / "log").read_text()  # the steps ran after the set-up

@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import shlex
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -174,18 +177,62 @@ def _steps(args, suite_counts: list[int]) -> tuple[int, list[int], list[int]]:
 
 
 def _setup_text(value: str) -> str:
-    """--setup: an existing file's text, or the value itself as shell lines. A lone word naming a script
-    (a / in it, or .sh) that is no file is refused: as a line it would only fail on the node, after the queue."""
+    """--setup: an existing file's text, or the value itself as shell lines. Refused now what would only fail
+    on the node, after the queue: a lone word naming a script (a / in it, or .sh) that is no file, and text
+    bash cannot parse on its own."""
     path = Path(value)
     if "\n" not in value and path.is_file():
         try:
-            return path.read_text(encoding="utf-8")
+            text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
             raise UsageError(f"--setup {value}: cannot read it ({e})") from None
+        _check_setup_syntax(value, text)
+        return text
     if len(value.split()) == 1 and ("/" in value or value.endswith(".sh")):
         raise UsageError(f"--setup {value}: no such file; to run a script of the cluster give the line itself, "
                          f"e.g. --setup 'source {value}'")
+    _check_setup_syntax(repr(value if len(value) <= 60 else value[:57] + "..."), value)
     return value
+
+
+SETUP_CHECK_TIMEOUT_S = 10
+# bash -n's complaint -> what to do about it; the first that matches
+_SETUP_FIXES = ((re.compile(r"looking for matching `([\"'`])'"), "close the {0} quote it opens"),
+                (re.compile(r"looking for matching `\)'"), "close the $( or ( it opens with a )"),
+                (re.compile(r"looking for matching `}'"), "close the ${{ it opens with a }}"),
+                (re.compile(r"here-document .*\(wanted `(.*)'\)"), "end the here-document with a line that is "
+                                                                 "exactly {0}"),
+                (re.compile(r"unexpected end of file"), "close the if (fi), case (esac), loop (done), {{ (}}) or "
+                                                        "( ()) it opens"))
+
+
+def _check_setup_syntax(shown: str, text: str) -> None:
+    """Set-up text bash cannot parse on its own is refused here, with bash's words and the fix: in the job it
+    would fail only after the queue. Checked alone, as the job runs it (its own eval; slurm._setup_block).
+    shown: the --setup value as the message names it (a file's name, or the lines, clipped)."""
+    if "\0" in text:
+        raise UsageError(f"--setup {shown}: holds a NUL byte, which bash cannot run; remove it")
+    bash = shutil.which("bash")
+    # BASH_ENV, ENV: no start-up file runs; LC_ALL=C: bash's words in English, as _SETUP_FIXES reads them
+    env = {**{k: v for k, v in os.environ.items() if k not in ("BASH_ENV", "ENV")}, "LC_ALL": "C"}
+    try:
+        if bash is None:
+            raise FileNotFoundError("bash is not on PATH")
+        res = subprocess.run(["bash", "-n", "-c", text], executable=bash, capture_output=True, env=env,
+                             encoding="utf-8", errors="replace", timeout=SETUP_CHECK_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        why = f"bash -n took over {SETUP_CHECK_TIMEOUT_S} s" if isinstance(e, subprocess.TimeoutExpired) else e
+        err.print(printable(f"note: --setup {shown}: its shell syntax is not checked ({why}); the job stops at "
+                            f"the set-up if bash cannot parse it"), markup=False)
+        return
+    said = [re.sub(r"^bash: (-c: )?", "", line) for line in res.stderr.splitlines() if line.strip()]
+    if res.returncode == 0 and not said:  # a warning (an unterminated here-document) exits 0
+        return
+    complaint = "; ".join(said) or f"bash -n exit status {res.returncode}"
+    fix = next((fix.format(*m.groups()) for pattern, fix in _SETUP_FIXES if (m := pattern.search(complaint))),
+               "correct that line")
+    raise UsageError(f"--setup {shown}: bash cannot parse it on its own ({complaint}); {fix} (each --setup value "
+                     f"runs on its own, as complete shell code)")
 
 
 def _submit_relative(path: str) -> str:
