@@ -82,7 +82,8 @@ def _checked(cls, value, where: str):
     if value is None:
         return cls()
     problems: list = []
-    section, refused = cfg.build_section(cls, msgspec.to_builtins(value) if isinstance(value, cls) else value, where, problems)
+    raw = msgspec.to_builtins(value) if isinstance(value, cls) else value
+    section, refused = cfg.build_section(cls, raw, where, problems)
     if cls is cfg.CarbonConfig:
         check_carbon(section, {f"carbon.{k}" for k in refused}, where, problems)
     if problems:

@@ -19,7 +19,7 @@ GOLDEN = Path(__file__).parent / "fixtures" / "golden"
 # What a second run on the same host changes (the clock, the meters, the process's memory) and what another
 # host changes (its name, CPU, software, and the run key that hashes its hardware): compared for presence only.
 VOLATILE = re.compile(r"^(started_at|duration_s|run_key|env\..*|flags\[\].*|steps\[\]\.time_s|carbon\..*|energy\..*"
-                      r"|metrics\.energy\..*|metrics\.(tokens_per_s|tflops_per_device|hardware_tflops_per_device"
+                      r"|metrics\.energy\..*|metrics\.(tokens_per_s|tokens_per_s_per_device|tflops_per_device|hardware_tflops_per_device"
                       r"|mfu_vs_ceiling|matmul_ceiling_tflops|matmul_ceiling_source)"
                       r"|metrics\.step_time_s\..*|metrics\.per_rank\..*|metrics\.memory\.per_rank\[\]\.peak_rss_bytes"
                       r"|metrics\.moe\.all_to_all_share|metrics\.pipeline\.bubble_(measured|per_rank\[\]))$")

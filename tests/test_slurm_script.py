@@ -236,6 +236,7 @@ def test_mem_takes_only_slurm_sizes(cluster, monkeypatch, capsys, value):
     assert e.value.code == 2 and "--mem" in capsys.readouterr().err
 
 
+@pytest.mark.procs  # bash -n checks the set-up text
 def test_set_up_file_python_command_and_no_requeue(cluster, monkeypatch, capsys):
     (cluster / "env.sh").write_text("module load cuda/12.4\nsource activate bench\n")
     script = _write_script(cluster, monkeypatch, "--setup", "env.sh", "--setup", "export NCCL_DEBUG=WARN",
@@ -260,6 +261,7 @@ UNPARSABLE = {
 }
 
 
+@pytest.mark.procs  # bash -n checks the set-up text
 @pytest.mark.parametrize("name", UNPARSABLE)
 def test_set_up_bash_cannot_parse_on_its_own_is_refused_naming_setup(cluster, monkeypatch, capsys, name):
     text, fix = UNPARSABLE[name]
@@ -272,6 +274,7 @@ def test_set_up_bash_cannot_parse_on_its_own_is_refused_naming_setup(cluster, mo
     assert not (cluster / "job.sh").exists()
 
 
+@pytest.mark.procs  # bash -n checks the set-up text
 def test_a_set_up_file_bash_cannot_parse_is_refused_by_its_name(cluster, monkeypatch, capsys):
     (cluster / "env.sh").write_text('module load cuda/12.4"\nsource venv/bin/activate\n')
     monkeypatch.chdir(cluster)

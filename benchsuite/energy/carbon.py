@@ -288,8 +288,9 @@ def _projection_inputs(pue_given: bool, intensity_given: bool) -> tuple[str, ...
 def project_from_record(record: dict, tokens: float, devices: int | None = None, pue: float | None = None,
                         intensity: float | Intensity | None = None, parts: dict | None = None) -> dict[str, Any]:
     """`project` with rates taken from a run record: J/token from metrics.energy.j_per_token
-    when the worker stored it, else energy.total_j / (tokens_per_s x window_s); per-device
-    rate = tokens_per_s / world_size. PUE, intensity and the parts' [carbon] keys (`parts` overrides them by key) default to the record's. A record whose
+    when the worker stored it, else energy.total_j / (tokens_per_s x window_s); the per-device rate is the
+    record's metrics.tokens_per_s_per_device. PUE, intensity and the parts' [carbon] keys (`parts` overrides
+    them by key) default to the record's. A record whose
     inputs the sanity guard flagged (record/sanity.py) is refused with the flag's reason: a projection
     scales a wrong figure by millions of tokens."""
     inputs = _projection_inputs(pue is not None, intensity is not None)

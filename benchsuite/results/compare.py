@@ -35,7 +35,7 @@ from benchsuite.record.values import dig, num
 from benchsuite.record.names import digest
 from benchsuite.record.types import Config, Error, Interval, PerWork, Record, Status
 from benchsuite.results.identity import (SEED, SITE_SETTINGS, TEXT_ONLY, differing_keys, hardware_label,
-                                         ignored_paths, seed_of, seeds_text, without)
+                                         ignored_paths, seed_of, seeds_text, told_apart, without)
 from benchsuite.results.stats import pooled_ratio, run_median
 from benchsuite.results.store import load_records
 from benchsuite.terminal import printable
@@ -328,7 +328,7 @@ def compare_metric(metric: Metric, recs_a: list[Record], recs_b: list[Record], t
 
 
 def compare_run(recs_a: list[Record], recs_b: list[Record], threshold: float = DEFAULT_THRESHOLD,
-                identity: str | None = None) -> RunComparison:
+                identity: str | None = None, name: str | None = None) -> RunComparison:
     """B against A for one run, given each side's ok records (its repeats, and seeds or configurations when
     pooled: the keys that differ among the row's configurations are named with each side's values)."""
     seeds_a, seeds_b = seeds_of(recs_a), seeds_of(recs_b)
@@ -337,7 +337,7 @@ def compare_run(recs_a: list[Record], recs_b: list[Record], threshold: float = D
     keys = sorted({k for c in both[1:] for k in differing_keys(both[0], c)})
     values_a, values_b = held_values(configs_a, keys), held_values(configs_b, keys)
     pooled = pooled_notes({"A": (len(configs_a), values_a), "B": (len(configs_b), values_b)}) if keys else []
-    return RunComparison(run_label(recs_a[0], seeds_a, seeds_b), identity or identity_key(recs_a[0].config),
+    return RunComparison(name or run_label(recs_a[0], seeds_a, seeds_b), identity or identity_key(recs_a[0].config),
                          hardware_label(recs_a), hardware_label(recs_b), seeds_a, seeds_b, len(recs_a),
                          len(recs_b), [compare_metric(m, recs_a, recs_b, threshold) for m in METRICS],
                          len(configs_a), len(configs_b), values_a, values_b, pooled)
@@ -443,8 +443,10 @@ def compare_folders(a: str | Path, b: str | Path, threshold: float = DEFAULT_THR
     side_a, side_b = load_side(a, ignored, out_a), load_side(b, ignored, out_b)
     ok_a = {k for k, r in side_a.items() if r.ok}
     ok_b = {k for k, r in side_b.items() if r.ok}
-    label = {k: run_label(side_a[k].ok[0], seeds_of(side_a[k].ok)) for k in ok_a}
-    runs = [compare_run(side_a[k].ok, side_b[k].ok, threshold, k) for k in sorted(ok_a & ok_b, key=label.get)]
+    seeds_b = {k: seeds_of(side_b[k].ok) for k in ok_a & ok_b}
+    label = told_apart({k: run_label(side_a[k].ok[0], seeds_of(side_a[k].ok), seeds_b.get(k)) for k in ok_a},
+                       {k: side_a[k].config for k in ok_a})  # two runs of one name: the keys that differ said
+    runs = [compare_run(side_a[k].ok, side_b[k].ok, threshold, k, label[k]) for k in sorted(ok_a & ok_b, key=label.get)]
     failed_in_b = sorted(ok_a & (side_b.keys() - ok_b), key=label.get)  # B holds only failed records of them
     failed = [FailedRun(label[k], k, error_text(side_b[k].failed[0])) for k in failed_in_b]
     return Comparison(str(a), str(b), threshold, ignore, METHOD, runs, failed,

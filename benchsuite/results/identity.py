@@ -9,6 +9,7 @@ Every view groups records this way (results/model.py), and names a record by all
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from typing import Any
 
@@ -99,6 +100,30 @@ def ignored_paths(keys: list[str]) -> list[tuple[str, ...]]:
         raise ValueError(f"unknown config key(s) {', '.join(repr(k) for k in unknown)}; a key is a dotted path of "
                          f"the resolved config, e.g. train.seed, parallel.tensor, model.layers")
     return [tuple(k.split(".")) for k in keys]
+
+
+def _shown(value: Any) -> str:
+    """A config value in a label: text as it is, anything else as JSON (null, true, 2, [1, 2])."""
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def told_apart(labels: dict[str, str], configs: dict[str, dict]) -> dict[str, str]:
+    """Each label made unique where several keys share one: the config keys whose values differ among them,
+    with each one's value ('dense · w2 · train.precision bf16'). The one way every view names what tells a
+    run from its neighbours (routing, precision, any swept key), rather than a hash a person cannot read."""
+    groups: dict[str, list[str]] = {}
+    for key, label in labels.items():
+        groups.setdefault(label, []).append(key)
+    out = dict(labels)
+    for label, keys in groups.items():
+        if len(keys) < 2:
+            continue
+        first = configs[keys[0]]
+        differ = sorted({k for other in keys[1:] for k in differing_keys(first, configs[other])})
+        for key in keys:
+            said = ", ".join(f"{k} {_shown(dig(configs[key], *k.split('.')))}" for k in differ)
+            out[key] = f"{label} · {said}" if said else label
+    return out
 
 
 def differing_keys(a: dict, b: dict, prefix: str = "") -> list[str]:

@@ -331,7 +331,8 @@ def upgrade_later_keys(rec: dict) -> dict:
     config = rec.get("config") or {}
     for sec, section in SECTIONS.items():
         if isinstance(config.get(sec), dict):
-            config[sec].update({k: v for k, v in defaults(section).items() if k in section.LATER and k not in config[sec]})
+            added = {k: v for k, v in defaults(section).items() if k in section.LATER and k not in config[sec]}
+            config[sec].update(added)
     return rec
 
 

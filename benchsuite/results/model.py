@@ -29,9 +29,10 @@ from benchsuite.record.columns import view_columns
 from benchsuite.record.sanity import flag_summary, sanity_flags
 from benchsuite.record.types import Record
 from benchsuite.record.values import coefficient_of_variation, num, present
-from benchsuite.results.identity import record_name, run_identity, seed_of, seeds_text
+from benchsuite.results.identity import (SEED, TEXT_ONLY, record_name, run_identity, seed_of, seeds_text,
+                                         told_apart, without)
 from benchsuite.results.routing import ROUTING_COLUMN, RoutingPair, routing_pairs
-from benchsuite.results.scaling import add_scaling_efficiency
+from benchsuite.results.scaling import VARIES_IN_A_SWEEP, add_scaling_efficiency
 from benchsuite.results.stats import ONE_SEED, ConfidenceInterval, log_t_interval
 from benchsuite.results.store import Loaded, cyclic_gc_paused, dataframe_of, load_records
 
@@ -124,7 +125,7 @@ def _with_names(df: pd.DataFrame, records: list[Record]) -> pd.DataFrame:
             **{name: pd.to_numeric(df[f"metrics.energy.{name}"], errors="coerce").astype(float) for name in DERIVED},
             "series_key": ["\0".join(str(v) for v in key) for key in zip(*(df[c] for c in SERIES_KEY))]}
     df = _with(df, cols)
-    series = df["series_key"].map(_series_labels(df))
+    series = df["series_key"].map(_series_labels(df, records))
     labels = pd.Series([f"{s} · w{w}" + (f" · {n} nodes" if n > 1 else "")
                         for s, w, n in zip(series, df["world_size"], df["nodes"])], index=df.index)
     runs_named = pd.DataFrame({"label": labels, "identity": df["identity"]}).drop_duplicates()
@@ -139,16 +140,15 @@ def _with_names(df: pd.DataFrame, records: list[Record]) -> pd.DataFrame:
     return _with(df, {"series": series, "label": labels, "record_name": names})
 
 
-def _series_labels(df: pd.DataFrame) -> dict[str, str]:
+def _series_labels(df: pd.DataFrame, records: list[Record]) -> dict[str, str]:
     """One short, unique name per series (a sweep on one machine): the workload; where two series would
-    share a name, what tells them apart, in this order: the suite, the scaling, the hardware, else the
-    config's hash."""
+    share a name, what tells them apart, in this order: the suite, the scaling, the hardware, the routing,
+    else the config keys whose values differ, with their values (identity.told_apart)."""
     keys = df.drop_duplicates("series_key").set_index("series_key")
     labels = {k: str(w) for k, w in keys["workload"].items()}
     widen = (("suite", lambda r, lbl: f"{r['suite']}/{lbl}"), ("scaling", lambda r, lbl: f"{lbl} · {r['scaling']}"),
              ("scaling.hardware", lambda r, lbl: f"{lbl} · {r['scaling.hardware']}"),
-             (ROUTING_COLUMN, lambda r, lbl: f"{lbl} · {r[ROUTING_COLUMN]} routing"),
-             ("scaling.config", lambda r, lbl: f"{lbl} · config {str(r['scaling.config'])[:8]}"))
+             (ROUTING_COLUMN, lambda r, lbl: f"{lbl} · {r[ROUTING_COLUMN]} routing"))
     for column, name in widen:
         by_label: dict[str, list[str]] = {}
         for k, lbl in labels.items():
@@ -156,7 +156,9 @@ def _series_labels(df: pd.DataFrame) -> dict[str, str]:
         for lbl, ks in by_label.items():
             if len(ks) > 1 and column in keys and len({str(keys.at[k, column]) for k in ks}) > 1:
                 labels.update({k: name(keys.loc[k], lbl) for k in ks})
-    return labels
+    configs = {k: without(records[int(keys.at[k, "rec"])].config, (*VARIES_IN_A_SWEEP, *TEXT_ONLY, SEED))
+               for k in labels}
+    return told_apart(labels, configs)
 
 
 def _threads(v) -> str:

@@ -171,8 +171,8 @@ def expert_loads(data: SiteData, df, by_family: bool) -> list[ExpertLoad]:
     for name, group in sorted(groups.items()):
         group = sorted(group, key=lambda g: g.busiest or 0.0)
         mid = group[(len(group) - 1) // 2]
-        out.append(ExpertLoad(f"{name} (median of {len(group)})", name, mid.tokens, mid.counts, mid.busiest, mid.dropped,
-                              mid.impl))
+        out.append(ExpertLoad(f"{name} (median of {len(group)})", name, mid.tokens, mid.counts, mid.busiest,
+                              mid.dropped, mid.impl))
     return out
 
 

@@ -13,14 +13,14 @@ from benchsuite.dashboard.render import DASH, DataFile, PageSection, esc, f_ms, 
 
 WIDE = "wide"  # a column left out below 1,200 px (dashboard.css), so the table fits a 900 px window
 COLUMNS = [  # (header, sort type, how the page script draws the cell, WIDE or "")
-    ("Suite", "text", "", WIDE), ("Workload", "text", "link", ""), ("Seed", "num", "", ""),
+    ("Suite", "text", "", WIDE), ("Run", "text", "link", ""), ("Seed", "num", "", ""),
     ("Repeat", "num", "", WIDE), ("Model", "text", "", ""), ("Devices", "num", "", ""),
     ("Nodes", "num", "", WIDE), ("Scaling", "text", "", WIDE), ("Status", "text", "status", ""),
     ("Tokens/s", "num", "", ""), ("MFU (HFU)", "num", "", ""), ("Step time (ms, 95% CI)", "num", "", ""),
     ("Scaling efficiency (the run's)", "num", "", ""), ("Energy/token (J)", "num", "", WIDE),
     ("CO2e/Mtok (g)", "num", "", WIDE)]
 PAGE_SIZE = 100
-ROW_COLUMNS = ["page", "status", "kind_label", "suite", "workload", "seed", "repeat", "world_size", "nodes", "scaling",
+ROW_COLUMNS = ["page", "status", "kind_label", "suite", "label", "seed", "repeat", "world_size", "nodes", "scaling",
                "tokens_per_s", "mfu", "metrics.hfu", "step_time_median_s", "step_time_ci95_lo_s", "step_time_ci95_hi_s",
                "scaling_efficiency", "scaling_baseline", "j_per_token", "gco2e_per_mtok", "flagged", "flag_summary",
                "error_type", "error_message", "error_rank"]  # what _row reads: only these become rows
@@ -59,7 +59,7 @@ def _row(row) -> list:
     """One run for assets/runs.js: [page, status, model, note, cells]."""
     med = row.get("step_time_median_s")
     cells = [
-        _cell(str(row["suite"])), _cell(str(row["workload"])), _cell(str(row["seed"]), row["seed"]),
+        _cell(str(row["suite"])), _cell(str(row["label"])), _cell(str(row["seed"]), row["seed"]),
         _cell(str(row["repeat"]), row["repeat"]), _cell(str(row["kind_label"])),
         _cell(str(row["world_size"]), row["world_size"]), _cell(str(row["nodes"]), row["nodes"]),
         _cell(str(row["scaling"])), _cell(str(row["status"])),
@@ -130,7 +130,7 @@ def render(data: SiteData) -> PageSection:
             f'<p class="note">{PAGE_SIZE} records a page, one per seed and repeat of a run. A window narrower '
             "than 1,200 px leaves out suite, repeat, nodes, scaling, energy and CO2e (each run's page has them). "
             "Click a column to sort; "
-            "click a workload for its record's page. Scaling efficiency is the run's (its median over seeds and "
+            "click a run for its record's page. Scaling efficiency is the run's (its median over seeds and "
             "repeats): weak = throughput(N) / (N × throughput(1)), strong = time(1) / (N × time(N)), against the "
             "1-device run of the sweep with the same config, hardware and threads per rank.</p>")
     rows = DataFile("runs", "BENCHSUITE_RUNS", [_row(r) for r in df.reindex(columns=ROW_COLUMNS).to_dict("records")])

@@ -1,0 +1,99 @@
+"""Every view tells runs apart the same way: a folder of pairs of records that differ by exactly one identity
+key each (routing, threads per rank, seed, repeat, precision, a model key and each sweepable key), read by
+list, report (text and --json), load()/load_runs(), export, compare and the dashboard's runs table."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+import benchsuite
+from benchsuite import cli
+from benchsuite.dashboard.build import build_site
+from benchsuite.record import write_record
+from helpers import runs_rows
+from helpers.records import make_record
+
+BASE_CONFIG = {"model": {"layers": 2}, "train": {"seed": 0, "precision": "fp32"}, "parallel": {}}
+# pair name -> (what changes in the second record, whether the two are one run (seeds and repeats pool))
+PAIRS = {
+    "routing": (lambda d: d["config"]["moe"].update(routing="forced"), False),
+    "precision": (lambda d: d["config"]["train"].update(precision="bf16"), False),
+    "threads": (lambda d: d["env"].update(threads_per_rank=2), False),
+    "layers": (lambda d: d["config"]["model"].update(layers=4), False),
+    "world": (lambda d: d["config"].update(world_size=2), False),
+    "nodes": (lambda d: d["config"].update(nodes=2), False),
+    "scaling": (lambda d: d["config"].update(scaling="strong"), False),
+    "seed": (lambda d: d["config"]["train"].update(seed=1), True),
+    "repeat": (lambda d: d.update(repeat=1), True),
+}
+
+
+def _doc(pair: str, second: bool) -> dict:
+    doc = make_record(f"{pair}{int(second)}", workload=pair, world_size=2 if pair == "nodes" else 1)
+    doc["config"].update(json.loads(json.dumps(BASE_CONFIG)))
+    doc["env"] = {"threads_per_rank": 1, "devices": [{"type": "cpu", "name": "Test CPU", "rank": 0}]}
+    if pair == "routing":
+        doc["config"].update(kind="moe", moe={"router": "switch", "experts": 4})
+    if second:
+        PAIRS[pair][0](doc)
+        if pair == "repeat":
+            doc["run_key"] = f"{pair}0"
+    return doc
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("pairs")
+    for pair in PAIRS:
+        for second in (False, True):
+            write_record(out, _doc(pair, second))
+    return out
+
+
+def _cli(capsys, *argv) -> str:
+    assert cli.main(list(argv)) == 0
+    return capsys.readouterr().out
+
+
+def test_every_record_has_a_name_of_its_own_in_load_list_and_the_dashboard(folder, capsys, tmp_path):
+    df = benchsuite.load(folder)
+    assert len(df) == 2 * len(PAIRS) and df["name"].is_unique, df["name"].tolist()
+    listed = json.loads(_cli(capsys, "list", str(folder), "--json"))
+    assert len({r["record_name"] for r in listed}) == len(listed) == len(df)
+    build_site(folder, tmp_path / "site")
+    rows = runs_rows(tmp_path / "site")
+    assert len({json.dumps(r[4]) for r in rows}) == len(rows) == len(df)  # no two rows read the same
+
+
+def test_every_run_has_a_label_of_its_own_in_load_runs_report_and_compare(folder, capsys, tmp_path):
+    runs = benchsuite.load_runs(folder)
+    one_run = [p for p, (_, pooled) in PAIRS.items() if pooled]
+    assert len(runs) == 2 * len(PAIRS) - len(one_run) and runs["label"].is_unique, runs["label"].tolist()
+    by_workload = runs.groupby("workload")["label"].apply(list)
+    assert any("train.precision bf16" in lbl for lbl in by_workload["precision"])  # the key that differs, said
+    assert any("forced" in lbl for lbl in by_workload["routing"])
+    assert any("2 threads" in lbl for lbl in by_workload["threads"])
+    report = json.loads(_cli(capsys, "report", str(folder), "--json"))
+    assert len({r["label"] for r in report["runs"]}) == len(report["runs"]) == len(runs)
+    shutil.copytree(folder, tmp_path / "b")
+    compared = json.loads(_cli(capsys, "compare", str(folder), str(tmp_path / "b"), "--json"))
+    names = [r["run"] for r in compared["runs"]]
+    # compare matches by config, seeds apart: the seed pair is two rows, and the threads pair one row whose
+    # hardware names both thread counts (what tells the two folders' runs apart there)
+    assert len(set(names)) == len(names) == len(runs)
+    (threads,) = [r for r in compared["runs"] if "/threads " in r["run"]]
+    assert "1 thread per rank" in threads["hardware_a"] and "2 threads per rank" in threads["hardware_a"]
+
+
+def test_every_export_row_tells_its_record_apart(folder, tmp_path, capsys):
+    for fmt in ("codecarbon", "footprint"):
+        out = tmp_path / f"{fmt}.csv"
+        _cli(capsys, "export", str(folder), "--format", fmt, "-o", str(out))
+        rows = list(csv.DictReader(out.open(encoding="utf-8")))
+        assert len(rows) == 2 * len(PAIRS)
+        assert len({row["run_id"] for row in rows}) == len(rows), fmt
