@@ -888,3 +888,18 @@ def test_run_page_states_the_energy_bound_its_parts_and_the_carbon_beside_the_co
     assert "market-based CO2e (Scope 2, not added)" in text and "at 50 g/kWh" in text
     assert "Luccioni" in text  # the embodied default says where it comes from
     assert "water: set carbon.wue_l_per_kwh and carbon.water_intensity_l_per_kwh" in text
+
+
+def test_a_users_own_loop_is_named_beside_the_dense_vs_sparse_bars_never_among_them(tmp_path):
+    from helpers.records import make_record
+
+    loop = make_record("loop1", workload="my-loop", tokens_per_s=1e9)
+    loop["config"]["kind"] = "user"
+    recs = [_record(p.name) for p in sorted(FIXTURES.glob("make_dvs-*.json"))] + [loop]
+    figs = _figures(recs)
+    assert not [t for t in figs["fig-compare-tokens_per_s"].data if "my-loop" in t["name"]]
+    assert max(y for t in figs["fig-compare-tokens_per_s"].data for y in t["y"]) < 1e9
+    build_site(recs, tmp_path, validate=True)
+    index = (tmp_path / "index.html").read_text(encoding="utf-8")
+    assert "Your own training loops (benchsuite.measure), on the overview and their run pages, not among these " \
+           "bars: my-loop · w1." in index

@@ -101,13 +101,14 @@ def pareto_figure(df, families) -> tuple[Figure | None, str]:
         title = "Pareto: validation loss vs energy per token (lower-left is better)"
         yval = lambda r: num(r[ycol])  # noqa: E731
     else:
-        pts = df[has("tokens_per_s") & has("j_per_token")]
+        ycol = "metrics.tokens_per_s_per_device"
+        pts = df[has(ycol) & has("j_per_token")] if ycol in df else df.iloc[0:0]
         if pts.empty:
             return None, "no run has both energy per token and a throughput or validation loss"
-        ycol, ytitle, minimize = "tokens_per_s", "tokens / s per device (higher is better)", False
+        ytitle, minimize = "tokens / s per device (higher is better)", False
         title = "Pareto: throughput per device vs energy per token (upper-left is better; validation loss " \
                 "not measured)"
-        yval = lambda r: num(r["tokens_per_s"]) / max(num(r["world_size"]) or 1, 1)  # noqa: E731
+        yval = lambda r: num(r[ycol])  # noqa: E731  the record's own figure, never divided here
     data, points = [], []
     for name, style in families.items():  # dense first, then each router in a fixed order
         g = pts[pts["kind_label"] == name]
@@ -209,7 +210,11 @@ def routing_table(data: SiteData) -> str:
 def render(data: SiteData) -> PageSection:
     if data.ok.empty:
         return PageSection("compare", "Dense vs sparse", missing("Dense vs sparse", "no successful runs"))
-    df = data.ok_runs
+    df = data.ok_runs[data.ok_runs["kind"] != "user"]
+    loops = sorted(set(data.ok_runs.loc[data.ok_runs["kind"] == "user", "label"].astype(str)))
+    if df.empty:
+        return PageSection("compare", "Dense vs sparse", missing("Dense vs sparse", "no successful run of a model "
+                                                                 "benchsuite built (only your own loops)"))
     by_family = per_family(data.df)
     styles = trace_styles(data.df, by_family)
     figs, parts = [], []
@@ -222,6 +227,9 @@ def render(data: SiteData) -> PageSection:
             parts.append(missing(title, "not measured for any successful run"))
     html = '<div class="row2">' + "".join(parts) + "</div>"
     kinds = set(df["kind"])
+    if loops:  # measure()'s loops: not a dense or MoE model of benchsuite's, so not among these bars
+        html += (f'<p class="note">Your own training loops (benchsuite.measure), on the overview and their run '
+                 f'pages, not among these bars: {esc(", ".join(loops))}.</p>')
     if not ({"dense", "moe"} <= kinds):
         html += f'<p class="note">Only {esc(", ".join(sorted(map(str, kinds))))} runs in these results.</p>'
     pareto, why = pareto_figure(df, trace_styles(data.df, by_family=True))
