@@ -388,10 +388,10 @@ def test_run_page_shows_flags_in_a_warning_box(tmp_path):
     res = build_site([flagged, hostile, unflagged, impossible], tmp_path, validate=True)
     pages = {Path(p).stem: (tmp_path / p).read_text() for p in res.pages[1:]}
     box = pages["q000000000000001"]
-    assert '<div class="flags" role="alert">' in box and "metrics.mfu_vs_ceiling" in box and "1.34" in box
+    assert '<div class="flags flags-impossible" role="alert">' in box and "metrics.mfu_vs_ceiling" in box and "1.34" in box
     assert "the ceiling measurement is unreliable" in box
     assert '<div class="flags"' not in pages["d000000000000001"]
-    assert '<div class="flags"' in pages["impossible"] and "metrics.mfu" in pages["impossible"]
+    assert '<div class="flags flags-impossible"' in pages["impossible"] and "metrics.mfu" in pages["impossible"]
     page = pages["hostile-flags"]
     assert "<script>alert('flag')</script>" not in page and "<b onmouseover" not in page
     assert html.escape("<script>alert('flag')</script>") in page
@@ -841,7 +841,7 @@ def test_an_moe_run_dropping_more_than_the_threshold_is_flagged_on_its_page_and_
     rec["metrics"]["moe"]["dropped_frac"] = 0.64
     assert 0.64 > MAX_DROPPED_FRAC
     page, _ = _run_page(tmp_path, rec)
-    box = re.search(r'<div class="flags" role="alert">(.*?)</div>', page, flags=re.S).group(1)
+    box = re.search(r'<div class="flags flags-impossible" role="alert">(.*?)</div>', page, flags=re.S).group(1)
     assert "metrics.moe.dropped_frac" in box and "64% of the token assignments were dropped" in html.unescape(box)
     rows = dict(kv for rows in _kv_rows(page) for kv in rows)
     assert rows["tokens dropped (over capacity)"] == "64.0% ⚠ above 10%: the run's speed is not the model's"

@@ -175,3 +175,22 @@ def test_the_model_routes_every_router_as_its_kind_says(name):
     assert moe_model.has_aux_loss(cfg) is kind.token_choice  # expert choice balances by construction
     dropless = msgspec.structs.replace(cfg, capacity_factor=0.0)
     assert (moe_model.layout_impl("padded_bmm", dropless) == "loop_mm") is kind.token_choice
+
+
+def test_flags_are_headed_and_marked_by_their_kind_in_report_and_dashboard():
+    """A noisy-repeat flag was once worded as "figure(s) no real run can produce … treat as wrong", its
+    value unlabelled."""
+    from benchsuite.dashboard.pages.run import _flags
+    from benchsuite.record.kinds import FLAG_KINDS, flag_kind
+    from benchsuite.results.report import _status_cell
+
+    noisy = {"field": "repeats", "value": 0.23, "reason": "noisy measurement: seed 0: …", "seeds": [0]}
+    wrong = {"field": "metrics.mfu", "value": 1.7, "reason": "above the datasheet peak"}
+    assert (flag_kind(noisy).name, flag_kind(wrong).name) == ("noisy", "impossible")
+    boxes = {part.split('"')[0]: part for part in _flags({"flags": [noisy, wrong]}).split('<div class="flags flags-')[1:]}
+    assert list(boxes) == ["impossible", "noisy"]
+    assert FLAG_KINDS["noisy"].heading in boxes["noisy"] and FLAG_KINDS["impossible"].heading not in boxes["noisy"]
+    assert "tok/s CV between repeats 23.0%" in boxes["noisy"] and "treat these figures" not in boxes["noisy"]
+    assert FLAG_KINDS["impossible"].heading in boxes["impossible"] and "metrics.mfu" in boxes["impossible"]
+    assert _status_cell({"status": "ok", "flags": [noisy], "flagged": True}) == "ok ~ noisy"
+    assert _status_cell({"status": "ok", "flags": [noisy, wrong], "flagged": True}) == "ok ⚠ flagged ~ noisy"

@@ -248,7 +248,7 @@ def test_the_dashboard_names_baselines_flags_superlinear_points_and_shows_thread
     assert "⚠ w · weak · 2 devices: weak scaling efficiency 180%" in index
     pages = {p.rsplit("/", 1)[-1]: (tmp_path / "site" / p).read_text(encoding="utf-8") for p in res.pages[1:]}
     page = pages["w2.html"]
-    assert '<div class="flags" role="alert">' in page and "scaling_efficiency" in page
+    assert '<div class="flags flags-impossible" role="alert">' in page and "scaling_efficiency" in page
     assert "CPU threads per rank</th><td>1 · sweep rule</td>" in page
     assert "50 GFLOP/s · 512^3 fp32 matmul" in page and "the matmul ceiling measurement is unreliable" in page
 

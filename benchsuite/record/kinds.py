@@ -78,3 +78,30 @@ def experts_choose(router: object) -> bool:
     router, for none, and for a name this benchsuite does not know."""
     kind = ROUTERS.get(router) if isinstance(router, str) else None
     return kind is not None and not kind.token_choice
+
+
+@dataclass(frozen=True)
+class FlagKind:
+    """What a flag says of its figure, as every view words it: its heading, the advice, the report's mark."""
+
+    name: str
+    heading: str  # "⚠ Flagged: 2 figure(s) no real run can produce"
+    advice: str
+    mark: str  # the report's status mark, the dashboard's box (CSS class flags-<name>)
+    value_label: str  # what the flag's value is ("" where the field names it)
+
+
+FLAG_KINDS = {k.name: k for k in (
+    FlagKind("impossible", "figure(s) no real run can produce",
+             "The run finished, but treat these figures (and what is derived from them) as wrong until explained.",
+             "⚠", ""),
+    FlagKind("noisy", "noisy measurement",
+             "Its repeats spread more than a figure should between identical runs: the median may not be the "
+             "machine's speed. Rerun on a quiet machine, or with more steps.", "~", "tok/s CV between repeats"),
+)}
+NOISY_FIELDS = ("repeats",)  # the results model's run-level flag of repeats that spread (results/model.noisy_flag)
+
+
+def flag_kind(flag: dict) -> FlagKind:
+    """The kind of a flag (a record's, or one the results model adds to a run), from its field."""
+    return FLAG_KINDS["noisy" if flag.get("field") in NOISY_FIELDS else "impossible"]

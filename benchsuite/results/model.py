@@ -341,6 +341,7 @@ def noisy_flag(identity_seeds: pd.DataFrame) -> dict | None:
     parts = [f"seed {int(seed)}: {int(r['repeats'])} repeats at {r['tokens_per_s_min']:,.0f}–"
              f"{r['tokens_per_s_max']:,.0f} tok/s (CV {r['repeat_cv']:.0%})" for (_, seed), r in noisy.iterrows()]
     return {"field": "repeats", "value": float(noisy["repeat_cv"].max()),
+            "seeds": sorted(int(seed) for _, seed in noisy.index),  # a record of another seed is not noisy
             "reason": f"noisy measurement: {'; '.join(parts)}, above {NOISY_CV:.0%} between repeats; the median "
                       f"may not be the machine's speed: rerun on a quiet machine, or with more steps"}
 
@@ -375,7 +376,8 @@ def _with_run_columns(df: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     run_flags = {i: [f for f in (flags if isinstance(flags, list) else [])
                      if f.get("field") in ("repeats", "scaling_efficiency")] for i, flags in by_id["flags"].items()}
     for idx, identity in df["identity"].items():
-        extra = [f for f in run_flags.get(identity, []) if f not in (df.at[idx, "flags"] or [])]
+        extra = [f for f in run_flags.get(identity, []) if f not in (df.at[idx, "flags"] or [])
+                 and df.at[idx, "seed"] in f.get("seeds", [df.at[idx, "seed"]])]
         if extra and df.at[idx, "status"] == "ok":
             flags = [*(df.at[idx, "flags"] or []), *extra]
             df.at[idx, "flags"], df.at[idx, "flagged"] = flags, True

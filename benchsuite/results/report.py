@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from benchsuite.record.columns import described, view_columns
+from benchsuite.record.kinds import FLAG_KINDS, FlagKind, flag_kind
 from benchsuite.record.values import format_step_ms, num, present
 from benchsuite.results.scaling import BASELINE
 from benchsuite.results.verdicts import FINAL_LOSS, PER_STEP, TO_TARGET, Consistency, Verdicts
@@ -48,7 +49,6 @@ COLUMNS = [
     (REPEATS, None, None),  # the run's records (seeds × repeats) and the range of their tok/s
     ("status", "status", "{}"),  # last: a failed or flagged row rewrites it
 ]
-FLAG_MARK = "⚠"
 MEMORY_MEASURED, MEMORY_ANALYTIC = view_columns("metrics.memory.model_state_bytes.measured.total",
                                                 "metrics.memory.model_state_bytes.analytic.total")
 
@@ -104,7 +104,7 @@ def _efficiency_cell(row) -> str:
     if row.get("scaling_baseline") == BASELINE:
         return "baseline"
     flagged = any(isinstance(f, dict) and f.get("field") == "scaling_efficiency" for f in row.get("flags") or [])
-    return f"{eff:.0%}" + (f" {FLAG_MARK}" if flagged else "")
+    return f"{eff:.0%}" + (f" {FLAG_KINDS['impossible'].mark}" if flagged else "")
 
 
 def _baseline_cell(row) -> str:
@@ -122,12 +122,18 @@ def _repeats_cell(row) -> str:
     return f"{n} ({lo:,.0f}–{hi:,.0f})" if n > 1 and present(lo) else str(n)
 
 
+def _flag_kinds(row) -> list[FlagKind]:
+    """The kinds of a run's flags, each once, impossible figures first (record/kinds.FLAG_KINDS)."""
+    kinds = {flag_kind(f).name for f in row.get("flags") or [] if isinstance(f, dict)}
+    return [k for name, k in FLAG_KINDS.items() if name in kinds]
+
+
 def _status_cell(row) -> str:
     if row["status"] != "ok":
         return f"failed: {row.get('error_type')}"
     failed = int(row.get("failed") or 0)
-    return ("ok" + (f" {FLAG_MARK} flagged" if row.get("flagged") else "")
-            + (f", {failed} failed" if failed else ""))
+    marks = [f"{k.mark} {'flagged' if k.name == 'impossible' else k.name}" for k in _flag_kinds(row)]
+    return "ok" + "".join(f" {m}" for m in marks) + (f", {failed} failed" if failed else "")
 
 
 CELLS = {TOKENS: _tokens_cell, "step ms (95% interval)": _step_cell, "efficiency": _efficiency_cell,
@@ -271,8 +277,8 @@ def report_table(results: Results, fit: Fit = Fit()) -> Table:
     table, left_out = _fitted_table("benchsuite results", headers, rows, list(PRIORITY), fit, styles)
     noted = df[df["flag_summary"].map(present)] if "flag_summary" in df else df.iloc[:0]
     # a flagged row, or a run some record of which was flagged (its median is not: the note says so)
-    lines = [f"{FLAG_MARK if r.get('flagged') else 'records —'} {escape(printable(r['label']))}: "
-             f"{escape(printable(r['flag_summary']))}" for _, r in noted.iterrows()]
+    lines = [f"{''.join(k.mark for k in _flag_kinds(r)) if r.get('flagged') else 'records —'} "
+             f"{escape(printable(r['label']))}: {escape(printable(r['flag_summary']))}" for _, r in noted.iterrows()]
     no_base = df[(df["status"] == "ok") & df["scaling_efficiency_reason"].map(present)] \
         if "scaling_efficiency_reason" in df else df.iloc[:0]
     lines += [f"efficiency — {escape(printable(r['label']))}: "

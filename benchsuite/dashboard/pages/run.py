@@ -12,6 +12,7 @@ import json
 import msgspec
 
 from benchsuite.record.columns import described
+from benchsuite.record.kinds import FLAG_KINDS, FlagKind, flag_kind
 from benchsuite.record.sanity import MAX_DROPPED_FRAC
 from benchsuite.record.types import (Embodied, EnergyBound, Env, Flops, MarketBased, MoEConfig, MoEMetrics, ModelConfig,
                                      ParallelConfig, Params, PartEnergy, Record, Water)
@@ -219,17 +220,23 @@ def _identity(row, rec: Record) -> str:
 
 
 def _flags(row) -> str:
-    """The sanity guard's flags (record/sanity.py): figures no real run can produce, in a warning box.
-    The row's: the record's plus those computed across records (superlinear scaling efficiency)."""
+    """The row's flags (the record's, the sanity guard's, plus those computed across records: superlinear
+    scaling efficiency, noisy repeats), a box per kind, each headed and advised as its kind says
+    (record/kinds.FLAG_KINDS), in report and dashboard alike."""
     flags = [f for f in row.get("flags") or [] if isinstance(f, dict)]
+    return "".join(_flag_box(kind, [f for f in flags if flag_kind(f) is kind]) for kind in FLAG_KINDS.values())
+
+
+def _flag_box(kind: FlagKind, flags: list[dict]) -> str:
     if not flags:
         return ""
-    rows = [[f.get("field"), f_sig(f.get("value")) if num(f.get("value")) is not None else f.get("value"),
-             f.get("reason")] for f in flags[:50]]
+    rows = [[f.get("field"), f"{kind.value_label} {f_pct(f.get('value'))}" if kind.value_label else
+             f_sig(f.get("value")) if num(f.get("value")) is not None else f.get("value"), f.get("reason")]
+            for f in flags[:50]]
     more = f'<p class="note">… and {len(flags) - 50} more (see the record).</p>' if len(flags) > 50 else ""
-    return (f'<div class="flags" role="alert"><strong>⚠ Flagged: {len(flags)} figure(s) no real run can produce'
-            f"</strong><p>The run finished, but treat these figures (and what is derived from them) as wrong until "
-            f"explained.</p>{table(['field', 'value', 'reason'], rows)}{more}</div>")
+    return (f'<div class="flags flags-{kind.name}" role="alert"><strong>{kind.mark} Flagged: {len(flags)} '
+            f"{esc(kind.heading)}</strong><p>{esc(kind.advice)}</p>"
+            f"{table(['field', 'value', 'reason'], rows)}{more}</div>")
 
 
 def _error(rec: Record) -> str:
