@@ -170,12 +170,14 @@ def test_export_refuses_an_impossible_output_path(tmp_path, target, says):
 
 def test_cells_a_spreadsheet_would_evaluate_are_neutralised_numbers_are_not(tmp_path):
     hostile = ["=HYPERLINK(\"http://x\")", "+1+cmd|' /C calc'!A0", "-2+3", "@SUM(A1)", "\tx", "\rx"]
-    recs = [record(run_key=f"k{i}", workload=w) for i, w in enumerate(hostile)]
+    recs = [record(run_key=f"k{i}") for i in range(len(hostile))]
+    for rec, w in zip(recs, hostile):
+        rec["suite"] = rec["config"]["suite"] = w
     negative = record(run_key="neg")
     negative["energy"]["cpu_j"] = -50.0               # a (flagged) negative figure stays a number
     path = export.write_csv(records_of(recs + [negative]), tmp_path / "emissions.csv").path
     rows = list(csv.DictReader(path.open(newline="")))
-    assert [r["experiment_id"] for r in rows[:-1]] == ["'" + w for w in hostile]
+    assert [r["project_name"] for r in rows[:-1]] == ["'" + w for w in hostile]
     assert rows[-1]["cpu_energy"] == repr(-50.0 * 1.1 / 3.6e6) and rows[-1]["cpu_energy"].startswith("-")
     assert pd.read_csv(path)["cpu_energy"].iloc[-1] == pytest.approx(-50.0 * 1.1 / 3.6e6)
 

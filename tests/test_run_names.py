@@ -97,3 +97,20 @@ def test_every_export_row_tells_its_record_apart(folder, tmp_path, capsys):
         rows = list(csv.DictReader(out.open(encoding="utf-8")))
         assert len(rows) == 2 * len(PAIRS)
         assert len({row["run_id"] for row in rows}) == len(rows), fmt
+
+
+def test_export_rows_carry_the_run_seed_repeat_and_routing(folder, tmp_path, capsys):
+    out = tmp_path / "footprint.csv"
+    _cli(capsys, "export", str(folder), "--format", "footprint", "-o", str(out))
+    rows = {row["run_id"]: row for row in csv.DictReader(out.open(encoding="utf-8"))}
+    runs = benchsuite.load(folder).set_index("identity")
+    by_pair = {}
+    for row in rows.values():
+        by_pair.setdefault(row["workload"], []).append(row)
+    for pair, (_, one_run) in PAIRS.items():
+        first, second = by_pair[pair]
+        assert (first["experiment_id"] == second["experiment_id"]) == one_run, pair  # the run's identity
+        assert {first["experiment_id"], second["experiment_id"]} <= set(runs.index)
+    assert sorted(r["routing"] for r in by_pair["routing"]) == ["forced", "learned"]
+    assert sorted(r["seed"] for r in by_pair["seed"]) == ["0", "1"]
+    assert sorted(r["repeat"] for r in by_pair["repeat"]) == ["0", "1"]

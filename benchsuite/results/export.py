@@ -30,6 +30,7 @@ from benchsuite.record.names import record_id
 from benchsuite.record.types import (Carbon, CarbonConfig, Embodied, Energy, Interval, MarketBased, Record, Status,
                                      Water)
 from benchsuite.record.values import ratio
+from benchsuite.results.identity import run_identity, seed_of
 
 CODECARBON_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S"   # emissions_tracker.py, EmissionsData(timestamp=...)
 CSV_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")   # OWASP CSV injection: cells a spreadsheet evaluates
@@ -100,7 +101,7 @@ def to_codecarbon_rows(records: list[Record]) -> list[dict]:
             "timestamp": _codecarbon_timestamp(rec.started_at, rec.duration_s),
             "project_name": rec.suite,
             "run_id": run_id(rec),
-            "experiment_id": rec.workload,
+            "experiment_id": run_identity(rec),  # one run's seeds and repeats share it, as an experiment's runs
             "duration": window,
             "emissions": co2e_kg,
             "emissions_rate": ratio(co2e_kg, window),
@@ -128,7 +129,7 @@ def to_codecarbon_rows(records: list[Record]) -> list[dict]:
 
 
 FOOTPRINT_COLUMNS = [
-    "run_id", "project_name", "experiment_id", "duration",
+    "run_id", "project_name", "experiment_id", "workload", "seed", "repeat", "routing", "duration",
     "energy_consumed", "energy_consumed_low", "energy_consumed_high", "energy_bound_flagged", "energy_bound_reason",
     "emissions", "emissions_low", "emissions_high",
     "market_intensity", "market_emissions", "embodied_emissions", "embodied_device_hours", "embodied_source",
@@ -158,7 +159,9 @@ def to_footprint_rows(records: list[Record]) -> list[dict]:
             return None if j is None else j * carbon.pue / J_PER_KWH
 
         rows.append({
-            "run_id": run_id(rec), "project_name": rec.suite, "experiment_id": rec.workload,
+            "run_id": run_id(rec), "project_name": rec.suite, "experiment_id": run_identity(rec),
+            "workload": rec.workload, "seed": seed_of(rec), "repeat": rec.repeat,
+            "routing": rec.config.moe.routing if rec.config.moe else None,
             "duration": energy.window_s or rec.duration_s,
             "energy_consumed": kwh(energy.total_j), "energy_consumed_low": kwh(bound.low_j if bound else None),
             "energy_consumed_high": kwh(bound.high_j if bound else None),
