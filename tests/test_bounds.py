@@ -122,11 +122,11 @@ def test_carbon_project_refuses_a_negative_intensity_naming_the_flag(tmp_path, c
     assert "t CO2e" not in text
     assert cli.main(["carbon", "project", str(folder), "--tokens", "1e12", "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
-    assert "grid intensity -40 is below 0" in row["error"] and "co2e_t" not in row
+    assert "grid intensity -40 is below 0" in row["error"] and "co2e_g" not in row
     # given its own intensity, the projection no longer reads the record's: it projects
     assert cli.main(["carbon", "project", str(folder), "--tokens", "1e12", "--intensity", "50", "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
-    assert row["co2e_t"] > 0 and row["intensity_g_per_kwh"] == 50.0
+    assert row["co2e_g"] / 1e6 > 0 and row["intensity_g_per_kwh"] == 50.0
 
 
 def test_a_projection_uses_the_unflagged_seeds_and_names_the_flagged_one(tmp_path, capsys):

@@ -19,9 +19,9 @@ def cc_json(relpath):
 def test_estimate_matches_hand_computation():
     # 8 chips x 24 h x 400 W = 76.8 kWh; x PUE 1.1 = 84.48 kWh; x 400 g/kWh = 33,792 g.
     out = carbon.estimate(chips=8, hours=24, watts=400, pue=1.1, intensity=400)
-    assert out["energy_kwh"] == pytest.approx(76.8)
-    assert out["facility_kwh"] == pytest.approx(84.48)
-    assert out["co2e_kg"] == pytest.approx(33.792)
+    assert out["energy_j"] / 3.6e6 == pytest.approx(76.8)
+    assert out["facility_j"] / 3.6e6 == pytest.approx(84.48)
+    assert out["co2e_g"] / 1000 == pytest.approx(33.792)
     assert out["intensity_source"] == "explicit" and out["pue"] == 1.1
 
 
@@ -151,9 +151,9 @@ def test_carbon_section():
 def test_project_matches_hand_computation():
     out = carbon.project(tokens=1e12, devices=1000, j_per_token=0.5, tokens_per_s_per_device=1e4,
                          pue=1.1, intensity=400.0)
-    assert out["hours"] == pytest.approx(1e12 / 1e7 / 3600)
-    assert out["energy_kwh"] == pytest.approx(5e11 / 3.6e6)
-    assert out["co2e_t"] == pytest.approx(5e11 / 3.6e6 * 1.1 * 400 / 1e6)
+    assert out["duration_s"] / 3600 == pytest.approx(1e12 / 1e7 / 3600)
+    assert out["energy_j"] / 3.6e6 == pytest.approx(5e11 / 3.6e6)
+    assert out["co2e_g"] / 1e6 == pytest.approx(5e11 / 3.6e6 * 1.1 * 400 / 1e6)
 
 
 def energy_section(total=1000.0, gpu=800.0):
@@ -271,9 +271,9 @@ def test_a_run_of_two_seeds_projects_from_the_throughput_and_j_per_token_it_prin
         (tmp_path / f"r{seed}.json").write_text(json.dumps(rec))
     assert main(["carbon", "project", str(tmp_path), "--tokens", "1e12", "--json"]) == 0
     (run,) = json.loads(capsys.readouterr().out)
-    assert run["records_projected"] == 2 and run["hours_range"][0] < run["hours_range"][1]
+    assert run["records_projected"] == 2 and run["duration_s_range"][0] < run["duration_s_range"][1]
     tokens, devices = run["tokens"], run["devices"]
-    assert run["hours"] == pytest.approx(tokens / (run["tokens_per_s_per_device"] * devices) / 3600, rel=1e-12)
-    assert run["energy_kwh"] == pytest.approx(tokens * run["j_per_token"] / 3.6e6, rel=1e-12)
-    assert run["facility_kwh"] == pytest.approx(run["energy_kwh"] * run["pue"], rel=1e-12)
-    assert run["co2e_t"] == pytest.approx(run["facility_kwh"] * run["intensity_g_per_kwh"] / 1e6, rel=1e-12)
+    assert run["duration_s"] / 3600 == pytest.approx(tokens / (run["tokens_per_s_per_device"] * devices) / 3600, rel=1e-12)
+    assert run["energy_j"] / 3.6e6 == pytest.approx(tokens * run["j_per_token"] / 3.6e6, rel=1e-12)
+    assert run["facility_j"] / 3.6e6 == pytest.approx(run["energy_j"] / 3.6e6 * run["pue"], rel=1e-12)
+    assert run["co2e_g"] / 1e6 == pytest.approx(run["facility_j"] / 3.6e6 * run["intensity_g_per_kwh"] / 1e6, rel=1e-12)

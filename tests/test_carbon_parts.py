@@ -31,8 +31,8 @@ def _within_rounding(value: float, published: float, *rounded: tuple[float, floa
 def test_patterson_table_4_rows_from_their_inputs(row):
     res = carbon.estimate(row["chips"], row["days"] * 24, row["watts"], row["pue"], row["kg_per_kwh"] * 1000)
     inputs = [(row["days"], row["days_half"]), (row["watts"], 0.5), (row["pue"], 0.005), (row["kg_per_kwh"], 0.0005)]
-    _within_rounding(res["facility_kwh"] / 1000, row["mwh"], *inputs[:3], (row["mwh"], 0.05))
-    _within_rounding(res["co2e_kg"] / 1000, row["t"], *inputs, (row["t"], 0.05))
+    _within_rounding(res["facility_j"] / 3.6e6 / 1000, row["mwh"], *inputs[:3], (row["mwh"], 0.05))
+    _within_rounding(res["co2e_g"] / 1000 / 1000, row["t"], *inputs, (row["t"], 0.05))
 
 
 # ----------------------------------------------------------------------------- LLMCarbon (Faiz et al. 2024)
@@ -49,8 +49,8 @@ def test_llmcarbon_xlm_operational_and_embodied_rows():
     kg_total = sum(unit * per_unit * n for unit, per_unit, n in XLM_HARDWARE)
     res = carbon.estimate(512, 20.4 * 24, 342, 1.1, 413, parts_cfg=CarbonConfig(
         embodied_kg_per_device=kg_total / 512, device_lifetime_years=5))
-    _within_rounding(res["facility_kwh"] / 1000, 94.4, (20.4, 0.05), (342, 0.5), (1.1, 0.005), (94.4, 0.05))
-    _within_rounding(res["co2e_kg"] / 1000, 39.0, (20.4, 0.05), (342, 0.5), (1.1, 0.005), (0.413, 0.0005), (39, 0.5))
+    _within_rounding(res["facility_j"] / 3.6e6 / 1000, 94.4, (20.4, 0.05), (342, 0.5), (1.1, 0.005), (94.4, 0.05))
+    _within_rounding(res["co2e_g"] / 1000 / 1000, 39.0, (20.4, 0.05), (342, 0.5), (1.1, 0.005), (0.413, 0.0005), (39, 0.5))
     embodied_t = res["embodied"]["co2e_g"] / 1e6
     assert embodied_t == pytest.approx(kg_total * 20.4 / (5 * 365) / 1000, rel=1e-12)  # LLMCarbon's embodied.py
     assert embodied_t == pytest.approx(0.66, rel=0.02)
@@ -64,13 +64,13 @@ def test_bloom_operational_and_embodied_split():
     256,646 kWh of idle energy (14.6 t), the servers' embodied share (2,500 kg per 8-GPU node, replaced after
     6 years at 85 % use: 5.1 service-years; 7.57 t) and the network's 3.64 t (the paper's figure) -> 50.5 t."""
     dynamic = carbon.estimate(1, 1_082_990, 400, 1.0, 57, parts_cfg=CarbonConfig(device_lifetime_years=6 * 0.85))
-    assert dynamic["energy_kwh"] == pytest.approx(433_196)
-    _within_rounding(dynamic["co2e_kg"] / 1000, 24.7, (57, 0.5), (24.7, 0.05))
+    assert dynamic["energy_j"] / 3.6e6 == pytest.approx(433_196)
+    _within_rounding(dynamic["co2e_g"] / 1000 / 1000, 24.7, (57, 0.5), (24.7, 0.05))
     servers = dynamic["embodied"]
     assert servers["kg_per_device"] == 2500 / 8 and "Luccioni" in servers["source"]  # the documented default
     _within_rounding(servers["co2e_g"] / 1e6, 7.57, (0.85, 0.005), (7.57, 0.005))
     idle_t = 256_646 * 57 / 1e6
-    total = dynamic["co2e_kg"] / 1000 + idle_t + servers["co2e_g"] / 1e6 + 3.64
+    total = dynamic["co2e_g"] / 1000 / 1000 + idle_t + servers["co2e_g"] / 1e6 + 3.64
     _within_rounding(total, 50.5, (57, 0.5), (0.85, 0.005), (50.5, 0.05))
 
 
@@ -126,7 +126,7 @@ def test_carbon_estimate_cli_prints_each_part_beside_and_json_holds_them(capsys)
     assert main(["carbon", "estimate", "--chips", "8", "--hours", "10", "--watts", "500", "--intensity", "400",
                  "--market-intensity", "0", "--wue", "0.4", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["co2e_kg"] == pytest.approx(40 * 400 / 1000) and doc["market"]["co2e_g"] == 0.0
+    assert doc["co2e_g"] / 1000 == pytest.approx(40 * 400 / 1000) and doc["market"]["co2e_g"] == 0.0
     assert doc["water"]["onsite_l"] == pytest.approx(16.0) and "water_intensity" in doc["water"]["reason"]
     assert main(["carbon", "estimate", "--chips", "8", "--hours", "10", "--watts", "500", "--intensity", "400"]) == 0
     text = capsys.readouterr().out

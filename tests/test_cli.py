@@ -13,8 +13,8 @@ def test_carbon_estimate_json_matches_hand_computation():
                   "--intensity", "400", "--json")
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
-    assert doc["energy_kwh"] == pytest.approx(8 * 24 * 400 / 1000)
-    assert doc["co2e_kg"] == pytest.approx(8 * 24 * 400 / 1000 * 1.1 * 400 / 1000)
+    assert doc["energy_j"] / 3.6e6 == pytest.approx(8 * 24 * 400 / 1000)
+    assert doc["co2e_g"] / 1000 == pytest.approx(8 * 24 * 400 / 1000 * 1.1 * 400 / 1000)
     assert (doc["pue"], doc["intensity_source"]) == (1.1, "explicit")
 
 

@@ -164,8 +164,8 @@ def test_energy_is_power_at_utilisation_times_time():
     e = p.energy
     assert e.device_w == pytest.approx(s.idle_w + (s.max_w - s.idle_w) * e.utilisation)
     assert e.j_per_token == pytest.approx(e.device_w * 8 * p.step_s / p.tokens_per_step)
-    assert e.run_kwh == pytest.approx(e.j_per_token * 1e12 / 3.6e6 * 1.2)
-    assert e.run_co2e_kg == pytest.approx(e.run_kwh * 400 / 1000)
+    assert e.run_facility_j == pytest.approx(e.j_per_token * 1e12 * 1.2)
+    assert e.run_co2e_g == pytest.approx(e.run_facility_j / 3.6e6 * 400)
 
 
 def test_system_file_problems_name_the_key_and_the_fix(tmp_path):

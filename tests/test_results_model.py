@@ -175,4 +175,4 @@ def test_carbon_project_gives_one_projection_per_run(folder, capsys):
     per_seed = seed_medians("dense", 1, lambda tps: 0.02 * (TOKENS_PER_STEP / tps))  # J/token of each repeat
     assert dense["j_per_token"] == pytest.approx(float(np.median(per_seed)))
     assert dense["records"] == 4 and dense["seeds"] == [0, 1]
-    assert dense["co2e_t_range"][0] < dense["co2e_t"] < dense["co2e_t_range"][1]
+    assert dense["co2e_g_range"][0] < dense["co2e_g"] < dense["co2e_g_range"][1]

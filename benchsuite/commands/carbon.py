@@ -117,9 +117,10 @@ def estimate(args) -> int:
     if args.json:
         print_json(res)
         return 0
-    out.print(f"{res['chips']:g} chips × {res['hours']:g} h × {res['watts']:g} W = {res['energy_kwh']:,.1f} kWh; "
-              f"× PUE {res['pue']:g} × {res['intensity_g_per_kwh']:.0f} g/kWh ({res['intensity_source']}) "
-              f"= {res['co2e_kg']:,.1f} kg CO2e", markup=False)
+    out.print(f"{res['chips']:g} chips × {res['hours']:g} h × {res['watts']:g} W = "
+              f"{res['energy_j'] / carbon.J_PER_KWH:,.1f} kWh; × PUE {res['pue']:g} = "
+              f"{res['facility_j'] / carbon.J_PER_KWH:,.1f} kWh; × {res['intensity_g_per_kwh']:.0f} g/kWh ({res['intensity_source']}) "
+              f"= {res['co2e_g'] / 1000:,.1f} kg CO2e", markup=False)
     for line in _parts_lines(res):
         out.print(printable(f"  {line}"), markup=False)
     if res.get("intensity_note"):
@@ -127,7 +128,7 @@ def estimate(args) -> int:
     return 0
 
 
-PROJECTED = ("hours", "energy_kwh", "facility_kwh", "co2e_t", "j_per_token", "tokens_per_s_per_device")
+PROJECTED = ("duration_s", "energy_j", "facility_j", "co2e_g", "j_per_token", "tokens_per_s_per_device")
 
 
 def _run_projection(results, row: dict, args, intensity) -> dict:
@@ -206,10 +207,11 @@ def project(args) -> int:
             out.print(f"{head}: cannot project: {printable(r['error'])}", markup=False)
             continue
         spread = "" if r["records_projected"] < 2 else \
-            f" (records: {r['co2e_t_range'][0]:.3g}–{r['co2e_t_range'][1]:.3g} t)"
-        out.print(f"{head}: {r['hours']:,.1f} h on {r['devices']} devices, {r['energy_kwh']:.3g} kWh, "
-                  f"{r['co2e_t']:.3g} t CO2e{spread} (PUE {r['pue']:g}, {r['intensity_g_per_kwh']:.0f} g/kWh, "
-                  f"{printable(r['intensity_source'])})", markup=False)
+            f" (records: {r['co2e_g_range'][0] / 1e6:.3g}–{r['co2e_g_range'][1] / 1e6:.3g} t)"
+        out.print(f"{head}: {r['duration_s'] / 3600:,.1f} h on {r['devices']} devices, "
+                  f"{r['energy_j'] / carbon.J_PER_KWH:.3g} kWh of IT energy, × PUE {r['pue']:g} = "
+                  f"{r['facility_j'] / carbon.J_PER_KWH:.3g} kWh, {r['co2e_g'] / 1e6:.3g} t CO2e{spread} "
+                  f"({r['intensity_g_per_kwh']:.0f} g/kWh, {printable(r['intensity_source'])})", markup=False)
         for line in _parts_lines(r) + _projection_assumptions(r, pue_given=args.pue is not None):
             out.print(printable(f"  {line}"), markup=False)
     return 0

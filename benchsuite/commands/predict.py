@@ -52,7 +52,7 @@ def run(args) -> int:
         system = calibrate(system, calibration_record(args.calibrate), args.calibrate)
     runs = [(f"{r.label} · seed {r.train.seed}", predict_run(r, system, args.tokens)) for r in suite.runs]
     for name, p in runs:
-        if not all(map(math.isfinite, (p.energy.run_hours, p.energy.run_kwh, p.energy.run_co2e_kg))):
+        if not all(map(math.isfinite, (p.energy.run_s, p.energy.run_facility_j, p.energy.run_co2e_g))):
             raise UsageError(f"--tokens {args.tokens:g}: the training run of {name} would take hours, kWh or CO2e "
                              f"past float range; give a number of tokens a training run has (e.g. 1e12)")
     if args.json:

@@ -236,45 +236,44 @@ def _check(**values: float) -> None:
 def estimate(chips: float, hours: float, watts: float, pue: float = 1.0, intensity: float | None = None,
              country: str | None = None, region: str | None = None, parts_cfg=None) -> dict[str, Any]:
     """The plain calculator of published carbon accounting (Patterson et al. 2021):
-    chips x hours x watts x PUE x intensity. energy_kwh is IT energy (before PUE),
-    facility_kwh = energy_kwh x PUE, co2e_kg = facility_kwh x intensity / 1000. Beside it, never added,
+    chips x hours x watts x PUE x intensity, in SI units as every JSON figure: energy_j is IT energy (before
+    PUE), facility_j = energy_j x PUE, co2e_g = facility kWh x intensity. Beside it, never added,
     the market-based, embodied (chips are accelerators) and water parts of `parts_cfg` ([carbon] keys)."""
     _check(chips=chips, hours=hours, watts=watts)
     if pue < 1.0:
         raise ValueError(f"pue must be >= 1.0, got {pue}")
     it = lookup(intensity, country, region)
-    energy_kwh = chips * hours * watts / 1000.0
-    facility_kwh = energy_kwh * pue
+    energy_j = chips * hours * 3600.0 * watts
     return {
         "chips": chips, "hours": hours, "watts": watts,
-        "energy_kwh": energy_kwh, "facility_kwh": facility_kwh, "pue": pue,
+        "energy_j": energy_j, "facility_j": energy_j * pue, "pue": pue,
         "intensity_g_per_kwh": it.value_g_per_kwh, "intensity_source": it.source, "intensity_note": it.note,
-        "co2e_kg": facility_kwh * it.value_g_per_kwh / 1000.0,
-        **footprint.parts(Usage(energy_kwh * J_PER_KWH, pue, chips, hours, gpus=True), parts_cfg),
+        "co2e_g": energy_j * pue / J_PER_KWH * it.value_g_per_kwh,
+        **footprint.parts(Usage(energy_j, pue, chips, hours, gpus=True), parts_cfg),
     }
 
 
 def project(tokens: float, devices: int, j_per_token: float, tokens_per_s_per_device: float,
             pue: float = 1.0, intensity: float | Intensity = WORLD_AVERAGE_G_PER_KWH, parts_cfg=None,
             gpus: bool = True) -> dict[str, Any]:
-    """A full training run from measured rates: hours = tokens / (rate x devices);
-    energy_kwh = tokens x J/token (IT energy); co2e_t = energy_kwh x PUE x intensity.
+    """A full training run from measured rates, in SI units: duration_s = tokens / (rate x devices);
+    energy_j = tokens x J/token (IT energy); co2e_g = energy (kWh) x PUE x intensity.
     Assumes J/token and per-device throughput stay as measured at the new device count. Beside it, never
     added, the market-based, embodied and water parts of `parts_cfg` ([carbon] keys) over those hours."""
     _check(tokens=tokens, j_per_token=j_per_token)
     if not devices or devices < 1 or not tokens_per_s_per_device or tokens_per_s_per_device <= 0:
         raise ValueError("devices and tokens_per_s_per_device must be > 0")
     it = intensity if isinstance(intensity, Intensity) else Intensity(float(intensity), "explicit")
-    energy_kwh = tokens * j_per_token / J_PER_KWH
-    hours = tokens / (tokens_per_s_per_device * devices) / 3600.0
+    energy_j = tokens * j_per_token
+    seconds = tokens / (tokens_per_s_per_device * devices)
     return {
         "tokens": tokens, "devices": devices, "j_per_token": j_per_token,
         "tokens_per_s_per_device": tokens_per_s_per_device,
-        "hours": hours,
-        "energy_kwh": energy_kwh, "facility_kwh": energy_kwh * pue, "pue": pue,
+        "duration_s": seconds,
+        "energy_j": energy_j, "facility_j": energy_j * pue, "pue": pue,
         "intensity_g_per_kwh": it.value_g_per_kwh, "intensity_source": it.source,
-        "co2e_t": energy_kwh * pue * it.value_g_per_kwh / 1e6,
-        **footprint.parts(Usage(tokens * j_per_token, pue, devices, hours, gpus), parts_cfg),
+        "co2e_g": energy_j * pue / J_PER_KWH * it.value_g_per_kwh,
+        **footprint.parts(Usage(energy_j, pue, devices, seconds / 3600.0, gpus), parts_cfg),
     }
 
 

@@ -12,8 +12,6 @@ from dataclasses import dataclass
 
 from benchsuite.energy.carbon import carbon_section
 
-J_PER_KWH = 3.6e6
-
 
 @dataclass(frozen=True)
 class EnergyPrediction:
@@ -22,12 +20,13 @@ class EnergyPrediction:
     step_j: float  # all devices, one step
     j_per_token: float
     run_tokens: float
-    run_hours: float
-    run_kwh: float  # devices only, PUE included
+    run_s: float
+    run_energy_j: float  # devices only (IT energy)
+    run_facility_j: float  # run_energy_j × PUE
     pue: float
     intensity_g_per_kwh: float
     intensity_source: str
-    run_co2e_kg: float
+    run_co2e_g: float
 
 
 def predict_energy(*, step_s: float, compute_s: float, devices: int, tokens_per_step: int, idle_w: float,
@@ -40,6 +39,6 @@ def predict_energy(*, step_s: float, compute_s: float, devices: int, tokens_per_
     run_j = j_per_token * run_tokens
     c = carbon_section(run_j, carbon)
     return EnergyPrediction(device_w=watts, utilisation=utilisation, step_j=step_j, j_per_token=j_per_token,
-                            run_tokens=run_tokens, run_hours=run_tokens / tokens_per_step * step_s / 3600,
-                            run_kwh=c["kwh"] * c["pue"], pue=c["pue"], intensity_g_per_kwh=c["intensity_g_per_kwh"],
-                            intensity_source=c["intensity_source"], run_co2e_kg=c["co2e_g"] / 1000)
+                            run_tokens=run_tokens, run_s=run_tokens / tokens_per_step * step_s, run_energy_j=run_j,
+                            run_facility_j=run_j * c["pue"], pue=c["pue"], intensity_g_per_kwh=c["intensity_g_per_kwh"],
+                            intensity_source=c["intensity_source"], run_co2e_g=c["co2e_g"])

@@ -3,6 +3,7 @@ passes every line through `printable`)."""
 
 from __future__ import annotations
 
+from benchsuite.energy.carbon import J_PER_KWH
 from benchsuite.predict.step import Prediction
 
 GB = 1e9
@@ -27,9 +28,10 @@ def prediction_doc(name: str, p: Prediction) -> dict:
                    "activation_bytes": mem.activation_bytes, "activation_formula": mem.activation_formula,
                    "total_bytes": mem.total_bytes, "capacity_bytes": mem.capacity_bytes, "fits": mem.fits},
         "energy": {"device_w": e.device_w, "utilisation": e.utilisation, "step_j": e.step_j,
-                   "j_per_token": e.j_per_token, "run_tokens": e.run_tokens, "run_hours": e.run_hours,
-                   "run_kwh": e.run_kwh, "pue": e.pue, "intensity_g_per_kwh": e.intensity_g_per_kwh,
-                   "intensity_source": e.intensity_source, "run_co2e_kg": e.run_co2e_kg},
+                   "j_per_token": e.j_per_token, "run_tokens": e.run_tokens, "run_s": e.run_s,
+                   "run_energy_j": e.run_energy_j, "run_facility_j": e.run_facility_j, "pue": e.pue,
+                   "intensity_g_per_kwh": e.intensity_g_per_kwh, "intensity_source": e.intensity_source,
+                   "run_co2e_g": e.run_co2e_g},
     }
 
 
@@ -45,6 +47,7 @@ def prediction_lines(name: str, p: Prediction) -> list[str]:
     lines += [f"  memory per device {mem.total_bytes / GB:.4g} GB{fits}: model states {mem.model_state_bytes / GB:.4g} "
               f"GB ({mem.model_state_formula}), activations {mem.activation_bytes / GB:.4g} GB ({mem.activation_formula})",
               f"  energy {e.device_w:.0f} W per device at {e.utilisation:.2f} busy, {e.j_per_token:.4g} J/token; "
-              f"{e.run_tokens:.3g} tokens: {e.run_hours:,.1f} h, {e.run_kwh:,.4g} kWh (PUE {e.pue:g}), "
-              f"{e.run_co2e_kg:,.4g} kg CO2e at {e.intensity_g_per_kwh:g} g/kWh ({e.intensity_source})"]
+              f"{e.run_tokens:.3g} tokens: {e.run_s / 3600:,.1f} h, {e.run_energy_j / J_PER_KWH:,.4g} kWh of "
+              f"device energy, × PUE {e.pue:g} = {e.run_facility_j / J_PER_KWH:,.4g} kWh, "
+              f"{e.run_co2e_g / 1000:,.4g} kg CO2e at {e.intensity_g_per_kwh:g} g/kWh ({e.intensity_source})"]
     return lines
