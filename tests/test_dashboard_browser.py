@@ -332,8 +332,10 @@ def test_the_dense_vs_sparse_bars_carry_the_reports_figures_and_the_runs_table_n
     assert drawn == len(report) == 3
     cells = p.page.evaluate("""() => [...document.querySelectorAll('#runs-table tbody tr')]
         .map(r => [...r.cells].slice(1, 4).map(c => c.textContent))""")
-    assert sorted(map(tuple, cells)) == sorted((w, str(s), str(r)) for (w, _, _, s), tokens in TOKENS.items()
-                                               for r in range(len(tokens)))
+    # the Run column names the run as the report does (its label)
+    assert sorted(map(tuple, cells)) == sorted((f"{w} · w{n}", str(s), str(r)) for (w, _, n, s), tokens in
+                                               TOKENS.items() for r in range(len(tokens)))
+    assert {c[0] for c in cells} == set(report)
     heads = p.page.evaluate("() => [...document.querySelectorAll('#runs-table th')].map(h => h.textContent)")
     assert heads[2:4] == ["Seed", "Repeat"]
     p.check_clean()
@@ -399,10 +401,10 @@ def test_the_runs_table_fits_its_window_without_a_cut_column(browser, site, widt
     p = Page(browser, (out / "index.html").as_uri(), width=width)
     w = _widths(p)
     assert w["table"] <= w["box"] and w["box_right"] <= w["viewport"] and w["page"] <= w["viewport"], w
-    narrow = ["Workload", "Seed", "Model", "Devices", "Status", "Tokens/s", "MFU (HFU)", "Step time (ms, 95% CI)",
+    narrow = ["Run", "Seed", "Model", "Devices", "Status", "Tokens/s", "MFU (HFU)", "Step time (ms, 95% CI)",
               "Scaling efficiency (the run's)"]
     assert w["columns"] == (narrow if width < 1200 else [
-        "Suite", "Workload", "Seed", "Repeat", "Model", "Devices", "Nodes", "Scaling", "Status", "Tokens/s",
+        "Suite", "Run", "Seed", "Repeat", "Model", "Devices", "Nodes", "Scaling", "Status", "Tokens/s",
         "MFU (HFU)", "Step time (ms, 95% CI)", "Scaling efficiency (the run's)", "Energy/token (J)", "CO2e/Mtok (g)"])
     ARTIFACTS.mkdir(exist_ok=True)
     p.page.screenshot(path=str(ARTIFACTS / f"dashboard-{width}.png"), full_page=True)
