@@ -412,7 +412,17 @@ def test_the_runs_table_fits_its_window_without_a_cut_column(browser, site, widt
     page_width = run.page.evaluate("() => document.documentElement.scrollWidth")
     assert page_width <= width, page_width
     run.page.screenshot(path=str(ARTIFACTS / f"dashboard-run-{width}.png"), full_page=True)
+    # a flagged record's note is never cut in the table, and its page's flag box keeps each field on one line
+    cut = p.page.evaluate("""() => [...document.querySelectorAll('#runs-table .flag-note')]
+        .filter(n => n.scrollHeight > n.clientHeight + 1).map(n => n.textContent)""")
+    assert cut == []
+    flagged = Page(browser, (out / "runs" / "q000000000000001.html").as_uri(), width=width)
+    lines = flagged.page.evaluate("""() => [...document.querySelectorAll('.flags table tbody tr td:first-child')]
+        .map(td => { const r = document.createRange(); r.selectNodeContents(td); return r.getClientRects().length; })""")
+    assert lines and all(n == 1 for n in lines), lines
+    flagged.page.screenshot(path=str(ARTIFACTS / f"dashboard-flagged-{width}.png"), full_page=True)
     p.check_clean()
     run.check_clean()
-    p.page.close()
-    run.page.close()
+    flagged.check_clean()
+    for page in (p, run, flagged):
+        page.page.close()
