@@ -559,7 +559,8 @@ def run_suite(suite: Suite, out_dir: str | Path, resume: bool = True, peak_tflop
 
             if run.nodes != rdzv.nnodes:
                 status = RunStatus.SKIPPED_RECORDED if rid in done else RunStatus.SKIPPED_OTHER_NODES
-                outcome = RunOutcome(run, key, status, repeat=rep)
+                outcome = RunOutcome(run, key, status, repeat=rep, record_path=str(record_path(out_dir, run, key, rep))
+                                     if rid in done else None)
             elif isinstance(nodes, Follower):
                 outcome = _follow_node0(nodes, i, run, key, rep, launch)
             else:
@@ -588,7 +589,8 @@ def _claim_and_launch(run: RunConfig, key: str, repeat: int, out_dir: Path, resu
     whole run: a repeat another launcher is measuring, or whose lock cannot be taken, is skipped, and one
     another launcher finished since this suite began (its ok record is there now) is not measured again."""
     if recorded:
-        outcome = RunOutcome(run, key, RunStatus.SKIPPED_RECORDED, repeat=repeat)
+        outcome = RunOutcome(run, key, RunStatus.SKIPPED_RECORDED, repeat=repeat,
+                             record_path=str(record_path(out_dir, run, key, repeat)))
         tell(outcome)
         return outcome
     rid = record_id(key, repeat)

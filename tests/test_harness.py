@@ -252,7 +252,8 @@ def test_every_run_status_has_an_outcome_line_and_a_place_in_the_summary(tiny_su
         lines[status] = _outcome_line(o)
     assert "being measured by pid 42 on host node7" in lines[RunStatus.SKIPPED_LOCKED]
     assert "interrupted (stopped by SIGTERM); recorded failed" in lines[RunStatus.INTERRUPTED]
-    assert "already recorded (kkkkkkkkkkkkkkkk)" in lines[RunStatus.SKIPPED_RECORDED]
+    assert ("already recorded in out/r.json (run key kkkkkkkkkkkkkkkk: the same config, hardware and threads per "
+            "rank)") in lines[RunStatus.SKIPPED_RECORDED]
     assert "Interrupted: stopped by SIGTERM" in lines[RunStatus.FAILED]
     assert len(set(lines.values())) == len(lines)
     assert set(SUMMARY_WORDS) == {s.value for s in RunStatus}

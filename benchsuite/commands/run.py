@@ -234,7 +234,8 @@ def _outcome_line(o) -> str:
         "failed": lambda: f"[red]✗[/red] {name}: {escape(o.error['type'])}: {escape(o.error['message'][:300])}{kept}",
         "interrupted": lambda: f"[yellow]■[/yellow] {name}: interrupted ({escape(o.error['message'])})"
                                + (kept or ("; recorded failed" if o.record_path else "")),
-        "skipped_recorded": lambda: f"[dim]↷ {name}: already recorded ({o.run_key})[/dim]",
+        "skipped_recorded": lambda: f"[dim]↷ {name}: already recorded in {escape(o.record_path)} (run key "
+                                    f"{o.run_key}: the same config, hardware and threads per rank)[/dim]",
         "skipped_other_nodes": lambda: f"[dim]↷ {name}: nodes = {o.run.nodes}, left to a job started with "
                                        f"--nnodes {o.run.nodes}[/dim]",
         "skipped_locked": lambda: f"[dim]↷ {name}: being measured by {escape(o.holder)}; its record appears in "
