@@ -903,3 +903,19 @@ def test_a_users_own_loop_is_named_beside_the_dense_vs_sparse_bars_never_among_t
     index = (tmp_path / "index.html").read_text(encoding="utf-8")
     assert "Your own training loops (benchsuite.measure), on the overview and their run pages, not among these " \
            "bars: my-loop · w1." in index
+
+
+def test_a_bar_whose_interval_spans_decades_is_drawn_on_a_log_axis():
+    """Two-seed intervals reaching 268k tok/s over 3k tok/s bars once drew those bars as flat lines."""
+    from benchsuite.dashboard.pages.compare import bar_figure
+    from benchsuite.dashboard.style import trace_styles
+
+    data = load(FIXTURES)
+    df = data.ok_runs.copy()
+    df["tokens_per_s_lo"], df["tokens_per_s_hi"] = df["tokens_per_s"] / 2, df["tokens_per_s"] * 300
+    df["seeds"] = [[0, 1]] * len(df)
+    fig = bar_figure(df, "tokens_per_s", "Throughput", "tokens / s", str, None, trace_styles(data.df, False), False)
+    assert fig.layout["yaxis"].get("type") == "log"
+    df["tokens_per_s_hi"] = df["tokens_per_s"] * 1.1
+    fig = bar_figure(df, "tokens_per_s", "Throughput", "tokens / s", str, None, trace_styles(data.df, False), False)
+    assert fig.layout["yaxis"].get("type") != "log"

@@ -74,7 +74,11 @@ def bar_figure(df, column, title, axis, fmt, tickformat, styles, by_family: bool
                                 "array": [sp["hi"] - y if sp else 0 for y, sp in zip(ys, spreads)],
                                 "arrayminus": [y - sp["lo"] if sp else 0 for y, sp in zip(ys, spreads)]}
         data.append(trace)
-    yaxis = {"tickformat": tickformat} if tickformat else log_axis([y for t in data for y in t["y"]])
+    # the axis holds the error bars too: an interval reaching 100× a bar's height makes the bar a flat line
+    ends = [y + d * sign for t in data if "error_y" in t for y, d, sign in
+            [*zip(t["y"], t["error_y"]["array"], [1] * len(t["y"])), *zip(t["y"], t["error_y"]["arrayminus"],
+                                                                           [-1] * len(t["y"]))]]
+    yaxis = {"tickformat": tickformat} if tickformat else log_axis([y for t in data for y in t["y"]] + ends)
     return Figure(f"fig-compare-{column}", data,
                   layout(title, "devices (world size)", axis, barmode="group", height=240 + 24 * len(data),
                          xaxis={"type": "category", "categoryorder": "array",
