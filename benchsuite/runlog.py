@@ -8,7 +8,7 @@ object in the JSON-lines twin beside it (DIR/logs/NAME.jsonl), with the same fie
     {"time": "2026-12-02T07:55:03.456Z", "rank": 0, "event": "step", "step": 3, "steps": 10, "loss": 5.8912, ...}
 
 A text line is `TIME rankN EVENT BODY`: an ISO 8601 UTC time with milliseconds, the rank, the
-event (header, warm-up, step, eval, warning, error) and its body, so `grep ' rank0 step '` finds the
+event (header, warm-up, step, eval, warning, error, and the run's summary last) and its body, so `grep ' rank0 step '` finds the
 steps and a log shipper splits the first three fields on spaces. Torch-free: the launcher imports it.
 """
 
@@ -24,7 +24,8 @@ from typing import TextIO
 
 Value = str | int | float | bool | None
 
-HEADER, WARM_UP, STEP, EVAL, WARNING, ERROR = "header", "warm-up", "step", "eval", "warning", "error"
+HEADER, WARM_UP, STEP, EVAL, WARNING, ERROR, SUMMARY = ("header", "warm-up", "step", "eval", "warning", "error",
+                                                         "summary")
 LINE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z) rank(\d+) (\S+)(?: (.*))?$")
 FIX_VERBS = ("pass ", "set ", "unset ", "use ", "install ", "remove ", "add ", "rerun ", "run ")
 
@@ -111,6 +112,10 @@ class RunLog:
 
     def header(self, fields: dict[str, Value]) -> LogEvent:
         return self.emit(HEADER, key_values(fields), fields)
+
+    def summary(self, fields: dict[str, Value]) -> LogEvent:
+        """The run's last line: its headline figures and the record's path, as the record states them."""
+        return self.emit(SUMMARY, key_values(fields), fields)
 
     def warning(self, message: str, category: str) -> LogEvent:
         """A Python warning as one line: the message (newlines folded) and the fix it names; no source line."""

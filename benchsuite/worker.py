@@ -46,7 +46,7 @@ from benchsuite.parallel import Parallelized, parallelize
 from benchsuite.parallel.pipeline import PipelinePlan
 from benchsuite.progress import StepFigures, eval_body, line_due, warm_up_body
 from benchsuite.record import utc_now
-from benchsuite.record import write_record
+from benchsuite.record import Record, write_record
 from benchsuite.runlog import ERROR, EVAL, STEP, WARM_UP, RunLog, Value
 from benchsuite.suite_constants import NOT_SHARED, SuiteConstants, ranks_on_this_node
 
@@ -208,6 +208,15 @@ def moe_stats(model, routing_by_step: list, all_to_all_share: float | None = Non
     stats["expert_impl"] = layers[0].expert_impl
     stats["all_to_all_share"] = all_to_all_share
     return stats
+
+
+def summary_fields(record: Record, path: Path) -> dict[str, Value]:
+    """The log's last line of a run: median tok/s, MFU, energy with its source, CO2e and the record's path,
+    each as the record states it (null where it does)."""
+    m, energy, carbon = record.metrics, record.energy, record.carbon
+    return {"tokens_per_s": m.tokens_per_s if m else None, "mfu": m.mfu if m else None,
+            "energy_j": energy.total_j if energy else None, "energy_source": energy.source if energy else None,
+            "co2e_g": carbon.co2e_g if carbon else None, "record": str(path)}
 
 
 FAULT_PHASES = {"raise": "steps", "hang": "steps", "kill": "steps", "segv": "steps",
@@ -513,7 +522,8 @@ def main(argv: list[str] | None = None) -> int:
         ranks = bdist.all_gather_objects(mine, ctx)
         if ctx.is_main:  # repeat: which measurement of the run (launch.plan)
             stamp = Stamp(spec["run_key"], spec.get("repeat", 0), *launched(spec, started_at, t0))
-            write_record(spec["out"], harness_record(run, facts, ranks, stamp))
+            record = harness_record(run, facts, ranks, stamp)
+            log.summary(summary_fields(record, write_record(spec["out"], record)))
         bdist.shutdown()
         inject_fault(rank, phase="exit")
     except BaseException as e:

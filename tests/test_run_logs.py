@@ -159,6 +159,13 @@ def test_a_real_runs_log_has_a_header_equal_to_the_record_and_timestamped_rank_l
     if m["peak_tflops"] is None:  # a device not in the peak table: said once, with the fix
         assert [o["fix"] for o in warned] == ["pass --peak-tflops"]
     assert "suite logs: 0/1 runs done, 1 left" in res.stderr  # the suite line, not a terminal
+    # the last line sums the run up as its record does, and names the record
+    summary, summary_json = lines[-1], twin[-1]
+    assert summary.event == "summary"
+    assert {k: v for k, v in summary_json.items() if k not in ("time", "rank", "event")} == {
+        "tokens_per_s": m["tokens_per_s"], "mfu": m["mfu"], "energy_j": rec["energy"]["total_j"],
+        "energy_source": rec["energy"]["source"], "co2e_g": rec["carbon"]["co2e_g"],
+        "record": str(next(out.glob("*.json")))}
 
 
 @pytest.mark.procs
