@@ -110,7 +110,7 @@ def test_export_rows_carry_the_run_seed_repeat_and_routing(folder, tmp_path, cap
     for pair, (_, one_run) in PAIRS.items():
         first, second = by_pair[pair]
         assert (first["experiment_id"] == second["experiment_id"]) == one_run, pair  # the run's identity
-        assert {first["experiment_id"], second["experiment_id"]} <= set(runs.index)
+        assert {first["experiment_id"], second["experiment_id"]} <= {f"{pair} · {i}" for i in runs.index}
     assert sorted(r["routing"] for r in by_pair["routing"]) == ["forced", "learned"]
     assert sorted(r["seed"] for r in by_pair["seed"]) == ["0", "1"]
     assert sorted(r["repeat"] for r in by_pair["repeat"]) == ["0", "1"]

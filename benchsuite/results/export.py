@@ -101,7 +101,7 @@ def to_codecarbon_rows(records: list[Record]) -> list[dict]:
             "timestamp": _codecarbon_timestamp(rec.started_at, rec.duration_s),
             "project_name": rec.suite,
             "run_id": run_id(rec),
-            "experiment_id": run_identity(rec),  # one run's seeds and repeats share it, as an experiment's runs
+            "experiment_id": experiment_id(rec),
             "duration": window,
             "emissions": co2e_kg,
             "emissions_rate": ratio(co2e_kg, window),
@@ -137,6 +137,12 @@ FOOTPRINT_COLUMNS = [
 ]
 
 
+def experiment_id(rec: Record) -> str:
+    """'switch · 1d9bc72c73173873': the workload and the run's identity, which its seeds and repeats share, as an
+    experiment's runs do; runs that differ by routing, threads or precision are separate experiments."""
+    return f"{rec.workload} · {run_identity(rec)}"
+
+
 def _kg(g: float | None) -> float | None:
     return None if g is None else g / 1000.0
 
@@ -159,7 +165,7 @@ def to_footprint_rows(records: list[Record]) -> list[dict]:
             return None if j is None else j * carbon.pue / J_PER_KWH
 
         rows.append({
-            "run_id": run_id(rec), "project_name": rec.suite, "experiment_id": run_identity(rec),
+            "run_id": run_id(rec), "project_name": rec.suite, "experiment_id": experiment_id(rec),
             "workload": rec.workload, "seed": seed_of(rec), "repeat": rec.repeat,
             "routing": rec.config.moe.routing if rec.config.moe else None,
             "duration": energy.window_s or rec.duration_s,
