@@ -919,3 +919,16 @@ def test_a_bar_whose_interval_spans_decades_is_drawn_on_a_log_axis():
     df["tokens_per_s_hi"] = df["tokens_per_s"] * 1.1
     fig = bar_figure(df, "tokens_per_s", "Throughput", "tokens / s", str, None, trace_styles(data.df, False), False)
     assert fig.layout["yaxis"].get("type") != "log"
+
+
+def test_the_dashboard_counts_published_claims_as_the_report_does(tmp_path, capsys):
+    """The report once counted 4 claims where the dashboard listed more rows (one paper's claim per suite)."""
+    import re
+
+    from benchsuite import cli
+
+    build_site(FIXTURES, tmp_path / "site")
+    index = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
+    assert cli.main(["report", str(FIXTURES)]) == 0
+    reported = int(re.search(r"none of the (\d+) published claims", capsys.readouterr().out).group(1))
+    assert re.search(r"(\d+) published claims, checked \d+ times", index).group(1) == str(reported)

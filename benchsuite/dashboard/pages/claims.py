@@ -86,7 +86,11 @@ def render(data: SiteData) -> PageSection:
         return PageSection(slug, title, missing("Claims", "no run with a quality section: set train.eval_every and "
                                                       "train.target_loss, and sweep train.seed"))
     fig = claims_figure(v.claims)
-    html = (fig.div("fig wide") if fig else "") + claims_table(v.claims)
+    claims = len({c.claim.text for c in v.claims})  # counted as the report counts them: each claim once
+    html = (fig.div("fig wide") if fig else "") + (
+        f'<p class="note">{claims} published claim{"s" if claims != 1 else ""}, checked {len(v.claims)} '
+        f'time{"s" if len(v.claims) != 1 else ""}: a row per claim and suite that can test it.</p>'
+        if v.claims else "") + claims_table(v.claims)
     html += f'<p class="note">{esc(v.method)}. {esc(v.energy_spread)}.</p>'
     html += "<h3>Sparse ÷ dense over seeds</h3>" + (pairs_table(v) if shown_pairs(v.pairs) else missing(
         "Sparse ÷ dense", "no dense and sparse workload of one suite with two or more seeds each (sweep train.seed)"))
