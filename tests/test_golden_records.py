@@ -38,7 +38,8 @@ def flat(value, path: str = ""):
 
 def differences(before: dict, after: dict) -> list[str]:
     a, b = dict(flat(before)), dict(flat(after))
-    out = [f"{k}: only {'before' if k in a else 'after'}" for k in sorted(a.keys() ^ b.keys())]
+    out = [f"{k}: only {'before' if k in a else 'after'}" for k in sorted(a.keys() ^ b.keys())
+           if not VOLATILE.match(re.sub(r"\[\d+\]", "[]", k))]  # a timing flag comes and goes with the timings
     for key in sorted(a.keys() & b.keys()):
         x, y = a[key], b[key]
         if (x is None) != (y is None):

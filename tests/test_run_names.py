@@ -114,3 +114,42 @@ def test_export_rows_carry_the_run_seed_repeat_and_routing(folder, tmp_path, cap
     assert sorted(r["routing"] for r in by_pair["routing"]) == ["forced", "learned"]
     assert sorted(r["seed"] for r in by_pair["seed"]) == ["0", "1"]
     assert sorted(r["repeat"] for r in by_pair["repeat"]) == ["0", "1"]
+
+
+def test_every_view_shows_each_derived_figure_as_its_one_definition(tmp_path, capsys):
+    """Over MoE, pipeline, tensor-parallel, energy and user-loop runs: report --json, load_runs() and the
+    dashboard's results give each run's figures equal (==), each derived figure as the record states it."""
+    from benchsuite.dashboard.data import load as site_load
+    from helpers import REPO
+
+    folder = tmp_path / "mixed"
+    fixtures = REPO / "tests" / "fixtures"
+    for path in [*(fixtures / "results").glob("make_*.json"), *(fixtures / "golden").glob("*.json")]:
+        (folder / path.name).parent.mkdir(exist_ok=True)
+        (folder / path.name).write_bytes(path.read_bytes())
+    loop = make_record("loop1", workload="my-loop", tokens_per_s=5000.0)
+    loop["config"]["kind"] = "user"
+    write_record(folder, loop)
+    report = {r["label"]: r for r in json.loads(_cli(capsys, "report", str(folder), "--json"))["runs"]}
+    runs = benchsuite.load_runs(folder).set_index("label")
+    data = site_load(folder)
+    site = data.runs.set_index("label")
+    for part in ("my-loop", "pipe", "tp", "switch"):  # user loop, pipeline, tensor parallel, MoE
+        assert [label for label in report if label.split("/")[-1].startswith(part + " ")], (part, list(report))
+    assert set(report) == set(runs.index) == set(site.index)
+
+    def same(*values) -> bool:
+        return len({"nan" if v is None or (isinstance(v, float) and v != v) else v for v in values}) == 1
+
+    for label, row in report.items():
+        for column, in_runs in (("tokens_per_s",) * 2, ("mfu",) * 2, ("step_time_median_s",) * 2, ("j_per_token",) * 2,
+                                ("gco2e_per_mtok",) * 2, ("scaling_efficiency",) * 2, ("metrics.hfu", "hfu")):
+            assert same(row[column], runs.at[label, in_runs], site.at[label, column]), (label, column)
+        per_device = runs.at[label, "tokens_per_s_per_device"]
+        assert same(per_device, site.at[label, "metrics.tokens_per_s_per_device"]), label
+        if row["status"] == "ok" and row["tokens_per_s"] is not None and runs.at[label, "repeats"] == 1:
+            assert per_device == row["tokens_per_s"] / row["world_size"], label  # one record: its own figure
+        busiest = "metrics.moe.load_max_over_mean"
+        if busiest in site and not same(site.at[label, busiest], None):
+            mine = data.df.loc[data.df["identity"] == row["identity"]]  # the records' own figure, its median
+            assert site.at[label, busiest] == float(mine[busiest].median()), label
