@@ -47,29 +47,29 @@ def _same(a, b) -> bool:
     return (not present(a) and not present(b)) or (present(a) and present(b) and a == b)
 
 
-def find_baseline(ok: pd.DataFrame, row) -> tuple[pd.DataFrame, str | None]:
-    """The qualifying 1-device runs for row (ok: the successful 1-device rows of row's sweep), or none
-    and why."""
-    base = ok[ok[_figure(row)].map(lambda v: num(v) is not None and num(v) > 0)]
-    if base.empty:
+def find_baseline(ones: list[dict], row) -> tuple[list[dict], str | None]:
+    """The qualifying 1-device runs for row (ones: the successful 1-device rows of row's sweep, as dicts: a
+    sweep's handful, where a DataFrame's filtering would cost a millisecond a sweep), or none and why."""
+    base = [r for r in ones if num(r.get(_figure(row))) is not None and num(r[_figure(row)]) > 0]
+    if not base:
         return base, "no successful 1-device run in this sweep"
     for column, what in IDENTITY:
-        if column not in ok:
+        if ones and column not in ones[0]:
             continue
-        base = base[base[column].map(lambda v: _same(v, row.get(column)))]
-        if base.empty:
+        base = [r for r in base if _same(r.get(column), row.get(column))]
+        if not base:
             return base, f"no 1-device run of this sweep with {what}"
     return base, None
 
 
-def _baseline(ones: pd.DataFrame, row) -> tuple[str | None, float | None, list[str], str | None]:
+def _baseline(ones: list[dict], row) -> tuple[str | None, float | None, list[str], str | None]:
     """Row's baseline among the 1-device runs of its sweep: (why there is none, its figure, its
     identities, how it is named)."""
     base, why = find_baseline(ones, row)
     if why:
         return why, None, [], None
-    return (None, statistics.median(base[_figure(row)]), sorted(base["identity"]),
-            "; ".join(sorted(str(label) for label in base["label"])))
+    return (None, statistics.median(r[_figure(row)] for r in base), sorted(r["identity"] for r in base),
+            "; ".join(sorted(str(r["label"]) for r in base)))
 
 
 def _baseline_key(row) -> tuple:
@@ -118,9 +118,9 @@ def add_scaling_efficiency(df: pd.DataFrame) -> pd.DataFrame:
     narrow = df[[c for c in ("status", "world_size", "sweep_id", "scaling", "identity", "label", "tokens_per_s",
                              "step_time_median_s", *(c for c, _ in IDENTITY)) if c in df]]
     ones = narrow[(narrow["status"] == "ok") & (narrow["world_size"] == 1)]
-    by_sweep: dict = {}  # sweep id -> its rows in `ones`
-    for idx, sweep in ones["sweep_id"].items():
-        by_sweep.setdefault(_key(sweep), []).append(idx)
+    by_sweep: dict = {}  # sweep id -> its rows in `ones`, as dicts
+    for one in ones.to_dict("records"):
+        by_sweep.setdefault(_key(one["sweep_id"]), []).append(one)
     baselines: dict[tuple, tuple] = {}  # _baseline_key -> _baseline
     for idx, row in narrow.iterrows():
         if row["status"] != "ok":
@@ -128,7 +128,7 @@ def add_scaling_efficiency(df: pd.DataFrame) -> pd.DataFrame:
             continue
         key = _baseline_key(row)
         if key not in baselines:
-            baselines[key] = _baseline(ones.loc[by_sweep.get(_key(row["sweep_id"]), [])], row)
+            baselines[key] = _baseline(by_sweep.get(_key(row["sweep_id"]), []), row)
         reason, theirs, keys, note = baselines[key]
         mine = num(row[_figure(row)])
         if mine is None or mine <= 0:
