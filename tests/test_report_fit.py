@@ -210,3 +210,24 @@ def test_the_answer_ranks_a_ratio_whose_interval_over_seeds_excludes_one(tmp_pat
             (tmp_path / f"{rec['run_key']}.json").write_text(json.dumps(rec))
     _, answer = _answer(capsys, tmp_path)
     assert "│ switch · w1 │ tok/s 1.50× (" in answer and "): switch · w1 higher" in answer
+
+
+def test_a_long_table_draws_its_first_rows_and_sums_up_the_rest(tmp_path, capsys):
+    """A team's folder holds thousands of runs: rich took minutes to lay out a 10,000-row table."""
+    from benchsuite.commands.report import ROWS
+    from benchsuite.record import write_record
+    from helpers.records import make_record
+
+    n = ROWS + 7
+    for i in range(n):
+        status = "failed" if i == n - 1 else "ok"
+        write_record(tmp_path, make_record(f"k{i:03d}", workload=f"w{i:03d}", status=status))
+    assert cli.main(["report", str(tmp_path), "--columns", "workload,status"]) == 0
+    text = capsys.readouterr().out
+    assert sum(f"w{i:03d}" in text for i in range(n)) == ROWS
+    assert "… 7 more rows not shown (1 failed, 0 flagged among them): `benchsuite report --all`" in text
+    assert cli.main(["report", str(tmp_path), "--columns", "workload,status", "--all"]) == 0
+    text = capsys.readouterr().out
+    assert sum(f"w{i:03d}" in text for i in range(n)) == n and "more rows not shown" not in text
+    assert cli.main(["report", str(tmp_path), "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["runs"]) == n  # --json gives every run

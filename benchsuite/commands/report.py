@@ -6,12 +6,17 @@ from benchsuite.commands.common import JSON, UsageError, err, load_results, out,
 from benchsuite.terminal import printable
 
 
+ROWS = 50  # rows a table draws by default: a screen or two; a team's folder holds thousands of runs
+
+
 def add_parser(sub) -> None:
     rp = sub.add_parser("report", parents=[JSON], help="table of results: throughput, MFU, step time, scaling")
     rp.add_argument("dir", type=path_arg, nargs="?", default="results", help="results folder (default: results)")
     rp.add_argument("--columns", metavar="A,B,...",
                     help="the columns to show, by name (e.g. workload,world,seed,tok_s,mfu,hfu); default: the most "
                          "important that fit the console width, the others named under each table")
+    rp.add_argument("--all", action="store_true",
+                    help=f"draw every row (default: the first {ROWS} of each table, the rest summed up under it)")
     rp.add_argument("--predict", metavar="SYSTEM.toml", type=path_arg,
                     help="a system file (benchsuite predict): each run's measured step time beside its prediction, "
                          "a run far slower flagged with the component most likely responsible")
@@ -24,7 +29,7 @@ def run(args) -> int:
     from benchsuite.results.store import cyclic_gc_paused
 
     fit = Fit(width=out.width, columns=None if args.columns is None else
-              tuple(c.strip().lower() for c in args.columns.split(",") if c.strip()))
+              tuple(c.strip().lower() for c in args.columns.split(",") if c.strip()), rows=None if args.all else ROWS)
     try:
         fit.check()
     except ColumnError as e:

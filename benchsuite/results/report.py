@@ -205,6 +205,7 @@ class Fit:
     """How the tables are laid out: the columns the reader picked, else those that fit the console width."""
     width: int | None = None  # None: every column
     columns: tuple[str, ...] | None = None  # column_name()s; None: choose by width
+    rows: int | None = None  # the most rows a table draws (a team's history holds thousands); None: every row
 
     def check(self) -> None:
         """Unknown names → ColumnError naming them and listing the valid ones."""
@@ -264,9 +265,21 @@ def _left_out_line(left_out: list[str]) -> list[str]:
     return [f"left out to fit the width: {names} (`benchsuite report --columns NAME,...` shows them)"]
 
 
+def _shown(df: pd.DataFrame, fit: Fit) -> tuple[pd.DataFrame, list[str]]:
+    """The rows a table draws (the first fit.rows), and the line that sums up the rest: how many, how many of
+    them failed or are flagged, and how to see them (rich lays out a 10,000-row table in minutes)."""
+    if fit.rows is None or len(df) <= fit.rows:
+        return df, []
+    rest = df.iloc[fit.rows:]
+    failed = int((rest["status"] != "ok").sum()) if "status" in rest else 0
+    flagged = int(rest["flagged"].fillna(False).astype(bool).sum()) if "flagged" in rest else 0
+    return df.iloc[:fit.rows], [f"… {len(rest):,} more rows not shown ({failed:,} failed, {flagged:,} flagged among "
+                                f"them): `benchsuite report --all` draws every row, `--json` gives them all"]
+
+
 def report_table(results: Results, fit: Fit = Fit()) -> Table:
-    """The main table, one row per run."""
-    df = results.runs
+    """The main table, one row per run (the first fit.rows of them, the rest summed up under it)."""
+    df, more = _shown(results.runs, fit)
     rows, styles = [], []
     for _, row in df.iterrows():
         rows.append([CELLS[header](row) if col is None or header == "status" else _fmt(fmt, row.get(col))
@@ -283,7 +296,7 @@ def report_table(results: Results, fit: Fit = Fit()) -> Table:
         if "scaling_efficiency_reason" in df else df.iloc[:0]
     lines += [f"efficiency — {escape(printable(r['label']))}: "
               f"{escape(printable(r['scaling_efficiency_reason']))}" for _, r in no_base.iterrows()]
-    lines += [escape(line) for line in _left_out_line(left_out)]
+    lines += [escape(line) for line in _left_out_line(left_out) + more]
     if lines:
         table.caption = "\n".join(lines)
     return table
@@ -296,7 +309,8 @@ def _section_table(df: pd.DataFrame, title: str, columns: list[tuple[str, str, s
     kept beside any picked column, so a row always says whose figures it holds."""
     if when not in df or df[when].isna().all():
         return None
-    rows = [[_fmt(fmt, row.get(col)) for _, col, fmt in columns] for _, row in df[df[when].notna()].iterrows()]
+    shown, more = _shown(df[df[when].notna()], fit)
+    rows = [[_fmt(fmt, row.get(col)) for _, col, fmt in columns] for _, row in shown.iterrows()]
     headers = [h for h, _, _ in columns]
     key = column_name(headers[0])
     picked = fit.columns is not None and any(c in fit.columns for c in map(column_name, headers[1:]))
@@ -305,7 +319,7 @@ def _section_table(df: pd.DataFrame, title: str, columns: list[tuple[str, str, s
     if picked and key not in fit.columns:
         fit = Fit(fit.width, (key, *fit.columns))
     table, left_out = _fitted_table(title, headers, rows, headers, fit)
-    lines = ([note] if note else []) + (_left_out_line(left_out) if left_out else [])
+    lines = ([note] if note else []) + (_left_out_line(left_out) if left_out else []) + more
     if lines:
         table.caption = "\n".join(escape(line) for line in lines)
     return table
