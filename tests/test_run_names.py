@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -68,6 +69,9 @@ def test_every_record_has_a_name_of_its_own_in_load_list_and_the_dashboard(folde
     build_site(folder, tmp_path / "site")
     rows = runs_rows(tmp_path / "site")
     assert len({json.dumps(r[4]) for r in rows}) == len(rows) == len(df)  # no two rows read the same
+    titles = [re.search(r"<title>(.*?) · benchsuite</title>", (tmp_path / "site" / r[0]).read_text()).group(1)
+              for r in rows]
+    assert len(set(titles)) == len(titles)  # each record's page has a title of its own
 
 
 def test_every_run_has_a_label_of_its_own_in_load_runs_report_and_compare(folder, capsys, tmp_path):
@@ -80,6 +84,12 @@ def test_every_run_has_a_label_of_its_own_in_load_runs_report_and_compare(folder
     assert any("2 threads" in lbl for lbl in by_workload["threads"])
     report = json.loads(_cli(capsys, "report", str(folder), "--json"))
     assert len({r["label"] for r in report["runs"]}) == len(report["runs"]) == len(runs)
+    text = _cli(capsys, "report", str(folder), "--columns", "workload,world,nodes,scaling,seed")
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip() == "benchsuite results")
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("└"))
+    table = [line for line in lines[start:end] if line.startswith("│")]
+    assert len(set(table)) == len(table) == len(runs), table  # the text report's rows too
     shutil.copytree(folder, tmp_path / "b")
     compared = json.loads(_cli(capsys, "compare", str(folder), str(tmp_path / "b"), "--json"))
     names = [r["run"] for r in compared["runs"]]

@@ -130,14 +130,17 @@ def _with_names(df: pd.DataFrame, records: list[Record]) -> pd.DataFrame:
                         for s, w, n in zip(series, df["world_size"], df["nodes"])], index=df.index)
     runs_named = pd.DataFrame({"label": labels, "identity": df["identity"]}).drop_duplicates()
     shared = set(runs_named.loc[runs_named["label"].duplicated(keep=False), "label"])
+    in_sweep = series.copy()  # the run's name beside its world size and nodes (the report's workload column)
     if shared:  # one size of one sweep run with other threads per rank: another run, named by them
         mine = labels.isin(shared)
-        labels[mine] = [f"{lbl} · {_threads(t)}" for lbl, t in zip(labels[mine], df.loc[mine, "scaling.threads_per_rank"])]
+        threads = [_threads(t) for t in df.loc[mine, "scaling.threads_per_rank"]]
+        labels[mine] = [f"{lbl} · {t}" for lbl, t in zip(labels[mine], threads)]
+        in_sweep[mine] = [f"{s} · {t}" for s, t in zip(in_sweep[mine], threads)]
     names = pd.Series([record_name(lbl, s, r) for lbl, s, r in zip(labels, df["seed"], df["repeat"])],
                       index=df.index)
     twice = names.duplicated(keep=False)  # one seed's repeat measured twice (another run key, or a rerun)
     names[twice] = [f"{n} · {key}" for n, key in zip(names[twice], df.loc[twice, "run_key"])]
-    return _with(df, {"series": series, "label": labels, "record_name": names})
+    return _with(df, {"series": series, "label": labels, "record_name": names, "name_in_sweep": in_sweep})
 
 
 def _series_labels(df: pd.DataFrame, records: list[Record]) -> dict[str, str]:

@@ -33,7 +33,7 @@ REPEATS = "repeats (tok/s min–max)"
 COLUMNS = [
     # (header, column, format)
     ("suite", "suite", "{}"),
-    ("workload", "workload", "{}"),
+    ("workload", "name_in_sweep", "{}"),  # the workload, with what tells its run from the others where needed
     ("world", "world_size", "{}"),
     ("nodes", "nodes", "{}"),
     ("scaling", "scaling", "{}"),
