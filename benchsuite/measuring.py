@@ -24,7 +24,6 @@ FLOPs, the matmul ceiling, communication, parameters) is null, the reason in met
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import time
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ import torch.distributed as dist
 from benchsuite import config as cfg
 from benchsuite.assembly import RankResult, RunFacts, UserLoop, user_record
 from benchsuite.config.preflight import check_carbon
+from benchsuite.config.specs import type_problem
 from benchsuite.device import peak_memory, pick_device, resolve_precision
 from benchsuite.energy.attribution import attribute_energy
 from benchsuite.energy.meters import NodeEnergyMonitor
@@ -45,7 +45,7 @@ from benchsuite.energy.windows import combine_windows
 from benchsuite.environment import device_info
 from benchsuite.metrics import flops as fl
 from benchsuite.metrics.timing import StepTimer
-from benchsuite.record.scalars import INT_MAX
+from benchsuite.record.scalars import NonNegativeInt, PositiveInt, PositiveNum
 from benchsuite.record import Record, record_filename, to_dict, utc_now, write_record
 
 SUITE = "user"
@@ -91,15 +91,11 @@ def _checked(cls, value, where: str):
     return section
 
 
-def _positive(name: str, value: float | None, integer: bool = False) -> None:
-    """None, or a finite number > 0 (an int where `integer`): as a suite's positive keys are checked."""
-    if value is None:
-        return
-    kinds = (int,) if integer else (int, float)
-    if (isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value) or value <= 0
-            or (integer and value > INT_MAX)):
-        raise ValueError(f"benchsuite.measure: {name} must be a finite {'integer' if integer else 'number'} > 0"
-                         f"{' (64-bit)' if integer else ''}, got {value!r}")
+def _checked_value(name: str, value: object, value_type: object) -> None:
+    """value judged as a suite's key of that type is (config.specs.type_problem); ValueError naming it."""
+    problem = type_problem(value_type, value)
+    if problem:
+        raise ValueError(f"benchsuite.measure: {name} = {value!r}: {problem}")
 
 
 def _named(what: str, name: object) -> str:
@@ -198,7 +194,7 @@ class Measurement:
         if self._segment is None:
             raise RuntimeError(f"step() inside window {self._outside!r}, which is outside training (training=False)")
         if tokens is not None and not isinstance(tokens, torch.Tensor):
-            _positive("step(tokens=)", tokens, integer=True)
+            _checked_value("step(tokens=)", tokens, PositiveInt)
         if loss is not None and not isinstance(loss, torch.Tensor) and (
                 isinstance(loss, bool) or not isinstance(loss, (int, float))):
             raise ValueError(f"benchsuite.measure: step(loss=) must be a number or a tensor, got {loss!r}")
@@ -341,11 +337,11 @@ def measure(name: str, *, flops_per_token: float | None = None, tokens_per_step:
     _named("suite", suite)
     if not isinstance(description, str):
         raise ValueError(f"benchsuite.measure: description must be a string, got {description!r}")
-    _positive("flops_per_token", flops_per_token)
-    _positive("tokens_per_step", tokens_per_step, integer=True)
-    _positive("peak_tflops", peak_tflops)
-    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or not 0 <= warmup_steps <= INT_MAX:
-        raise ValueError(f"benchsuite.measure: warmup_steps must be an integer >= 0 (64-bit), got {warmup_steps!r}")
+    for arg, value, value_type in (("flops_per_token", flops_per_token, PositiveNum | None),
+                                   ("tokens_per_step", tokens_per_step, PositiveInt | None),
+                                   ("peak_tflops", peak_tflops, PositiveNum | None),
+                                   ("warmup_steps", warmup_steps, NonNegativeInt)):
+        _checked_value(arg, value, value_type)
     if precision not in (None, *PRECISIONS):
         raise ValueError(f"benchsuite.measure: precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     loop = UserLoop(name, suite, description, flops_per_token, tokens_per_step,

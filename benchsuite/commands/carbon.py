@@ -119,8 +119,8 @@ def estimate(args) -> int:
         return 0
     out.print(f"{res['chips']:g} chips × {res['hours']:g} h × {res['watts']:g} W = "
               f"{res['energy_j'] / carbon.J_PER_KWH:,.1f} kWh; × PUE {res['pue']:g} = "
-              f"{res['facility_j'] / carbon.J_PER_KWH:,.1f} kWh; × {res['intensity_g_per_kwh']:.0f} g/kWh ({res['intensity_source']}) "
-              f"= {res['co2e_g'] / 1000:,.1f} kg CO2e", markup=False)
+              f"{res['facility_j'] / carbon.J_PER_KWH:,.1f} kWh; × {res['intensity_g_per_kwh']:.0f} g/kWh "
+              f"({res['intensity_source']}) = {res['co2e_g'] / 1000:,.1f} kg CO2e", markup=False)
     for line in _parts_lines(res):
         out.print(printable(f"  {line}"), markup=False)
     if res.get("intensity_note"):

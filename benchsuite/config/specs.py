@@ -82,12 +82,18 @@ def _value_problem(options: list[Any], metas: list[msgspec.Meta], v: Any) -> str
 
 def value_problem(field: msgspec.structs.FieldInfo, v: Any) -> str | None:
     """Why `v` is not a valid value of `field` (None when it is), judged by msgspec against the field's type."""
-    options, metas = _parts(field.type)
+    return type_problem(field.type, v)
+
+
+def type_problem(value_type: Any, v: Any) -> str | None:
+    """Why `v` is not a valid value of `value_type` (a field's type, e.g. PositiveInt | None), None when it is:
+    the one judgement of a suite's keys, a system file's and measure()'s arguments."""
+    options, metas = _parts(value_type)
     err = _type_problem(options, v)
     if err is not None:
         return err
     try:
-        msgspec.convert(v, field.type)
+        msgspec.convert(v, value_type)
     except msgspec.ValidationError:
         return _value_problem(options, metas, v)
     return None

@@ -105,3 +105,11 @@ NOISY_FIELDS = ("repeats",)  # the results model's run-level flag of repeats tha
 def flag_kind(flag: dict) -> FlagKind:
     """The kind of a flag (a record's, or one the results model adds to a run), from its field."""
     return FLAG_KINDS["noisy" if flag.get("field") in NOISY_FIELDS else "impossible"]
+
+
+def flags_by_kind(flags: object) -> dict[FlagKind, list[dict]]:
+    """A row's flags grouped by kind, in FLAG_KINDS' order (impossible figures first); kinds without a flag
+    left out. Every view shows flags by this grouping."""
+    flags = [f for f in flags or [] if isinstance(f, dict)]
+    grouped = {kind: [f for f in flags if flag_kind(f) is kind] for kind in FLAG_KINDS.values()}
+    return {kind: group for kind, group in grouped.items() if group}

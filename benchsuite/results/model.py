@@ -159,8 +159,9 @@ def _series_labels(df: pd.DataFrame, records: list[Record]) -> dict[str, str]:
         for lbl, ks in by_label.items():
             if len(ks) > 1 and column in keys and len({str(keys.at[k, column]) for k in ks}) > 1:
                 labels.update({k: name(keys.loc[k], lbl) for k in ks})
+    shared = {lbl for lbl, n in Counter(labels.values()).items() if n > 1}  # only these need their configs
     configs = {k: without(records[int(keys.at[k, "rec"])].config, (*VARIES_IN_A_SWEEP, *TEXT_ONLY, SEED))
-               for k in labels}
+               for k, lbl in labels.items() if lbl in shared}
     return told_apart(labels, configs)
 
 

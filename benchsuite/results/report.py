@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from benchsuite.record.columns import described, view_columns
-from benchsuite.record.kinds import FLAG_KINDS, FlagKind, flag_kind
+from benchsuite.record.kinds import FLAG_KINDS, FlagKind, flags_by_kind
 from benchsuite.record.values import format_step_ms, num, present
 from benchsuite.results.scaling import BASELINE
 from benchsuite.results.verdicts import FINAL_LOSS, PER_STEP, TO_TARGET, Consistency, Verdicts
@@ -123,9 +123,8 @@ def _repeats_cell(row) -> str:
 
 
 def _flag_kinds(row) -> list[FlagKind]:
-    """The kinds of a run's flags, each once, impossible figures first (record/kinds.FLAG_KINDS)."""
-    kinds = {flag_kind(f).name for f in row.get("flags") or [] if isinstance(f, dict)}
-    return [k for name, k in FLAG_KINDS.items() if name in kinds]
+    """The kinds of a run's flags, each once, impossible figures first (record/kinds.flags_by_kind)."""
+    return list(flags_by_kind(row.get("flags")))
 
 
 def _status_cell(row) -> str:

@@ -12,7 +12,7 @@ import json
 import msgspec
 
 from benchsuite.record.columns import described
-from benchsuite.record.kinds import FLAG_KINDS, FlagKind, flag_kind
+from benchsuite.record.kinds import FlagKind, flags_by_kind
 from benchsuite.record.sanity import MAX_DROPPED_FRAC
 from benchsuite.record.types import (Embodied, EnergyBound, Env, Flops, MarketBased, MoEConfig, MoEMetrics, ModelConfig,
                                      ParallelConfig, Params, PartEnergy, Record, Water)
@@ -223,13 +223,10 @@ def _flags(row) -> str:
     """The row's flags (the record's, the sanity guard's, plus those computed across records: superlinear
     scaling efficiency, noisy repeats), a box per kind, each headed and advised as its kind says
     (record/kinds.FLAG_KINDS), in report and dashboard alike."""
-    flags = [f for f in row.get("flags") or [] if isinstance(f, dict)]
-    return "".join(_flag_box(kind, [f for f in flags if flag_kind(f) is kind]) for kind in FLAG_KINDS.values())
+    return "".join(_flag_box(kind, flags) for kind, flags in flags_by_kind(row.get("flags")).items())
 
 
 def _flag_box(kind: FlagKind, flags: list[dict]) -> str:
-    if not flags:
-        return ""
     rows = [[f.get("field"), f"{kind.value_label} {f_pct(f.get('value'))}" if kind.value_label else
              f_sig(f.get("value")) if num(f.get("value")) is not None else f.get("value"), f.get("reason")]
             for f in flags[:50]]
