@@ -14,7 +14,8 @@ import msgspec
 from msgspec import Meta
 
 from benchsuite.record.kinds import ROUTERS
-from benchsuite.record.scalars import NonNegativeInt, NonNegativeNum, PositiveInt, PositiveNum, Pue, Text, doc
+from benchsuite.record.scalars import (INT_MAX, NonNegativeInt, NonNegativeNum, PositiveInt, PositiveNum, Pue,
+                                       Text, doc)
 
 # The worker's first two unmeasured steps are instrumented (step 0 counts FLOPs, step 1 measures
 # model-state and collective bytes, both eager); compile needs one more so it never lands in a measured step.
@@ -22,11 +23,10 @@ MIN_WARMUP_STEPS = 2
 PIPELINE_SCHEDULES = ("1f1b", "interleaved", "gpipe")
 
 
-WarmupSteps = doc(Annotated[int, Meta(ge=MIN_WARMUP_STEPS, le=2**63 - 1)], "at least 2, and 3 with compile = true",
+WarmupSteps = doc(Annotated[int, Meta(ge=MIN_WARMUP_STEPS, le=INT_MAX)], "at least 2, and 3 with compile = true",
                   fix=f"the first two unmeasured steps are instrumented (step 0 counts FLOPs, step 1 measures "
                       f"model-state and communication bytes); set warmup_steps = {MIN_WARMUP_STEPS} or more")
 Router = Literal[tuple(ROUTERS)]
-
 
 
 class ConfigSection(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
