@@ -508,3 +508,25 @@ def test_two_folders_that_differ_only_by_threads_per_rank_name_the_difference(tm
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json"]) == 0
     (run,) = json.loads(capsys.readouterr().out)["runs"]
     assert run["hardware_a"].endswith(", 2 threads per rank") and run["hardware_b"].endswith(", 1 thread per rank")
+
+
+def test_one_folders_runs_at_two_thread_counts_are_two_runs_never_pooled(tmp_path, capsys):
+    """A at 1 and 2 threads per rank, B at 1: the 1-thread runs compare with each other; A's 2-thread run is not
+    pooled into that row (its tok/s would move the median) but listed as missing in B, with why."""
+    name = "smoke__dense-tiny__w1n1-weak__ee7bbe62e331231c.json"
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    doc = to_dict(read_record(FIXTURES / name))
+    tokens = doc["metrics"]["tokens_per_s"]
+    for folder, threads, speed in (("a", 1, 1.0), ("a", 2, 9.0), ("b", 1, 1.0)):
+        one = {**doc, "env": {**doc["env"], "threads_per_rank": threads},
+               "metrics": {**doc["metrics"], "tokens_per_s": tokens * speed}}
+        (tmp_path / folder / name.replace(".json", f"-t{threads}.json")).write_bytes(encode(one))
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json", "--fail-on-regression"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    (run,) = out["runs"]
+    assert run["hardware_a"] == run["hardware_b"] and run["hardware_a"].endswith(", 1 thread per rank")
+    tok = next(m for m in run["metrics"] if m["metric"] == "tokens_per_s")
+    assert tok["a"] == tok["b"] == tokens
+    (missing,) = out["only_a"]
+    assert missing["hardware"].endswith(", 2 threads per rank")
+    assert "B has this config at other threads per rank only (1× " in missing["closest"]

@@ -93,11 +93,12 @@ def test_every_run_has_a_label_of_its_own_in_load_runs_report_and_compare(folder
     shutil.copytree(folder, tmp_path / "b")
     compared = json.loads(_cli(capsys, "compare", str(folder), str(tmp_path / "b"), "--json"))
     names = [r["run"] for r in compared["runs"]]
-    # compare matches by config, seeds apart: the seed pair is two rows, and the threads pair one row whose
-    # hardware names both thread counts (what tells the two folders' runs apart there)
-    assert len(set(names)) == len(names) == len(runs)
-    (threads,) = [r for r in compared["runs"] if "/threads " in r["run"]]
-    assert "1 thread per rank" in threads["hardware_a"] and "2 threads per rank" in threads["hardware_a"]
+    # compare matches by config and threads per rank, seeds apart: the seed pair is two rows, the threads pair too
+    assert len(set(names)) == len(names) == len(runs) + 1
+    threads = sorted((r["hardware_a"], r["hardware_b"], r["run"]) for r in compared["runs"] if "/threads " in r["run"])
+    assert [(a, b) for a, b, _ in threads] == [("1× Test CPU, 1 thread per rank",) * 2,
+                                               ("1× Test CPU, 2 threads per rank",) * 2]
+    assert "threads_per_rank 2" in threads[1][2]
 
 
 def test_every_export_row_tells_its_record_apart(folder, tmp_path, capsys):
@@ -163,3 +164,51 @@ def test_every_view_shows_each_derived_figure_as_its_one_definition(tmp_path, ca
         if busiest in site and not same(site.at[label, busiest], None):
             mine = data.df.loc[data.df["identity"] == row["identity"]]  # the records' own figure, its median
             assert site.at[label, busiest] == float(mine[busiest].median()), label
+
+
+SUITE = """
+[suite]
+name = "pairs"
+[defaults]
+model = { layers = 2, hidden = 32, heads = 2, vocab = 64, seq_len = 16 }
+[[workload]]
+name = "moe"
+kind = "moe"
+moe = { router = "switch", experts = 4 }
+[[workload]]
+name = "moe-bf16"
+kind = "moe"
+moe = { router = "switch", experts = 4 }
+train = { precision = "bf16" }
+[sweep]
+world_size = [1, 2]
+scaling = ["weak", "strong"]
+seed = [0, 1]
+routing = ["learned", "forced"]
+"""
+
+
+def test_a_suites_runs_each_have_a_name_and_log_files_of_their_own(tmp_path, capsys):
+    """Before any record exists: predict names every run of a suite apart (routing, world, scaling, seed and the
+    workload a precision or any other key makes), and the log files of each run × threads per rank × repeat
+    differ, each saying its seed and repeat."""
+    from benchsuite.config import load_suite
+    from benchsuite.launch import Threads, key_of, log_stem, record_path
+
+    path = tmp_path / "pairs.toml"
+    path.write_text(SUITE)
+    runs = load_suite(path).runs
+    assert len(runs) == 2 * 2 * 2 * 2 * 2
+    predicted = json.loads(_cli(capsys, "predict", str(path), "--system", "workloads/systems/cpu-gloo.toml",
+                                "--json"))["runs"]
+    names = [r["run"] for r in predicted]
+    assert len(set(names)) == len(names) == len(runs), names
+    stems = []
+    for run in runs:
+        for threads in (Threads(1, "sweep rule"), Threads(2, "OMP_NUM_THREADS from the user")):
+            key = key_of(run, {"devices": "cpu: Test CPU"}, threads)
+            for repeat in (0, 1):
+                stem = log_stem(record_path(tmp_path, run, key, repeat), key, repeat, node_rank=0)
+                assert f"-seed{run.train.seed}-r{repeat}__" in stem, stem
+                stems.append(stem)
+    assert len(set(stems)) == len(stems) == len(runs) * 2 * 2

@@ -8,8 +8,8 @@ from typing import Any
 
 import msgspec
 
-from benchsuite.record.sections import (SECTIONS, CarbonConfig, EnergyConfig, ModelConfig, MoEConfig, ParallelConfig,
-                                        TrainConfig, defaults)
+from benchsuite.record.sections import (CarbonConfig, EnergyConfig, ModelConfig, MoEConfig, ParallelConfig, TrainConfig,
+                                        hashed)
 from benchsuite.record.types import Config
 
 
@@ -75,10 +75,5 @@ class RunConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         """Content hash of the resolved config plus the hardware identity; keys added since schema version
         4 are hashed only where they differ from their default (a section's LATER), so an earlier run's
         key is unchanged."""
-        config = self.to_dict()
-        for sec, section in SECTIONS.items():
-            if config.get(sec) is not None and section.LATER:
-                default = defaults(section)
-                config[sec] = {k: v for k, v in config[sec].items() if k not in section.LATER or v != default[k]}
-        blob = json.dumps({"config": config, "hardware": hardware}, sort_keys=True)
+        blob = json.dumps({"config": hashed(self.to_dict()), "hardware": hardware}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]

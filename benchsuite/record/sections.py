@@ -179,3 +179,15 @@ SECTIONS: dict[str, type[ConfigSection]] = {"model": ModelConfig, "train": Train
 def defaults(section: type[ConfigSection]) -> dict[str, Any]:
     """Each key of a section with its default."""
     return {f.name: f.default for f in msgspec.structs.fields(section)}
+
+
+def hashed(config: dict[str, Any]) -> dict[str, Any]:
+    """A config's JSON values as its hashes (run key, run identity) see them: each section's LATER keys left
+    out where they hold their default, so a key added since schema version 4 changes no earlier run's key or
+    identity, in this version or the next."""
+    out = dict(config)
+    for name, section in SECTIONS.items():
+        if isinstance(out.get(name), dict) and section.LATER:
+            default = defaults(section)
+            out[name] = {k: v for k, v in out[name].items() if k not in section.LATER or v != default[k]}
+    return out

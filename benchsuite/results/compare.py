@@ -362,16 +362,20 @@ def check_folder(folder: Path) -> None:
         raise CompareError(f"{folder}: {what}")
 
 
+SideKey = tuple[str, "int | None"]  # (identity key of the config, threads per rank)
+
+
 def load_side(folder: str | Path, ignored: Sequence[tuple[str, ...]] = (),
-              exclude: list[Path] | None = None) -> dict[str, SideRun]:
-    """identity key → the folder's records of that run, ok and failed apart (a run failed in B is a
-    regression, so failed records are read too)."""
+              exclude: list[Path] | None = None) -> dict[SideKey, SideRun]:
+    """(identity key, threads per rank) → the folder's records of that run, ok and failed apart (a run failed
+    in B is a regression, so failed records are read too). One folder's runs at two thread counts are two
+    runs (a CPU run's speed follows its threads), never pooled."""
     folder = Path(folder)
     check_folder(folder)
     side: dict[str, SideRun] = {}
     for one in load_records(folder, exclude=exclude):
         cfg = identity_config(one.record.config, ignored)
-        run = side.setdefault(digest(cfg), SideRun(cfg))
+        run = side.setdefault((digest(cfg), one.record.env.threads_per_rank), SideRun(cfg))
         (run.ok if one.record.status == Status.OK else run.failed).append(one.record)
     if not side:
         left_out = f" (left out: {', '.join(map(str, exclude))})" if exclude else ""
@@ -398,16 +402,20 @@ def _value(config: dict, key: str) -> str:
     return _json_text(dig(config, *key.split(".")))
 
 
-def closest_note(run: SideRun, other: dict[str, SideRun], side: str) -> str:
+def closest_note(run: SideRun, other: dict[SideKey, SideRun], side: str) -> str:
     """Names the run of the other folder nearest to an unmatched one (same suite and workload, fewest
-    differing keys), the keys that differ with their values, and the --ignore that compares across them."""
+    differing keys), the keys that differ with their values, and the --ignore that compares across them;
+    or, for the same config at other thread counts, those."""
     other_side = "B" if side == "A" else "A"
     rec = run.records[0]
-    peers = [(differing_keys(run.config, o.config), run_label(o.records[0], seeds_of(o.records)), o.config)
+    peers = [(differing_keys(run.config, o.config), run_label(o.records[0], seeds_of(o.records)), o.config, o)
              for o in other.values() if (o.records[0].suite, o.records[0].workload) == (rec.suite, rec.workload)]
     if not peers:
         return f"no run of {other_side} is of {rec.suite}/{rec.workload}"
-    keys, name, config = min(peers, key=lambda p: (len(p[0]), p[1]))
+    keys, name, config, nearest = min(peers, key=lambda p: (len(p[0]), p[1]))
+    if not keys:
+        return (f"{other_side} has this config at other threads per rank only ({hardware_label(nearest.records)}); "
+                f"a config is matched across thread counts where each folder holds it at one")
     cfg_a, cfg_b = (run.config, config) if side == "A" else (config, run.config)
     diffs = ", ".join(f"{k} ({_value(cfg_a, k)} in A, {_value(cfg_b, k)} in B)" for k in keys)
     note = f"differs from {other_side}'s {name} {'only by' if len(keys) == 1 else f'by {len(keys)} keys:'} {diffs}"
@@ -420,13 +428,27 @@ def closest_note(run: SideRun, other: dict[str, SideRun], side: str) -> str:
     return f"{note}: --ignore {','.join(keys)} compares across {'it' if len(keys) == 1 else 'them'}"
 
 
-def _unmatched(mine: dict[str, SideRun], other: dict[str, SideRun], keys, side: str) -> list[UnmatchedRun]:
+def matched(side_a: dict[SideKey, SideRun], side_b: dict[SideKey, SideRun]) -> dict[SideKey, SideRun]:
+    """B's runs keyed as the A runs they compare with: the same config at the same threads per rank; else,
+    where a config is left with one thread count on each side (two machines, two core counts), those two,
+    and the row's hardware names both."""
+    left_a = [k for k in side_a if k not in side_b]
+    left_b = [k for k in side_b if k not in side_a]
+    renamed = {}
+    for config in {c for c, _ in left_a} & {c for c, _ in left_b}:
+        (mine, *more_a), (theirs, *more_b) = ([k for k in left if k[0] == config] for left in (left_a, left_b))
+        if not more_a and not more_b:
+            renamed[theirs] = mine
+    return {renamed.get(k, k): run for k, run in side_b.items()}
+
+
+def _unmatched(mine: dict[SideKey, SideRun], other: dict[SideKey, SideRun], keys, side: str) -> list[UnmatchedRun]:
     runs = []
     for k in keys:
         run = mine[k]
         note = (f"only failed records in {'B' if side == 'A' else 'A'} ({error_text(other[k].failed[0])})"
                 if k in other else closest_note(run, other, side))
-        runs.append(UnmatchedRun(run_label(run.records[0], seeds_of(run.records)), k, hardware_label(run.records),
+        runs.append(UnmatchedRun(run_label(run.records[0], seeds_of(run.records)), k[0], hardware_label(run.records),
                                  note))
     return sorted(runs, key=lambda u: (u.run, u.identity))
 
@@ -440,15 +462,17 @@ def compare_folders(a: str | Path, b: str | Path, threshold: float = DEFAULT_THR
     check_folder(Path(a))
     check_folder(Path(b))
     out_a, out_b = nested_folders(Path(a), Path(b))
-    side_a, side_b = load_side(a, ignored, out_a), load_side(b, ignored, out_b)
+    side_a = load_side(a, ignored, out_a)
+    side_b = matched(side_a, load_side(b, ignored, out_b))
     ok_a = {k for k, r in side_a.items() if r.ok}
     ok_b = {k for k, r in side_b.items() if r.ok}
     seeds_b = {k: seeds_of(side_b[k].ok) for k in ok_a & ok_b}
     label = told_apart({k: run_label(side_a[k].ok[0], seeds_of(side_a[k].ok), seeds_b.get(k)) for k in ok_a},
-                       {k: side_a[k].config for k in ok_a})  # two runs of one name: the keys that differ said
-    runs = [compare_run(side_a[k].ok, side_b[k].ok, threshold, k, label[k]) for k in sorted(ok_a & ok_b, key=label.get)]
+                       {k: {**side_a[k].config, "threads_per_rank": k[1]} for k in ok_a})  # the keys that differ
+    runs = [compare_run(side_a[k].ok, side_b[k].ok, threshold, k[0], label[k])
+            for k in sorted(ok_a & ok_b, key=label.get)]
     failed_in_b = sorted(ok_a & (side_b.keys() - ok_b), key=label.get)  # B holds only failed records of them
-    failed = [FailedRun(label[k], k, error_text(side_b[k].failed[0])) for k in failed_in_b]
+    failed = [FailedRun(label[k], k[0], error_text(side_b[k].failed[0])) for k in failed_in_b]
     return Comparison(str(a), str(b), threshold, ignore, METHOD, runs, failed,
                       _unmatched(side_a, side_b, ok_a - side_b.keys(), "A"),
                       _unmatched(side_b, side_a, ok_b - ok_a, "B"), [str(p) for p in out_a], [str(p) for p in out_b])

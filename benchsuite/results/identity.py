@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from benchsuite.record.names import digest
+from benchsuite.record.sections import hashed
 from benchsuite.record.types import Config, Record
 from benchsuite.record.values import dig
 
@@ -49,7 +50,7 @@ def hardware_of(rec: Record) -> dict:
 
 def run_identity(rec: Record) -> str:
     """The identity of rec's run: hash of its config less TEXT_ONLY and the seed, and its hardware."""
-    return digest({"config": without(rec.config, (*TEXT_ONLY, SEED)), "hardware": hardware_of(rec)})
+    return digest({"config": hashed(without(rec.config, (*TEXT_ONLY, SEED))), "hardware": hardware_of(rec)})
 
 
 def hardware_label(records: list[Record]) -> str:
