@@ -33,6 +33,7 @@ from rich.table import Table
 from benchsuite.record.kinds import source_kind
 from benchsuite.record.values import dig, num
 from benchsuite.record.names import digest
+from benchsuite.record.sections import hashed
 from benchsuite.record.types import Config, Error, Interval, PerWork, Record, Status
 from benchsuite.results.identity import (SEED, SITE_SETTINGS, TEXT_ONLY, differing_keys, hardware_label,
                                          ignored_paths, seed_of, seeds_text, told_apart, without)
@@ -190,7 +191,8 @@ def identity_config(config: Config, ignored: Sequence[tuple[str, ...]] = ()) -> 
 
 
 def identity_key(config: Config, ignored: Sequence[tuple[str, ...]] = ()) -> str:
-    return digest(identity_config(config, ignored))
+    """The hash of identity_config, as run keys hash a config (record.sections.hashed)."""
+    return digest(hashed(identity_config(config, ignored)))
 
 
 def seeds_of(records: list[Record]) -> list[int]:
@@ -375,7 +377,8 @@ def load_side(folder: str | Path, ignored: Sequence[tuple[str, ...]] = (),
     side: dict[str, SideRun] = {}
     for one in load_records(folder, exclude=exclude):
         cfg = identity_config(one.record.config, ignored)
-        run = side.setdefault((digest(cfg), one.record.env.threads_per_rank), SideRun(cfg))
+        key = (identity_key(one.record.config, ignored), one.record.env.threads_per_rank)
+        run = side.setdefault(key, SideRun(cfg))
         (run.ok if one.record.status == Status.OK else run.failed).append(one.record)
     if not side:
         left_out = f" (left out: {', '.join(map(str, exclude))})" if exclude else ""
