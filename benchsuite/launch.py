@@ -36,8 +36,10 @@ from benchsuite.progress import ProgressLine
 from benchsuite.record import (NewerRecordError, failed_record, record_filename, record_id, repeat_of, utc_now,
                                write_record)
 from benchsuite.record.io import newer_version_at
-from benchsuite.results.store import ok_record_ids
+from benchsuite.record.names import record_name
+from benchsuite.results.store import ok_record_ids, read_record
 from benchsuite.runlock import Follower, Holder, Leader, LockUnavailable, claim, coordinate, pid_alive
+from benchsuite.sinks import Sender
 
 
 @dataclass(frozen=True)
@@ -544,6 +546,7 @@ def run_suite(suite: Suite, out_dir: str | Path, resume: bool = True, peak_tflop
     prctl.become_subreaper()  # ranks whose torchrun died are re-parented here and reaped
     remove_stale_workdirs()
     done = ok_record_ids(out_dir) if resume else set()
+    sender = Sender(suite.sinks, out_dir)
     outcomes = []
     with coordinate(out_dir, rdzv.rdzv_id, rdzv.endpoint, rdzv.nnodes, rdzv.node_rank) as nodes, \
             _suite_folder() as constants:
@@ -567,6 +570,9 @@ def run_suite(suite: Suite, out_dir: str | Path, resume: bool = True, peak_tflop
                 outcome = _claim_and_launch(run, key, rep, out_dir, resume, rid in done, launch,
                                             tell=functools.partial(_tell, nodes, i, rid))
             outcomes.append(outcome)
+            if outcome.status == RunStatus.OK and not isinstance(nodes, Follower):
+                sender.send(read_record(Path(outcome.record_path)), record_name(run.label, run.train.seed, rep),
+                            Path(outcome.record_path))
             on_event("done", i, len(planned), outcome)
             if outcome.interrupted or outcome.status == RunStatus.SKIPPED_NO_DECISION:
                 break

@@ -37,6 +37,8 @@ import torch.distributed as dist
 from benchsuite import config as cfg
 from benchsuite.assembly import RankResult, RunFacts, UserLoop, user_record
 from benchsuite.config.preflight import check_carbon
+from benchsuite.config.problems import Problems
+from benchsuite.config.sinks import Sinks, read_sinks
 from benchsuite.config.specs import type_problem
 from benchsuite.device import peak_memory, pick_device, resolve_precision
 from benchsuite.energy.attribution import attribute_energy
@@ -47,6 +49,8 @@ from benchsuite.metrics import flops as fl
 from benchsuite.metrics.timing import StepTimer
 from benchsuite.record.scalars import NonNegativeInt, PositiveInt, PositiveNum
 from benchsuite.record import Record, record_filename, to_dict, utc_now, write_record
+from benchsuite.record.names import record_name
+from benchsuite.sinks import Sender
 
 SUITE = "user"
 PRECISIONS = ("fp32", "bf16")  # the peak table's columns (metrics/flops.py)
@@ -89,6 +93,14 @@ def _checked(cls, value, where: str):
     if problems:
         raise cfg.ConfigError(f"benchsuite.measure({where}=...)", problems)
     return section
+
+
+def _checked_sinks(sinks: Sinks | dict | None) -> Sinks:
+    """The trackers as a suite's [sinks] gives them, checked alike (an unknown sink, a package not installed)."""
+    problems = Problems()
+    chosen = read_sinks(msgspec.to_builtins(sinks) if isinstance(sinks, Sinks) else sinks, problems)
+    problems.raise_any("benchsuite.measure(sinks=...)")
+    return chosen
 
 
 def _checked_value(name: str, value: object, value_type: object) -> None:
@@ -139,8 +151,9 @@ class Measurement:
     windows that nest (begin/end or `with window(...)`), stop() writes the record on rank 0."""
 
     def __init__(self, loop: UserLoop, *, out: str | Path, warmup_steps: int, precision: str | None,
-                 peak_tflops: float | None, device: torch.device | None):
+                 peak_tflops: float | None, device: torch.device | None, sinks: Sinks = Sinks()):
         self.loop, self.out = loop, Path(out)
+        self.sinks = sinks
         self.warmup_steps, self.precision, self.peak_tflops, self.device = warmup_steps, precision, peak_tflops, device
         self.windows: list[Window] = []  # every window this rank closed, in order
         self.record: Record | None = None  # rank 0's record once stopped
@@ -226,6 +239,8 @@ class Measurement:
                                  duration_s=time.perf_counter() - self._t0)
             self.record = next_repeat(self.out, record)
             self.path = write_record(self.out, self.record)
+            Sender(self.sinks, self.out).send(self.record, record_name(self.loop.name, 0, self.record.repeat),
+                                              self.path)
         return self.record
 
     def __enter__(self) -> Measurement:
@@ -322,7 +337,7 @@ def measure(name: str, *, flops_per_token: float | None = None, tokens_per_step:
             out: str | Path = "results", carbon: cfg.CarbonConfig | dict | None = None,
             energy: cfg.EnergyConfig | dict | None = None, description: str = "", suite: str = SUITE,
             warmup_steps: int = 0, precision: str | None = None, peak_tflops: float | None = None,
-            device: torch.device | str | None = None) -> Measurement:
+            device: torch.device | str | None = None, sinks: Sinks | dict | None = None) -> Measurement:
     """Measure a training job: `with benchsuite.measure(name, ...) as m:` around it, m.step() after each
     optimizer step. Every argument is checked here, before anything runs.
 
@@ -332,7 +347,8 @@ def measure(name: str, *, flops_per_token: float | None = None, tokens_per_step:
     as the dataclass or a dict of its keys. description: the model, in words. warmup_steps: steps left out
     of the figures (compilation, allocator warm-up). precision: "bf16" or "fp32", the peak MFU divides by
     (default: bf16 on GPU, fp32 on CPU); peak_tflops: a peak of your own. device: this rank's (default: the
-    harness's choice, LOCAL_RANK's GPU, else the CPU)."""
+    harness's choice, LOCAL_RANK's GPU, else the CPU). sinks: trackers the record is sent to once written, a
+    suite's [sinks] (benchsuite.config.sinks) as the Sinks value or a dict of its tables."""
     _named("name", name)
     _named("suite", suite)
     if not isinstance(description, str):
@@ -348,7 +364,7 @@ def measure(name: str, *, flops_per_token: float | None = None, tokens_per_step:
                     carbon=_checked(cfg.CarbonConfig, carbon, "carbon"),
                     energy=_checked(cfg.EnergyConfig, energy, "energy"))
     return Measurement(loop, out=_results_folder(out), warmup_steps=warmup_steps, precision=precision,
-                       peak_tflops=peak_tflops, device=_device(device))
+                       peak_tflops=peak_tflops, device=_device(device), sinks=_checked_sinks(sinks))
 
 
 def _device(device: object) -> torch.device | None:

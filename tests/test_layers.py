@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, str, tuple[str, ...]]] = [
     ("metrics", "FLOPs, memory, communication, timing, quality: figures from parts", ("benchsuite.metrics",)),
     ("parallel", "functions that parallelize a plain model", ("benchsuite.parallel",)),
     ("predict", "what a cluster would do, from the same formulas", ("benchsuite.predict",)),
+    ("sinks", "trackers a written record is copied to: MLflow, TensorBoard, W&B", ("benchsuite.sinks",)),
     ("measure", "a rank's measured loop, measure() and the record assembled from them",
      ("benchsuite.assembly", "benchsuite.worker", "benchsuite.measuring", "benchsuite.adapters")),
     ("results", "readers: a folder's records, the results model and its views", ("benchsuite.results",)),

@@ -13,9 +13,9 @@ from benchsuite.commands.common import (COUNT, INDEX, JSON, POSITIVE, REPEAT, Us
                                         make_folder, path_arg, print_json)
 from benchsuite.config import RANKS_PER_CORE, check_ranks_per_node, usable_cores
 from benchsuite.config.preflight import load_suite
+from benchsuite.record.names import record_name
 from benchsuite.record.types import Record
 from benchsuite.terminal import printable
-from benchsuite.results.identity import record_name
 
 
 def add_parser(sub) -> None:

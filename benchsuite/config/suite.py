@@ -18,11 +18,12 @@ from benchsuite.config.names import name_problem, name_skeleton, nfc
 from benchsuite.config.problems import ConfigError, Problems, qkey, show
 from benchsuite.config.rules import check_run
 from benchsuite.config.run import RunConfig
+from benchsuite.config.sinks import Sinks, read_sinks
 from benchsuite.record.sections import CarbonConfig
 from benchsuite.config.sweeps import expand, run_count, workload_sweep
 from benchsuite.config.workload import WorkloadDraft, read_workload
 
-TOP_KEYS = {"suite", "defaults", "workload", "sweep", "energy", "carbon"}
+TOP_KEYS = {"suite", "defaults", "workload", "sweep", "energy", "carbon", "sinks"}
 MAX_RUNS = 4096  # runs one suite may expand to: a benchmark plan has thousands at most, a runaway sweep millions
 MAX_SUITE_BYTES = 1 << 20  # a suite is a few KB; a larger file is not one
 
@@ -33,6 +34,7 @@ class Suite:
     description: str
     path: str
     runs: list[RunConfig]
+    sinks: Sinks = Sinks()  # the trackers each run's record is sent to (never part of a run)
 
 
 @dataclass
@@ -150,7 +152,9 @@ def read_suite(doc: dict, path: str | Path = "<string>") -> Draft:
             problems.add(qkey(key), f"unknown top-level key; valid keys: {', '.join(sorted(TOP_KEYS))}")
     name, description = _header(doc.get("suite", {}), Path(str(path)).stem, problems)
     layers = read_layers(doc, problems)
-    draft = Draft(Suite(name=name, description=description, path=str(path), runs=[]), problems, layers.carbon)
+    sinks = read_sinks(doc.get("sinks"), problems)
+    draft = Draft(Suite(name=name, description=description, path=str(path), runs=[], sinks=sinks), problems,
+                  layers.carbon)
     tables, tally = _workload_tables(doc.get("workload"), problems), _Tally()
     for i, raw in enumerate(tables):
         if not isinstance(raw, dict):

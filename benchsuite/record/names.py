@@ -38,3 +38,8 @@ def record_filename(rec: dict) -> str:
     return (f"{slug(rec['suite'])}__{slug(rec['workload'])}__w{cfg['world_size']}n{cfg['nodes']}"
             f"-{cfg['scaling']}-seed{seed if isinstance(seed, int) else 0}"
             f"__{record_id(rec['run_key'], repeat_of(rec))}.json")
+
+
+def record_name(base: str, seed: int, repeat: int) -> str:
+    """'dense · w2 · seed 1 · repeat 0': a record named by its run, seed and repeat."""
+    return f"{base} · seed {seed} · repeat {repeat}"

@@ -74,11 +74,6 @@ def seeds_text(seeds: list[int]) -> str:
     return ", ".join(str(s) for s in sorted(seeds))
 
 
-def record_name(base: str, seed: int, repeat: int) -> str:
-    """'dense · w2 · seed 1 · repeat 0': a record named by its run, seed and repeat."""
-    return f"{base} · seed {seed} · repeat {repeat}"
-
-
 def config_keys() -> list[str]:
     """Every dotted key of a resolved config (config.RunConfig and its sections), for --ignore."""
     from benchsuite.config import SECTIONS, RunConfig

@@ -26,11 +26,11 @@ import numpy as np
 import pandas as pd
 
 from benchsuite.record.columns import view_columns
+from benchsuite.record.names import record_name
 from benchsuite.record.sanity import flag_summary, sanity_flags
 from benchsuite.record.types import Record
 from benchsuite.record.values import coefficient_of_variation, num, present
-from benchsuite.results.identity import (SEED, TEXT_ONLY, record_name, run_identity, seed_of, seeds_text,
-                                         told_apart, without)
+from benchsuite.results.identity import SEED, TEXT_ONLY, run_identity, seed_of, seeds_text, told_apart, without
 from benchsuite.results.routing import ROUTING_COLUMN, RoutingPair, routing_pairs
 from benchsuite.results.scaling import VARIES_IN_A_SWEEP, add_scaling_efficiency
 from benchsuite.results.stats import ONE_SEED, ConfidenceInterval, log_t_interval
