@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 OUT    ?= results/smoke
 
-.PHONY: setup demo test test-fast bench clean chromium gpu-wheels
+.PHONY: setup demo test test-fast docs bench clean chromium gpu-wheels
 
 $(BIN)/benchsuite: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ PYTEST := $(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile
 
 test: setup chromium
 	$(PYTEST)
+
+# The documentation site (mkdocs.yml, docs/) into site/, strict: a broken link or anchor, a page missing from
+# the nav or a CLI option without help fails. `make test` builds it too (tests/test_docs.py); `.[test]` holds mkdocs.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
 
 # Everything that runs in the pytest processes themselves (no torchrun, spawned ranks, CLI child or browser)
 # and is not heavy (torch.compile). tests/conftest.py fails a test here that starts a process without the

@@ -329,7 +329,7 @@ def table(records: list[dict], overhead: dict | None, tests: dict | None, info: 
     lines.append("MFU: model FLOPs without recompute / peak (989.4 TFLOP/s bf16 on an H200); mJ/tok: GPU + CPU + "
                  "DRAM (CPU/DRAM may be estimated); GPU mJ/tok: NVML GPU counter alone (the reference's figure); dropped: "
                  "share of token-expert assignments over capacity; GPU ±: the meters' bound on the first GPU's energy "
-                 "(README, Energy and carbon)")
+                 "(docs/explanation/energy.md)")
     misses = [f"{row.workload}: {m}" for row in rows for m in row.misses()]
     if overhead:
         lines.append(f"harness overhead: benchsuite {overhead['harness_step_s'] * 1e3:.2f} ms vs bare loop "

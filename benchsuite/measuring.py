@@ -328,7 +328,8 @@ class Measurement:
 
     def _facts(self, ranks: list[RankResult]) -> RunFacts:
         """What holds for the whole job, on rank 0: rank 0's device's peak, ranks sharing a GPU."""
-        peak, peak_source = fl.peak_flops(ranks[0].device["name"], self.precision, self.peak_tflops)
+        peak, peak_source = fl.peak_flops(ranks[0].device["name"], self.precision, self.peak_tflops,
+                                          option="measure(peak_tflops=)")
         return RunFacts(world_size=self.world_size, precision=self.precision, peak_flops=peak, peak_source=peak_source,
                         backend=self.backend, shared_device=shares_a_gpu(ranks))
 

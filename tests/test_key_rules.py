@@ -1,6 +1,6 @@
 """Every key either changes the run or is refused naming it (key_rules.py): suites drawn from all keys ×
 kinds × routers × layouts either load with every given key held by the record's resolved config, or
-fail naming a key they set. The README's table of where keys apply is the rules' own."""
+fail naming a key they set. The docs' table of where keys apply is the rules' own (drawn at each docs build)."""
 
 from __future__ import annotations
 
@@ -174,9 +174,12 @@ def test_the_suite_carbon_section_is_merged_under_a_workload_carbon_table_key_by
     assert [(r.carbon.country, r.carbon.pue) for r in suite.runs] == [("FRA", 1.3), ("FRA", 1.1)]
 
 
-def test_the_readme_table_of_where_keys_apply_is_the_rules_table():
-    readme = (REPO / "README.md").read_text()
-    assert table() in readme
+def test_the_docs_table_of_where_keys_apply_is_the_rules_table():
+    """The suite-keys page draws the rules' table at each docs build (docs/reference_hook.py; tests/test_docs.py
+    renders it)."""
+    page = (REPO / "docs" / "reference" / "suite-keys.md").read_text(encoding="utf-8")
+    assert "<!-- reference: key-rules -->" in page
+    assert table().startswith("| key | applies when |\n|---|---|\n| `")
     assert len(RULES) == len({rule.key for rule in RULES})
 
 

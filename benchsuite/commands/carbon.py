@@ -17,7 +17,7 @@ def add_parser(sub) -> None:
     ce.add_argument("--watts", type=POSITIVE, required=True, help="average power per chip")
     ce.add_argument("--pue", type=PUE, default=1.0, help="data-centre PUE, >= 1 (default: 1.0)")
     _add_place(ce, "grid intensity, g CO2e per kWh")
-    _add_parts(ce, "default: a GPU's share of its server (README, Carbon)")
+    _add_parts(ce, "default: a GPU's share of its server (docs/explanation/carbon.md)")
     ce.set_defaults(fn=estimate)
     cp = csub.add_parser("project", parents=[JSON],
                          help="hours, kWh and t CO2e of a full training run from measured rates")

@@ -5,7 +5,8 @@ not apply is refused naming the key, what it needs and the fix, unless its value
 does anyway (the default, or a router's own k): `expert = 1` on a dense model states a fact.
 A key inherited from [defaults] or the suite's [energy]/[carbon] is applied where it applies and
 left at its default elsewhere, so each record holds what ran; one that applies to no workload is
-refused. The README's table of where keys apply is `table()`; `apply_rules` applies them to one workload.
+refused. The docs' table of where keys apply (docs/reference/suite-keys.md) is `table()`; `apply_rules` applies
+them to one workload.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class BuiltWorkload:
 @dataclass(frozen=True)
 class KeyRule:
     key: str  # "section.key"
-    applies_when: str  # the condition as the README's table states it
+    applies_when: str  # the condition as the docs' table states it
     reads: tuple[str, ...]  # keys the condition reads: a rule is not judged when one of them was refused
     applies: Callable[[BuiltWorkload], bool]
     why: Callable[[BuiltWorkload, Any], str]  # the refusal: why the value changes nothing, and the fix
@@ -180,7 +181,7 @@ def runs_anyway(rule: KeyRule, w: BuiltWorkload, value: Any) -> bool:
 
 
 def table() -> str:
-    """The README's table: each key that applies only somewhere, and where."""
+    """The docs' table (docs/reference/suite-keys.md): each key that applies only somewhere, and where."""
     rows = ["| key | applies when |", "|---|---|"]
     rows += [f"| `{rule.key}` | {rule.applies_when} |" for rule in RULES]
     return "\n".join(rows)

@@ -337,23 +337,26 @@ def normalise_device_name(name: str) -> str:
 PEAK_BY_NAME = {normalise_device_name(n): p for p in PEAKS for n in p.names}
 
 
-def lookup_peak(device_name: str, precision: str) -> tuple[float | None, str]:
-    """(peak FLOP/s or None, source) for one exact device name; no guess for a name not in PEAKS."""
+def lookup_peak(device_name: str, precision: str, option: str = "--peak-tflops") -> tuple[float | None, str]:
+    """(peak FLOP/s or None, source) for one exact device name; no guess for a name not in PEAKS. option: how
+    the caller's user gives a peak of their own (the CLI's flag, measure()'s argument), named in the fix."""
     peak = PEAK_BY_NAME.get(normalise_device_name(device_name))
     if peak is None:
         return None, (f"unknown device: {device_name!r} is not in the peak table (benchsuite/metrics/flops.py); "
-                      "pass --peak-tflops")
+                      f"pass {option}")
     tflops = {"bf16": peak.bf16, "fp32": peak.fp32}.get(precision)
     if tflops is None:
-        return None, f"no {precision} figure for {peak.part}: {peak.source}; pass --peak-tflops"
+        return None, f"no {precision} figure for {peak.part}: {peak.source}; pass {option}"
     return tflops * 1e12, f"datasheet: {peak.part} {precision} dense ({peak.source})"
 
 
-def peak_flops(device_name: str, precision: str, override_tflops: float | None = None) -> tuple[float | None, str]:
-    """(peak FLOP/s or None, source). Unknown hardware gives None and a warning, never a guess."""
+def peak_flops(device_name: str, precision: str, override_tflops: float | None = None,
+               option: str = "--peak-tflops") -> tuple[float | None, str]:
+    """(peak FLOP/s or None, source). Unknown hardware gives None and a warning, never a guess; option: how
+    the user gives their own peak (lookup_peak)."""
     if override_tflops is not None:
-        return override_tflops * 1e12, "given (--peak-tflops)"
-    peak, source = lookup_peak(device_name, precision)
+        return override_tflops * 1e12, f"given ({option})"
+    peak, source = lookup_peak(device_name, precision, option)
     if peak is None:
         warnings.warn(f"no peak FLOP/s for {device_name!r} at {precision}, MFU and HFU are null: {source}",
                       stacklevel=2)

@@ -20,7 +20,7 @@ class Source(enum.StrEnum):
 
 @dataclass(frozen=True)
 class SourceKind:
-    """What an energy figure's source says about it (README, Energy and carbon: how each is obtained): compare
+    """What an energy figure's source says about it (docs/explanation/energy.md: how each is obtained): compare
     and the verdicts judge only metered energy, and a view calls only measured energy measured. Each property
     holds for a source only if it holds for every stronger one."""
 

@@ -6,7 +6,7 @@
     steps = benchsuite.load_steps("results")  # one row per (record, measured step)
 
 All three read the results model (results/model.py), the figures `benchsuite report` and the
-dashboard show. The columns and their dtypes below are a contract (listed in the README): a figure
+dashboard show. The columns and their dtypes below are a contract (listed in docs/reference/results-api.md): a figure
 a run did not measure is NaN (never 0), whatever records the folder holds, and an empty folder
 gives the same columns with no rows.
 """
