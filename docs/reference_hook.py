@@ -16,9 +16,11 @@ import re
 import tokenize
 import types
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 import msgspec
+
+from benchsuite.config.specs import type_parts
 
 MARKER = re.compile(r"^<!-- reference: ([a-z-]+) -->$", re.M)
 
@@ -113,22 +115,6 @@ def cli_reference() -> str:
 
 # -- types in words ----------------------------------------------------------------------------------------
 
-def _flatten(t: Any) -> tuple[list[Any], list[Any]]:
-    """A type's plain options and its annotations (msgspec Meta, record Bound, ...)."""
-    if get_origin(t) is Annotated:
-        base, *extras = get_args(t)
-        options_, inner = _flatten(base)
-        return options_, inner + list(extras)
-    if get_origin(t) in (Union, types.UnionType):
-        options_, extras = [], []
-        for arg in get_args(t):
-            o, e = _flatten(arg)
-            options_ += o
-            extras += e
-        return options_, extras
-    return [t], []
-
-
 def _bounds(metas: list[msgspec.Meta]) -> str:
     limits = []
     for m in metas:
@@ -144,7 +130,7 @@ PLAIN = {int: "integer", float: "number", str: "text", bool: "true/false"}
 
 def type_words(t: Any) -> str:
     """A field type as a reader states it: `integer > 0`, `one of "gelu", "swiglu"`, `list of number`."""
-    options_, extras = _flatten(t)
+    options_, extras = type_parts(t)
     metas = [e for e in extras if isinstance(e, msgspec.Meta)]
     words = []
     for opt in options_:
@@ -172,7 +158,7 @@ def type_words(t: Any) -> str:
 def described(t: Any) -> str:
     """The descriptions a type carries (msgspec Meta) less the scalars' generic ones, which type_words says."""
     generic = {"a finite number", "a positive integer", "an integer >= 0"}
-    texts = [e.description for e in _flatten(t)[1] if isinstance(e, msgspec.Meta) and e.description]
+    texts = [e.description for e in type_parts(t)[1] if isinstance(e, msgspec.Meta) and e.description]
     return "; ".join(dict.fromkeys(x for x in texts if x not in generic))
 
 
@@ -247,7 +233,7 @@ def _comments(module: types.ModuleType) -> dict[tuple[str, str], str]:
 
 def _structs_in(t: Any) -> list[tuple[str, type]]:
     """The structs a field holds, each with how its path continues: `.` for one, `[].` in a list, `{}.` in a map."""
-    options_, _ = _flatten(t)
+    options_, _ = type_parts(t)
     out = []
     for opt in options_:
         if isinstance(opt, type) and issubclass(opt, msgspec.Struct):
@@ -284,7 +270,7 @@ def record_fields() -> str:
     docs: dict[str, str] = {}
     for path, cls, name in record_rows():
         hint = get_type_hints(cls, include_extras=True)[name]
-        bound = next((e for e in _flatten(hint)[1] if type(e).__name__ == "Bound"), None)
+        bound = next((e for e in type_parts(hint)[1] if type(e).__name__ == "Bound"), None)
         what = "; ".join(x for x in (described(hint), comments.get((cls.__name__, name), ""),
                                      f"flagged outside its range ({bound.label})" if bound else "") if x)
         parent = path.rpartition(".")[0] or "(top level)"

@@ -17,25 +17,31 @@ from benchsuite.config.problems import Problems, qkey, show
 from benchsuite.record.scalars import INT_MAX, INT_MIN
 
 
-def _parts(t: Any) -> tuple[list[Any], list[msgspec.Meta]]:
-    """The plain options of a field type (int, float, str, bool, None, or a Literal) and its constraints."""
+def type_parts(t: Any) -> tuple[list[Any], list[Any]]:
+    """The plain options of a field type (int, float, str, bool, None, or a Literal) and its annotations
+    (msgspec's Meta constraints, and any other a type carries, e.g. a record field's Bound)."""
     if get_origin(t) is Annotated:
-        base, *metas = get_args(t)
-        options, inner = _parts(base)
-        return options, inner + [m for m in metas if isinstance(m, msgspec.Meta)]
+        base, *extras = get_args(t)
+        options, inner = type_parts(base)
+        return options, inner + list(extras)
     if get_origin(t) in (Union, types.UnionType):
-        options, metas = [], []
+        options, extras = [], []
         for arg in get_args(t):
-            o, m = _parts(arg)
+            o, e = type_parts(arg)
             options += o
-            metas += m
-        return options, metas
+            extras += e
+        return options, extras
     return [t], []
+
+
+def _metas(t: Any) -> tuple[list[Any], list[msgspec.Meta]]:
+    options, extras = type_parts(t)
+    return options, [e for e in extras if isinstance(e, msgspec.Meta)]
 
 
 def doc_of(field: msgspec.structs.FieldInfo) -> str:
     """A field's doc: the description its type carries ("" where none)."""
-    return " ".join(m.description for m in _parts(field.type)[1] if m.description)
+    return " ".join(m.description for m in _metas(field.type)[1] if m.description)
 
 
 def _type_name(opt: Any) -> str:
@@ -88,7 +94,7 @@ def value_problem(field: msgspec.structs.FieldInfo, v: Any) -> str | None:
 def type_problem(value_type: Any, v: Any) -> str | None:
     """Why `v` is not a valid value of `value_type` (a field's type, e.g. PositiveInt | None), None when it is:
     the one judgement of a suite's keys, a system file's and measure()'s arguments."""
-    options, metas = _parts(value_type)
+    options, metas = _metas(value_type)
     err = _type_problem(options, v)
     if err is not None:
         return err
