@@ -8,6 +8,9 @@ after schema version 4 are a section's LATER: the run key hashes them only where
 default, so an earlier run keeps its key.
 """
 
+import functools
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -176,9 +179,11 @@ SECTIONS: dict[str, type[ConfigSection]] = {"model": ModelConfig, "train": Train
                                             "moe": MoEConfig, "energy": EnergyConfig, "carbon": CarbonConfig}
 
 
-def defaults(section: type[ConfigSection]) -> dict[str, Any]:
-    """Each key of a section with its default."""
-    return {f.name: f.default for f in msgspec.structs.fields(section)}
+@functools.cache
+def defaults(section: type[ConfigSection]) -> Mapping[str, Any]:
+    """Each key of a section with its default (read-only: one mapping per section, asked once per record by
+    the hashes of every reader)."""
+    return MappingProxyType({f.name: f.default for f in msgspec.structs.fields(section)})
 
 
 def hashed(config: dict[str, Any]) -> dict[str, Any]:

@@ -14,6 +14,7 @@ run met. Efficiency above record.sanity.SCALING_EFFICIENCY_MAX is flagged on the
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import TYPE_CHECKING
 
@@ -122,9 +123,13 @@ def add_scaling_efficiency(df: pd.DataFrame) -> pd.DataFrame:
     for one in ones.to_dict("records"):
         by_sweep.setdefault(_key(one["sweep_id"]), []).append(one)
     baselines: dict[tuple, tuple] = {}  # _baseline_key -> _baseline
-    for idx, row in narrow.iterrows():
+    n = len(df)
+    found = {"scaling_efficiency": [math.nan] * n, "scaling_baseline_identities": [None] * n,
+             "scaling_baseline": [None] * n, "scaling_efficiency_reason": [None] * n}
+    flagged = []  # (position, flag): few, added one by one after the columns are written whole
+    for pos, row in enumerate(narrow.to_dict("records")):
         if row["status"] != "ok":
-            df.at[idx, "scaling_efficiency_reason"] = "the run failed"
+            found["scaling_efficiency_reason"][pos] = "the run failed"
             continue
         key = _baseline_key(row)
         if key not in baselines:
@@ -134,19 +139,21 @@ def add_scaling_efficiency(df: pd.DataFrame) -> pd.DataFrame:
         if mine is None or mine <= 0:
             reason = f"this run has no {_figure(row)}"
         if reason:
-            df.at[idx, "scaling_efficiency_reason"] = reason
+            found["scaling_efficiency_reason"][pos] = reason
             continue
+        found["scaling_baseline_identities"][pos] = keys
         if keys == [row["identity"]]:  # the baseline itself: 1 by definition, shown as the baseline
-            df.at[idx, "scaling_efficiency"] = 1.0
-            df.at[idx, "scaling_baseline_identities"] = keys
-            df.at[idx, "scaling_baseline"] = BASELINE
+            found["scaling_efficiency"][pos], found["scaling_baseline"][pos] = 1.0, BASELINE
             continue
         eff = float(efficiency(row, theirs))
-        df.at[idx, "scaling_efficiency"] = eff
-        df.at[idx, "scaling_baseline_identities"] = keys
-        df.at[idx, "scaling_baseline"] = note
+        found["scaling_efficiency"][pos], found["scaling_baseline"][pos] = eff, note
         flag = scaling_flag(eff, row["scaling"], int(row["world_size"]), note)
         if flag:
-            _add_flag(df, idx, flag)
-    df["scaling_efficiency"] = df["scaling_efficiency"].astype(float)
+            flagged.append((pos, flag))
+    import pandas as pd  # here, not at the top: a rank imports this module and never loads pandas
+
+    for column, values in found.items():  # whole columns: a cell at a time costs ~30 µs each
+        df[column] = pd.Series(values, index=df.index, dtype=float if column == "scaling_efficiency" else object)
+    for pos, flag in flagged:
+        _add_flag(df, df.index[pos], flag)
     return df
