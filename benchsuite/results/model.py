@@ -252,8 +252,7 @@ def _meter_bounds(df: pd.DataFrame, identities: pd.Index) -> dict[str, pd.Series
     if BOUND_SHARE not in df:
         return {"energy_bound_share": np.nan, "energy_bound_exceeds": False}
     ok = df.loc[df["status"] == "ok", ["identity", BOUND_SHARE, BOUND_EXCEEDS]]
-    by = ok.groupby("identity")
-    share = pd.to_numeric(by[BOUND_SHARE].max(), errors="coerce")
+    share = pd.to_numeric(ok[BOUND_SHARE], errors="coerce").groupby(ok["identity"]).max()  # numbers: a C loop
     exceeds = ok[BOUND_EXCEEDS].map(lambda v: v is True).groupby(ok["identity"]).any()
     return {"energy_bound_share": share.reindex(identities).astype(float),
             "energy_bound_exceeds": exceeds.reindex(identities).fillna(False).astype(bool)}
