@@ -231,3 +231,21 @@ def test_a_long_table_draws_its_first_rows_and_sums_up_the_rest(tmp_path, capsys
     assert sum(f"w{i:03d}" in text for i in range(n)) == n and "more rows not shown" not in text
     assert cli.main(["report", str(tmp_path), "--json"]) == 0
     assert len(json.loads(capsys.readouterr().out)["runs"]) == n  # --json gives every run
+
+
+def test_the_dense_vs_sparse_answer_draws_its_first_pairs_and_counts_the_rest():
+    """One dense run against many sparse ones (a sweep over routers or sizes): the answer draws fit.rows pairs
+    of runs, and names the rest's count and how to see them."""
+    from benchsuite.results.report import answer_table
+    from benchsuite.results.verdicts import verdicts
+
+    v = verdicts(results_at(FIXTURES))
+    pairs = {(p.suite, p.sparse, p.dense) for p in v.pairs}
+    assert len(pairs) >= 3
+    cut = render(answer_table(v, Fit(rows=2)), width=200)
+    assert sum(f"÷ {dense}" in cut for _, _, dense in pairs) <= 2 * len({d for _, _, d in pairs})
+    assert f"… {len(pairs) - 2:,} more pairs of runs not shown: `benchsuite report --all` draws every one" in cut
+    whole = render(answer_table(v), width=200)
+    assert "more pairs of runs" not in whole
+    assert sum(line.startswith("│ ") and "÷" in line for line in whole.splitlines()) == len(pairs)
+    assert sum(line.startswith("│ ") and "÷" in line for line in cut.splitlines()) == 2

@@ -60,8 +60,8 @@ def _report(args, fit, results, system) -> int:
     if results.runs.empty:
         err.print(f"no records in {printable(args.dir)}", markup=False)
         return 0
-    answer = answer_table(v)  # the answer first, then the runs and their sections
+    answer = answer_table(v, fit)  # the answer first, then the runs and their sections
     for table in ([answer] if answer else []) + [report_table(results, fit)] + section_tables(results, fit) + \
-            ([beside_table(predicted)] if predicted else []) + verdict_tables(v):
+            ([beside_table(predicted)] if predicted else []) + verdict_tables(v, fit):
         out.print(table)
     return 0

@@ -451,9 +451,18 @@ def _answer_lines(pairs) -> list[str]:
     return lines
 
 
-def answer_table(v: Verdicts) -> Table | None:
+def _rest_caption(table: Table, rest: int, what: str) -> None:
+    """Under a table cut at fit.rows: how many more, and how to see them (after any caption it has)."""
+    if rest > 0:
+        line = escape(f"… {rest:,} more {what} not shown: `benchsuite report --all` draws every one, `--json` gives "
+                      f"them all")
+        table.caption = f"{table.caption}\n{line}" if table.caption else line
+
+
+def answer_table(v: Verdicts, fit: Fit = Fit()) -> Table | None:
     """The dense-vs-sparse answer, first in the report: each sparse run ÷ the dense run of its suite on the
-    same devices and scaling (results/verdicts.py pairs), in words. None without a sparse run."""
+    same devices and scaling (results/verdicts.py pairs), in words (the first fit.rows pairs of runs). None
+    without a sparse run."""
     if not any(w.kind == "moe" for w in v.workloads):
         return None
     table = Table(title="Dense vs sparse: each sparse run ÷ the dense run of its suite on the same devices "
@@ -467,14 +476,16 @@ def answer_table(v: Verdicts) -> Table | None:
         table.show_header = False
         table.add_row(escape("no suite has a dense and a sparse run on the same devices and scaling: nothing to "
                              "compare (add a dense workload to the suite)"), "")
-    for (_, sparse, dense), pairs in by_run.items():
+    for (_, sparse, dense), pairs in list(by_run.items())[:fit.rows]:
         table.add_row(_lines(f"{sparse}\n÷ {dense}"), _lines("\n".join(_answer_lines(pairs))))
         table.add_section()
     compared = {(suite, sparse) for suite, sparse, _ in by_run}
     alone = [w.label for w in v.workloads if w.kind == "moe" and (w.suite, w.label) not in compared]
     if alone and by_run:
-        table.caption = escape(printable(f"no dense run of their suite on the same devices and scaling: "
-                                         f"{', '.join(alone)}"))
+        named = ", ".join(alone[:fit.rows]) + (f" and {len(alone) - fit.rows:,} more" if fit.rows and
+                                                 len(alone) > fit.rows else "")
+        table.caption = escape(printable(f"no dense run of their suite on the same devices and scaling: {named}"))
+    _rest_caption(table, len(by_run) - (fit.rows or len(by_run)), "pairs of runs")
     return table
 
 
@@ -483,7 +494,7 @@ def _lines(text: str) -> str:
     return "\n".join(escape(printable(line)) for line in text.split("\n"))
 
 
-def interval_table(v: Verdicts) -> Table | None:
+def interval_table(v: Verdicts, fit: Fit = Fit()) -> Table | None:
     """One row per (run of two or more seeds, figure): median over seeds with its 95 % interval, and the
     ratio to the dense run of the suite with its interval, ranked only where that interval excludes 1
     (`report --json` has every run's, one seed or more)."""
@@ -499,7 +510,7 @@ def interval_table(v: Verdicts) -> Table | None:
     by_sparse: dict[tuple, dict] = {}  # (suite, sparse run) -> figure -> its pairs, one per dense run
     for p in v.pairs:
         by_sparse.setdefault((p.suite, p.sparse), {}).setdefault(p.figure, []).append(p)
-    for w in shown:
+    for w in shown[:fit.rows]:
         reached = (f"{w.n}: {', '.join(map(str, w.seeds))}" + (f"; {w.reached} reached" if w.figures else "")
                    + (f", {len(w.failed)} failed" if w.failed else ""))
         ratios = by_sparse.get((w.suite, w.label), {})
@@ -511,6 +522,7 @@ def interval_table(v: Verdicts) -> Table | None:
                      "\n".join(p.text for p in pairs)]
             table.add_row(*[_lines(c) for c in cells])
         table.add_section()
+    _rest_caption(table, len(shown) - (fit.rows or len(shown)), "runs of several seeds")
     return table
 
 
@@ -545,6 +557,6 @@ def claims_table(v: Verdicts) -> Table | None:
     return table
 
 
-def verdict_tables(v: Verdicts) -> list[Table]:
-    """The tables over seeds (results/verdicts.py)."""
-    return [t for t in (interval_table(v), claims_table(v)) if t is not None]
+def verdict_tables(v: Verdicts, fit: Fit = Fit()) -> list[Table]:
+    """The tables over seeds (results/verdicts.py), each cut at fit.rows runs."""
+    return [t for t in (interval_table(v, fit), claims_table(v)) if t is not None]

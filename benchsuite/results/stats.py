@@ -18,6 +18,7 @@ n = 1 (or 1 + 1 for a ratio) gives no interval, never a zero-width one.
 from __future__ import annotations
 
 import math
+import statistics
 import warnings
 from dataclasses import dataclass
 
@@ -66,19 +67,26 @@ def _quiet(test, *args, **kw):
         return test(*args, **kw).confidence_interval(LEVEL)
 
 
+def _median(xs: list[float]) -> float:
+    """np.median's answer (NaN where a value is NaN) for a few plain floats, without numpy's per-call cost: a
+    report judges tens of thousands of runs and pairs, each over a handful of seeds."""
+    return math.nan if any(math.isnan(x) for x in xs) else float(statistics.median(xs))
+
+
 def log_t_interval(values: list[float], unit: str = "seed") -> ConfidenceInterval:
     """Median of values; exp of Student's t-interval on the mean of their logs."""
-    xs = np.asarray(values, dtype=float)
-    if xs.size == 0:
+    xs = [float(v) for v in values]
+    if not xs:
         return no_interval(0, "no value")
-    point = float(np.median(xs))
-    if np.any(xs <= 0):
-        return no_interval(xs.size, "a value is not positive: no log interval", point)
-    if xs.size == 1:
+    point = _median(xs)
+    if any(x <= 0 for x in xs):
+        return no_interval(len(xs), "a value is not positive: no log interval", point)
+    if len(xs) == 1:
         return no_interval(1, ONE_SEED if unit == "seed"
                            else f"one {unit}: no interval", point)
     from scipy import stats  # here: importing scipy.stats takes ~0.5 s, which a view without intervals need not pay
 
+    xs = np.asarray(xs)
     lo, hi = _exp_ci(_quiet(stats.ttest_1samp, np.log(xs), 0.0))
     if not (math.isfinite(lo) and math.isfinite(hi)):  # identical values: scipy's interval is the mean
         lo = hi = float(np.exp(np.log(xs).mean()))
@@ -86,21 +94,21 @@ def log_t_interval(values: list[float], unit: str = "seed") -> ConfidenceInterva
 
 
 def _ratio(num_values, den_values, equal_var: bool, unit: str) -> ConfidenceInterval:
-    a, b = np.asarray(num_values, dtype=float), np.asarray(den_values, dtype=float)
-    n = min(a.size, b.size)
+    a, b = [float(v) for v in num_values], [float(v) for v in den_values]
+    n = min(len(a), len(b))
     if n == 0:
-        return no_interval(0, "no value on " + ("both sides" if a.size == b.size else "one side"))
-    if np.any(a <= 0) or np.any(b <= 0):
+        return no_interval(0, "no value on " + ("both sides" if len(a) == len(b) else "one side"))
+    if any(x <= 0 for x in (*a, *b)):
         return no_interval(n, "a value is not positive: no ratio")
-    point = float(np.median(a) / np.median(b))
-    too_few = (a.size + b.size < 3) if equal_var else (a.size < 2 or b.size < 2)
+    point = _median(a) / _median(b)
+    too_few = (len(a) + len(b) < 3) if equal_var else (len(a) < 2 or len(b) < 2)
     if too_few:
         what = "on a side" if not equal_var else "a side"
         hint = " (sweep train.seed)" if unit == "seed" else " (run --repeat 2 or more)"
         return no_interval(n, f"one {unit} {what}: no interval{hint}", point)
     from scipy import stats  # (as in log_t_interval)
 
-    la, lb = np.log(a), np.log(b)
+    la, lb = np.log(np.asarray(a)), np.log(np.asarray(b))
     lo, hi = _exp_ci(_quiet(stats.ttest_ind, la, lb, equal_var=equal_var))
     if not (math.isfinite(lo) and math.isfinite(hi)):  # no spread on either side
         lo = hi = float(math.exp(la.mean() - lb.mean()))
