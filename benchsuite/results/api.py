@@ -9,10 +9,19 @@ All three read the results model (results/model.py), the figures `benchsuite rep
 dashboard show. The columns and their dtypes below are a contract (listed in docs/reference/results-api.md): a figure
 a run did not measure is NaN (never 0), whatever records the folder holds, and an empty folder
 gives the same columns with no rows.
+
+On a large folder, read only part of it (records the folder's index knows are left out before they
+are decoded; the figures across records, a run's seeds, scaling efficiency, are those of the part read):
+
+    benchsuite.load("results", suite="nightly")                      # one suite (or a list of suites)
+    benchsuite.load_runs("results", workload=["dense", "switch"])    # these workloads
+    benchsuite.load_steps("results", since="2026-11-01")             # records started on or after (UTC)
 """
 
 from __future__ import annotations
 
+import datetime as dt
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +29,8 @@ import msgspec
 import pandas as pd
 
 from benchsuite.record.columns import field_column, field_columns
-from benchsuite.results.model import INTERVALS, results_at
+from benchsuite.results.model import INTERVALS, Results, results_of
+from benchsuite.results.store import Selection, load_records
 
 
 @dataclass(frozen=True)
@@ -166,28 +176,36 @@ def _frame(raw: pd.DataFrame, columns: tuple[Column, ...]) -> pd.DataFrame:
     return pd.DataFrame({c.name: _typed(raw[c.source] if c.source in raw else missing, c) for c in columns})
 
 
-def _folder(path: str | Path) -> Path:
+Names = str | Iterable[str] | None  # one name, or any of several
+Since = str | dt.date | None  # ISO 8601 text ("2026-11-30", "2026-11-30T12:00+01:00"), a date or a datetime
+
+
+def _results(path: str | Path, suite: Names, workload: Names, since: Since) -> Results:
+    """The results model of the records under path that the filters keep: `suite` and `workload` each a
+    name or a list of names, `since` the earliest start (a time without an offset is UTC)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such results folder or record")
-    return path
+    only = Selection.of(suite=suite, workload=workload, since=since)
+    return results_of(load_records(path, only=only), source=str(path))
 
 
-def load(path: str | Path) -> pd.DataFrame:
-    """Every record under path (a results folder or one record file): one row each, COLUMNS typed."""
-    return _frame(results_at(_folder(path)).df, COLUMNS)
+def load(path: str | Path, *, suite: Names = None, workload: Names = None, since: Since = None) -> pd.DataFrame:
+    """Every record under path (a results folder or one record file): one row each, COLUMNS typed. suite,
+    workload, since: only the records of these suites, of these workloads, started at or after this time."""
+    return _frame(_results(path, suite, workload, since).df, COLUMNS)
 
 
-def load_runs(path: str | Path) -> pd.DataFrame:
+def load_runs(path: str | Path, *, suite: Names = None, workload: Names = None, since: Since = None) -> pd.DataFrame:
     """Every run under path: one row per run identity, RUN_COLUMNS typed; the figures `benchsuite report`
-    shows."""
-    return _frame(results_at(_folder(path)).runs, RUN_COLUMNS)
+    shows. suite, workload, since: as load()'s, the runs made of the records they keep."""
+    return _frame(_results(path, suite, workload, since).runs, RUN_COLUMNS)
 
 
-def load_steps(path: str | Path) -> pd.DataFrame:
+def load_steps(path: str | Path, *, suite: Names = None, workload: Names = None, since: Since = None) -> pd.DataFrame:
     """One row per (record, measured step): step time, training loss, tokens and validation loss
-    (NaN after the steps with no evaluation)."""
-    results = results_at(_folder(path))
+    (NaN after the steps with no evaluation). suite, workload, since: as load()'s."""
+    results = _results(path, suite, workload, since)
     if not results.records:  # nothing readable: the columns, no rows
         return _frame(pd.DataFrame(), STEP_COLUMNS)
     names = dict(zip(results.df["rec"], results.df["record_name"]))

@@ -2,17 +2,20 @@
 (parse, migrate, decode: record/codec.py, results/migrate.py), and one flat DataFrame.
 
 The scan is iterative and bounded in depth, and costs time linear in the number of files; every file
-that is not a readable record is skipped with one warning naming it and the field or reason.
+that is not a readable record is skipped with one warning naming it and the field or reason. What each
+file gave is kept in the folder's index (results/index.py): a file unchanged since is not decoded again.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import gc
 import os
 import stat
 import warnings
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,6 +27,7 @@ from benchsuite.record.io import file_kind, read_bytes
 from benchsuite.record.names import record_id
 from benchsuite.record.sanity import flag_summary, with_flags
 from benchsuite.record.types import Flag, Record
+from benchsuite.results.index import Entry, FileKey, FolderIndex, IndexDamaged, record_blob, record_of
 from benchsuite.results.migrate import migrate
 from benchsuite.results.scaling import scaling_identity
 
@@ -87,7 +91,7 @@ def record_files(path: Path, exclude: list[Path] | None = None) -> list[tuple[Pa
             elif entry.name.endswith(".json"):
                 found.append(Path(entry.path))
     result = []
-    for p in sorted(found):
+    for p in sorted(found, key=lambda p: p.parts):  # Path's own order, without its per-comparison cost
         try:
             result.append((p, _entry_problem(p, root)))
         except OSError as e:  # removed meanwhile, permission denied
@@ -101,6 +105,7 @@ class Loaded:
 
     record: Record
     path: Path | None = None
+    row: dict | None = field(default=None, compare=False, repr=False)  # its flatten() row, when already made
 
 
 def typed(doc: dict) -> Record:
@@ -138,24 +143,84 @@ def cyclic_gc_paused():
             gc.enable()
 
 
-def load_records(path: str | Path, exclude: list[str | Path] | None = None) -> list[Loaded]:
+@dataclass(frozen=True)
+class Selection:
+    """Which records a reader keeps (load_records' `only`): None keeps any. Records the folder's index
+    already knows are left out before they are decoded."""
+
+    suites: frozenset[str] | None = None
+    workloads: frozenset[str] | None = None
+    since: dt.datetime | None = None  # started at or after (a time without an offset is UTC)
+
+    @classmethod
+    def of(cls, suite: str | Iterable[str] | None = None, workload: str | Iterable[str] | None = None,
+           since: str | dt.date | None = None) -> Selection | None:
+        """The selection of a reader's arguments (None when none is given); a value of the wrong type is a
+        TypeError naming the argument and what it takes."""
+        if suite is None and workload is None and since is None:
+            return None
+        return cls(_names("suite", suite), _names("workload", workload), _time("since", since))
+
+    def admits(self, suite: str | None, workload: str | None, started_at: str | dt.datetime | None) -> bool:
+        if self.suites is not None and suite not in self.suites:
+            return False
+        if self.workloads is not None and workload not in self.workloads:
+            return False
+        if self.since is not None:
+            t = dt.datetime.fromisoformat(started_at) if isinstance(started_at, str) else started_at
+            return t is not None and t >= self.since
+        return True
+
+
+def _names(what: str, value: str | Iterable[str] | None) -> frozenset[str] | None:
+    if value is None:
+        return None
+    names = (value,) if isinstance(value, str) else tuple(value) if isinstance(value, Iterable) else None
+    if names is None or not all(isinstance(n, str) for n in names):
+        raise TypeError(f"{what}: expected a name or a list of names, got {value!r}")
+    return frozenset(names)
+
+
+def _time(what: str, value: str | dt.date | None) -> dt.datetime | None:
+    if value is None:
+        return None
+    try:
+        t = dt.datetime.fromisoformat(value) if isinstance(value, str) else value
+    except ValueError:
+        raise TypeError(f"{what}: expected an ISO 8601 date or time such as 2026-11-30, got {value!r}") from None
+    if isinstance(t, dt.date) and not isinstance(t, dt.datetime):
+        t = dt.datetime.combine(t, dt.time())
+    if not isinstance(t, dt.datetime):
+        raise TypeError(f"{what}: expected a date, a datetime or ISO 8601 text, got {value!r}")
+    return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+
+
+def load_records(path: str | Path, exclude: list[str | Path] | None = None,
+                 only: Selection | None = None) -> list[Loaded]:
     """Every readable record under path (a folder, searched recursively, or one file), less the
-    subtrees of the folders in exclude. Anything else — not a regular file, a symlink out of the
-    folder, too large, not UTF-8 JSON, a field of the wrong type, a newer schema — is skipped with
-    one warning naming it and why."""
+    subtrees of the folders in exclude, and less those `only` leaves out. Anything else — not a regular
+    file, a symlink out of the folder, too large, not UTF-8 JSON, a field of the wrong type, a newer
+    schema — is skipped with one warning naming it and why, on every read (from the index too)."""
     with cyclic_gc_paused():
-        return _load_records(Path(path), [Path(p) for p in exclude or ()])
+        return _load_records(Path(path), [Path(p) for p in exclude or ()], only)
 
 
-def _load_records(path: Path, exclude: list[Path]) -> list[Loaded]:
-    entries = record_files(path, exclude) if path.is_dir() else [(path, None)]
+def _load_records(path: Path, exclude: list[Path], only: Selection | None) -> list[Loaded]:
+    folder = path.is_dir()
+    entries = record_files(path, exclude) if folder else [(path, None)]
+    index = FolderIndex.read(path) if folder else None
     records: list[Loaded] = []
     seen: dict[str, list[Loaded]] = {}  # record id -> the records of that id read so far
+    files: set[str] = set()  # the files' paths relative to the folder, as the index names them
     for p, problem in entries:
         try:
             if problem:
                 raise RecordError(problem)
-            one = Loaded(read_record(p), p)
+            rel = _relative(p, path) if index is not None else None
+            files.add(rel)
+            one = _read(p, rel, index, only)
+            if one is None:  # left out by `only`
+                continue
             same_id = seen.setdefault(record_id(one.record.run_key, one.record.repeat), [])
             check_not_a_copy(one, same_id)
         except RecordError as e:
@@ -163,7 +228,57 @@ def _load_records(path: Path, exclude: list[Path]) -> list[Loaded]:
             continue
         same_id.append(one)
         records.append(one)
+    if index is not None:
+        if not exclude:  # (files under an excluded folder are still there: their entries stay)
+            index.keep_only(files)
+        if index.changed:
+            index.write()
     return records
+
+
+def _relative(p: Path, folder: Path) -> str:
+    """p (a path record_files found under folder) relative to it, as text: the index's name for the file."""
+    text, prefix = str(p), os.path.join(str(folder), "")
+    return text[len(prefix):] if text.startswith(prefix) and os.sep == "/" else p.relative_to(folder).as_posix()
+
+
+def _read(p: Path, rel: str | None, index: FolderIndex | None, only: Selection | None) -> Loaded | None:
+    """The record at p (None: left out by `only`): from the index when it holds this very file (rel: its name
+    there), else read and decoded, and put in the index. RecordError: why it is not a record (the index
+    keeps that too)."""
+    key = _key(p) if index is not None else None
+    hit = index.hit(rel, key) if index is not None else None
+    if hit is not None:
+        if hit.problem is not None:
+            raise RecordError(hit.problem)
+        if only is not None and not only.admits(hit.suite, hit.workload, hit.started_at):
+            return None
+        try:
+            return Loaded(record_of(hit.record), p, index.row_of(hit.row) if hit.row else None)
+        except IndexDamaged as e:  # said once a read; the entry is made again from the file
+            index.drop_damaged(rel, str(e))
+    try:
+        one = Loaded(read_record(p), p)
+    except RecordError as e:
+        if key is not None:
+            index.put(rel, Entry(key, problem=str(e)))
+        raise
+    if key is not None:
+        rec, row = one.record, flatten(one)
+        index.put(rel, Entry(key, None, record_blob(rec), index.row_blob(row), rec.suite, rec.workload,
+                             row["started_at"]))
+        one = Loaded(rec, p, row)
+    if only is not None and not only.admits(one.record.suite, one.record.workload, one.record.started_at):
+        return None
+    return one
+
+
+def _key(p: Path) -> FileKey | None:
+    """The file's identity, its target's for a symlink (None when it cannot be looked at: read as is)."""
+    try:
+        return FileKey.of(os.stat(p))
+    except OSError:
+        return None
 
 
 def check_not_a_copy(one: Loaded, same_id: list[Loaded]) -> None:
@@ -190,6 +305,8 @@ def flatten(one: Loaded) -> dict:
     """One DataFrame row: identity and the headline figures under short names, and every scalar field of
     the record's types under its dotted name (metrics.flops.model_per_token, config.parallel.zero, ...), as
     JSON has it (times as text): the same columns whatever the record holds (record/columns.py)."""
+    if one.row is not None:  # made when the record was read (or kept in the index): only its file is new
+        return dict(one.row, path=str(one.path) if one.path else None)
     rec = one.record
     cfg, m, err = rec.config, rec.metrics, rec.error
     ci95 = (m.step_time_s.ci95 if m and m.step_time_s else None) or [None, None]
@@ -217,17 +334,39 @@ def flatten(one: Loaded) -> dict:
     for key in ("target_loss", "reached", "step", "tokens", "seconds", "model_flops", "energy_j", "co2e_g",
                 "reason", "best_val_loss", "final_val_loss", "eval_seconds", "eval_energy_j"):
         row[f"quality.{key}"] = quality.get(key)  # to-target figures (metrics/quality.py) under short names
-    for path, keys in _FIELD_KEYS:  # every scalar field the record's types declare, by its dotted path
-        if path in row:  # a short name above (`repeat`): its value as the readers need it
-            continue
-        v = doc
-        for k in keys:
-            v = v.get(k) if isinstance(v, dict) else None
-        row[path] = v
+    fields: dict = {}
+    _field_values(doc, _FIELD_TREE, fields)
+    for path in _FIELD_PATHS:  # every scalar field the record's types declare, by its dotted path
+        if path not in row:  # (a short name above, `repeat`: its value as the readers need it)
+            row[path] = fields[path]
     return row
 
 
-_FIELD_KEYS = [(path, path.split(".")) for path in field_columns()]
+def _field_values(doc: dict | None, tree: dict, out: dict) -> None:
+    """Each leaf of tree (its dotted path) with the value at that path of doc, None where doc has none: one
+    walk of the document's sections, not one per field."""
+    for key, sub in tree.items():
+        v = doc.get(key) if doc is not None else None
+        if isinstance(sub, str):
+            out[sub] = v
+        else:
+            _field_values(v if isinstance(v, dict) else None, sub, out)
+
+
+def _field_tree(paths: list[str]) -> dict:
+    """The dotted paths as nested keys, each leaf its path ({"config": {"nodes": "config.nodes", ...}})."""
+    tree: dict = {}
+    for path in paths:
+        *parents, leaf = path.split(".")
+        node = tree
+        for k in parents:
+            node = node.setdefault(k, {})
+        node[leaf] = path
+    return tree
+
+
+_FIELD_PATHS = field_columns()
+_FIELD_TREE = _field_tree(_FIELD_PATHS)
 
 
 # Figures the DataFrame does arithmetic on (scaling efficiency, report cells): float columns, NaN
