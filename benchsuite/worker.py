@@ -15,6 +15,7 @@ import gc
 import json
 import os
 import signal
+import statistics
 import sys
 import time
 import traceback
@@ -31,7 +32,7 @@ from benchsuite import prctl
 from benchsuite.assembly import RankQuality, RankResult, RunFacts, Stamp, harness_record
 from benchsuite.config import RunConfig
 from benchsuite.environment import device_info
-from benchsuite.layout import DP
+from benchsuite.layout import DP, PP
 from benchsuite.metrics import comm
 from benchsuite.metrics import flops as fl
 from benchsuite.metrics import memory as mem
@@ -90,7 +91,7 @@ class StepLog:
         self.log = log
         self.steps, self.timer, self.device, self.peak = run.train.steps, timer, timer.device, peak
         self.tokens_per_step = run.global_batch * run.model.seq_len
-        self.flops_per_token = fl.flops_per_token(run.model, run.moe, micro_batch=run.micro_batch_per_rank,
+        self.flops_per_token = fl.flops_per_token(run.model, run.moe, micro_batch=run.routed_micro_batch,
                                                   recompute=run.train.recompute).model
         self.world_size = run.world_size
         self.done = self.lined = 0
@@ -124,10 +125,11 @@ def train_step(par: Parallelized, batches, precision: str, device: torch.device,
     """One optimizer step over grad_accum micro-batches.
     probe (metrics.memory.ModelStateProbe) is told when the gradients and the optimizer state exist."""
     total = torch.zeros((), device=device)
-    routing = None  # MoE routing statistics of the last micro-batch (none under pipeline parallel)
+    routing = None  # MoE routing statistics of the last micro-batch (a pipeline: of this rank's stages)
     if par.pipeline is not None:  # the schedule runs every microbatch's forward and backward
         with autocast(precision, device), par.loss_context():
             total = par.pipeline.forward_backward(batches)
+        routing = par.pipeline.routing()
     else:
         for i, (inputs, targets) in enumerate(batches):
             with par.grad_sync(i == len(batches) - 1):  # DDP all-reduces on the last micro-batch only
@@ -190,22 +192,49 @@ def all_to_all_share(par: Parallelized, batches, precision: str, device: torch.d
     return share
 
 
-def moe_stats(model, routing_by_step: list, all_to_all_share: float | None = None) -> dict | None:
-    """Routing figures of this rank: the last measured step's (its RoutingStats per MoE layer;
-    scalars averaged over MoE layers, per-expert loads per layer) and every measured step's
-    expert load [step][MoE layer][expert], read from the device once, after the steps."""
-    from benchsuite.models.moe import LOAD_STATS, moe_layers, summarize_stats
+def moe_stats(model, routing_by_step: list, all_to_all_share: float | None = None, *,
+              ctx: bdist.DistContext | None = None, pipeline=None) -> dict | None:
+    """Routing figures of this rank's data-parallel group: the last measured step's (its RoutingStats
+    per MoE layer; scalars averaged over MoE layers, per-expert loads per layer) and every measured
+    step's expert load [step][MoE layer][expert], read from the device once, after the steps.
+
+    In a pipeline each rank routes its own stages' layers: the figures of every layer are gathered over
+    the pipeline group (pipeline: parallel.pipeline.PipelineRun). The ranks of a tensor-parallel group
+    route the same tokens and a pipeline's ranks now hold the same figures, so only the first tensor and
+    pipeline rank of each data-parallel group (with context parallelism, of each group of context-parallel
+    ranks, which route their gathered sequences together) reports loads (zeros elsewhere): the record's sum over
+    ranks (assembly.harness.merge_moe_stats) counts every token once; the scalars, the same on each, are
+    averaged there."""
+    from benchsuite.models.moe import LOAD_STATS, SCALAR_STATS, moe_layers
 
     layers = moe_layers(model)
-    if not layers:
+    if not layers and pipeline is None:
         return None
     last = routing_by_step[-1]
-    stats = summarize_stats(last)
+    mine = {"ids": pipeline.moe_layer_ids() if pipeline is not None else list(range(len(last))),
+            "impl": layers[0].expert_impl if layers else None,
+            "scalars": torch.stack([torch.stack([getattr(r, k) for k in SCALAR_STATS]) for r in last]).tolist()
+            if last else [],
+            "loads": {key: [getattr(r, key).float().tolist() for r in last] for key in LOAD_STATS},
+            "by_step": torch.stack([torch.stack([r.expert_load for r in step]) for step in routing_by_step]
+                                   ).float().tolist() if last else [[] for _ in routing_by_step]}
+    parts = [mine]
+    if pipeline is not None and ctx is not None and ctx.world_size > 1:  # every pipeline rank, MoE layers or not
+        parts = [None] * ctx.dims.pp
+        torch.distributed.all_gather_object(parts, mine, group=ctx.dims.group(PP))
+    if not any(part["ids"] for part in parts):
+        return None
+    order = sorted(((layer_id, part, i) for part in parts for i, layer_id in enumerate(part["ids"])),
+                   key=lambda entry: entry[0])  # every MoE layer of the model, in block order
+    scalars = [part["scalars"][i] for _, part, i in order]
+    stats = {k: statistics.fmean(row[j] for row in scalars) for j, k in enumerate(SCALAR_STATS)}
+    reports = ctx is None or (ctx.rank % ctx.dims.tp == 0 and ctx.pp_rank == 0 and ctx.dp_rank % ctx.dims.cp == 0)
+    keep = (lambda values: values) if reports else (lambda values: [0.0] * len(values))
     for key in LOAD_STATS:
-        stats[key] = [getattr(r, key).float().tolist() for r in last]
-    stats["load_by_step"] = torch.stack([torch.stack([r.expert_load for r in step])
-                                         for step in routing_by_step]).float().tolist()  # one device read
-    stats["expert_impl"] = layers[0].expert_impl
+        stats[key] = [keep(part["loads"][key][i]) for _, part, i in order]
+    stats["load_by_step"] = [[keep(part["by_step"][step][i]) for _, part, i in order]
+                             for step in range(len(routing_by_step))]
+    stats["expert_impl"] = next(part["impl"] for part in parts if part["impl"] is not None)
     stats["all_to_all_share"] = all_to_all_share
     return stats
 
@@ -270,12 +299,18 @@ class Bench:
         return self.par.applied.precision.compute
 
     def batches(self, step: int) -> list:
-        """The rank's micro-batches of one step, on the device."""
-        run, ctx, device = self.run, self.ctx, self.ctx.device
+        """The rank's micro-batches of one step, on the device. With context parallelism the cp ranks of a
+        group share their cp·b sequences, each taking its shard of every sequence (parallel/context.py)."""
+        run, ctx, device, cp = self.run, self.ctx, self.ctx.device, self.ctx.dims.cp
         out = []
         for micro in range(run.train.grad_accum):
-            x, y = self.source.batch(step * run.train.grad_accum + micro, ctx.dp_rank, ctx.dims.dp,
-                                     run.micro_batch_per_rank)
+            x, y = self.source.batch(step * run.train.grad_accum + micro, ctx.dp_rank // cp, ctx.dims.dp_batches,
+                                     run.micro_batch_per_rank * cp)
+            if cp > 1:
+                from benchsuite.parallel.context import shard_positions
+
+                at = shard_positions(ctx.dp_rank % cp, cp, run.model.seq_len)
+                x, y = x[:, at], y[:, at]
             out.append((x.to(device, non_blocking=True), y.to(device, non_blocking=True)))
         return out
 
@@ -308,7 +343,7 @@ def set_up(run: RunConfig, ctx: bdist.DistContext, constants: SuiteConstants = N
     if run.moe is not None and run.moe.balance == "aux_free":  # once per step, after the last backward
         from benchsuite.models.moe import update_expert_bias
 
-        par.grad_hooks.append(lambda: update_expert_bias(model, ctx.dims.group(DP)))
+        par.grad_hooks.append(lambda: update_expert_bias(par.model, ctx.dims.group(DP)))
     source = make_source(run.train.data, run.model.vocab, run.model.seq_len, run.train.seed)
     return Bench(run, ctx, par, source, monitor, constants)
 
@@ -349,7 +384,8 @@ def header_fields(bench: Bench) -> dict[str, Value]:
     f = fl.flops_per_token(run.model, run.moe, micro_batch=run.micro_batch_per_rank, recompute=run.train.recompute)
     return {"suite": run.suite, "workload": run.workload, "kind": run.kind, "preset": run.model.preset,
             "params": int(f.params), "active": int(f.params_active), "world": run.world_size, "nodes": run.nodes,
-            "layout": f"tp{par.tensor}·pp{par.pipeline}·ep{par.expert}·zero{par.zero}", "seed": run.train.seed,
+            "layout": f"tp{par.tensor}·pp{par.pipeline}·ep{par.expert}·zero{par.zero}"
+                      + (f"·cp{par.context}" if par.context > 1 else ""), "seed": run.train.seed,
             "precision": bench.precision, "device": device_info(bench.ctx.device)["name"],
             "steps": run.train.steps, "eval_every": run.train.eval_every}
 
@@ -465,7 +501,7 @@ def measured_loop(bench: Bench, warm: WarmUp, peak: float | None, log: RunLog) -
         losses=bench.dp_mean(losses).tolist(), counted_flops=warm.counted_flops, memory=peak_memory(ctx.device),
         matmul_ceiling_flops=warm.ceiling.flops_per_s, matmul_ceiling_source=warm.ceiling.source,
         model_state=warm.model_state, comm=warm.comm, energy_window=energy_window,
-        moe=moe_stats(par.model, routing_by_step, a2a_share), quality=quality,
+        moe=moe_stats(par.model, routing_by_step, a2a_share, ctx=ctx, pipeline=par.pipeline), quality=quality,
         pipeline=par.pipeline.figures() if par.pipeline is not None else None)
 
 

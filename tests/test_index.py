@@ -28,6 +28,12 @@ from helpers.records import make_record
 
 
 @pytest.fixture(autouse=True)
+def every_folder_indexed(monkeypatch):
+    """The fixture folders are small: here every folder has its index, whatever its size (store.MIN_FILES)."""
+    monkeypatch.setattr(store, "MIN_FILES", 0)
+
+
+@pytest.fixture(autouse=True)
 def trust_fresh_files(monkeypatch):
     """Files written by a test a moment ago: trusted by the index at once (the racy-file rule has its own
     test), so a second read is served from it."""
@@ -258,9 +264,10 @@ def test_a_writer_appending_while_readers_read_never_gives_a_partial_view(tmp_pa
 READER = """
 import sys, warnings
 warnings.simplefilter("error")
-from benchsuite.results import index
+from benchsuite.results import index, store
 from benchsuite.results.store import load_records
 index.RACY_NS = -1
+store.MIN_FILES = 0
 folder, n = sys.argv[1], int(sys.argv[2])
 while True:
     keys = [one.record.run_key for one in load_records(folder)]
@@ -297,3 +304,14 @@ def test_processes_appending_and_reading_never_see_a_partial_view(tmp_path):
     assert reader.wait(timeout=120) == 0, reader.stderr.read().decode()[-2000:]
     decoded = [p for p, _ in record_files(tmp_path)]
     assert pq.read_table(index_path(tmp_path)).column("path").to_pylist() == sorted(p.name for p in decoded)
+
+
+def test_a_small_folder_is_read_without_an_index(tmp_path, monkeypatch):
+    """Below store.MIN_FILES record files an index costs more than it saves: none is written, none is read."""
+    monkeypatch.setattr(store, "MIN_FILES", 3)
+    for i in range(2):
+        write_record(tmp_path, make_record(f"r{i}"))
+    assert [one.record.run_key for one in load_records(tmp_path)] == ["r0", "r1"]
+    assert not (tmp_path / INDEX_DIR).exists()
+    write_record(tmp_path, make_record("r2"))
+    assert len(load_records(tmp_path)) == 3 and index_path(tmp_path).is_file()

@@ -19,7 +19,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from benchsuite.config import CarbonConfig, EnergyConfig, ModelConfig, MoEConfig, ParallelConfig, RunConfig, TrainConfig
 from benchsuite.layout import DataParallel, ParallelDims, Schedule
-from benchsuite.metrics.memory import model_state_record
+from benchsuite.metrics.comm import context_parallel_bytes
+from benchsuite.metrics.memory import activation_bytes, model_state_record
 from benchsuite.models.transformer import build_model
 from benchsuite.parallel import Parallelized, parallelize
 from benchsuite.parallel.pipeline import PipelinePlan
@@ -44,6 +45,15 @@ LAYOUTS = {
     "PP 2 x DP 2, interleaved": (4, ParallelConfig(pipeline=2, schedule="interleaved", virtual_stages=2), None,
                                  DataParallel.REPLICATE),
     "EP 2 x DP 4": (4, ParallelConfig(expert=2), MOE, DataParallel.DDP),
+    "CP 2 x DP 2, ZeRO-2": (4, ParallelConfig(context=2, zero=2), None, DataParallel.FSDP_STAGE2),
+    "TP 2 x DP 2, ZeRO-3": (4, ParallelConfig(tensor=2, zero=3), None, DataParallel.FSDP_STAGE3),
+    "PP 2 x DP 2, ZeRO-2": (4, ParallelConfig(pipeline=2, zero=2), None, DataParallel.FSDP_STAGE2),
+}
+# Experts on a layout of their own (folded over dp x tp, sharded over their expert-data-parallel group)
+FOLDED = {
+    "EP 2 = TP 2 x DP 2": (4, ParallelConfig(expert=2, tensor=2), MOE, DataParallel.REPLICATE),
+    "PP 2 x EP 2": (4, ParallelConfig(expert=2, pipeline=2), MOE, DataParallel.REPLICATE),
+    "ZeRO-3 x EP 2": (4, ParallelConfig(expert=2, zero=3), MOE, DataParallel.FSDP_STAGE3),
 }
 
 
@@ -98,9 +108,9 @@ def applied_wrapper(par: Parallelized) -> DataParallel:
     return DataParallel.NONE
 
 
-@pytest.mark.parametrize("name", LAYOUTS)
+@pytest.mark.parametrize("name", {**LAYOUTS, **FOLDED})
 def test_the_layouts_wrapper_is_the_one_parallelize_applies(name):
-    world, parallel, moe, wrapper = LAYOUTS[name]
+    world, parallel, moe, wrapper = {**LAYOUTS, **FOLDED}[name]
     run = make_run(world, parallel, moe)
     with fake_world(world):
         dims, par = parallelized(run)
@@ -111,11 +121,12 @@ def test_the_layouts_wrapper_is_the_one_parallelize_applies(name):
     assert isinstance(module, FSDPModule) == wrapper.fsdp, name  # what the predictor charges host time for
 
 
-@pytest.mark.parametrize("name", LAYOUTS)
+@pytest.mark.parametrize("name", {**LAYOUTS, **FOLDED})
 def test_a_predictions_model_states_are_the_records_analytic_figure(name):
     """The model-state bytes `benchsuite predict` gives a run equal the analytic figure its record holds
-    (metrics.memory.model_state_record, with what parallelize applied), layout by layout."""
-    world, parallel, moe, _ = LAYOUTS[name]
+    (metrics.memory.model_state_record, with what parallelize applied), layout by layout, the folded expert
+    layouts (experts sharded over their own group) included."""
+    world, parallel, moe, _ = {**LAYOUTS, **FOLDED}[name]
     run = make_run(world, parallel, moe)
     with fake_world(world):
         dims, par = parallelized(run)
@@ -155,11 +166,30 @@ def test_degrees_and_what_follows_from_them():
 @pytest.mark.parametrize("degrees, why", [
     ({"world": 6, "tp": 4}, "does not factor"),
     ({"world": 4, "ep": 3}, "does not factor"),
+    ({"world": 4, "pp": 2, "ep": 4}, "ep 4 dividing dp x tp"),
     ({"world": 4, "zero": 4}, "ZeRO stage must be"),
     ({"world": 4, "tp": 2, "zero": 1}, "plain data parallelism only"),
-    ({"world": 4, "pp": 2, "zero": 2}, "plain data parallelism only"),
-    ({"world": 4, "ep": 2, "zero": 3}, "plain data parallelism only"),
+    ({"world": 4, "pp": 2, "zero": 1}, "plain data parallelism only"),
+    ({"world": 4, "ep": 2, "zero": 1}, "would broadcast one rank's expert shard"),
+    ({"world": 4, "pp": 2, "layers_per_stage": (1, 1, 1)}, "3 stage layer counts for 2 stages"),
+    ({"world": 4, "cp": 3}, "context 3 must divide the data-parallel ranks"),
 ])
 def test_a_layout_no_harness_runs_is_refused(degrees, why):
     with pytest.raises(ValueError, match=why):
         ParallelDims(**degrees)
+
+
+def test_a_context_parallel_run_is_predicted_with_the_records_formulas():
+    """parallel.context: the predictor charges the key/value gathers metrics.comm.context_parallel_bytes counts
+    (the record's formula) per micro-batch, and the activations metrics.memory.activation_bytes gives at that
+    context; the same run without it has neither."""
+    moe = MoEConfig(router="switch", experts=4)
+    system = load_system(CPU_SYSTEM)
+    split = predict_run(make_run(4, ParallelConfig(context=2), moe), system)
+    whole = predict_run(make_run(4, ParallelConfig(), moe), system)
+    sent = sum(context_parallel_bytes(model=MODEL, moe=moe, context=2, tensor=1, micro_batch=4, kv_bytes=4).values())
+    assert sent > 0 and f"{sent / 1e6:.4g} MB sent" in split.detail("context_parallel")
+    assert split.seconds("context_parallel") > 0 == whole.seconds("context_parallel")
+    act = {c: activation_bytes(MODEL.seq_len, 4, MODEL.hidden, MODEL.heads, MODEL.layers, MODEL.vocab,
+                               context=c)["per_layer_bytes"] for c in (1, 2)}
+    assert split.memory.activation_bytes - whole.memory.activation_bytes == MODEL.layers * (act[2] - act[1]) != 0

@@ -3,7 +3,8 @@
 One spawn at world 4 checks every layout in turn: PP 2 × DP 2 (1F1B, interleaved, GPipe, and 1F1B
 with activation checkpointing), PP 4 (1F1B, interleaved) and PP 2 × TP 2, the last also with a
 Llama-style model (RMSNorm, RoPE on every stage and no position table on the first, grouped-query
-attention: 4 query heads, 2 key/value heads, SwiGLU). Each builds the plain
+attention: 4 query heads, 2 key/value heads, SwiGLU), once more interleaved with sequence parallelism
+(the stages send their sequence shards, and a stage's rotary tables span the whole sequence). Each builds the plain
 model with the same seed, parallelizes it with benchsuite.parallel.parallelize and trains it with the worker's own train_step, beside a
 single-process reference trained on the concatenated global batch. Checked (fp32, relative error
 ≤ 1e-5): the last stage's logits, the loss every rank reports, every gradient after the first
@@ -31,7 +32,7 @@ CFG = ModelConfig(layers=8, hidden=16, heads=2, vocab=32, seq_len=8, ffn_hidden=
 LLAMA = replace(CFG, heads=4, kv_heads=2, activation="swiglu", norm="rmsnorm", position="rope")
 MB, STEPS, TOL, WORLD = 4, 3, 1e-5, 4
 
-# name: (pipeline, tensor, schedule, virtual_stages, microbatches[, recompute[, model]])
+# name: (pipeline, tensor, schedule, virtual_stages, microbatches[, recompute[, model[, sequence_parallel]]])
 CASES = {
     "pp2_1f1b": (2, 1, "1f1b", 1, 2),
     "pp2_interleaved": (2, 1, "interleaved", 2, 4),
@@ -41,15 +42,16 @@ CASES = {
     "pp2xtp2": (2, 2, "1f1b", 1, 2),
     "pp2_recompute": (2, 1, "1f1b", 1, 4, "full"),
     "pp2xtp2_llama": (2, 2, "1f1b", 1, 2, "none", LLAMA),
+    "pp2xtp2_sp_llama": (2, 2, "interleaved", 2, 2, "none", LLAMA, True),
 }
 
 
 def make_run(pp: int, tp: int, schedule: str, virtual: int, microbatches: int, recompute: str = "none",
-             model: ModelConfig = CFG) -> RunConfig:
+             model: ModelConfig = CFG, sequence_parallel: bool = False) -> RunConfig:
     return RunConfig(suite="t", workload="w", kind="dense", model=model,
                      train=TrainConfig(micro_batch=MB, steps=STEPS, precision="fp32", recompute=recompute),
                      parallel=ParallelConfig(tensor=tp, pipeline=pp, schedule=schedule, virtual_stages=virtual,
-                                             microbatches=microbatches),
+                                             microbatches=microbatches, sequence_parallel=sequence_parallel),
                      energy=EnergyConfig(), carbon=CarbonConfig(), world_size=WORLD)
 
 
@@ -223,19 +225,20 @@ def _suite(parallel: dict, model: dict | None = None, train: dict | None = None,
 
 @pytest.mark.parametrize("parallel,model,train,kind,world,key,needle", [
     ({"pipeline": 2, "virtual_stages": 3, "schedule": "interleaved"}, None, None, "dense", 4, "parallel.pipeline",
-     "must divide model.layers (4)"),
+     "exceeds model.layers (4)"),
+    ({"pipeline": 2, "first_stage_layers": 4}, None, None, "dense", 4, "parallel.first_stage_layers",
+     "one block at least each"),
+    ({"pipeline": 4, "first_stage_layers": 1, "microbatches": 4}, {"layers": 6}, None, "dense", 4,
+     "parallel.first_stage_layers", "split them equally"),
+    ({"pipeline": 2, "expert": 2, "zero": 1}, None, None, "moe", 4, "parallel.zero", "set zero = 0"),
     ({"pipeline": 4, "microbatches": 2}, None, None, "dense", 4, "parallel.microbatches", "microbatches >= pipeline"),
-    ({"pipeline": 2, "expert": 2}, None, None, "moe", 4, "parallel.expert", "set expert = 1 or pipeline = 1"),
-    ({"pipeline": 2}, None, None, "moe", 4, "kind", "supports dense models"),
-    ({"pipeline": 2, "zero": 2}, None, None, "dense", 4, "parallel.zero", "set zero = 0"),
+    ({"pipeline": 2, "zero": 1}, None, None, "dense", 4, "parallel.zero", "zero = 2 or 3 (FSDP2 shards each stage)"),
     ({"pipeline": 2}, None, {"grad_accum": 2}, "dense", 4, "train.grad_accum", "set grad_accum = 1"),
     ({"pipeline": 2}, None, {"compile": True, "warmup_steps": 3}, "dense", 4, "train.compile", "compile = false"),
     ({"pipeline": 2, "tensor": 2}, None, None, "dense", 6, "parallel.pipeline", "divisible by tensor × pipeline"),
     ({"pipeline": 2, "microbatches": 3}, None, None, "dense", 4, "parallel.microbatches", "must divide evenly"),
     ({"pipeline": 2, "virtual_stages": 2}, None, None, "dense", 4, "parallel.virtual_stages",
      "needs schedule = \"interleaved\""),
-    ({"pipeline": 2}, {"tie_embeddings": True}, None, "dense", 4, "model.tie_embeddings",
-     "puts on another stage: not supported"),
 ])
 def test_impossible_pipeline_layouts_are_rejected_before_launch(parallel, model, train, kind, world, key, needle):
     with pytest.raises(ConfigError) as e:
@@ -249,19 +252,31 @@ def test_valid_pipeline_layouts_pass_with_default_microbatches():
     assert suite.runs[0].parallel.n_microbatches == 4  # 2 × pipeline, dividing micro_batch 8
 
 
+def test_moe_tied_and_uneven_pipelines_pass():
+    """MoE and expert parallelism on stages, a tied LM head and a layer count no stage count divides run now."""
+    for parallel, model, kind in (({"pipeline": 2, "expert": 2}, None, "moe"), ({"pipeline": 2}, None, "moe"),
+                                  ({"pipeline": 2}, {"tie_embeddings": True}, "dense"),
+                                  ({"pipeline": 2, "virtual_stages": 2, "schedule": "interleaved"}, {"layers": 5},
+                                   "dense"),
+                                  ({"pipeline": 2, "first_stage_layers": 1}, None, "dense"),
+                                  ({"pipeline": 4, "first_stage_layers": 1, "last_stage_layers": 1}, {"layers": 6},
+                                   "dense")):
+        assert len(parse_suite(_suite(parallel, model, kind=kind)).runs) == 1, parallel
+
+
 @pytest.mark.procs
 def test_bad_pipeline_input_exits_2_naming_key_and_fix(tmp_path):
     path = write_suite(tmp_path / "pp.toml", """
         [[workload]]
         name = "a"
         model = { layers = 3 }
-        parallel = { pipeline = 2 }
+        parallel = { pipeline = 2, last_stage_layers = 3 }
         [sweep]
         world_size = [2]
         """)
     res = run_cli("run", str(path), "--out", str(tmp_path / "out"))
     assert res.returncode == 2 and "Traceback" not in res.stderr
-    assert "workload[0] (a).parallel.pipeline" in res.stderr and "must divide model.layers (3)" in res.stderr
+    assert "workload[0] (a).parallel.last_stage_layers" in res.stderr and "one block at least" in res.stderr
     assert not (tmp_path / "out").exists()
 
 

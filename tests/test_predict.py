@@ -34,8 +34,13 @@ def run(w, system=None):
                    run_tokens=1e12)
 
 
+def no_floor(system):
+    """The system without its per-operator floor (tests of the device terms' formulas)."""
+    return dataclasses.replace(system, node=msgspec.structs.replace(system.node, op_floor_us=0.0))
+
+
 def test_single_device_is_compute_plus_optimizer():
-    p = run(workload(microbatches=3))
+    p = run(workload(microbatches=3), no_floor(load_system(H100)))
     busy = {c.name for c in p.components if c.seconds > 0}
     assert busy == {"compute.matmul", "compute.attention", "optimizer"}
     s = load_system(H100).device
@@ -68,7 +73,7 @@ def test_tensor_parallel_bytes_are_megatrons_4l_plus_2_all_reduces_and_sp_gather
 def test_pipeline_bubble_by_schedule(schedule, v, bubble):
     p = run(workload(ParallelDims.from_degrees(pp=4, schedule=schedule, virtual_stages=v), microbatches=8))
     per_micro = sum(p.seconds(n) for n in ("compute.matmul", "compute.attention", "compute.recompute",
-                                           "tensor_parallel", "expert_parallel"))
+                                           "pipeline_stages", "tensor_parallel", "expert_parallel"))
     assert p.bubble_fraction == bubble
     assert p.seconds("pipeline_bubble") == pytest.approx(bubble * per_micro)
 
@@ -107,7 +112,7 @@ def test_framework_time_is_added_to_the_collectives_dtensor_and_fsdp2_issue_only
     from benchsuite.predict.communication import data_parallel, tensor_parallel
     from benchsuite.predict.compute import params_per_device
 
-    base = load_system(H100)
+    base = no_floor(load_system(H100))
     base = dataclasses.replace(base, node=msgspec.structs.replace(base.node, dp_overlap=0.0))
     slow = dataclasses.replace(base, node=msgspec.structs.replace(base.node, framework_us=1000.0))
     moe = MoEConfig(experts=8, router="switch", capacity_factor=1.0, every=2)
@@ -251,3 +256,29 @@ def test_a_runs_nodes_set_the_link_its_collectives_cross_and_its_name(tmp_path, 
                       for w in (one, dataclasses.replace(one, nodes=2)))
     assert "inside a node" in dp_one and "across nodes" in dp_two
     assert runs["dense · w2 · 2 nodes · weak · seed 0"]["step_time_s"] > runs["dense · w2 · weak · seed 0"]["step_time_s"]
+
+
+def test_a_measured_host_becomes_a_system_file_named_as_the_harness_records_its_cpu(tmp_path):
+    """`predict --system host`: measure_host's figures (here given) written as a system file that loads as
+    any other, its device named as a CPU run's record names it (so report --predict compares the two), the
+    slower link fit and the larger latency kept, every unmeasured figure marked an assumption."""
+    import torch
+
+    from benchsuite.environment import device_info
+    from benchsuite.predict.host import host_system, system_toml
+
+    figures = {"peak_tflops": 0.2, "matmul_tflops": 0.25, "memory_gbps": 30.0, "op_floor_us": 2.5,
+               "gloo_latency_us": -40.0, "gloo_gbps": 3.0, "back_to_back_latency_us": 300.0, "back_to_back_gbps": 1.2,
+               "framework_us": 1500.0, "framework_us_by_framework": {"dtensor": 1700.0, "fsdp2": 1300.0}}
+    doc = {"figures": figures, "loadavg_before": (1.0, 1.0, 1.0), "loadavg_after": (1.5, 1.0, 1.0), "torch": "x",
+           "cores": 4, "memory_gb": 32.0}
+    path = tmp_path / "host.toml"
+    path.write_text(system_toml(doc))
+    s = load_system(path)
+    assert s == dataclasses.replace(host_system(doc), source=str(path))
+    assert s.device.name == device_info(torch.device("cpu"))["name"] and s.device.kind == "cpu"
+    device, node = s.device, s.node
+    assert (device.peak_tflops, device.matmul_tflops, device.memory_gbps, device.memory_gb) == (0.2, 0.2, 30.0, 8.0)
+    assert (s.intra_node.gbps, s.intra_node.latency_us, node.op_floor_us, node.framework_us) == (1.2, 300.0, 2.5, 1500.0)
+    assert s.node.devices_per_node == 4
+    assert "assumption" in path.read_text().split("max_w")[1].splitlines()[0]

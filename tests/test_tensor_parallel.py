@@ -212,7 +212,7 @@ def _suite(parallel: dict, model: dict | None = None, world_sizes=(4,)) -> dict:
     ({"tensor": 3}, {"vocab": 100}, 3, "tensor (3) must divide model.vocab (100)"),
     ({"tensor": 3}, {"ffn_hidden": 100}, 3, "tensor (3) must divide model.ffn_hidden (100)"),
     ({"tensor": 2}, None, 3, "world_size (3) must be divisible by tensor (2)"),
-    ({"tensor": 2, "zero": 2}, None, 4, "ZeRO stages 1-3 with tensor > 1 are not supported"),
+    ({"tensor": 2, "zero": 1}, None, 4, "ZeRO stage 1 (ZeroRedundancyOptimizer) with tensor > 1 is not supported"),
     ({"tensor": 2, "expert": 2}, None, 4, "expert parallelism needs kind = \"moe\""),  # the workload is dense
     ({"tensor": 4}, {"heads": 8, "kv_heads": 2}, 4, "tensor (4) must divide model.kv_heads (2)"),
     ({"tensor": 2}, {"qk_norm": "full"}, 2, "model.qk_norm = \"full\" normalises over all heads"),

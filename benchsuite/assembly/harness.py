@@ -85,7 +85,8 @@ def model_memory(run: RunConfig, dims: ParallelDims, applied: Applied, ranks: li
         "model_state_bytes": mem.model_state_record([r.model_state for r in ranks], model=run.model, moe=run.moe,
                                                     dims=dims, applied=applied),
         "activation_estimate_bytes": mem.activation_estimates(run.model, micro_batch=run.micro_batch_per_rank,
-                                                              recompute=run.train.recompute, tp=run.parallel.tensor),
+                                                              recompute=run.train.recompute, tp=run.parallel.tensor,
+                                                              context=run.parallel.context),
     }
 
 
@@ -111,7 +112,7 @@ def harness_record(run: RunConfig, facts: RunFacts, ranks: list[RankResult], sta
     moe = merge_moe_stats([r.moe for r in ranks]) if run.kind == "moe" else None
     expert_impl = facts.applied.expert_impl
     # grouped_mm computes only the filled expert slots: the hardware figure counts those
-    f = fl.flops_per_token(run.model, run.moe, micro_batch=run.micro_batch_per_rank, recompute=run.train.recompute,
+    f = fl.flops_per_token(run.model, run.moe, micro_batch=run.routed_micro_batch, recompute=run.train.recompute,
                            slot_share=fl.computed_slot_share(expert_impl, moe["padding_frac"] if moe else None))
     step_times = slowest_steps(ranks)
     tokens_per_step = run.global_batch * run.model.seq_len

@@ -104,6 +104,10 @@ RULES = (
     KeyRule("parallel.virtual_stages", "`parallel.pipeline` > 1", ("parallel.pipeline",),
             lambda w: w.parallel.pipeline > 1,
             lambda w, v: "virtual stages need a pipeline; set pipeline > 1 or virtual_stages = 1"),
+    KeyRule("parallel.first_stage_layers", "`parallel.pipeline` > 1", ("parallel.pipeline",),
+            lambda w: w.parallel.pipeline > 1, _no_pipeline("first_stage_layers sets the first stage of")),
+    KeyRule("parallel.last_stage_layers", "`parallel.pipeline` > 1", ("parallel.pipeline",),
+            lambda w: w.parallel.pipeline > 1, _no_pipeline("last_stage_layers sets the last stage of")),
     KeyRule("parallel.sequence_parallel", "`parallel.tensor` > 1", ("parallel.tensor",),
             lambda w: w.parallel.tensor > 1,
             lambda w, v: "sequence parallelism splits the tensor-parallel ranks' norms and dropouts over the "

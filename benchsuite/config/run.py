@@ -55,6 +55,12 @@ class RunConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         return self.train.micro_batch
 
     @property
+    def routed_micro_batch(self) -> int:
+        """Sequences an MoE layer routes at once (its capacity's tokens, with seq_len): one of the rank's pipeline
+        microbatches, and with context parallelism the whole context-parallel group's (the layer gathers them)."""
+        return self.micro_batch_per_rank // self.parallel.n_microbatches * self.parallel.context
+
+    @property
     def global_batch(self) -> int:
         return self.micro_batch_per_rank * self.data_parallel * self.train.grad_accum
 

@@ -72,5 +72,5 @@ def read_workload(raw: dict, name: str, layers: Layers, problems: Problems) -> W
     problems.refused -= {f"sweep.{key}" for key in sweep}  # its own list replaces a refused suite-level one
     apply_rules(BuiltWorkload(kind, sections, seed_swept="seed" in {**layers.sweep, **sweep}), origins, problems,
                 layers.inherited)
-    check_workload(kind, sections, problems)
+    check_workload(sections, problems)
     return WorkloadDraft(name, kind, description, sections, origins, sweep, problems)

@@ -296,12 +296,60 @@ def paper_bytes(*, model, moe, train, dims: ParallelDims, micro_batch: int, prec
         total += sum(ring_bytes(c.kind, c.payload, t) * c.calls for c in calls) * accum
         parts.append(tensor_parallel_formula(calls, micro_batch * model.seq_len, model.hidden, dims.sequence_parallel)
                      + (" per micro-batch" if accum > 1 else ""))
+    if dims.cp_enabled:
+        kv = 2 if precision.compute == "bf16" else 4
+        by_kind = context_parallel_bytes(model=model, moe=moe, context=dims.cp, tensor=t, micro_batch=micro_batch,
+                                         kv_bytes=kv)
+        total += sum(by_kind.values()) * accum
+        parts.append(f"context: 2·2(c−1)·b·T·(G/t)·D·{kv}B per layer (K/V all-gather, reduce-scatter)"
+                     + (" + 2(c−1)·b·T·H·4B per MoE layer" if moe is not None else "")
+                     + (" per micro-batch" if accum > 1 else ""))
     if dims.pp_enabled:
         total += ring_bytes("all_reduce", FP32, dims.pp)
         parts.append("the loss's all-reduce of 4B over the P stages")
     if not parts:
         return 0.0, "single process: no collectives"
     return total, " + ".join(parts)
+
+
+def expert_fold_gather_bytes(*, model, moe, parallel, micro_batch: int) -> int:
+    """Bytes one rank sends per step in the all-gathers of experts folded over the t ranks that route the
+    same tokens (parallel/expert.py; t = tensor × context): per MoE layer and microbatch one in forward and
+    one in backward, each gathering the t chunks of the routed work, a rank sending its chunk to t − 1
+    peers: the capacity slots E·ceil(C/t) rows, or ceil(N·k/t) sorted rows when dropless, of H fp32 values
+    (N: the tokens routed together, the microbatch's, with context parallelism the group's context ×
+    microbatch sequences). 2·(t−1)·rows·H·4·L_moe·M with L_moe the model's MoE layers, for a layout without
+    a pipeline (in one, a rank gathers for the MoE layers of its own stages only); 0 without both expert
+    parallelism and t > 1."""
+    from benchsuite.metrics.flops import _moe_layer_count
+    from benchsuite.models.moe import capacity
+
+    t, m = parallel.tensor * parallel.context, parallel.n_microbatches
+    if moe is None or parallel.expert == 1 or t == 1:
+        return 0
+    tokens = micro_batch // m * parallel.context * model.seq_len
+    rows = -(-tokens * moe.k // t) if moe.dropless else moe.experts * -(-capacity(moe, tokens) // t)
+    return 2 * (t - 1) * rows * model.hidden * FP32 * _moe_layer_count(model, moe) * m
+
+
+def context_parallel_bytes(*, model, moe, context: int, tensor: int, micro_batch: int,
+                           kv_bytes: int) -> dict[str, int]:
+    """Bytes one rank sends per micro-step in context parallelism's collectives (parallel/context.py), by kind,
+    over c = context ranks, each holding b = micro_batch sequences' worth of tokens (c·b sequences'
+    shards of T/c): per layer the keys and values all-gathered in forward and their gradients
+    reduce-scattered in backward, a rank sending its shard to c − 1 peers, 2·(c−1)·b·T·(G/t)·D values of
+    kv_bytes each way (G key/value heads over t tensor ranks, D the head width); per MoE layer its input
+    all-gathered in forward and its output's gradient in backward, 2·(c−1)·b·T·H fp32 values. {} without
+    context parallelism."""
+    from benchsuite.metrics.flops import _moe_layer_count
+
+    c = context
+    if c == 1:
+        return {}
+    kv = 2 * (c - 1) * micro_batch * model.seq_len * model.n_kv_heads // tensor * model.dim_head
+    moe_rows = 2 * (c - 1) * micro_batch * model.seq_len * model.hidden * _moe_layer_count(model, moe)
+    return {"all_gather": model.layers * kv * kv_bytes + moe_rows * FP32,
+            "reduce_scatter": model.layers * kv * kv_bytes}
 
 
 def comm_record(per_rank: list[dict], *, model, moe, train, dims: ParallelDims, micro_batch: int, applied) -> dict:

@@ -41,8 +41,14 @@ allocates differently:
   DDP refuses DTensor parameters), FSDP2's machinery on a replicate-only mesh: like stage 2 it keeps
   a gathered copy of the parameters from forward to backward beside the stored (here full) ones,
   (4+4+4+8)Ψ. In a pipeline Ψ is that of the rank holding the most (`params_per_pipeline_rank`).
+  ZeRO-2/3 beside tensor or pipeline parallelism shard that Ψ (per tensor rank, per pipeline rank)
+  over the N data-parallel ranks with FSDP2: the stage's formula above.
 - Expert parallelism: Ψ counts the rank's own E/ep experts of each MoE layer (`rank_params`); DDP
-  leaves the expert shards out and their gradients are reduced by hand, so the states are DDP's.
+  leaves the expert shards out and their gradients are reduced by hand, so the states are DDP's; so
+  does replicate_with_fsdp (its dense Ψd = Ψ − Ψe keep (4+4+4+8)Ψd, the experts (4+4+8)Ψe). Under
+  ZeRO-2/3 the rank's experts Ψe are sharded over their own expert-data-parallel group of N_e = dp·tp/ep
+  ranks, Ψd over the N data-parallel ranks: each term over its group (`layout_model_state`), e.g.
+  ZeRO-3 (4+4+8)Ψd/N + (4+4+8)Ψe/N_e.
 
 Measured (`ModelStateProbe`): during one instrumented training step, the bytes of the tensors a
 rank holds, DTensors counted by their local shard, aliases counted once:
@@ -70,10 +76,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import msgspec
 import torch
 
 from benchsuite.config import ModelConfig
-from benchsuite.layout import DataParallel, ParallelDims
+from benchsuite.layout import DataParallel, ParallelDims, Schedule
 from benchsuite.metrics.flops import _moe_layer_count, attention_matmul, one_norm_params, param_counts
 
 GB = 1e9
@@ -144,6 +151,26 @@ def implementation_model_state(psi: float, n: int, wrapper: DataParallel, forwar
             "formula": formula, "K": 8}
 
 
+def layout_model_state(model, moe, dims: ParallelDims, forward_params: str = "fp32") -> dict:
+    """implementation_model_state for a layout: with expert parallelism under ZeRO-2/3 the rank's own
+    experts Ψe are sharded over their expert-data-parallel group of N_e = dp·tp/ep ranks and the other
+    Ψ − Ψe over the N data-parallel ranks (parallel/zero.py), each term of the formula over its group; the
+    two states add up. Under replicate_with_fsdp, and ZeRO-2/3 with N_e = 1, the experts are left out of
+    the wrapper: (4+4+8)Ψe beside the dense states. Otherwise one group of N ranks holds all Ψ."""
+    psi, experts = rank_param_split(model, moe, dims)
+    if not (dims.data_parallel.fsdp and experts):
+        return implementation_model_state(psi, dims.dp, dims.data_parallel, forward_params)
+    dense = implementation_model_state(psi - experts, dims.dp, dims.data_parallel, forward_params)
+    own_wrapper = dims.data_parallel if dims.experts_sharded else DataParallel.DDP  # left out: held whole
+    own = implementation_model_state(experts, dims.edp, own_wrapper, forward_params)
+    out = {k: dense[k] + own[k] for k in ("params", "grads", "optimizer", "total")}
+    dense_f = dense["formula"].replace("Ψ", "Ψd")
+    own_f = own["formula"].replace("Ψ", "Ψe").replace("/N", "/N_e")
+    out["formula"] = f"{dense_f} + {own_f} (Ψe: the rank's experts, N_e = {dims.edp}; Ψd the rest, N = {dims.dp})"
+    out["K"] = dense["K"]
+    return out
+
+
 def stage_table(psi: float, n: int, c: StateConstants = PAPER) -> list[dict]:
     """All four stages (the `benchsuite memory` table)."""
     rows = []
@@ -173,17 +200,56 @@ def params_per_rank(cfg, moe=None, tp: int = 1) -> int:
     return (pc.total - sharded) + sharded // tp
 
 
-def params_per_pipeline_rank(cfg, pp: int, virtual: int = 1, tp: int = 1) -> int:
-    """Ψ of the pipeline rank that holds the most parameters: parallel.pipeline gives each of the P·V
-    stages L/(P·V) blocks and puts stage s on rank s mod P, so every rank holds V stages' blocks, rank
-    0 also the embeddings and rank P − 1 the final norm and the LM head; each its tensor-parallel share
-    (params_per_rank's split: the token embedding and the LM head over the vocabulary). For the dense,
-    untied models the config allows a pipeline. Exact for models/transformer.py."""
+def block_params(cfg, moe, layer: int, tp: int = 1, ep: int = 1) -> int:
+    """Ψ of block `layer` on one rank: its tensor-parallel share (params_per_rank's split) and, for an MoE
+    block, its own E/ep experts (the MoE layer is replicated under TP, its experts spread over ep)."""
+    one = msgspec.structs.replace(cfg, layers=1, tie_embeddings=False)
+    moe_block = moe is not None and (layer + 1) % moe.every == 0  # models.transformer.is_moe_layer
+    layer_moe = msgspec.structs.replace(moe, every=1) if moe_block else None
+    ends = end_params(one, tp)
+    return (params_per_rank(one, layer_moe, tp) - other_ranks_experts(one, layer_moe, ep)) - ends[0] - ends[1]
+
+
+def own_experts(cfg, moe, layer: int, ep: int) -> int:
+    """The routed-expert parameters of block `layer` one rank holds (E/ep experts; 0 in a dense block)."""
+    if moe is None or (layer + 1) % moe.every:
+        return 0
+    one = param_counts(msgspec.structs.replace(cfg, layers=1), msgspec.structs.replace(moe, every=1))
+    return moe.experts // ep * one.expert
+
+
+def end_params(cfg, tp: int = 1) -> tuple[int, int]:
+    """(Ψ of the first stage's embeddings, Ψ of the last stage's final norm and LM head) on one tensor rank;
+    a tied LM head is the last stage's own copy of the token embedding (parallel/pipeline.py)."""
     pc = param_counts(cfg)
     token = cfg.vocab * cfg.hidden
-    first, last = pc.embedding - token + token // tp, one_norm_params(cfg) + pc.lm_head // tp
-    block = (params_per_rank(cfg, None, tp) - first - last) // cfg.layers
-    return virtual * (cfg.layers // (pp * virtual)) * block + max(first, last)
+    return pc.embedding - token + token // tp, one_norm_params(cfg) + pc.lm_head // tp
+
+
+def pipeline_rank_params(cfg, dims: ParallelDims, moe=None) -> list[tuple[int, int]]:
+    """(Ψ, of which routed experts) of each pipeline rank: the blocks of its stages (dims.stage_layers,
+    stage s on rank s mod P), rank 0 also the embeddings and rank P − 1 the final norm and the LM head,
+    each its tensor-parallel share and its own E/ep experts. Exact for models/transformer.py."""
+    first, last = end_params(cfg, dims.tp)
+    out = []
+    for rank in range(dims.pp):
+        total = experts = 0
+        for stage in dims.stage_ids(rank):
+            for layer in dims.stage_layers(stage, cfg.layers):
+                total += block_params(cfg, moe, layer, dims.tp, dims.ep)
+                experts += own_experts(cfg, moe, layer, dims.ep)
+            total += (first if stage == 0 else 0) + (last if stage == dims.num_stages - 1 else 0)
+        out.append((total, experts if dims.ep_enabled else 0))
+    return out
+
+
+def params_per_pipeline_rank(cfg, pp: int, virtual: int = 1, tp: int = 1, *, moe=None, ep: int = 1,
+                             layers_per_stage: tuple[int, ...] | None = None) -> int:
+    """Ψ of the pipeline rank that holds the most parameters (pipeline_rank_params)."""
+    dims = ParallelDims.from_degrees(tp=tp, pp=pp, dp=ep, ep=ep, virtual_stages=virtual,
+                                     schedule=Schedule.INTERLEAVED if virtual > 1 else Schedule.ONE_F_ONE_B,
+                                     layers_per_stage=layers_per_stage)
+    return max(total for total, _ in pipeline_rank_params(cfg, dims, moe))
 
 
 def other_ranks_experts(cfg, moe, ep: int) -> int:
@@ -195,20 +261,29 @@ def other_ranks_experts(cfg, moe, ep: int) -> int:
     return pc.moe_layers * (moe.experts - moe.experts // ep) * pc.expert
 
 
+def rank_param_split(model, moe, dims: ParallelDims) -> tuple[int, int]:
+    """(Ψ one rank holds before data-parallel sharding, of which its own routed experts: 0 without expert
+    parallelism, where experts are data-parallel like any weight). In a pipeline the rank holding the most."""
+    if dims.pp_enabled:
+        return max(pipeline_rank_params(model, dims, moe))
+    total = params_per_rank(model, moe, dims.tp) - other_ranks_experts(model, moe, dims.ep)
+    if not dims.ep_enabled:
+        return total, 0
+    return total, sum(own_experts(model, moe, layer, dims.ep) for layer in range(model.layers))
+
+
 def rank_params(model, moe, dims: ParallelDims) -> int:
     """Ψ one rank holds before data-parallel sharding, for its layout: its tensor-parallel share
     (params_per_rank) less the experts its expert-parallel peers hold; in a pipeline the share of the
-    rank holding the most (params_per_pipeline_rank, dims.virtual_stages stages per rank)."""
-    if dims.pp_enabled:
-        return params_per_pipeline_rank(model, dims.pp, dims.virtual_stages, dims.tp)
-    return params_per_rank(model, moe, dims.tp) - other_ranks_experts(model, moe, dims.ep)
+    rank holding the most (pipeline_rank_params)."""
+    return rank_param_split(model, moe, dims)[0]
 
 
 # ------------------------------------------------------------------ activations
 
 def activation_bytes(seq_len: int, micro_batch: int, hidden: int, heads: int, layers: int, vocab: int,
                      tp: int = 1, recompute: str = "none", sequence_parallel: bool = False,
-                     value_bytes: int = 2, dropout: bool = True) -> dict:
+                     value_bytes: int = 2, dropout: bool = True, context: int = 1) -> dict:
     """Korthikanti et al. 2022 estimate of activation bytes per micro-batch (module docstring).
     recompute: "none" | "selective" | "full"; sequence_parallel: Megatron's sequence parallelism (§4.2.2).
     value_bytes and dropout: the paper's 16-bit values with 1-byte dropout masks by default; the model
@@ -216,7 +291,12 @@ def activation_bytes(seq_len: int, micro_batch: int, hidden: int, heads: int, la
     values: 4·s·b·h stored whole under tensor parallelism (the two norms' inputs and the QKV and FFN
     inputs; split by sequence parallelism), 12·s·b·h split over t (Q, K, V, the out-projection input,
     the FFN's two 4h-wide inputs), a·s²·b split over t (the softmax output), plus the dropout masks
-    (s·b·h twice, a·s²·b) and the attention dropout's output (a·s²·b)."""
+    (s·b·h twice, a·s²·b) and the attention dropout's output (a·s²·b).
+
+    context c (parallel/context.py): a rank holds b sequences' worth of tokens as shards of c·b sequences,
+    so every term above is the same, and without recompute the attention also keeps the keys and values
+    it gathered from the c − 1 other shards, 2·(c−1)·s·b·h/t values per layer (the paper's multi-head
+    K and V; recompute re-gathers them inside the checkpointed attention)."""
     s, b, h, a, t, v = seq_len, micro_batch, hidden, heads, tp, vocab
     sp = sequence_parallel and t > 1
     paper = value_bytes == 2 and dropout
@@ -242,6 +322,9 @@ def activation_bytes(seq_len: int, micro_batch: int, hidden: int, heads: int, la
         formula = f"{value_bytes}·s·b·h{'/t' if sp else ''}"
     else:
         raise ValueError(f"recompute must be none, selective or full, got {recompute!r}")
+    if recompute == "none" and context > 1:
+        per_layer += value_bytes * 2 * (context - 1) * s * b * h / t
+        formula += f" + {value_bytes}·2·(c−1)·s·b·h/t"
     output = 4 * s * b * h / t * (1 + v / h)
     source = "Korthikanti et al. 2022 (16-bit activations, with dropout masks)" if paper else \
         f"Korthikanti et al. 2022's terms with {value_bytes}-byte values{'' if dropout else ', no dropout'}"
@@ -250,10 +333,11 @@ def activation_bytes(seq_len: int, micro_batch: int, hidden: int, heads: int, la
             "formula": f"L·{formula} + 4·s·b·h/t·(1 + v/h)", "source": source}
 
 
-def activation_estimates(m: ModelConfig, *, micro_batch: int, recompute: str, tp: int) -> dict:
+def activation_estimates(m: ModelConfig, *, micro_batch: int, recompute: str, tp: int,
+                         context: int = 1) -> dict:
     """The three recompute variants for a micro-batch per rank; `configured` names the run's own."""
     kw = dict(seq_len=m.seq_len, micro_batch=micro_batch, hidden=m.hidden, heads=m.heads,
-              layers=m.layers, vocab=m.vocab, tp=tp)
+              layers=m.layers, vocab=m.vocab, tp=tp, context=context)
     out = {r: activation_bytes(recompute=r, **kw)["total_bytes"] for r in ("none", "selective", "full")}
     out["configured"] = recompute
     out["formula"] = activation_bytes(**kw)["formula"]
@@ -297,8 +381,8 @@ class ModelStateProbe:
     """Measures one training step's model-state bytes on this rank.
 
     Create it between steps (parameters at rest), run one step that calls after_backward() and
-    after_step(), then read result(). A forward hook on the root module records the parameters
-    held at the end of forward."""
+    after_step(), then read result(). A forward hook on the root module (on each stage of a pipeline)
+    records the parameters held at the end of forward."""
 
     def __init__(self, model: torch.nn.Module, optimizer):
         self.model, self.optimizer = model, optimizer
@@ -306,7 +390,9 @@ class ModelStateProbe:
         self._rest_ids = {id(p) for p in self.at_rest}
         self.params = self.grads = self.optimizer_bytes = None
         self.gathered = 0
-        self._handle = model.register_forward_hook(self._on_forward)
+        # a pipeline's stages (a ModuleList, never called itself): each stage's forward, the last one's wins
+        roots = list(model) if isinstance(model, torch.nn.ModuleList) else [model]
+        self._handles = [root.register_forward_hook(self._on_forward) for root in roots]
 
     def _on_forward(self, module, args, output):
         extra = [p for p in self.model.parameters() if id(p) not in self._rest_ids]
@@ -320,7 +406,8 @@ class ModelStateProbe:
         self.optimizer_bytes = unique_bytes(optimizer_state_tensors(self.optimizer))
 
     def close(self) -> None:
-        self._handle.remove()
+        for handle in self._handles:
+            handle.remove()
 
     def result(self) -> dict:
         parts = {"params": self.params, "grads": self.grads, "optimizer": self.optimizer_bytes}
@@ -342,7 +429,7 @@ def analytic_model_state(model, moe, dims: ParallelDims, *, compute: str, forwar
     (PrecisionPolicy.forward_params)."""
     stage, n, wrapper = dims.zero_applied, dims.dp, dims.data_parallel
     psi = rank_params(model, moe, dims)
-    analytic = implementation_model_state(psi, n, wrapper, forward_params)
+    analytic = layout_model_state(model, moe, dims, forward_params)
     paper_c = constants_for(compute)
     paper = zero_model_state(psi, n, stage, paper_c)
     label = WRAPPER_LABELS[wrapper]
@@ -351,7 +438,7 @@ def analytic_model_state(model, moe, dims: ParallelDims, *, compute: str, forwar
     if dims.pp_enabled:
         label += f", PP {dims.pp} (Ψ of the pipeline rank holding the most)"
     if dims.ep_enabled:
-        label += f", EP {dims.ep} (Ψ with the rank's own experts)"
+        label += f", EP {dims.ep} folded over dp x tp (Ψ with the rank's own experts)"
     return {
         "analytic": {k: analytic[k] for k in ("params", "grads", "optimizer", "total")},
         "formula": f"{label} ({compute}): {analytic['formula']}",

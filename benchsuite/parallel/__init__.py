@@ -1,7 +1,8 @@
 """Turn a plain model into the parallel one a run asks for.
 
 Order, as in torchtitan's parallelize functions: tensor parallel first (it rewrites the
-Linear weights every later step sees), then expert parallel (it replaces the expert
+Linear weights every later step sees), then context parallel (attention over sequence shards), then
+expert parallel (it replaces the expert
 weights by the local shard), then activation checkpointing (wraps the parallel blocks),
 then compile (traces the checkpointed blocks, one region per block), and data
 parallelism last (DDP or FSDP hook the final parameters and must see the compiled
@@ -18,7 +19,7 @@ from torch import nn
 
 from benchsuite.config import MoEConfig, TrainConfig
 from benchsuite.device import resolve_precision
-from benchsuite.layout import EDP, EP, TP, ParallelDims
+from benchsuite.layout import CP, CP_TP, EDP, EP, TP, ParallelDims
 from benchsuite.parallel.zero import apply_data_parallel, build_optimizer, precision_policy
 from benchsuite.record.types import PrecisionPolicy
 
@@ -33,15 +34,20 @@ class Applied:
     data: str  # the data-parallel wrapper
     expert_impl: str | None = None  # the experts' GEMM path, "padded_bmm" | "grouped_mm" (MoE only)
     tensor: str | None = None
+    context: str | None = None
     expert: str | None = None
     recompute: str | None = None
     compile: str | None = None
     pipeline: str | None = None
+    dense_layout: str | None = None  # the dense layers' pp x dp x tp (ParallelDims.layouts)
+    expert_layout: str | None = None  # the experts' folded pp x edp x ep, with expert parallelism
 
     def implementation(self) -> dict:
-        """metrics.implementation: each applied wrapper by name, in the order it was applied."""
-        names = {"tensor": self.tensor, "expert": self.expert, "recompute": self.recompute,
-                 "compile": self.compile, "pipeline": self.pipeline, "data": self.data}
+        """metrics.implementation: each applied wrapper by name, in the order it was applied, then the
+        layouts the dense layers and the experts ran on."""
+        names = {"tensor": self.tensor, "context": self.context, "expert": self.expert, "recompute": self.recompute,
+                 "compile": self.compile, "pipeline": self.pipeline, "data": self.data,
+                 "dense_layout": self.dense_layout, "expert_layout": self.expert_layout}
         return {k: v for k, v in names.items() if v is not None}
 
 
@@ -107,7 +113,7 @@ def parallelize(model: nn.Module, *, dims: ParallelDims, train: TrainConfig, moe
     """The parallel model, its optimizer and what was applied, all as the layout `dims` says (it carries
     the meshes with world > 1); pipeline: the pipeline.PipelinePlan of a run with dims.pp_enabled."""
     precision = resolve_precision(train.precision, device)
-    applied: dict = {"zero_stage": dims.zero_applied, "precision": precision_policy(precision)}
+    applied: dict = {"zero_stage": dims.zero_applied, "precision": precision_policy(precision), **dims.layouts()}
     hooks: list = []
     if moe is not None:
         applied["expert_impl"] = choose_expert_impl(model, precision=precision, device=device)
@@ -115,15 +121,21 @@ def parallelize(model: nn.Module, *, dims: ParallelDims, train: TrainConfig, moe
         from benchsuite.parallel.tensor import apply_tensor_parallel
 
         applied["tensor"] = apply_tensor_parallel(model, dims.mesh[TP], sequence_parallel=dims.sequence_parallel)
+    if dims.cp_enabled:
+        from benchsuite.parallel.context import SequenceShard, apply_context_parallel
+
+        group = dims.group(CP)
+        shard = SequenceShard(group, dims.cp_mesh.get_local_rank(CP), dims.cp)
+        applied["context"] = apply_context_parallel(model, shard)
     if dims.ep_enabled:
         from benchsuite.parallel import expert
 
-        expert.apply_expert_parallel(model, dims.group(EP))
+        expert.apply_expert_parallel(model, dims.group(EP), sharing_group=dims.group(CP_TP))
         splits = "variable splits, per-expert counts first" if moe.dropless else "padded capacity slots"
-        applied["expert"] = f"all_to_all_single over {dims.ep} ranks, {splits}"
-        replicas = dims.group(EDP) if dims.dp > dims.ep else None
-        hooks.append(lambda: expert.sync_expert_grads(model, dims.dp, replicas))
-        hooks.append(lambda: expert.end_all_to_all_step(model))
+        sharing = dims.tp * dims.cp  # the ranks that route the same tokens
+        folded = f"; each of {sharing} ranks routing the same tokens dispatches 1/{sharing} of the slots, " \
+            f"all-gathered after" if sharing > 1 else ""
+        applied["expert"] = f"all_to_all_single over {dims.ep} ranks, {splits}{folded}"
     if train.recompute != "none":
         random_routing = moe is not None and moe.second_expert_policy == "random"
         applied["recompute"] = apply_activation_checkpointing(model, random_routing, train.recompute)
@@ -132,13 +144,32 @@ def parallelize(model: nn.Module, *, dims: ParallelDims, train: TrainConfig, moe
         applied["compile"] = "torch.compile per block"
     if dims.ep_enabled:
         expert.ignore_expert_params_in_ddp(model)  # names as the data-parallel wrapper will see them
+    pipe = None
     if dims.pp_enabled:  # split into stages, each wrapped for data parallelism (parallel/pipeline.py)
         from benchsuite.parallel.pipeline import apply_pipeline
 
-        stages, pipe, names = apply_pipeline(model, dims=dims, plan=pipeline, device=device,
-                                             logits_dtype=torch.bfloat16 if precision == "bf16" else torch.float32)
-        return Parallelized(stages, build_optimizer(stages, train=train, dims=dims), Applied(**applied, **names),
-                            dims.tp_enabled, hooks, pipe)
-    model, applied["data"] = apply_data_parallel(model, dims=dims, device=device)
+        model, pipe, names = apply_pipeline(model, dims=dims, plan=pipeline, device=device,
+                                            logits_dtype=torch.bfloat16 if precision == "bf16" else torch.float32)
+        applied.update(names)
+        if pipe.tied_sync is not None:
+            hooks.append(pipe.tied_sync)
+    else:
+        model, applied["data"] = apply_data_parallel(model, dims=dims, device=device)
+    if dims.ep_enabled:
+        hooks += expert_grad_hooks(model, dims)
     return Parallelized(model, build_optimizer(model, train=train, dims=dims), Applied(**applied),
-                        dims.tp_enabled, hooks)
+                        dims.tp_enabled, hooks, pipe)
+
+
+def expert_grad_hooks(model: nn.Module, dims: ParallelDims) -> list:
+    """After the last backward of a step: the expert shards' gradient reduction where no FSDP2 wrapper
+    of their own does it (replicated experts: parallel/zero.py), then the close of the step's all-to-all
+    byte count."""
+    from benchsuite.parallel import expert
+
+    hooks = []
+    if not dims.experts_sharded:
+        replicas = dims.group(EDP) if dims.edp > 1 else None
+        hooks.append(lambda: expert.sync_expert_grads(model, dims.dp_batches, replicas))
+    hooks.append(lambda: expert.end_all_to_all_step(model))
+    return hooks

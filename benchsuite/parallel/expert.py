@@ -27,7 +27,21 @@ parameters). After backward, an expert shard's gradient is the sum over the P ra
 of its EP group of d(local loss)/dw. sync_expert_grads turns that into the gradient
 of the mean loss over all D data-parallel ranks: sum over the replicas of the same
 shard (the expert-data-parallel group, present when D > P), then divide by D. Call
-it after the last backward of a step, before the optimizer.
+it after the last backward of a step, before the optimizer. Under ZeRO-2/3 the experts get
+their own fully_shard on the expert-data-parallel mesh instead (parallel/zero.py), which does the same
+sum and division; replicate_with_fsdp leaves them out, as DDP does.
+
+Folding over tensor parallelism (layout.py): with tensor > 1 the ranks of a tensor-parallel group route
+the same tokens (the residual stream is replicated) and may sit in one expert-parallel group (with
+context parallelism, the context x tensor ranks of a gathered sequence: parallel/context.py). Each then
+dispatches only its 1/t share of the routed work, Megatron's scatter to and gather from the sequence-
+parallel region applied to the slots: the capacity slots c in its chunk of ceil(C/t) (padded to that size,
+so every rank's exchange has one shape), or its chunk of the A sorted rows (dropless). After the return
+exchange the t shares are all-gathered over the tensor-parallel group, so each rank combines every slot
+as the single-process layer does. The gather's backward keeps the rank's own chunk of the (replicated)
+gradient, the scatter's all-gathers the chunks' input gradients: every expert row runs once, forward and
+backward, and the router, the combine and the layer's input gradient stay replicated. The all-gather
+moves (t−1)/t of the [E, C, H] slots (or [A, H] rows) per rank in forward and in backward.
 """
 
 from __future__ import annotations
@@ -38,6 +52,7 @@ from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 from torch import nn
 
 from benchsuite.device import synchronize
@@ -113,6 +128,64 @@ class _AllToAll(torch.autograd.Function):
         return _all_to_all(grad, ctx.ex, ctx.recv, ctx.send), None, None, None
 
 
+def _chunk(n: int, parts: int, index: int) -> tuple[int, int, int]:
+    """(chunk size ceil(n/parts), start, stop) of chunk `index` of n rows split into `parts`."""
+    size = -(-n // parts)
+    start = min(n, index * size)
+    return size, start, min(n, start + size)
+
+
+@dataclass(frozen=True)
+class SharedTokens:
+    """The ranks that route the same tokens and share the routed work (module docstring: folding): a
+    tensor-parallel group, with context parallelism the context x tensor ranks of a gathered sequence."""
+
+    group: object
+    rank: int
+    size: int
+
+    def take(self, x: torch.Tensor, dim: int) -> torch.Tensor:
+        """This rank's chunk of x along dim (the conjugate gathers the gradient)."""
+        return _ScatterChunks.apply(x, dim, self)
+
+    def gather(self, part: torch.Tensor, n: int, dim: int) -> torch.Tensor:
+        """Every rank's chunk of n rows along dim, in rank order (the conjugate keeps its own gradient chunk)."""
+        return _GatherChunks.apply(part, n, dim, self)
+
+
+def _all_gather_chunks(part: torch.Tensor, n: int, dim: int, split: SharedTokens) -> torch.Tensor:
+    size, _, _ = _chunk(n, split.size, split.rank)
+    rows = part.movedim(dim, 0)
+    padded = F.pad(rows, (0, 0) * (rows.dim() - 1) + (0, size - rows.shape[0])).contiguous()
+    out = padded.new_empty((split.size * size, *padded.shape[1:]))
+    dist.all_gather_single(out, padded, group=split.group)
+    return out[:n].movedim(0, dim).clone(memory_format=torch.contiguous_format)  # a fresh tensor, not a view
+
+
+class _ScatterChunks(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, dim, split):
+        ctx.dim, ctx.split, ctx.n = dim, split, x.shape[dim]
+        _, start, stop = _chunk(x.shape[dim], split.size, split.rank)
+        return x.narrow(dim, start, stop - start)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _all_gather_chunks(grad, ctx.n, ctx.dim, ctx.split), None, None
+
+
+class _GatherChunks(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, part, n, dim, split):
+        ctx.dim, ctx.split, ctx.n = dim, split, n
+        return _all_gather_chunks(part, n, dim, split)
+
+    @staticmethod
+    def backward(ctx, grad):
+        _, start, stop = _chunk(ctx.n, ctx.split.size, ctx.split.rank)
+        return grad.narrow(ctx.dim, start, stop - start).contiguous(), None, None, None
+
+
 def _transpose_segments(rows: torch.Tensor, sizes: list[int], outer: int, inner: int) -> torch.Tensor:
     """rows in outer x inner segments (segment (a, b) has sizes[a * inner + b] rows, in a-major
     order) -> the same segments in b-major order. Autograd's split/cat: no host read."""
@@ -124,7 +197,7 @@ class ExpertParallelExperts(Experts):
     """The rank's contiguous shard of E/P experts, fed by all-to-all. Parameter names and
     layout match Experts (w_up [E/P, H, F], ...), so names stay `...experts.w_up`."""
 
-    def __init__(self, full: Experts, group, timing: bool = False):
+    def __init__(self, full: Experts, group, timing: bool = False, split: SharedTokens | None = None):
         nn.Module.__init__(self)  # not Experts.__init__: its random init would be thrown away and move the RNG
         self.world = dist.get_world_size(group)
         experts = full.w_up.shape[0]
@@ -139,23 +212,45 @@ class ExpertParallelExperts(Experts):
             self.w_gate = None
         self.meter = AllToAllMeter(timing)
         self.exchange = Exchange(group, rank, self.meter)
+        self.split = split  # the ranks sharing their routed work (folding), or None
 
     def forward(self, xs: torch.Tensor, valid: torch.Tensor, impl: str) -> torch.Tensor:
         """xs [E, C, H] slots of this rank's tokens for all experts -> [E, C, H] outputs."""
+        if self.split is None:
+            return self._exchange_slots(xs, valid, impl)
+        c = xs.shape[1]
+        size, start, stop = _chunk(c, self.split.size, self.split.rank)
+        pad = size - (stop - start)  # every rank's exchange has one shape
+        mine = F.pad(self.split.take(xs, 1), (0, 0, 0, pad))
+        ys = self._exchange_slots(mine, F.pad(valid[:, start:stop], (0, pad)), impl)
+        return self.split.gather(ys[:, :stop - start], c, 1)
+
+    def _exchange_slots(self, xs: torch.Tensor, valid: torch.Tensor, impl: str) -> torch.Tensor:
         e, c, h = xs.shape
         p, le = self.world, self.local
-        recv = _AllToAll.apply(xs.view(p, le, c, h), self.exchange, None, None)  # [P src, E/P, C, H]
+        recv = _AllToAll.apply(xs, self.exchange, None, None).view(p, le, c, h)  # [P src, E/P, C, H]
         local = recv.transpose(0, 1).reshape(le, p * c, h)  # [E/P, P*C, H]
         local_valid = valid.new_ones(le, p * c)
         if impl == "grouped_mm":  # only this path needs to know which received slots are filled
             got = _all_to_all(valid.view(p, le, c).to(torch.uint8), self.exchange)
             local_valid = got.transpose(0, 1).reshape(le, p * c).bool()
         ys = super().forward(local, local_valid, impl)  # [E/P, P*C, H]
-        back = ys.view(le, p, c, h).transpose(0, 1)  # [P dst, E/P, C, H]
-        return _AllToAll.apply(back, self.exchange, None, None).view(e, c, h)
+        back = ys.view(le, p, c, h).transpose(0, 1).reshape(e, c, h)  # [P dst, E/P, C, H] as rows
+        return _AllToAll.apply(back, self.exchange, None, None)  # a fresh tensor: FSDP2 hooks the output
 
     def forward_sorted(self, x: torch.Tensor, counts: torch.Tensor, impl: str) -> torch.Tensor:
-        """x [A, H] this rank's rows sorted by expert, counts [E] int64 -> [A, H] (dropless).
+        """x [A, H] this rank's rows sorted by expert, counts [E] int64 -> [A, H] (dropless); folded over
+        tensor parallelism, the rank's chunk of the rows only (module docstring)."""
+        if self.split is None:
+            return self._exchange_sorted(x, counts, impl)
+        a = x.shape[0]
+        _, start, stop = _chunk(a, self.split.size, self.split.rank)
+        ends = counts.cumsum(0)
+        mine = ends.clamp(start, stop) - (ends - counts).clamp(start, stop)  # [E] rows of each expert in the chunk
+        return self.split.gather(self._exchange_sorted(self.split.take(x, 0), mine, impl), a, 0)
+
+    def _exchange_sorted(self, x: torch.Tensor, counts: torch.Tensor, impl: str) -> torch.Tensor:
+        """The exchange of rows sorted by expert:
 
         1. A small equal-split all-to-all of counts: from rank i, got[i, l] rows for local expert l.
         2. The host read: the uneven exchange's split sizes must be Python ints (all_to_all_single
@@ -183,13 +278,17 @@ class ExpertParallelExperts(Experts):
         return _AllToAll.apply(back, ex, recv, send)
 
 
-def apply_expert_parallel(model: nn.Module, ep_group=None, timing: bool = False) -> list[str]:
+def apply_expert_parallel(model: nn.Module, ep_group=None, timing: bool = False, sharing_group=None) -> list[str]:
     """Shard the experts of every MoELayer over ep_group (default: the world) and return
     the expert parameter names, already registered with DDP as ignored. Every rank must
-    have built the model with the same seed: the shards are slices of the same global init."""
+    have built the model with the same seed: the shards are slices of the same global init.
+    sharing_group: the ranks that route the same tokens (SharedTokens; None: this rank alone)."""
     group = ep_group if ep_group is not None else dist.group.WORLD
+    split = None
+    if sharing_group is not None and dist.get_world_size(sharing_group) > 1:
+        split = SharedTokens(sharing_group, dist.get_rank(sharing_group), dist.get_world_size(sharing_group))
     for layer in moe_layers(model):
-        layer.experts = ExpertParallelExperts(layer.experts, group, timing)
+        layer.experts = ExpertParallelExperts(layer.experts, group, timing, split)
     return ignore_expert_params_in_ddp(model)
 
 
@@ -208,9 +307,10 @@ def expert_parameters(model: nn.Module) -> list[nn.Parameter]:
 
 
 def sync_expert_grads(model: nn.Module, data_parallel_size: int, expert_dp_group=None) -> None:
-    """Make expert gradients those of the mean loss over data_parallel_size ranks (what DDP
-    gives the other parameters): sum over the shard's replicas, then divide. With world == P
-    there is one owner per shard, so pass expert_dp_group=None."""
+    """Make expert gradients those of the mean loss over data_parallel_size batches (what DDP
+    gives the other parameters; with context parallelism a context-parallel group's ranks share one
+    batch: layout.ParallelDims.dp_batches): sum over the shard's replicas, then divide. With one owner
+    per shard pass expert_dp_group=None."""
     for p in expert_parameters(model):
         if p.grad is None:
             continue

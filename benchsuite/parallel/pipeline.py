@@ -6,7 +6,15 @@ first stage, the final norm and the LM head (and so the loss) to the last. Stage
 pipeline rank s mod P ("loop" placement: with V > 1 virtual stages a rank holds stages
 r, r + P, ..., the interleaved layout of the paper). The model file knows nothing about ranks: a
 stage is a :class:`StageModule` that takes the owned modules of the full model (tensor parallel,
-when on, has already sharded them) and drops the rest.
+when on, has already sharded them) and drops the rest. Stages need not hold as many blocks each:
+layout.ParallelDims.stage_layers gives them (parallel.first_stage_layers / last_stage_layers, or the
+first and last stages lighter when P·V does not divide L). A tied LM head gets its own copy of the
+token embedding on the last stage, its gradient summed with the first stage's after each step
+(tied_embedding_hook). Under sequence parallelism the stages send the tensor ranks' sequence shards.
+
+MoE blocks run on any stage: each stage adds its layers' auxiliary losses to the microbatch's backward
+through its output (AuxLossIntoGradient) and to the reported loss, and keeps the routing statistics of
+its last microbatch for the worker, which gathers them over the pipeline.
 
 Each stage module is then wrapped for data parallelism as the layout says (ParallelDims.data_parallel:
 ``replicate`` over the "dp" mesh dimension, DDP semantics that the pipeline stage knows how to defer to
@@ -33,7 +41,8 @@ Measured figures (metrics.pipeline in the record, :func:`pipeline_section`):
   pipeline (world / dp). Formula: between the P·V − 1 stage boundaries each of the M microbatches
   (b = B/M sequences of T tokens, H hidden) crosses once forward (activation) and once backward
   (its gradient), 4 bytes per value (the residual stream stays fp32, also under bf16 autocast),
-  and each of the tp ranks of a stage sends the full activation: 2·(P·V − 1)·M·b·T·H·4·tp.
+  and each of the tp ranks of a stage sends the full activation: 2·(P·V − 1)·M·b·T·H·4·tp; under
+  sequence parallelism each sends its T/tp positions, 2·(P·V − 1)·M·b·T·H·4 in all.
 """
 
 from __future__ import annotations
@@ -52,7 +61,7 @@ from benchsuite.config import ModelConfig, ParallelConfig, RunConfig, TrainConfi
 from benchsuite.device import synchronize
 from benchsuite.layout import PP, DataParallel, ParallelDims, Schedule
 from benchsuite.models.transformer import embed
-from benchsuite.parallel.zero import wrap_data_parallel
+from benchsuite.parallel.zero import WRAPPER_NAMES, wrap_data_parallel
 
 ACTIVATION_BYTES = 4  # fp32 residual stream between stages
 
@@ -63,7 +72,7 @@ class StageModule(nn.Module):
     are rotary. Takes the modules of `model` (no copy); `layer_ids` are the blocks' indices in the
     full model. forward: token ids (first stage) or activations -> activations or logits."""
 
-    def __init__(self, model: nn.Module, layer_ids: list[int], first: bool, last: bool):
+    def __init__(self, model: nn.Module, layer_ids: list[int], first: bool, last: bool, sequence_shards: int = 1):
         super().__init__()
         self.cfg = model.cfg
         self.layer_ids = list(layer_ids)
@@ -73,13 +82,28 @@ class StageModule(nn.Module):
         self.blocks = nn.ModuleList(model.blocks[i] for i in layer_ids)
         self.ln_f = model.ln_f if last else None
         self.head = model.head if last else None
+        if last and not first and model.cfg.tie_embeddings:  # the last stage's own copy (tied_embedding_hook)
+            self.head.weight = nn.Parameter(model.tok_emb.weight.detach().clone())
+        # the tensor ranks an incoming activation's sequence is split over (sequence parallelism; token ids: 1)
+        self.sequence_shards = 1 if first else sequence_shards
+        self.aux_losses: list[torch.Tensor] = []  # this step's auxiliary loss per microbatch (detached)
+        self.routing: tuple = ()  # RoutingStats of the stage's MoE layers, last microbatch
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.tok_emb is not None:
-            x = embed(self.tok_emb, self.pos_emb, x)
-        rope = self.rope(x.shape[1]) if self.rope is not None else None
+            x = embed(self.tok_emb, self.pos_emb, x)  # token ids in: the whole sequence
+        rope = self.rope(x.shape[1] * self.sequence_shards) if self.rope is not None else None
+        aux_total, routing = None, []
         for block in self.blocks:
-            x, _, _ = block(x, rope)  # a dense block: no aux loss, no routing statistics
+            x, aux, stats = block(x, rope)
+            if aux is not None:
+                aux_total = aux if aux_total is None else aux_total + aux
+            if stats is not None:
+                routing.append(stats)
+        if aux_total is not None:  # the stage's MoE auxiliary loss joins the backward through x
+            x = AuxLossIntoGradient.apply(x, aux_total)
+            self.aux_losses.append(aux_total.detach())
+        self.routing = tuple(routing)
         return self.head(self.ln_f(x)) if self.head is not None else x
 
     def full_name(self, name: str) -> str:
@@ -90,9 +114,48 @@ class StageModule(nn.Module):
         return ".".join(parts)
 
 
-def stage_layers(stage: int, num_stages: int, layers: int) -> list[int]:
-    per = layers // num_stages
-    return list(range(stage * per, (stage + 1) * per))
+def tied_embedding_hook(stages: list[StageModule], dims: ParallelDims):
+    """A tied embedding over a pipeline (Megatron's embedding group): the first stage holds the token
+    embedding, the last its own copy as the LM head's weight, equal at the start; after each step's last
+    backward (and the data-parallel reduction) the two gradients are summed over the group of the first
+    and the last pipeline rank with the same data- and tensor-parallel coordinates, so both hold the tied
+    weight's gradient and the optimizer keeps them equal. Every rank builds every group (new_group is
+    collective); returns the hook of this rank (None when it holds neither end)."""
+    p, dp, tp = dims.pp, dims.dp, dims.tp
+    mine = None
+    for d in range(dp):
+        for t in range(tp):
+            ranks = [d * tp + t, ((p - 1) * dp + d) * tp + t]  # rank = (pp·dp + dp_rank)·tp + tp_rank
+            group = dist.new_group(ranks)
+            if dist.get_rank() in ranks:
+                mine = group
+    ends = [s.tok_emb if s.tok_emb is not None else s.head for s in stages
+            if s.tok_emb is not None or s.head is not None]
+    if not ends:
+        return None
+
+    def sync() -> None:  # reads .weight now: a data-parallel wrapper registers parameters of its own
+        for module in ends:
+            grad = module.weight.grad
+            dist.all_reduce(grad.to_local() if hasattr(grad, "to_local") else grad, group=mine)
+    return sync
+
+
+class AuxLossIntoGradient(torch.autograd.Function):
+    """Identity on the activation x; its backward also starts the backward of `aux`, the stage's summed
+    MoE auxiliary loss, with gradient 1 (Megatron's MoEAuxLossAutoScaler). The loss lives on the last
+    stage only, so each stage adds its own auxiliary loss to the microbatch's backward here; the
+    schedule's 1/M scaling of the gradients then makes the step's gradient that of the mean over the
+    microbatches of (cross-entropy + every stage's auxiliary loss), as one process accumulating them."""
+
+    @staticmethod
+    def forward(ctx, x, aux):
+        ctx.aux_shape = aux.shape
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, grad.new_ones(ctx.aux_shape, dtype=torch.float32)
 
 
 def next_token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -189,6 +252,7 @@ class PipelineRun:
     device: torch.device
     busy: SpanClock  # the stages' chunks
     wall: SpanClock  # the schedule's steps, each up to the pipeline's flush
+    tied_sync: object | None = None  # a tied embedding's gradient sum over the end stages (tied_embedding_hook)
     keep_outputs: bool = False  # keep the last stage's merged logits in last_outputs (tests)
     last_outputs: torch.Tensor | None = None
     samples: list[StepSample] = field(default_factory=list)
@@ -212,13 +276,40 @@ class PipelineRun:
                                      target=targets if self.has_last else None,
                                      losses=losses if self.has_last else None, return_outputs=self.keep_outputs)
             loss = torch.stack(losses).mean().detach() if self.has_last else torch.zeros((), device=self.device)
-            # The flush: a sum (the loss plus zeros) no rank leaves before every rank of the pipeline has
-            # finished its schedule, so a rank whose own schedule ends early waits for the last one here.
+            loss = loss + self.take_aux_loss()
+            # The flush: a sum (the loss and each rank's auxiliary losses) no rank leaves before every rank
+            # of the pipeline has finished its schedule, so a rank whose own schedule ends early waits here.
             dist.all_reduce(loss, group=self.pp_group)
         self.last_outputs = out if self.keep_outputs else None
         self.samples.append(StepSample(self.wall.take(), self.busy.take(),
                                        sum(s.sent_bytes for s in self.stages) - sent_before))
         return loss
+
+    def modules(self) -> list[StageModule]:
+        """This rank's stage modules, in stage order (unwrapped from their data-parallel wrapper: the same
+        objects, FSDP2's wrappers are the modules themselves)."""
+        return [s.submod for s in self.stages]
+
+    def take_aux_loss(self) -> torch.Tensor:
+        """The mean over this step's microbatches of this rank's stages' auxiliary losses (0 without any),
+        cleared for the next step."""
+        total = torch.zeros((), device=self.device)
+        for stage in self.modules():
+            if stage.aux_losses:
+                total = total + torch.stack(stage.aux_losses).mean()
+                stage.aux_losses.clear()
+        return total
+
+    def routing(self) -> tuple:
+        """The RoutingStats of this rank's MoE layers in the last microbatch, in layer order."""
+        return tuple(stats for stage in self.modules() for stats in stage.routing)
+
+    def moe_layer_ids(self) -> list[int]:
+        """The model-wide block index of each MoE layer this rank holds, in the order of routing()."""
+        from benchsuite.models.moe import MoELayer
+
+        return [i for stage in self.modules() for i, block in zip(stage.layer_ids, stage.blocks)
+                if isinstance(block.ffn, MoELayer)]  # a checkpoint wrapper forwards .ffn
 
     def figures(self) -> dict:
         """This rank's per-step samples as plain lists (gathered to rank 0 for pipeline_section)."""
@@ -245,34 +336,40 @@ def wrap_stage(module: nn.Module, dims: ParallelDims, device: torch.device) -> t
     when rebuilding its buckets after accumulating microbatches, torch 2.13.)"""
     if dims.data_parallel is DataParallel.NONE:
         return module, "none (pipeline only)" if not dims.tp_enabled else "none (pipeline and tensor parallel)"
-    return wrap_data_parallel(module, dims, device), "replicate_with_fsdp over dp, per stage"
+    if dims.data_parallel is DataParallel.REPLICATE:
+        return wrap_data_parallel(module, dims, device), "replicate_with_fsdp over dp, per stage"
+    return wrap_data_parallel(module, dims, device), f"{WRAPPER_NAMES[dims.data_parallel]} over dp, per stage"
 
 
-def example_io(first: bool, last: bool, microbatch: int, cfg, tp: int, logits_dtype: torch.dtype):
+def example_io(first: bool, last: bool, plan: PipelinePlan, cfg, tp: int, logits_dtype: torch.dtype,
+               sequence_shards: int = 1):
     """(input, output) meta tensors of one stage for one microbatch: the static shapes PipelineStage
     takes instead of inferring them with a trial forward and backward in the first step (that trial
     runs ``autograd.grad``, which FlopCounterMode's module hooks do not support). Token ids enter the
     first stage, fp32 activations [b, T, H] (and their gradients, hence requires_grad) cross every
-    boundary, the last stage's logits are this rank's vocab shard."""
-    act = torch.empty(microbatch, cfg.seq_len, cfg.hidden, device="meta", requires_grad=True)
-    ids = torch.empty(microbatch, cfg.seq_len, dtype=torch.long, device="meta")
-    logits = torch.empty(microbatch, cfg.seq_len, cfg.vocab // tp, dtype=logits_dtype, device="meta",
-                         requires_grad=True)
+    boundary, [b, T/t, H] under sequence parallelism (sequence_shards t: each tensor rank sends its
+    shard), the last stage's logits are this rank's vocab shard. b and T: the plan's rows and their length."""
+    b, t = plan.microbatch_size, plan.seq_len
+    act = torch.empty(b, t // sequence_shards, cfg.hidden, device="meta", requires_grad=True)
+    ids = torch.empty(b, t, dtype=torch.long, device="meta")
+    logits = torch.empty(b, t, cfg.vocab // tp, dtype=logits_dtype, device="meta", requires_grad=True)
     return (ids if first else act), (logits if last else act)
 
 
 @dataclass(frozen=True)
 class PipelinePlan:
-    """A pipelined run's batch split: M microbatches per step of `microbatch_size` sequences each (the
-    stages and the schedule are the layout's: ParallelDims)."""
+    """A pipelined run's batch split: M microbatches per step of `microbatch_size` rows each, every row
+    `seq_len` tokens long (with context parallelism c: c times the rows, each a 1/c shard of its sequence;
+    parallel/context.py). The stages and the schedule are the layout's: ParallelDims."""
 
     microbatches: int
     microbatch_size: int
+    seq_len: int
 
     @classmethod
     def from_run(cls, run: RunConfig) -> PipelinePlan:
-        n = run.parallel.n_microbatches
-        return cls(n, run.micro_batch_per_rank // n)
+        n, c = run.parallel.n_microbatches, run.parallel.context
+        return cls(n, run.micro_batch_per_rank * c // n, run.model.seq_len // c)
 
 
 def apply_pipeline(model: nn.Module, *, dims: ParallelDims, plan: PipelinePlan, device: torch.device,
@@ -283,22 +380,24 @@ def apply_pipeline(model: nn.Module, *, dims: ParallelDims, plan: PipelinePlan, 
 
     Returns (the rank's stage modules, as one ModuleList for the optimizer and the probes; the run;
     the names of what was applied, the Applied fields "pipeline" and "data")."""
-    if model.cfg.tie_embeddings:  # the config rejects it before launch; this guards direct callers
-        raise ValueError("a tied LM head cannot be split from the token embedding over pipeline stages")
     pp, num_stages, pp_group = dims.pp, dims.num_stages, dims.group(PP)
     busy = SpanClock(device)
     timed_stage = _timed_stage_class()
     modules, stages, data = [], [], ""
-    for s in dims.stage_ids(dims.mesh.get_local_rank(PP)):
+    ids = dims.stage_ids(dims.mesh.get_local_rank(PP))
+    shards = dims.tp if dims.sequence_parallel else 1
+    parts = [StageModule(model, dims.stage_layers(s, model.cfg.layers), s == 0, s == num_stages - 1, shards)
+             for s in ids]
+    tied = tied_embedding_hook(parts, dims) if model.cfg.tie_embeddings else None
+    for s, part in zip(ids, parts):
         first, last = s == 0, s == num_stages - 1
-        part = StageModule(model, stage_layers(s, num_stages, model.cfg.layers), first, last)
         part, data = wrap_stage(part, dims, device)
         modules.append(part)
-        inputs, outputs = example_io(first, last, plan.microbatch_size, model.cfg, dims.tp, logits_dtype)
+        inputs, outputs = example_io(first, last, plan, model.cfg, dims.tp, logits_dtype, shards)
         stages.append(timed_stage(part, s, num_stages, device, input_args=inputs, output_args=outputs,
                                   group=pp_group, clock=busy))
     run = PipelineRun(make_schedule(dims.schedule, stages, plan.microbatches, loss_fn), stages, pp_group, pp,
-                      device, busy, SpanClock(device))
+                      device, busy, SpanClock(device), tied_sync=tied)
     names = {"pipeline": f"torch.distributed.pipelining {SCHEDULE_NAMES[dims.schedule]}: {pp} ranks x "
                          f"{dims.virtual_stages} stage(s), {plan.microbatches} microbatches", "data": data}
     return nn.ModuleList(modules), run, names
@@ -313,11 +412,13 @@ def bubble_formula(pp: int, virtual: int, microbatches: int) -> float:
 
 def p2p_bytes_formula(*, parallel: ParallelConfig, model: ModelConfig, micro_batch: int) -> int:
     """Bytes all stages of one pipeline send per step: 2·(P·V − 1)·M·b·T·H·4·tp, b = B/M, B = micro_batch
-    (sequences per rank per step; see the module docstring)."""
+    (sequences per rank per step; see the module docstring); under sequence parallelism each tensor rank
+    sends its T/tp positions: 2·(P·V − 1)·M·b·T·H·4."""
     p = parallel
     b = micro_batch // p.n_microbatches
+    senders = 1 if p.sequence_parallel and p.tensor > 1 else p.tensor
     return (2 * (p.pipeline * p.virtual_stages - 1) * p.n_microbatches * b * model.seq_len * model.hidden
-            * ACTIVATION_BYTES * p.tensor)
+            * ACTIVATION_BYTES * senders)
 
 
 def rank_bubble(fig: dict, steps: int) -> float | None:
@@ -347,7 +448,7 @@ def pipeline_section(figs: list[dict], *, parallel: ParallelConfig, model: Model
         "p2p_bytes_per_step": sent,
         "p2p_bytes_formula": p2p_bytes_formula(parallel=parallel, model=model, micro_batch=micro_batch),
         "p2p_source": "bytes in the stages' send ops, summed over one pipeline's ranks (world / dp); formula "
-                      "2*(P*V-1)*M*b*T*H*4*tp",
+                      "2*(P*V-1)*M*b*T*H*4*tp (sequence parallel: without the tp)",
         "activation_bytes_per_stage": None,
         "activation_reason": "not measured: the allocator peak mixes activations with weights and optimizer state",
     }

@@ -52,6 +52,16 @@ attn.out, ffn.down          RowwiseParallel(output Shard(1)): reduce-scatter ḡ
 head                        ColwiseParallel(input Shard(1))                  all-gather
 ==========================  ===============================================  ===================
 
+An MoE layer under sequence parallelism routes the whole sequence, as without it: its input is all-gathered
+from the sequence shards (PrepareModuleInputOutput: Shard(1) -> Replicate, whose backward keeps the rank's
+own slice of the replicated gradient) and its output sliced back to the rank's shard (Replicate ->
+Shard(1), whose backward all-gathers the shards' gradients). So routing, capacity and the auxiliary loss
+are those of the single-process layer on the same tokens, and the layer's plain (replicated) weights get
+the same full gradient on every rank; experts folded over the tensor-parallel ranks then split the routed
+work among them (parallel/expert.py). Megatron routes each sequence shard on its own instead, which saves
+the all-gather of the layer's input ([b, s, h] per MoE layer, forward and backward) but changes the
+routing with t.
+
 Megatron stores a column-parallel linear's input as the rank's sequence shard and all-gathers it
 again in the backward pass; a DTensor linear would store the gathered input. So each of those
 linears runs under a non-reentrant checkpoint together with its all-gather: the checkpoint stores
@@ -86,8 +96,8 @@ def column_inputs(model: nn.Module) -> list[str]:
 def tensor_parallel_plan(model: nn.Module, sequence_parallel: bool = False) -> dict:
     """{module path: ParallelStyle} for parallelize_module (the module docstring's tables)."""
     from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
-                                                   SequenceParallel)
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, PrepareModuleInputOutput,
+                                                   RowwiseParallel, SequenceParallel)
 
     stream = Shard(1) if sequence_parallel else Replicate()  # the residual stream between the regions
     plan = {
@@ -99,6 +109,12 @@ def tensor_parallel_plan(model: nn.Module, sequence_parallel: bool = False) -> d
         plan["blocks.0"] = PrepareModuleInput(input_layouts=(Replicate(), None), desired_input_layouts=(Shard(1), None),
                                               use_local_output=True)
         plan["ln_f"] = SequenceParallel()
+        for i, block in enumerate(model.blocks):
+            if not isinstance(block.ffn, MLP):  # an MoE layer routes the whole sequence (module docstring)
+                plan[f"blocks.{i}.ffn"] = PrepareModuleInputOutput(
+                    input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_input=True,
+                    output_layouts=(Replicate(), None, None), desired_output_layouts=(Shard(1), None, None),
+                    use_local_output=True)
     for i, block in enumerate(model.blocks):
         plan[f"blocks.{i}.attn.out"] = RowwiseParallel(output_layouts=stream)
         if sequence_parallel:
@@ -133,8 +149,6 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh, sequence_parallel: bool = F
     from torch.distributed.tensor.parallel import parallelize_module
 
     check_divisible(model, tp_mesh.size())
-    if sequence_parallel and any(not isinstance(block.ffn, MLP) for block in model.blocks):
-        raise ValueError("sequence parallelism supports dense models (the config refuses MoE with it)")
     parallelize_module(model, tp_mesh, tensor_parallel_plan(model, sequence_parallel))
     if model.cfg.tie_embeddings:  # each style distributed its own copy of the one weight: share one again
         model.head.weight = model.tok_emb.weight

@@ -36,6 +36,21 @@ wrapper is ``torch.distributed._composable.replicate_with_fsdp.replicate`` over 
 dimension: FSDP2's machinery with a replicate-only mesh, i.e. DDP semantics (full parameters per
 dp rank, gradients all-reduced and averaged over dp) that understands 2-D DTensors.
 
+Expert parallelism (torchtitan's layout): under ZeRO-2/3 each MoE layer's expert shard is wrapped first,
+fully_shard on its own expert-data-parallel mesh of edp > 1 ranks (the ranks holding the same experts,
+layout.ParallelDims.edp). Its gradient, already summed over the expert-parallel group by the all-to-all's
+backward, is summed over that mesh and divided by the stage's distinct batches (set_gradient_divide_factor:
+the data-parallel degree, over the context-parallel one), so it is the gradient of the mean loss, as the
+dense parameters' is; the
+block's fully_shard on the dp mesh then leaves the wrapped experts alone. The wrappers that replicate
+(DDP, replicate_with_fsdp), and ZeRO-2/3 where each expert shard has one holder (edp = 1: nothing to
+shard), leave the expert shards out (DDP's ignore list, the ignored_params of replicate and fully_shard)
+and parallel/expert.py's sync_expert_grads reduces them after the step's last backward.
+
+ZeRO-2/3 × tensor parallel and × pipeline: fully_shard over the "dp" mesh dimension takes the tensor-parallel
+DTensor parameters as they are and shards them further over dp (FSDP2's 2-D layout, as torchtitan's); a
+pipeline shards each of its stages, whose last microbatch's backward the pipeline stage lets reduce.
+
 Which wrapper a layout gets is the layout's answer (layout.ParallelDims.data_parallel); this module
 applies it.
 """
@@ -48,7 +63,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from benchsuite.config import TrainConfig
-from benchsuite.layout import DP, DataParallel, ParallelDims
+from benchsuite.layout import DP, EDP, DataParallel, ParallelDims
 from benchsuite.record.types import PrecisionPolicy
 
 WRAPPER_NAMES = {  # Applied.data: the data-parallel wrapper, by name, in the record
@@ -106,25 +121,48 @@ def fsdp_groups(model: nn.Module) -> list:
     return ([emb] if emb else []) + blocks + ([tail] if tail else [])
 
 
-def apply_fsdp(model: nn.Module, mesh, reshard_after_forward: bool) -> nn.Module:
-    """fully_shard every group of fsdp_groups(model), then the root (fp32 throughout: see PrecisionPolicy)."""
+def apply_fsdp(model: nn.Module, mesh, reshard_after_forward: bool, ignored: set | None = None) -> nn.Module:
+    """fully_shard every group of fsdp_groups(model), then the root (fp32 throughout: see PrecisionPolicy);
+    `ignored` parameters (expert shards held whole) left out."""
     from torch.distributed.fsdp import fully_shard
 
-    kw = {"mesh": mesh, "reshard_after_forward": reshard_after_forward}
+    kw = {"mesh": mesh, "reshard_after_forward": reshard_after_forward, "ignored_params": ignored}
     for group in fsdp_groups(model):
         fully_shard(group, **kw)
     fully_shard(model, **kw)
     return model
 
 
-def apply_replicate(model: nn.Module, mesh) -> nn.Module:
-    """DDP semantics for DTensor (tensor-parallel) parameters: replicate over the dp mesh."""
+def apply_replicate(model: nn.Module, mesh, ignored: set | None = None) -> nn.Module:
+    """DDP semantics for DTensor (tensor-parallel) parameters: replicate over the dp mesh; `ignored`
+    parameters (expert shards) left out."""
     from torch.distributed._composable.replicate_with_fsdp import replicate
 
     for group in fsdp_groups(model):
-        replicate(group, mesh=mesh)
-    replicate(model, mesh=mesh)
+        replicate(group, mesh=mesh, ignored_params=ignored)
+    replicate(model, mesh=mesh, ignored_params=ignored)
     return model
+
+
+def expert_shards(model: nn.Module) -> set:
+    """The expert-parallel shards' parameters (none without expert parallelism)."""
+    from benchsuite.parallel.expert import expert_parameters
+
+    return set(expert_parameters(model))
+
+
+def wrap_experts(model: nn.Module, dims: ParallelDims) -> None:
+    """Each expert shard sharded on the expert-data-parallel mesh, gradients divided by dp (module docstring)."""
+    from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
+
+    from benchsuite.parallel.expert import ExpertParallelExperts
+
+    for experts in [m for m in model.modules() if isinstance(m, ExpertParallelExperts)]:
+        fully_shard(experts, mesh=dims.ep_mesh[EDP],
+                    reshard_after_forward=dims.data_parallel is DataParallel.FSDP_STAGE3)
+        experts.set_gradient_divide_factor(float(dims.dp_batches))
+        experts.set_force_sum_reduction_for_comms(True)  # sum, then divide: gloo has no pre-multiplied sum
+        register_fsdp_forward_method(experts, "forward_sorted")  # the dropless path's entry
 
 
 def wrap_data_parallel(model: nn.Module, dims: ParallelDims, device: torch.device) -> nn.Module:
@@ -132,12 +170,16 @@ def wrap_data_parallel(model: nn.Module, dims: ParallelDims, device: torch.devic
     wrapper = dims.data_parallel
     if wrapper is DataParallel.NONE:
         return model
+    if dims.experts_sharded:
+        wrap_experts(model, dims)
+    left_out = expert_shards(model) if dims.ep_enabled and not dims.experts_sharded else None
     if wrapper is DataParallel.REPLICATE:
-        return apply_replicate(model, dims.mesh[DP])
+        return apply_replicate(model, dims.mesh[DP], left_out)
     if wrapper in (DataParallel.DDP, DataParallel.ZERO1):
         return DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
                    process_group=dims.group(DP), gradient_as_bucket_view=True)
-    return apply_fsdp(model, dims.mesh[DP], reshard_after_forward=wrapper is DataParallel.FSDP_STAGE3)
+    return apply_fsdp(model, dims.mesh[DP], reshard_after_forward=wrapper is DataParallel.FSDP_STAGE3,
+                      ignored=left_out)
 
 
 def single_rank_name(dims: ParallelDims) -> str:

@@ -1,19 +1,24 @@
 """`--calibrate RECORD`: the achieved compute rate from the user's own single-device record.
 
 One device has no communication and no bubble, so its measured median step time is compute plus the
-optimizer step. The rate that makes this package's compute term reproduce that time (optimizer at the
-system's memory bandwidth, hardware FLOPs as flop_parts counts them) replaces the system file's matmul
-and attention rates: one measurement cannot tell the two apart, so both get it. The record comes in as
-read (the command reads the file), so this package stays below the readers.
+memory-bound terms (optimizer, MoE router and permutation) and the host floor. The rate that makes this
+package's prediction of that very run reproduce that time (found by bisection: the prediction falls as the
+rate rises) replaces the system file's matmul and attention rates: one measurement cannot tell the two
+apart, so both get it. The record comes in as read (the command reads the file), so this package stays
+below the readers.
 """
 
 from __future__ import annotations
 
-from benchsuite.config import ConfigError, RunConfig
-from benchsuite.predict.compute import optimizer_s, token_flops
+import dataclasses
+
+from benchsuite.config import CarbonConfig, ConfigError, RunConfig
+from benchsuite.predict.step import predict, record_expert_load
 from benchsuite.predict.system import System
 from benchsuite.predict.workload import from_run
 from benchsuite.record.types import Kind, Record, Status
+
+BISECTIONS = 100  # halvings of the rate's log range: far below any rate's noise
 
 
 def calibrate(system: System, rec: Record, source: str) -> System:
@@ -36,15 +41,22 @@ def calibrate(system: System, rec: Record, source: str) -> System:
     if step is None:
         raise ConfigError(source, [("--calibrate", "the record has no median step time (metrics.step_time_s.median "
                                                    "is null); give a record of a run that measured its steps")])
-    compute = step - optimizer_s(w, system)
-    if compute <= 0:
-        raise ConfigError(source, [("--calibrate", f"the step ({step:.4g} s) is no longer than the optimizer "
-                                                   f"step predicted at device.memory_gbps; check memory_gbps")])
-    rate = token_flops(w).hardware * w.micro_batch * w.model.seq_len * w.microbatches / compute / 1e12
-    if system.device.peak_tflops is not None and rate > system.device.peak_tflops:
-        raise ConfigError(source, [("--calibrate", f"the record's achieved {rate:.4g} TFLOP/s is above the "
-                                                   f"system's device.peak_tflops ({system.device.peak_tflops:g}): "
-                                                   f"it is a record of another device; give a record of this one")])
+    w = dataclasses.replace(w, expert_load=record_expert_load(rec), expert_load_source=source)
+
+    def step_at(rate: float) -> float:
+        return predict(w, system.calibrated(rate, rate, ""), carbon=CarbonConfig()).step_s
+
+    top = system.device.peak_tflops or 1e6
+    if step_at(top) > step:
+        raise ConfigError(source, [("--calibrate", f"the record's step ({step:.4g} s) is shorter than this system "
+                                                   f"predicts at its peak ({top:g} TFLOP/s): it is a record of "
+                                                   f"another device (or check device.memory_gbps and "
+                                                   f"system.op_floor_us); give a record of this one")])
+    low, high = top * 1e-9, top
+    for _ in range(BISECTIONS):
+        mid = (low * high) ** 0.5
+        low, high = (mid, high) if step_at(mid) > step else (low, mid)
+    rate = high
     device = rec.env.devices[0].name if rec.env.devices else "unknown device"
     return system.calibrated(rate, rate, f"compute rate {rate:.4g} TFLOP/s calibrated from {source} "
                                          f"({device}, {step:.4g} s per step)")

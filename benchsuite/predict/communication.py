@@ -13,8 +13,10 @@ one, the system's `framework_us`; DDP's reducer, the expert all-to-alls and the 
 c10d directly.
 
 Overlap model, stated: tensor-parallel (but Megatron's sequence-parallel re-gather, which overlaps the
-input-gradient GEMM), expert-parallel and pipeline point-to-point transfers sit on the critical path
-(each waits for the compute before it and the compute after waits for it). Data-parallel communication overlaps compute by the system's `dp_overlap`: DDP and ZeRO-1 all-reduce gradient buckets
+input-gradient GEMM) and pipeline point-to-point transfers sit on the critical path (each waits for the
+compute before it and the compute after waits for it); the expert all-to-all too, but for the system's
+`ep_overlap` share of it (0 in the shipped files: neither the harness nor the Megatron-Core of the
+published MoE rows overlaps it). Data-parallel communication overlaps compute by the system's `dp_overlap`: DDP and ZeRO-1 all-reduce gradient buckets
 while the last micro-batch's backward runs; FSDP2 (ZeRO-2/3) prefetches each micro-batch's gathers and
 reduce-scatters beside its forward and backward. Only the part longer than that compute is exposed.
 """
@@ -25,10 +27,10 @@ from dataclasses import dataclass
 
 import msgspec
 
-from benchsuite.metrics.comm import (Collective, data_parallel_collectives, ring_bytes,
+from benchsuite.metrics.comm import (Collective, context_parallel_bytes, data_parallel_collectives, ring_bytes,
                                      tensor_parallel_collectives)
-from benchsuite.models.moe import expected_slots_per_token
 from benchsuite.predict.compute import expert_params_per_device
+from benchsuite.predict.moe import rows_per_device
 from benchsuite.predict.system import Link, System
 from benchsuite.predict.workload import Implementation, Recompute, Workload
 
@@ -86,26 +88,56 @@ def tensor_parallel(w: Workload, system: System) -> CommTime:
 
 def expert_parallel(w: Workload, system: System) -> CommTime:
     """Per micro-batch: each MoE layer's dispatch and combine all-to-alls, forward and backward (and the
-    forward's again under full recompute), of the routed load: every expert slot the layer fills (E·C
-    with capacity, k per token dropless) × hidden."""
+    forward's again under full recompute), of the routed load: every expert row the device's routed tokens
+    fill (E·C/N per token with capacity, k dropless) × hidden.
+
+    Placement: the group is EP consecutive ranks (the folded expert layout, layout.py, as Megatron's MoE
+    Parallel Folding places it). Inside a node every byte
+    crosses NVLink (or the host's link); across nodes a rank's (EP − n)/EP of its payload leaves the node
+    at the inter-node bandwidth while (n − 1)/EP stays inside, n = the group's ranks per node, both at once:
+    time = latency + max(inside / intra bandwidth, outside / inter bandwidth)."""
     if w.moe is None or w.layout.ep <= 1:
         return CommTime(0.0, 0.0, 0, False)
     from benchsuite.metrics.flops import _moe_layer_count
 
-    tokens = w.micro_batch * w.model.seq_len
-    payload = expected_slots_per_token(w.moe, tokens) * tokens * w.model.hidden * w.compute_bytes
-    per_layer = 4 + (2 if w.recompute is Recompute.FULL else 0)
-    calls = [Collective("all_to_all", payload, per_layer * _moe_layer_count(_stage_model(w), w.moe))]
-    crosses = _spans(w.layout.ep, w.layout.tp, w, system)
-    return time_of(calls, w.layout.ep, system.link(crosses), crosses)
+    ep = w.layout.ep
+    payload = rows_per_device(w) * w.model.hidden * w.compute_bytes
+    calls = (4 + (2 if w.recompute is Recompute.FULL else 0)) * _moe_layer_count(_stage_model(w), w.moe)
+    crosses = _spans(ep, 1, w, system)
+    sent = ring_bytes("all_to_all", payload, ep) * calls
+    if not crosses:
+        return time_of([Collective("all_to_all", payload, calls)], ep, system.intra_node, False)
+    local = max(1, min(ep, ranks_per_node(w, system)))
+    inside = payload * (local - 1) / ep / (system.intra_node.gbps * 1e9)
+    outside = payload * (ep - local) / ep / (system.inter_node.gbps * 1e9)
+    return CommTime(calls * (system.inter_node.latency_us * 1e-6 + max(inside, outside)), sent, calls, True)
+
+
+def context_parallel(w: Workload, system: System) -> CommTime:
+    """Per micro-batch, on the context-parallel group (cp consecutive data-parallel ranks, tp apart): per layer
+    the keys and values all-gathered in forward and their gradients reduce-scattered in backward, per MoE
+    layer its input gathered and its output's gradient, the bytes metrics.comm.context_parallel_bytes counts
+    (the record's formula), all on the critical path."""
+    cp = w.layout.cp
+    if cp <= 1:
+        return CommTime(0.0, 0.0, 0, False)
+    from benchsuite.metrics.flops import _moe_layer_count
+
+    stage = _stage_model(w)
+    sent = sum(context_parallel_bytes(model=stage, moe=w.moe, context=cp, tensor=w.layout.tp,
+                                      micro_batch=w.micro_batch, kv_bytes=w.compute_bytes).values())
+    calls = 2 * stage.layers + 2 * _moe_layer_count(stage, w.moe)
+    crosses = _spans(cp, w.layout.tp, w, system)
+    link = system.link(crosses)
+    return CommTime(calls * link.latency_us * 1e-6 + sent / (link.gbps * 1e9), sent, calls, crosses)
 
 
 def data_parallel(w: Workload, system: System, psi: float) -> CommTime:
     """Per step, for psi parameters per device: the replicated ones on the data-parallel group; with expert
-    parallelism the device's experts only on the ranks that hold the same experts (dp / ep of them)."""
+    parallelism the device's experts only on the ranks that hold the same experts (edp = dp·tp / ep)."""
     benchsuite = w.implementation is Implementation.BENCHSUITE
     grad = 4 if benchsuite else w.compute_bytes  # fp32 gradients here; Megatron reduces bf16 ones
-    gather = w.compute_bytes if w.layout.zero >= 2 else 4
+    gather = 4 if benchsuite else w.compute_bytes  # FSDP2 here gathers the fp32 parameters; Megatron bf16 ones
     experts = expert_params_per_device(w)
     units = max(1, w.model.layers // w.layout.pp) + (1 if w.model.tie_embeddings else 2)  # fully_shard units
     dense = data_parallel_collectives(psi - experts, stage=w.layout.zero, grad_accum=w.microbatches,
@@ -113,7 +145,7 @@ def data_parallel(w: Workload, system: System, psi: float) -> CommTime:
     crosses = _spans(w.layout.dp, w.layout.tp, w, system)
     fsdp = benchsuite and w.layout.data_parallel.fsdp
     out = time_of(dense, w.layout.dp, system.link(crosses), crosses, system.node.framework_us if fsdp else 0.0)
-    replicas = w.layout.dp // w.layout.ep
+    replicas = w.layout.edp
     if experts and replicas > 1:
         mine = time_of(data_parallel_collectives(experts, stage=0, grad_accum=1, grad_bytes=grad, gather_bytes=gather),
                        replicas, system.link(crosses), crosses)

@@ -1,11 +1,11 @@
 """Compute time of one micro-batch on one device, and of the optimizer step.
 
-The weight matmuls run at the system's achieved matmul rate and the attention core (Q·Kᵀ, the weighted
-sum of V, and the fused backward's recomputed Q·Kᵀ) at its achieved attention rate: FLOPs from
-metrics.flops.flop_parts, what recompute adds counted apart. A device does 1/tp of each matmul (tensor
-parallelism) and 1/pp of the layers (pipeline stages, split evenly: the embedding and LM head of the end
-stages are averaged in). Each data-parallel rank computes its own tokens' experts (expert parallelism moves
-tokens, not FLOPs).
+The weight matmuls run at the system's achieved matmul rate (its FP8 rate under --precision fp8) and the
+attention core (Q·Kᵀ, the weighted sum of V, and the fused backward's recomputed Q·Kᵀ) at its achieved
+attention rate: FLOPs from metrics.flops.flop_parts, what recompute adds counted apart. A device does 1/tp
+of each matmul (tensor parallelism) and 1/pp of the layers (pipeline stages, split evenly); the routed
+experts' grouped GEMMs are predict/moe.py's term, not counted here. The busiest pipeline stage sets the
+pace: the last one also runs the LM head (stage_excess).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from benchsuite.metrics.flops import FlopParts, flop_parts, param_counts
 from benchsuite.metrics.memory import other_ranks_experts, params_per_rank, rank_params
+from benchsuite.predict.moe import matmul_rate, routed_expert_flops_per_token
 from benchsuite.predict.system import System
 from benchsuite.predict.workload import Implementation, Workload
 
@@ -50,9 +51,9 @@ def token_flops(w: Workload) -> FlopParts:
 def microbatch_compute(w: Workload, system: System) -> MicrobatchCompute:
     f = token_flops(w)
     tokens = w.micro_batch * w.model.seq_len / (w.layout.tp * w.layout.pp)  # one device's share of the work
-    mm, att = system.device.matmul_tflops * 1e12, system.device.attention_tflops * 1e12
+    mm, att = matmul_rate(w, system), system.device.attention_tflops * 1e12
     fused = f.fused_attention_backward if w.implementation is Implementation.BENCHSUITE else 0.0
-    return MicrobatchCompute(matmul_s=tokens * f.executed_matmul / mm,
+    return MicrobatchCompute(matmul_s=tokens * (f.executed_matmul - routed_expert_flops_per_token(w)) / mm,
                              attention_s=tokens * (f.attention + fused) / att,
                              recompute_s=tokens * (f.recompute_matmul / mm + f.recompute_attention / att))
 
@@ -82,3 +83,20 @@ def optimizer_s(w: Workload, system: System) -> float:
     psi = params_per_device(w) / (w.layout.dp if w.layout.zero >= 1 else 1)
     return OPTIMIZER_BYTES_PER_PARAM * psi / (system.device.memory_gbps * 1e9)
 
+
+
+def stage_excess(w: Workload) -> float:
+    """The share by which the busiest pipeline rank's work exceeds the mean rank's: a rank runs the blocks of
+    its stages (layout.ParallelDims.stage_layers: parallel.stage_layers, or even, or the ends one block
+    lighter) and the rank of the last stage also the LM head (Megatron-LM and torch.distributed.pipelining
+    both place it there); every pipeline rank waits for the busiest. Blocks weigh the mean block's FLOPs;
+    0 without a pipeline."""
+    lay = w.layout
+    if lay.pp <= 1:
+        return 0.0
+    total, head = token_flops(w).hardware, 6 * param_counts(w.model, w.moe).lm_head
+    block = (total - head) / w.model.layers
+    last = lay.num_stages - 1
+    work = [sum(block * len(lay.stage_layers(s, w.model.layers)) + (head if s == last else 0.0)
+                for s in lay.stage_ids(rank)) for rank in range(lay.pp)]
+    return max(work) / (total / lay.pp) - 1

@@ -1,6 +1,6 @@
 """Memory per device: model states (metrics.memory's ZeRO forms) plus the activations the schedule keeps.
 
-Model states: a benchsuite run's are metrics.memory's implementation_model_state (the function behind
+Model states: a benchsuite run's are metrics.memory's layout_model_state (the function behind
 its record's analytic figure) under the data-parallel wrapper its layout runs; Megatron-LM's the ZeRO
 paper's mixed-precision forms.
 
@@ -57,8 +57,9 @@ def model_state(w: Workload, psi: float) -> tuple[float, str]:
     if w.implementation is Implementation.MEGATRON:
         out = mem.zero_model_state(psi, lay.dp, lay.zero_applied, mem.PAPER)
     else:
-        forward = "bf16" if w.compute_bytes == 2 else "fp32"
-        out = mem.implementation_model_state(psi, lay.dp, lay.data_parallel, forward)
+        # the record's own formula for the layout (experts and dense weights each over their group); FSDP2 gets
+        # no MixedPrecisionPolicy here (parallel/zero.py): it gathers the fp32 parameters
+        out = mem.layout_model_state(w.model, w.moe, lay, "fp32")
     return out["total"], out["formula"]
 
 
@@ -66,7 +67,7 @@ def predict_memory(w: Workload, psi: float, capacity_gb: float | None) -> Memory
     m = w.model
     act = mem.activation_bytes(m.seq_len, w.micro_batch, m.hidden, m.heads, max(1, m.layers // w.layout.pp), m.vocab,
                                tp=w.layout.tp, recompute=w.recompute.value,
-                               sequence_parallel=w.layout.sequence_parallel)
+                               sequence_parallel=w.layout.sequence_parallel, context=w.layout.cp)
     held = inflight(w)
     layers_bytes = act["per_layer_bytes"] * act["layers"] * held
     activations = layers_bytes + (act["output_layer_bytes"] if w.layout.pp == 1 else 0.0)

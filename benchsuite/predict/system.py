@@ -38,6 +38,8 @@ class DeviceSpec(ConfigSection):
     memory_gbps: doc(PositiveNum | None, "memory bandwidth, GB/s (the optimizer step is bound by it)") = None
     max_w: doc(PositiveNum | None, "board power at full load (TDP)") = None
     idle_w: doc(PositiveNum | None, "board power while idle") = None
+    fp8_peak_tflops: doc(PositiveNum | None, "dense FP8 peak, datasheet (predict --precision fp8)") = None
+    fp8_matmul_tflops: doc(PositiveNum | None, "achieved on the weight matmuls in FP8 (predict --precision fp8)") = None
 
 
 class Link(ConfigSection):
@@ -53,6 +55,21 @@ class Node(ConfigSection):
     dp_overlap: doc(Fraction, "share of data-parallel communication hidden behind backward") = 1.0
     framework_us: doc(NonNegativeNum, "host time DTensor and FSDP2 add to each collective they issue, µs (0 where "
                                       "the host runs ahead of the device)") = 0.0
+    op_floor_us: doc(NonNegativeNum, "the least time one operator of a training step takes: kernel launch and the "
+                                     "framework's host time, µs (a step is never shorter than its operators' "
+                                     "floors)") = 0.0
+    ep_overlap: doc(Fraction, "share of the expert all-to-all hidden behind compute (0: on the critical "
+                              "path)") = 0.0
+
+
+class ExpertRates(ConfigSection):
+    """How an MoE layer's kernels run on this device (benchsuite/predict/moe.py)."""
+
+    gemm_half_tokens: doc(PositiveNum | None, "tokens per expert at which a grouped expert GEMM runs at half the "
+                                              "matmul rate (default: matmul_tflops / memory_gbps, the weights' "
+                                              "read time)") = None
+    load_max_over_mean: doc(PositiveNum, "busiest expert ÷ mean token load assumed where no record gives it "
+                                         "(learned routing)") = 1.0
 
 
 @dataclass(frozen=True)
@@ -64,6 +81,7 @@ class System:
     intra_node: Link
     inter_node: Link
     source: str  # the file, and what calibrated it
+    experts: ExpertRates = ExpertRates()
 
     @property
     def name(self) -> str:
@@ -78,8 +96,9 @@ class System:
         return replace(self, device=device, source=f"{self.source}; {how}")
 
 
-SECTIONS = {"system": Node, "device": DeviceSpec, "intra_node": Link, "inter_node": Link}
-OPTIONAL = {"system.dp_overlap", "system.framework_us", "device.kind"}
+SECTIONS = {"system": Node, "device": DeviceSpec, "intra_node": Link, "inter_node": Link, "experts": ExpertRates}
+OPTIONAL = {"system.dp_overlap", "system.framework_us", "system.op_floor_us", "system.ep_overlap", "device.kind",
+            "device.fp8_peak_tflops", "device.fp8_matmul_tflops", "experts"}
 
 
 def parse_system(doc: dict, path: str | Path) -> System:
@@ -91,28 +110,29 @@ def parse_system(doc: dict, path: str | Path) -> System:
     built = {}
     for sec, cls in SECTIONS.items():
         raw = doc.get(sec)
-        if raw is None:
+        if raw is None and sec not in OPTIONAL:
             problems.append((sec, f"missing section [{sec}]; add it (see {EXAMPLE})"))
-            raw = {}
+        raw = {} if raw is None else raw
         built[sec], _ = build_section(cls, raw, sec, problems)
         for f in msgspec.structs.fields(cls):
             given = isinstance(raw, dict) and f.name in raw
-            if not given and f"{sec}.{f.name}" not in OPTIONAL and sec in doc:
+            if not given and f"{sec}.{f.name}" not in OPTIONAL and sec not in OPTIONAL and sec in doc:
                 problems.append((f"{sec}.{f.name}", f"missing key ({doc_of(f)}); add it "
                                                     f"(see {EXAMPLE})"))
     d = built["device"]
     if d.idle_w is not None and d.max_w is not None and d.idle_w > d.max_w:
         problems.append(("device.idle_w", f"idle power ({d.idle_w:g} W) above device.max_w ({d.max_w:g} W); "
                                           f"give the board's idle and full-load power"))
-    for key in ("matmul_tflops", "attention_tflops"):
-        rate = getattr(d, key)
-        if rate is not None and d.peak_tflops is not None and rate > d.peak_tflops:
-            problems.append((f"device.{key}", f"achieved {rate:g} TFLOP/s above device.peak_tflops "
-                                              f"({d.peak_tflops:g}); an achieved rate is at most the peak"))
+    for key, peak_key in (("matmul_tflops", "peak_tflops"), ("attention_tflops", "peak_tflops"),
+                          ("fp8_matmul_tflops", "fp8_peak_tflops")):
+        rate, peak = getattr(d, key), getattr(d, peak_key)
+        if rate is not None and peak is not None and rate > peak:
+            problems.append((f"device.{key}", f"achieved {rate:g} TFLOP/s above device.{peak_key} "
+                                              f"({peak:g}); an achieved rate is at most the peak"))
     if problems:
         raise ConfigError(path, problems)
     return System(node=built["system"], device=d, intra_node=built["intra_node"], inter_node=built["inter_node"],
-                  source=str(path))
+                  source=str(path), experts=built["experts"])
 
 
 def load_system(path: str | Path) -> System:

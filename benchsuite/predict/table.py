@@ -4,6 +4,7 @@ passes every line through `printable`)."""
 from __future__ import annotations
 
 from benchsuite.energy.carbon import J_PER_KWH
+from benchsuite.predict.compare import DenseVsMoE
 from benchsuite.predict.step import Prediction
 
 GB = 1e9
@@ -17,6 +18,8 @@ def prediction_doc(name: str, p: Prediction) -> dict:
                    "zero": lay.zero, "schedule": lay.schedule.value, "virtual_stages": lay.virtual_stages,
                    "sequence_parallel": lay.sequence_parallel, "micro_batch": w.micro_batch,
                    "microbatches": w.microbatches, "recompute": w.recompute.value},
+        "precision": "fp8 (prediction only)" if w.fp8 else "as run", "expert_load": p.expert_load,
+        "warnings": list(p.warnings),
         "step_time_s": p.step_s, "tokens_per_step": p.tokens_per_step, "tokens_per_s": p.tokens_per_s,
         "mfu": p.mfu, "hfu": p.hfu,
         "components": [{"name": c.name, "seconds": c.seconds, "share": c.seconds / p.step_s, "detail": c.detail}
@@ -41,7 +44,11 @@ def prediction_lines(name: str, p: Prediction) -> list[str]:
     lines = [f"{name}: TP {lay.tp} × PP {lay.pp} × DP {lay.dp}" + (f" × EP {lay.ep}" if lay.ep > 1 else "")
              + f", ZeRO {lay.zero}, recompute {w.recompute.value}"
              + (", sequence parallel" if lay.sequence_parallel else ""),
-             f"  step {p.step_s:.4g} s  {p.tokens_per_s:,.0f} tok/s  MFU {p.mfu:.3f}  HFU {p.hfu:.3f}"]
+             f"  step {p.step_s:.4g} s  {p.tokens_per_s:,.0f} tok/s  MFU {p.mfu:.3f}  HFU {p.hfu:.3f}"
+             + ("  (FP8, prediction only; MFU over the bf16 peak)" if w.fp8 else "")]
+    lines += [f"  ⚠ {text}" for text in p.warnings]
+    if p.expert_load is not None:
+        lines.append(f"  busiest expert's load: {p.expert_load}")
     lines += [f"    {c.name:<18} {c.seconds:10.4g} s  {100 * c.seconds / p.step_s:5.1f} %  {c.detail}"
               for c in p.components if c.seconds > 0]
     lines += [f"  memory per device {mem.total_bytes / GB:.4g} GB{fits}: model states {mem.model_state_bytes / GB:.4g} "
@@ -50,4 +57,19 @@ def prediction_lines(name: str, p: Prediction) -> list[str]:
               f"{e.run_tokens:.3g} tokens: {e.run_s / 3600:,.1f} h, {e.run_energy_j / J_PER_KWH:,.4g} kWh of "
               f"device energy, × PUE {e.pue:g} = {e.run_facility_j / J_PER_KWH:,.4g} kWh, "
               f"{e.run_co2e_g / 1000:,.4g} kg CO2e at {e.intensity_g_per_kwh:g} g/kWh ({e.intensity_source})"]
+    return lines
+
+
+def comparison_lines(pairs: list[DenseVsMoE]) -> list[str]:
+    """Each MoE run ÷ its dense partner, with each ratio's range and what dominates it."""
+    if not pairs:
+        return []
+    lines = ["Dense vs MoE (each MoE run ÷ its dense partner, to the same tokens; range: the widest of the inputs' "
+             "stated ranges, and that input)"]
+    for c in pairs:
+        lines.append(f"  {c.moe} ÷ {c.dense}, {c.tokens:.3g} tokens:")
+        for what, r in (("time", c.time), ("energy", c.energy), ("CO2e", c.co2e)):
+            why = (f"{r.low:.3f}–{r.high:.3f}, dominated by {r.dominant}" if r.dominant
+                   else "no input's range moves it")
+            lines.append(f"    {what:<7} {r.value:6.3f}×  ({why})")
     return lines

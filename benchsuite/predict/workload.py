@@ -44,6 +44,18 @@ class Workload:
     compute_bytes: int  # 2 (bf16) or 4 (fp32): activations on the wire
     implementation: Implementation = Implementation.BENCHSUITE
     nodes: int | None = None  # the nodes the ranks spread over, evenly; None: packed devices_per_node to a node
+    fp8: bool = False  # weight matmuls in FP8 (prediction only: the harness trains in fp32 or bf16)
+    expert_load: float | None = None  # busiest expert ÷ mean, from a record; None: the system file's assumption
+    expert_load_source: str | None = None  # where expert_load comes from (a record's file)
+
+    @property
+    def routed_tokens(self) -> int:
+        """Tokens one device routes per micro-batch and MoE layer: the whole micro-batch here (MoE layers
+        are replicated over a tensor-parallel group); with Megatron's sequence parallelism its shard b·s/tp,
+        as MoE Parallel Folding runs the experts at expert tensor parallelism 1 (Liu et al. 2025)."""
+        tokens = self.micro_batch * self.model.seq_len
+        folded = self.implementation is Implementation.MEGATRON and self.layout.sequence_parallel
+        return tokens // self.layout.tp if folded else tokens
 
     @property
     def tokens_per_step(self) -> int:

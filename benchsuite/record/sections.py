@@ -143,8 +143,12 @@ class ParallelConfig(ConfigSection):
     schedule: Literal[PIPELINE_SCHEDULES] = "1f1b"
     virtual_stages: doc(PositiveInt, "stages per rank V; > 1 with schedule = \"interleaved\"") = 1
     sequence_parallel: doc(bool, "Megatron's sequence parallelism with tensor > 1") = False
+    first_stage_layers: doc(PositiveInt | None, "blocks of the first pipeline stage; the others split the rest "
+                                                "(default: even, first and last stages lighter)") = None
+    last_stage_layers: doc(PositiveInt | None, "blocks of the last pipeline stage, as first_stage_layers") = None
+    context: doc(PositiveInt, "context parallelism: ranks sharing each sequence, K/V all-gathered") = 1
 
-    LATER = ("sequence_parallel",)  # as ModelConfig.LATER
+    LATER = ("sequence_parallel", "first_stage_layers", "last_stage_layers", "context")  # as ModelConfig.LATER
 
     @property
     def n_microbatches(self) -> int:

@@ -34,6 +34,9 @@ from benchsuite.record.types import SCHEMA_VERSION, Record
 INDEX_DIR = ".benchsuite-index"  # hidden: record_files leaves out every name that starts with a dot
 INDEX_FILE = "records.parquet"
 FORMAT = 1  # this file's layout; any other is rebuilt quietly, as after an upgrade
+# A folder of fewer record files is read without an index: reading 100 files takes about as long as reading
+# their index (24 ms against 23 ms on the 2-core box), and writing one costs some 60 ms more.
+MIN_FILES = 100
 METADATA_KEY = b"benchsuite.index"
 # A file changed within this long before it was read might change again with the same size and mtime (file
 # times tick coarsely): such an entry is decoded again next time rather than trusted (git's racy-clean rule).

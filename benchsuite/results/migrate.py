@@ -439,6 +439,13 @@ def update_to_7(rec: dict) -> dict:
                            Upgrade(upgrade_v6_per_device_rate, "metrics.tokens_per_s")])
 
 
+def update_to_8(rec: dict) -> dict:
+    """Version 7 -> 8: the parallel section gains context, first_stage_layers and last_stage_layers (context
+    parallelism and uneven pipeline stages). An earlier run had neither: their defaults (1, null, null), which the
+    types fill in, state what it ran; nothing stored changes but the version."""
+    return _apply(rec, 8, [])
+
+
 # ----------------------------------------------------------------------------- the chain
 
 
@@ -456,7 +463,7 @@ def _apply(rec: dict, version: int, upgrades: list[Upgrade]) -> dict:
 
 
 UPDATES: dict[int, Callable[[dict], dict]] = {2: update_to_2, 3: update_to_3, 4: update_to_4, 5: update_to_5,
-                                               6: update_to_6, 7: update_to_7}  # version reached
+                                               6: update_to_6, 7: update_to_7, 8: update_to_8}  # version reached
 
 
 def migrate(doc: object) -> dict:

@@ -12,6 +12,7 @@ communication term, else the compute rate.
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from dataclasses import dataclass
 
 from rich.markup import escape
@@ -26,7 +27,7 @@ from benchsuite.terminal import printable
 
 FAR = 1.5  # measured step time ÷ predicted above this: the run is flagged as far below its prediction
 EXCESS_SHARE = 0.15  # a measured bubble or all-to-all share this far above its prediction is the suspect
-COMMUNICATION = ("tensor_parallel", "expert_parallel", "data_parallel", "pipeline_p2p")
+COMMUNICATION = ("tensor_parallel", "expert_parallel", "context_parallel", "data_parallel", "pipeline_p2p")
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,7 @@ def beside_table(rows: list[Beside]) -> Table:
 def beside(results: Results, system) -> list[Beside]:
     """Each ok run's median step time beside its prediction on `system` (benchsuite.predict)."""
     from benchsuite.predict import predict_run
+    from benchsuite.predict.step import record_expert_load
 
     out = []
     for row in results.ok_runs.to_dict("records"):
@@ -97,7 +99,10 @@ def beside(results: Results, system) -> list[Beside]:
         why = _not_comparable(rec, hardware, system)
         if why is None:
             try:
-                prediction = predict_run(RunConfig.from_record(rec.config), system)
+                loads = [x for x in map(record_expert_load, recs) if x is not None]
+                prediction = predict_run(RunConfig.from_record(rec.config), system,
+                                         expert_load=statistics.median(loads) if loads else None,
+                                         expert_load_source="this run's records (metrics.moe)" if loads else None)
             except (ValueError, TypeError, ZeroDivisionError) as e:  # a config no harness run could have had
                 why = f"cannot be predicted: {e}"
         if why is not None:

@@ -27,7 +27,7 @@ from benchsuite.record.io import file_kind, read_bytes
 from benchsuite.record.names import record_id
 from benchsuite.record.sanity import flag_summary, with_flags
 from benchsuite.record.types import Flag, Record
-from benchsuite.results.index import Entry, FileKey, FolderIndex, IndexDamaged, record_blob, record_of
+from benchsuite.results.index import MIN_FILES, Entry, FileKey, FolderIndex, IndexDamaged, record_blob, record_of
 from benchsuite.results.migrate import migrate
 from benchsuite.results.scaling import scaling_identity
 
@@ -208,7 +208,7 @@ def load_records(path: str | Path, exclude: list[str | Path] | None = None,
 def _load_records(path: Path, exclude: list[Path], only: Selection | None) -> list[Loaded]:
     folder = path.is_dir()
     entries = record_files(path, exclude) if folder else [(path, None)]
-    index = FolderIndex.read(path) if folder else None
+    index = FolderIndex.read(path) if folder and len(entries) >= MIN_FILES else None
     records: list[Loaded] = []
     seen: dict[str, list[Loaded]] = {}  # record id -> the records of that id read so far
     files: set[str] = set()  # the files' paths relative to the folder, as the index names them

@@ -1,0 +1,427 @@
+"""MoE in the layouts clusters run, on real gloo processes against one process.
+
+One spawn at world 4 checks every layout in turn: expert parallelism folded over tensor parallelism
+(EP 2 = TP 2 beside DP 2; EP 4 over TP 2 × DP 2, dropless; with sequence parallelism, the MoE layer
+routing the gathered sequence), MoE blocks on pipeline stages with expert parallelism (1F1B,
+interleaved, GPipe; PP 2 × TP 2 × EP 2 folded, also with sequence parallelism), FSDP2 with experts
+sharded over their expert-data-parallel group (ZeRO-3 EP 2, ZeRO-2 EP 2; under ZeRO-2 EP 4 each expert
+has one holder), an uneven pipeline (first_stage_layers 1: stages of 1 and 3 blocks), a tied LM head
+over an interleaved pipeline of 5 blocks (derived stages 1, 2, 1, 1) and context parallelism (CP 2 with
+DP 2 on a dense model with RoPE and grouped-query attention, with TP 2, with EP 2, EP 4 over CP 2 × TP 2,
+under ZeRO-3, on pipeline stages, and with sequence parallelism; the reference runs each context-parallel
+group's sequences whole). Each builds the plain model with the same seed, parallelizes it with
+benchsuite.parallel.parallelize and trains it with the worker's train_step; the reference is one process
+that runs every data-parallel rank's microbatches in turn and averages their losses (cross-entropy + every
+MoE layer's auxiliary loss). Checked (fp32, relative error ≤ 1e-5): the loss each rank reports, every
+gradient after the first backward (expert shards against their slice of the full gradient), every weight
+after the AdamW steps, the expert loads of the last microbatch (each rank's, and the record's sum over
+ranks through worker.moe_stats: the loads of one process that saw all tokens), the folded experts' and
+context parallelism's all-gather and reduce-scatter bytes and a pipeline's point-to-point bytes against
+their formulas, and the model-state bytes (parameters, gradients, Adam state) against metrics.memory's
+formula for the layout. The other tests are fast: the public recipes' layouts as a suite, the refusals
+that remain, the stage split and the per-rank parameter counts.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from msgspec.structs import replace
+
+from benchsuite.config import (CarbonConfig, ConfigError, EnergyConfig, ModelConfig, MoEConfig, ParallelConfig,
+                               RunConfig, TrainConfig)
+from helpers import spawn
+from helpers.parallel import clean_name, full, rel
+
+CFG = ModelConfig(layers=4, hidden=16, heads=2, vocab=32, seq_len=8, ffn_hidden=32)
+CAPACITY = MoEConfig(experts=4, router="token_choice", top_k=2, every=2, capacity_factor=1.0, z_loss_coef=0.001)
+DROPLESS = replace(CAPACITY, capacity_factor=0.0)
+TIED = replace(CFG, layers=5, tie_embeddings=True)
+ROPE = replace(CFG, heads=4, kv_heads=2, position="rope", norm="rmsnorm", activation="swiglu")
+MB, STEPS, TOL, WORLD = 4, 2, 1e-5, 4
+
+# name: (parallel section, moe section[, model section])
+CASES = {
+    "ep2=tp2 x dp2": (ParallelConfig(tensor=2, expert=2), CAPACITY),
+    "ep4 over tp2 x dp2, dropless": (ParallelConfig(tensor=2, expert=4), DROPLESS),
+    "pp2 x ep2, 1f1b": (ParallelConfig(pipeline=2, expert=2, microbatches=2), CAPACITY),
+    "pp2 x ep2, interleaved, dropless": (ParallelConfig(pipeline=2, expert=2, schedule="interleaved",
+                                                       virtual_stages=2, microbatches=2), DROPLESS),
+    "pp2 x tp2 x ep2, gpipe": (ParallelConfig(pipeline=2, tensor=2, expert=2, schedule="gpipe", microbatches=2),
+                               CAPACITY),
+    "zero3 x ep2, dropless": (ParallelConfig(zero=3, expert=2), DROPLESS),
+    "zero2 x ep4": (ParallelConfig(zero=2, expert=4), CAPACITY),
+    "zero2 x ep2": (ParallelConfig(zero=2, expert=2), DROPLESS),
+    "pp2 uneven (1, 3) x ep2": (ParallelConfig(pipeline=2, expert=2, microbatches=2, first_stage_layers=1), CAPACITY),
+    "sp tp2 x dp2, ep2 folded": (ParallelConfig(tensor=2, expert=2, sequence_parallel=True), DROPLESS),
+    "pp2 x sp tp2 x ep2, 1f1b": (ParallelConfig(pipeline=2, tensor=2, expert=2, sequence_parallel=True,
+                                                microbatches=2), CAPACITY),
+    "pp2 x dp2 x ep2, interleaved, 5 layers derived (1, 2, 1, 1), tied": (
+        ParallelConfig(pipeline=2, expert=2, schedule="interleaved", virtual_stages=2, microbatches=2),
+        CAPACITY, TIED),
+    "cp2 x dp2, dense, rope, grouped-query": (ParallelConfig(context=2), None, ROPE),
+    "cp2 x tp2, dense": (ParallelConfig(context=2, tensor=2), None),
+    "cp2 x ep2 x dp2": (ParallelConfig(context=2, expert=2), CAPACITY),
+    "cp2 x tp2 x ep4, dropless": (ParallelConfig(context=2, tensor=2, expert=4), DROPLESS, ROPE),
+    "zero3 x cp2 x ep2": (ParallelConfig(zero=3, context=2, expert=2), DROPLESS),
+    "pp2 x cp2 x ep2, interleaved": (ParallelConfig(pipeline=2, context=2, expert=2, schedule="interleaved",
+                                                    virtual_stages=2, microbatches=2), CAPACITY, ROPE),
+    "sp tp2 x cp2, dense": (ParallelConfig(tensor=2, context=2, sequence_parallel=True), None, ROPE),
+    "zero3 x tp2, dense": (ParallelConfig(zero=3, tensor=2), None, ROPE),
+    "zero2 x pp2, dense, interleaved": (ParallelConfig(zero=2, pipeline=2, schedule="interleaved", virtual_stages=2,
+                                                       microbatches=2), None),
+    "zero3 x pp2 x ep2, dropless": (ParallelConfig(zero=3, pipeline=2, expert=2, microbatches=2), DROPLESS),
+    "sp tp2 x cp2 x ep4, dropless": (ParallelConfig(tensor=2, context=2, expert=4, sequence_parallel=True), DROPLESS),
+}
+
+
+def make_run(parallel: ParallelConfig, moe: MoEConfig | None, model: ModelConfig = CFG) -> RunConfig:
+    return RunConfig(suite="t", workload="w", kind="moe" if moe else "dense", model=model, moe=moe,
+                     train=TrainConfig(micro_batch=MB, steps=STEPS, precision="fp32"), parallel=parallel,
+                     energy=EnergyConfig(), carbon=CarbonConfig(), world_size=WORLD)
+
+
+def global_batch(step: int, dp: int):
+    g = torch.Generator().manual_seed(1000 + step)
+    x = torch.randint(0, CFG.vocab, (dp * MB, CFG.seq_len), generator=g)
+    return x, torch.randint(0, CFG.vocab, (dp * MB, CFG.seq_len), generator=g)
+
+
+def full_params(par) -> dict:
+    """{name in the full model: parameter} of this rank (a pipeline's stages, unwrapped)."""
+    if par.pipeline is None:
+        return {clean_name(n): p for n, p in par.model.named_parameters()}
+    return {stage.full_name(clean_name(n)): p for stage in par.pipeline.modules() for n, p in stage.named_parameters()}
+
+
+class GradCapture:
+    def __init__(self, par):
+        self.par, self.grads = par, None
+
+    def after_backward(self):
+        self.grads = {n: full(p.grad).clone() for n, p in full_params(self.par).items()}
+
+    def after_step(self):
+        pass
+
+
+def expert_slice(name: str, ref: torch.Tensor, ep_rank: int, ep: int) -> torch.Tensor:
+    """The reference's part of a parameter this rank holds: its E/ep experts for an expert weight."""
+    if ".experts.w_" not in name:
+        return ref
+    n = ref.shape[0] // ep
+    return ref[ep_rank * n:(ep_rank + 1) * n]
+
+
+def reference_step(ref, x, y, batches: int, microbatches: int) -> tuple[list[float], list]:
+    """One process over every distinct batch's microbatches (a data-parallel rank's, or a context-parallel
+    group's): backward of the mean of (CE + aux); per batch its mean loss and the routing of its last
+    microbatch."""
+    losses, routing = [], []
+    for xr, yr in zip(x.chunk(batches), y.chunk(batches)):
+        total = 0.0
+        for xm, ym in zip(xr.chunk(microbatches), yr.chunk(microbatches)):
+            logits, aux, stats = ref(xm)
+            loss = F.cross_entropy(logits.flatten(0, 1), ym.flatten()) + aux
+            (loss / (batches * microbatches)).backward()
+            total += float(loss.detach()) / microbatches
+        losses.append(total)
+        routing.append(stats)
+    return losses, routing
+
+
+def rank_batch(x: torch.Tensor, dims, dp_rank: int) -> torch.Tensor:
+    """This rank's part of the global batch: its data-parallel rank's MB sequences, or with context
+    parallelism its shard of its group's cp·MB sequences (worker.Bench.batches)."""
+    from benchsuite.parallel.context import shard_positions
+
+    cp, group = dims.cp, dp_rank // dims.cp
+    rows = x[group * cp * MB:(group + 1) * cp * MB]
+    return rows[:, shard_positions(dp_rank % cp, cp, x.shape[1])] if cp > 1 else rows
+
+
+def train_and_compare(rank: int, run: RunConfig) -> dict:
+    import torch.distributed as dist
+
+    from benchsuite.dist import DistContext
+    from benchsuite.layout import CP, EP, ParallelDims
+    from benchsuite.metrics.comm import CommCounter
+    from benchsuite.metrics.memory import ModelStateProbe, analytic_model_state
+    from benchsuite.models.moe import set_expert_impl
+    from benchsuite.models.transformer import build_model
+    from benchsuite.parallel import parallelize
+    from benchsuite.parallel.pipeline import PipelinePlan
+    from benchsuite.parallel.zero import make_adamw
+    from benchsuite.worker import moe_stats, train_step
+
+    cpu = torch.device("cpu")
+    dims = ParallelDims.from_run(run).build_meshes("cpu")
+    ctx = DistContext(rank, rank, WORLD, 0, cpu, "gloo", dims)
+    batches, m, group = dims.dp_batches, run.parallel.n_microbatches, ctx.dp_rank // dims.cp
+    ref = build_model(run.model, run.moe, seed=0)
+    if run.moe is not None:
+        set_expert_impl(ref, "padded_bmm")
+    ref_opt = make_adamw(ref.parameters(), run.train)
+    par = parallelize(build_model(run.model, run.moe, seed=0), dims=dims, train=run.train, moe=run.moe, device=cpu,
+                      pipeline=PipelinePlan.from_run(run) if dims.pp_enabled else None)
+    ep_rank = dims.ep_mesh.get_local_rank(EP) if dims.ep_enabled else 0
+    out = {"impl": par.applied.implementation(), "names": sorted(full_params(par))}
+    ref_params = dict(ref.named_parameters(remove_duplicate=False))  # a tied head.weight by its name too
+    for step in range(STEPS):
+        x, y = global_batch(step, dims.dp)
+        probe = GradCapture(par) if step == 0 else None
+        mine = [(rank_batch(x, dims, ctx.dp_rank), rank_batch(y, dims, ctx.dp_rank))]
+        with CommCounter() as counter:
+            result = train_step(par, mine, "fp32", cpu, probe=probe)
+        ref_losses, ref_routing = reference_step(ref, x, y, batches, m)
+        if step == 0:
+            loss = result.loss.clone()
+            if dims.cp_enabled:  # the group's mean: every shard holds as many tokens
+                dist.all_reduce(loss, group=dims.group(CP))
+                loss /= dims.cp
+            out["loss"] = abs(float(loss) - ref_losses[group]) / ref_losses[group]
+            errs = {n: rel(g, expert_slice(n, ref_params[n].grad, ep_rank, dims.ep)) for n, g in probe.grads.items()}
+            out["grads"] = max(errs.values())
+            out["bad"] = [n for n, e in errs.items() if e > TOL]
+            if run.moe is not None:
+                moe_index = [(b + 1) // run.moe.every - 1 for b in par.pipeline.moe_layer_ids()] if par.pipeline \
+                    else range(len(result.routing))  # the MoE layer each routing entry is
+                out["own_loads"] = [stats.expert_load.tolist() == ref_routing[group][i].expert_load.tolist()
+                                    for i, stats in zip(moe_index, result.routing)]
+                out["loads"] = moe_stats(par.model, [result.routing], ctx=ctx, pipeline=par.pipeline)["expert_load"]
+                out["ref_loads"] = [[sum(v) for v in zip(*(ref_routing[b][i].expert_load.tolist()
+                                                          for b in range(batches)))]
+                                    for i in range(run.model.layers // run.moe.every)]
+        else:  # a step without the gradient capture's own gathers
+            out["comm"] = counter.result()["bytes_by_kind"]
+        ref_opt.step()
+        ref_opt.zero_grad(set_to_none=True)
+    out["figures"] = par.pipeline.figures() if par.pipeline is not None else None
+    out["params"] = max(rel(full(p), expert_slice(n, ref_params[n], ep_rank, dims.ep))
+                        for n, p in full_params(par).items())
+    probe = ModelStateProbe(par.model, par.optimizer)
+    train_step(par, mine, "fp32", cpu, probe=probe)
+    probe.close()
+    steps = 4 * len(par.optimizer.state)  # AdamW's fp32 step count per parameter, no model state of the formula
+    measured = probe.result()
+    out["state"] = [measured["params"], measured["grads"], measured["optimizer"] - steps]
+    formula = analytic_model_state(run.model, run.moe, dims, compute="fp32", forward_params="fp32")["analytic"]
+    out["state_formula"] = [formula[k] for k in ("params", "grads", "optimizer")]
+    return out
+
+
+def _rank(rank: int, world: int, out_dir: str) -> None:
+    import torch.distributed as dist
+
+    from benchsuite.dist import shutdown
+
+    dist.init_process_group("gloo")
+    torch.set_num_threads(1)
+    results = {}
+    for name, spec in CASES.items():
+        results[name] = train_and_compare(rank, make_run(*spec))
+    (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(results))
+    shutdown()
+
+
+@pytest.mark.procs
+def test_moe_layouts_match_single_process(tmp_path):
+    from benchsuite.models.transformer import build_model
+
+    spawn(_rank, WORLD, str(tmp_path))
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    for name, (parallel, moe, *model) in CASES.items():
+        run = make_run(parallel, moe, *model)
+        all_names = {n for n, _ in build_model(run.model, moe).named_parameters(remove_duplicate=False)}
+        for rank, results in enumerate(ranks):
+            r, where = results[name], f"{name} rank {rank}"
+            assert r["loss"] <= TOL, f"{where}: loss rel err {r['loss']:.2e}"
+            assert r["grads"] <= TOL, f"{where}: grad rel err {r['grads']:.2e} in {r['bad']}"
+            assert r["params"] <= TOL, f"{where}: params after {STEPS} steps rel err {r['params']:.2e}"
+            assert all(r.get("own_loads", [])), f"{where}: expert loads differ from one process's on the same tokens"
+            assert ("expert_layout" in r["impl"]) == (parallel.expert > 1), where
+            assert ("context" in r["impl"]) == (parallel.context > 1), where
+        assert set().union(*(res[name]["names"] for res in ranks)) == all_names, f"{name}: a parameter is lost"
+        largest = max((res[name] for res in ranks), key=lambda r: sum(r["state"]))  # a pipeline: the formula's rank
+        assert largest["state"] == largest["state_formula"], f"{name}: model state {largest['state']}"
+        if moe is not None:
+            summed = [[sum(v) for v in zip(*layer)] for layer in zip(*(res[name]["loads"] for res in ranks))]
+            assert summed == ranks[0][name]["ref_loads"], f"{name}: loads over ranks {summed}"
+        if parallel.pipeline > 1:  # the stages' sends: MoE adds nothing between stages (AuxLossIntoGradient)
+            from benchsuite.parallel.pipeline import p2p_bytes_formula, pipeline_section
+
+            figs = [res[name]["figures"] for res in ranks]
+            section = pipeline_section(figs, parallel=run.parallel, model=run.model, train=run.train, micro_batch=MB,
+                                       data_parallel=run.data_parallel)
+            assert section["p2p_bytes_per_step"] == p2p_bytes_formula(parallel=run.parallel, model=run.model,
+                                                                      micro_batch=MB), name
+        if parallel.tensor * parallel.context > 1 and parallel.pipeline == 1 and not parallel.sequence_parallel \
+                and parallel.zero == 0:  # the collectives that are these layouts' own, by their formulas
+            from benchsuite.metrics.comm import context_parallel_bytes, expert_fold_gather_bytes
+
+            context = context_parallel_bytes(model=run.model, moe=moe, context=parallel.context, tensor=parallel.tensor,
+                                             micro_batch=MB, kv_bytes=4)
+            expected = expert_fold_gather_bytes(model=run.model, moe=moe, parallel=parallel, micro_batch=MB)
+            assert ranks[0][name]["comm"].get("all_gather", 0) == expected + context.get("all_gather", 0), name
+            assert ranks[0][name]["comm"].get("reduce_scatter", 0) == context.get("reduce_scatter", 0), name
+
+
+# ------------------------------------------------------------------ public recipes at their degrees
+
+RECIPES = """
+[suite]
+name = "moe-recipes"
+
+[defaults]
+train = { micro_batch = 8, steps = 4, precision = "bf16" }
+
+[[workload]]
+name = "qwen3-30b-a3b-ep8"
+model = { preset = "qwen3-30b-a3b" }
+parallel = { expert = 8 }
+sweep = { world_size = [8] }
+
+[[workload]]
+name = "qwen3-30b-a3b-tp4-pp2-ep4"
+model = { preset = "qwen3-30b-a3b" }
+parallel = { tensor = 4, pipeline = 2, expert = 4, microbatches = 8 }
+sweep = { world_size = [8] }
+
+[[workload]]
+name = "qwen3-235b-a22b-tp4-pp8-vp4-ep8"
+model = { preset = "qwen3-235b-a22b" }
+parallel = { tensor = 4, pipeline = 8, virtual_stages = 4, schedule = "interleaved", expert = 8, microbatches = 8 }
+sweep = { world_size = [64] }
+
+[[workload]]
+name = "mixtral-8x22b-tp2-pp4-ep8"
+model = { preset = "mixtral-8x22b" }
+parallel = { tensor = 2, pipeline = 4, expert = 8, microbatches = 8 }
+sweep = { world_size = [32] }
+
+[[workload]]
+name = "qwen3-30b-a3b-long-context-cp2-tp2-ep8"
+model = { preset = "qwen3-30b-a3b" }
+parallel = { context = 2, tensor = 2, expert = 8 }
+sweep = { world_size = [16] }
+
+[[workload]]
+name = "mixtral-8x22b-zero3-ep8"
+model = { preset = "mixtral-8x22b" }
+parallel = { zero = 3, expert = 8 }
+sweep = { world_size = [64] }
+"""
+
+
+def test_public_moe_recipes_parse_at_their_degrees():
+    """The layouts of Qwen3-30B-A3B (also a long-context variant with context parallelism), Qwen3-235B-A22B
+    (94 layers over PP 8 × VP 4: the ends lighter, experts folded over TP 4 × DP 2) and Mixtral 8x22B are
+    accepted as a suite; each run's layout, the experts'
+    own layout and the model-state formula per group follow from them at full dimensions."""
+    import tomllib
+
+    from benchsuite.config import parse_suite
+    from benchsuite.layout import ParallelDims
+    from benchsuite.metrics.memory import analytic_model_state, rank_param_split
+
+    runs = {r.workload: r for r in parse_suite(tomllib.loads(RECIPES)).runs}
+    assert len(runs) == 6
+    long = ParallelDims.from_run(runs["qwen3-30b-a3b-long-context-cp2-tp2-ep8"])
+    assert (long.dp, long.dp_batches, long.edp) == (8, 4, 2)
+    big = ParallelDims.from_run(runs["qwen3-235b-a22b-tp4-pp8-vp4-ep8"])
+    assert (big.dp, big.edp, big.num_stages) == (2, 1, 32)
+    assert [len(big.stage_layers(s, 94)) for s in range(32)] == [2] + [3] * 30 + [2]
+    assert big.layouts()["expert_layout"].startswith("pp 8 x edp 1 x ep 8")
+    mixtral = ParallelDims.from_run(runs["mixtral-8x22b-tp2-pp4-ep8"])
+    assert (mixtral.dp, mixtral.edp, mixtral.num_stages) == (4, 1, 4)
+    sharded = runs["mixtral-8x22b-zero3-ep8"]
+    dims = ParallelDims.from_run(sharded)
+    assert (dims.dp, dims.edp, dims.experts_sharded) == (64, 8, True)
+    state = analytic_model_state(sharded.model, sharded.moe, dims, compute="bf16", forward_params="fp32")
+    psi, experts = rank_param_split(sharded.model, sharded.moe, dims)
+    assert state["analytic"]["total"] == 16 * (psi - experts) / 64 + 16 * experts / 8, state["formula"]
+    assert experts == 56 * 1 * 3 * 6144 * 16384  # one of 8 experts per rank in each of 56 layers
+
+
+@pytest.mark.parametrize("parallel,kind,key,needle", [
+    ({"tensor": 2, "expert": 2, "sequence_parallel": True}, "moe", "parallel.sequence_parallel",
+     "model.seq_len (15) over tensor (2) ranks"),
+    ({"expert": 2, "zero": 1}, "moe", "parallel.zero", "use zero = 2 or 3"),
+    ({"tensor": 2, "pipeline": 2, "zero": 1}, "moe", "parallel.zero", "zero = 2 or 3"),
+    ({"expert": 8, "tensor": 2}, "moe", "parallel.expert", "must divide data-parallel × tensor (2 × 2 = 4)"),
+    ({"context": 2, "tensor": 2, "sequence_parallel": True}, "dense", "parallel.context",
+     "2 × context × tensor, with sequence_parallel, (8) must divide model.seq_len (15)"),
+    ({"context": 3}, "dense", "parallel.context", "must divide the data-parallel ranks (4)"),
+])
+def test_layouts_still_refused_say_why_and_what_to_set(parallel, kind, key, needle):
+    from benchsuite.config import parse_suite
+
+    doc = {"defaults": {"model": dict(layers=4, hidden=32, heads=4, vocab=64, seq_len=15)},
+           "workload": [{"name": "w", "kind": kind, "parallel": parallel, "train": {"micro_batch": 8},
+                         **({"moe": {"experts": 8}} if kind == "moe" else {})}],
+           "sweep": {"world_size": [4]}}
+    with pytest.raises(ConfigError) as e:
+        parse_suite(doc)
+    assert key in str(e.value) and needle in str(e.value), str(e.value)
+
+
+def test_stage_layer_counts_put_the_remainder_in_the_middle_and_honour_given_ends():
+    from benchsuite.config.rules import stage_layer_counts
+
+    assert stage_layer_counts(94, 32) == (2,) + (3,) * 30 + (2,)  # Qwen3-235B over PP 8 × VP 4
+    assert stage_layer_counts(8, 4) == (2, 2, 2, 2) and stage_layer_counts(5, 4) == (1, 2, 1, 1)
+    assert stage_layer_counts(10, 4) == (2, 3, 3, 2) and stage_layer_counts(5, 2) == (3, 2)
+    assert stage_layer_counts(61, 16, first=3, last=2) == (3,) + (4,) * 14 + (2,)  # Megatron's first/last keys
+    assert stage_layer_counts(4, 2, first=1) == (1, 3) and stage_layer_counts(4, 2, last=1) == (3, 1)
+    with pytest.raises(ValueError, match="split them equally"):
+        stage_layer_counts(10, 4, first=2)
+    with pytest.raises(ValueError, match="exceeds model.layers"):
+        stage_layer_counts(3, 4)
+
+
+def test_pipeline_ranks_hold_the_parameters_of_their_stages():
+    """metrics.memory's Ψ per pipeline rank, with MoE blocks, experts spread over ep, uneven stages and a
+    tied head's copy on the last stage, is the parameter count of the stage modules a rank builds."""
+    from benchsuite.layout import ParallelDims, Schedule
+    from benchsuite.metrics.memory import pipeline_rank_params
+    from benchsuite.models.transformer import build_model
+    from benchsuite.parallel.pipeline import StageModule
+
+    dims = ParallelDims.from_degrees(pp=2, dp=2, ep=2, virtual_stages=2, schedule=Schedule.INTERLEAVED)
+    model = build_model(TIED, CAPACITY)
+    expert_rows = CAPACITY.experts // dims.ep
+    for rank, (total, experts) in enumerate(pipeline_rank_params(TIED, dims, CAPACITY)):
+        stages = [StageModule(model, dims.stage_layers(s, TIED.layers), s == 0, s == dims.num_stages - 1)
+                  for s in dims.stage_ids(rank)]
+        params = [(n, p) for stage in stages for n, p in stage.named_parameters()]
+        own = sum(p[:expert_rows].numel() if ".experts." in n else p.numel() for n, p in params)
+        assert (total, experts) == (own, sum(p[:expert_rows].numel() for n, p in params if ".experts." in n))
+
+
+def test_context_parallel_activations_add_the_gathered_keys_and_values():
+    """Without recompute a context-parallel rank also keeps the K/V it gathered from the c − 1 other shards;
+    with recompute they are gathered again inside the checkpoint, so nothing is added."""
+    from benchsuite.metrics.memory import activation_bytes
+
+    s, b, h, a, L, v = 4096, 1, 8192, 64, 4, 32000
+    for c, t in ((2, 1), (4, 8)):
+        base = activation_bytes(s, b, h, a, L, v, tp=t)
+        shard = activation_bytes(s, b, h, a, L, v, tp=t, context=c)
+        assert shard["per_layer_bytes"] - base["per_layer_bytes"] == 2 * 2 * (c - 1) * s * b * h / t
+        assert shard["formula"].endswith("+ 2·2·(c−1)·s·b·h/t + 4·s·b·h/t·(1 + v/h)")
+        for recompute in ("selective", "full"):
+            assert activation_bytes(s, b, h, a, L, v, tp=t, context=c, recompute=recompute) == \
+                activation_bytes(s, b, h, a, L, v, tp=t, recompute=recompute)
+
+
+def test_context_shards_cover_the_sequence_once_with_equal_causal_work():
+    from benchsuite.parallel.context import shard_positions
+
+    for c, t in ((2, 8), (4, 64)):
+        shards = [shard_positions(r, c, t) for r in range(c)]
+        assert sorted(torch.cat(shards).tolist()) == list(range(t))
+        assert len({int((s + 1).sum()) for s in shards}) == 1  # keys each shard's queries see, causally
