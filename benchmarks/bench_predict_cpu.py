@@ -32,10 +32,7 @@ from benchsuite.results.store import Loaded, load_records
 
 REPO = Path(__file__).resolve().parent.parent
 CPU = REPO / "workloads" / "systems" / "cpu-gloo.toml"
-SUITE = """
-[suite]
-name = "predict-cpu"
-
+HEADER = """
 [defaults]
 model = { layers = 4, hidden = 256, heads = 4, vocab = 512, seq_len = 128 }
 train = { micro_batch = 8, steps = 10, warmup_steps = 2, timeout_s = 300 }
@@ -43,7 +40,11 @@ train = { micro_batch = 8, steps = 10, warmup_steps = 2, timeout_s = 300 }
 [[workload]]
 name = "ref"
 sweep = { world_size = [1] }
-
+"""  # both suites: the model, the steps and the one-device reference
+SUITE = """
+[suite]
+name = "predict-cpu"
+""" + HEADER + """
 [[workload]]
 name = "pp2"
 parallel = { pipeline = 2, schedule = "1f1b", microbatches = 4 }
@@ -69,15 +70,7 @@ sweep = { world_size = [2] }
 MOE_SUITE = """
 [suite]
 name = "predict-cpu-moe"
-
-[defaults]
-model = { layers = 4, hidden = 256, heads = 4, vocab = 512, seq_len = 128 }
-train = { micro_batch = 8, steps = 10, warmup_steps = 2, timeout_s = 300 }
-
-[[workload]]
-name = "ref"
-sweep = { world_size = [1] }
-
+""" + HEADER + """
 [[workload]]
 name = "switch"
 kind = "moe"
