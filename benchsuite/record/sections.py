@@ -32,8 +32,9 @@ WarmupSteps = doc(Annotated[int, Meta(ge=MIN_WARMUP_STEPS, le=INT_MAX)], "at lea
 Router = Literal[tuple(ROUTERS)]
 
 
-class ConfigSection(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """A closed section: a key not declared here is an error in a suite and in a record."""
+class ConfigSection(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True, gc=False):
+    """A closed section: a key not declared here is an error in a suite and in a record (untracked by the cyclic
+    collector, as record.types.Section)."""
 
     LATER = ()  # keys added after schema version 4 (unannotated: a class constant, not a field)
 
