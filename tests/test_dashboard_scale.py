@@ -132,3 +132,29 @@ def test_index_size_does_not_grow_with_the_runs_table(tmp_path):
     per_run = (sizes[192] - sizes[64]) / 128
     assert per_run < 5e6 / 10_000 / 2, (sizes, per_run)  # with room for the fixed part
     assert len(runs_rows(tmp_path / "192")) == 192
+
+
+def test_a_rebuild_renders_only_the_pages_whose_inputs_changed_and_equals_a_fresh_build(tmp_path):
+    """A team's folder gains a few records a day: a rebuild writes the pages of what changed (a new record, a
+    record replaced) and keeps the others as they are; every page then equals a fresh build's."""
+    import shutil
+
+    from benchsuite.record import write_record
+    from helpers.records import make_record
+
+    folder, site = tmp_path / "results", tmp_path / "site"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "results", folder)
+    build_site(folder, site)
+    pages = {p: p.stat().st_mtime_ns for p in (site / "runs").glob("*.html")}
+    build_site(folder, site)  # nothing new: nothing rendered again
+    assert {p: p.stat().st_mtime_ns for p in (site / "runs").glob("*.html")} == pages
+    write_record(folder, make_record("n000000000000001", workload="newcomer"))
+    result = build_site(folder, site)
+    written = {p for p in (site / "runs").glob("*.html") if pages.get(p) != p.stat().st_mtime_ns}
+    assert written and len(written) < len(pages) / 2, sorted(p.name for p in written)
+    assert any("newcomer" in p.read_text() for p in written)
+    fresh = tmp_path / "fresh"
+    build_site(folder, fresh)
+    assert sorted(result.pages) == sorted(str(p.relative_to(fresh)) for p in fresh.rglob("*.html"))
+    for page in (fresh / "runs").glob("*.html"):
+        assert (site / "runs" / page.name).read_text() == page.read_text(), page.name

@@ -6,7 +6,9 @@
     SITE/assets/             plotly.min.js (from the installed plotly package, once), theme.js,
                              dashboard.css, dashboard.js, runs.js (the runs table's rows)
     SITE/.benchsuite-manifest.json  the files the last build wrote: a rebuild removes only those
-                             it no longer needs, and never overwrites a file it did not write
+                             it no longer needs, and never overwrites a file it did not write;
+                             and each run page's fingerprint: a rebuild renders again only the
+                             pages whose inputs changed (a team's folder gains a few records a day)
 
 The site opens from disk with no network: no CDN, no fetch; every figure is a Plotly JSON
 spec built in Python and embedded in its page, drawn by Plotly.newPlot.
@@ -14,12 +16,17 @@ spec built in Python and embedded in its page, drawn by Plotly.newPlot.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
+
 from benchsuite.atomic import atomic_file
+from benchsuite.record.names import digest
 from benchsuite.results.predicted import beside
 from benchsuite.results.store import cyclic_gc_paused
 import benchsuite.dashboard.data as sitedata
@@ -85,17 +92,48 @@ def _validate(figures: list[Figure]) -> None:
         go.Figure(f.spec())  # raises ValueError naming the bad property
 
 
-def read_manifest(site: Path) -> set[str]:
-    """The files earlier builds wrote; none when the manifest is missing, not a regular file (a FIFO
-    would block the read) or unreadable."""
+def _manifest(site: Path) -> dict:
+    """The manifest as written, {} when it is missing, not a regular file (a FIFO would block the read),
+    unreadable or not an object."""
     path = site / MANIFEST
     if not path.is_file():
-        return set()
+        return {}
     try:
-        files = json.loads(path.read_text(encoding="utf-8")).get("files")
-    except (OSError, ValueError, AttributeError, RecursionError):
-        return set()
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def read_manifest(site: Path) -> set[str]:
+    """The files earlier builds wrote (none where the manifest cannot be read)."""
+    files = _manifest(site).get("files")
     return {f for f in files if isinstance(f, str) and SITE_FILE.fullmatch(f)} if isinstance(files, list) else set()
+
+
+def read_fingerprints(site: Path) -> dict[str, str]:
+    """Each run page's fingerprint as the last build wrote it (page_fingerprint)."""
+    pages = _manifest(site).get("pages")
+    return {k: v for k, v in pages.items() if isinstance(k, str) and isinstance(v, str)} \
+        if isinstance(pages, dict) else {}
+
+
+@functools.cache
+def code_digest() -> str:
+    """A digest of this benchsuite's source: a page rendered by other code is rendered again."""
+    root = Path(__file__).resolve().parents[1]
+    return digest([(str(p.relative_to(root)), p.read_bytes().hex()) for p in sorted(root.rglob("*.py"))])
+
+
+def page_fingerprint(row: dict, record, prediction) -> str:
+    """What a run page shows is a function of these alone: its row of the results model, its record, its
+    prediction and the code; equal fingerprints, equal pages."""
+    shown = {k: v for k, v in row.items() if k != "rec"}  # (its place in the folder's list: shown nowhere)
+    h = hashlib.sha256(code_digest().encode())
+    h.update(json.dumps(shown, sort_keys=True, default=str).encode())
+    h.update(msgspec.json.encode(record))  # (msgspec: a record is ~10 kB of JSON, json.dumps 10× slower)
+    h.update(json.dumps(prediction.to_dict() if prediction is not None else None, default=str).encode())
+    return h.hexdigest()[:16]
 
 
 def owned_files(site: Path, files: set[str]) -> set[str]:
@@ -106,8 +144,9 @@ def owned_files(site: Path, files: set[str]) -> set[str]:
     return read_manifest(site)
 
 
-def write_manifest(site: Path, files: set[str]) -> None:
-    _write(site / MANIFEST, json.dumps({"written_by": "benchsuite dashboard", "files": sorted(files)}, indent=1))
+def write_manifest(site: Path, files: set[str], pages: dict[str, str] | None = None) -> None:
+    _write(site / MANIFEST, json.dumps({"written_by": "benchsuite dashboard", "files": sorted(files),
+                                        "pages": dict(sorted((pages or {}).items()))}, indent=1))
 
 
 def check_ownership(site: Path, files: set[str], owned: set[str]) -> None:
@@ -151,7 +190,9 @@ def _build(results, out: Path, validate: bool, system) -> BuildResult:
              *([] if data.df.empty else data.df["page"])}
     owned = owned_files(out, files)
     check_ownership(out, files, owned)
-    write_manifest(out, owned | files)  # first: a build stopped part-way still owns what it wrote
+    before = read_fingerprints(out)
+    write_manifest(out, owned | files)  # first: a build stopped part-way still owns what it wrote (and no page
+    # is trusted to be current until the build ends)
     size = write_assets(out)
     pages = []
 
@@ -168,18 +209,24 @@ def _build(results, out: Path, validate: bool, system) -> BuildResult:
     runs = out / "runs"
     runs.mkdir(exist_ok=True)
     run_nav = [(t, f"../index.html{h}") for t, h in NAV]
+    fingerprints = {}
     for row in data.df.reindex(columns=run_page.ROW_COLUMNS).to_dict("records") if not data.df.empty else []:
-        section = run_page.render(row, data.record(row), predicted.get(row["identity"]))
+        record, prediction = data.record(row), predicted.get(row["identity"])
+        fingerprints[row["page"]] = key = page_fingerprint(row, record, prediction)
+        pages.append(row["page"])
+        if before.get(row["page"]) == key and (out / row["page"]).is_file() and not validate:
+            size += (out / row["page"]).stat().st_size
+            continue  # the page this build would write is the one there
+        section = run_page.render(row, record, prediction)
         if validate:
             _validate(section.figures)
         size += _write(out / row["page"], page_html(section.title, section.html, section.figures, "../", run_nav,
                                                     f"{row['suite']} · {row['status']}"))
-        pages.append(row["page"])
     for d in data_files:  # the runs table's rows: after the run pages they link, before the index
         size += _write(out / d.path, d.js())
     size += _write(out / "index.html", page_html("Training cost: dense vs sparse", body, figures, "", NAV,
                                                  subtitle, data_files))
     pages.insert(0, "index.html")
     remove_stale(out, owned - files)
-    write_manifest(out, files)
+    write_manifest(out, files, fingerprints)
     return BuildResult(index=(out / "index.html").resolve(), records=len(data.records), pages=pages, bytes=size)
