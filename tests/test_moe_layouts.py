@@ -314,6 +314,14 @@ name = "mixtral-8x22b-zero3-ep8"
 model = { preset = "mixtral-8x22b" }
 parallel = { zero = 3, expert = 8 }
 sweep = { world_size = [64] }
+
+[[workload]]
+name = "mixtral-8x22b-folding-tp2-pp8-ep8"  # Liu et al. 2025's Mixtral 8x22B row: 128 H100, dropless top-2
+model = { preset = "mixtral-8x22b", seq_len = 4096 }
+moe = { capacity_factor = 0 }
+train = { micro_batch = 32 }  # global batch 256 over DP 8, in micro-batches of one sequence
+parallel = { tensor = 2, pipeline = 8, expert = 8, microbatches = 32, sequence_parallel = true }
+sweep = { world_size = [128] }
 """
 
 
@@ -329,7 +337,10 @@ def test_public_moe_recipes_parse_at_their_degrees():
     from benchsuite.metrics.memory import analytic_model_state, rank_param_split
 
     runs = {r.workload: r for r in parse_suite(tomllib.loads(RECIPES)).runs}
-    assert len(runs) == 6
+    assert len(runs) == 7
+    folding = ParallelDims.from_run(runs["mixtral-8x22b-folding-tp2-pp8-ep8"])
+    assert (folding.dp, folding.edp, folding.num_stages) == (8, 2, 8)  # EP 8 folded over TP 2 × DP 8 of a stage
+    assert [len(folding.stage_layers(s, 56)) for s in range(8)] == [7] * 8
     long = ParallelDims.from_run(runs["qwen3-30b-a3b-long-context-cp2-tp2-ep8"])
     assert (long.dp, long.dp_batches, long.edp) == (8, 4, 2)
     big = ParallelDims.from_run(runs["qwen3-235b-a22b-tp4-pp8-vp4-ep8"])
