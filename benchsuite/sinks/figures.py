@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import msgspec
@@ -15,23 +16,21 @@ from benchsuite.record.types import Record
 FIGURE_SECTIONS = ("metrics", "energy", "carbon")
 
 
-def _numbers(value: Any, prefix: str) -> dict[str, float]:
-    """Each finite number under value (nested tables walked, lists left out) by its dotted path."""
+def _leaves(value: Any, prefix: str) -> Iterator[tuple[str, Any]]:
+    """(dotted path, value) of each leaf under value: nested tables walked, anything else a leaf."""
     if isinstance(value, dict):
-        out = {}
         for key, inner in value.items():
-            out.update(_numbers(inner, f"{prefix}.{key}"))
-        return out
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return {prefix: float(value)}
-    return {}
+            yield from _leaves(inner, f"{prefix}.{key}")
+    else:
+        yield prefix, value
 
 
 def figures(record: Record) -> dict[str, float]:
     """'metrics.tokens_per_s' → 35519.2, 'energy.gpu.joules' → …, 'duration_s' → …: the record's figures."""
     out = {}
     for section in FIGURE_SECTIONS:
-        out.update(_numbers(msgspec.to_builtins(getattr(record, section)), section))
+        out.update({path: float(v) for path, v in _leaves(msgspec.to_builtins(getattr(record, section)), section)
+                    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)})
     if record.duration_s is not None:
         out["duration_s"] = float(record.duration_s)
     return out
@@ -44,15 +43,8 @@ def params(record: Record, path: str | None = None) -> dict[str, str]:
            "status": record.status.value, "repeat": str(record.repeat)}
     if path is not None:
         out["record"] = str(path)
-
-    def walk(value: Any, prefix: str) -> None:
-        if isinstance(value, dict):
-            for key, inner in value.items():
-                walk(inner, f"{prefix}.{key}")
-        elif value is not None:
-            out[prefix] = value if isinstance(value, str) else json.dumps(value)
-
-    walk(msgspec.to_builtins(record.config), "config")
+    out.update({path: v if isinstance(v, str) else json.dumps(v)
+                for path, v in _leaves(msgspec.to_builtins(record.config), "config") if v is not None})
     return out
 
 

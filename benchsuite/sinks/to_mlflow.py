@@ -3,7 +3,6 @@ metric history (MlflowClient, no global state: two suites in one process never s
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from benchsuite.config.sinks import MLflowSink
@@ -26,10 +25,10 @@ def send(record: Record, name: str, path: Path, options: MLflowSink, out: Path) 
     facts = params(record, path)
     tags = {k: facts.pop(k) for k in ("run_key", "suite", "workload", "status", "repeat", "record") if k in facts}
     run = client.create_run(experiment_id, run_name=name, tags=tags)
-    now = int(time.time() * 1000)
+    at = int(record.started_at.timestamp() * 1000)  # the measurement's time, not the upload's
     last = record.steps[-1].step if record.steps else 0
-    metrics = [Metric(k, v, now, last) for k, v in figures(record).items()]
-    metrics += [Metric(k, v, now, step) for step, row in step_rows(record) for k, v in row.items()]
+    metrics = [Metric(k, v, at, last) for k, v in figures(record).items()]
+    metrics += [Metric(k, v, at, step) for step, row in step_rows(record) for k, v in row.items()]
     items = [Param(k, v) for k, v in facts.items()]
     for i in range(0, len(items), PARAM_BATCH):
         client.log_batch(run.info.run_id, params=items[i:i + PARAM_BATCH])
