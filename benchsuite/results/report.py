@@ -272,8 +272,12 @@ def _shown(df: pd.DataFrame, fit: Fit) -> tuple[pd.DataFrame, list[str]]:
     rest = df.iloc[fit.rows:]
     failed = int((rest["status"] != "ok").sum()) if "status" in rest else 0
     flagged = int(rest["flagged"].fillna(False).astype(bool).sum()) if "flagged" in rest else 0
-    return df.iloc[:fit.rows], [f"… {len(rest):,} more rows not shown ({failed:,} failed, {flagged:,} flagged among "
-                                f"them): `benchsuite report --all` draws every row, `--json` gives them all"]
+    return df.iloc[:fit.rows], [_rest_line(len(rest), "rows", f" ({failed:,} failed, {flagged:,} flagged among them)")]
+
+
+def _rest_line(rest: int, what: str, detail: str = "") -> str:
+    """What a table cut at fit.rows leaves out, and how to see it."""
+    return f"… {rest:,} more {what} not shown{detail}: `benchsuite report --all` draws every one, `--json` gives them all"
 
 
 def report_table(results: Results, fit: Fit = Fit()) -> Table:
@@ -454,8 +458,7 @@ def _answer_lines(pairs) -> list[str]:
 def _rest_caption(table: Table, rest: int, what: str) -> None:
     """Under a table cut at fit.rows: how many more, and how to see them (after any caption it has)."""
     if rest > 0:
-        line = escape(f"… {rest:,} more {what} not shown: `benchsuite report --all` draws every one, `--json` gives "
-                      f"them all")
+        line = escape(_rest_line(rest, what))
         table.caption = f"{table.caption}\n{line}" if table.caption else line
 
 
