@@ -16,7 +16,6 @@ spec built in Python and embedded in its page, drawn by Plotly.newPlot.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import re
@@ -27,6 +26,7 @@ import msgspec
 
 from benchsuite.atomic import atomic_file
 from benchsuite.record.names import digest
+from benchsuite.results.index import source_digest
 from benchsuite.results.predicted import beside
 from benchsuite.results.store import cyclic_gc_paused
 import benchsuite.dashboard.data as sitedata
@@ -118,18 +118,11 @@ def read_fingerprints(site: Path) -> dict[str, str]:
         if isinstance(pages, dict) else {}
 
 
-@functools.cache
-def code_digest() -> str:
-    """A digest of this benchsuite's source: a page rendered by other code is rendered again."""
-    root = Path(__file__).resolve().parents[1]
-    return digest([(str(p.relative_to(root)), p.read_bytes().hex()) for p in sorted(root.rglob("*.py"))])
-
-
 def page_fingerprint(row: dict, record, prediction) -> str:
     """What a run page shows is a function of these alone: its row of the results model, its record, its
     prediction and the code; equal fingerprints, equal pages."""
     shown = {k: v for k, v in row.items() if k != "rec"}  # (its place in the folder's list: shown nowhere)
-    h = hashlib.sha256(code_digest().encode())
+    h = hashlib.sha256(source_digest(("benchsuite",)).encode())  # a page rendered by other code is rendered again
     h.update(json.dumps(shown, sort_keys=True, default=str).encode())
     h.update(msgspec.json.encode(record))  # (msgspec: a record is ~10 kB of JSON, json.dumps 10× slower)
     h.update(json.dumps(prediction.to_dict() if prediction is not None else None, default=str).encode())

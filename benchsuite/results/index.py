@@ -102,15 +102,21 @@ def record_of(blob: bytes | None) -> Record:
 
 
 @functools.cache
-def code_version() -> str:
-    """A digest of the code that shapes an entry: an index is trusted only by the code that wrote it."""
+def source_digest(parts: tuple[str, ...], salt: str = "") -> str:
+    """A digest of benchsuite's source files under `parts` (paths from the repository root, folders walked):
+    what a cache beside the records (this index, the dashboard's pages) is trusted by only when unchanged."""
     root = Path(__file__).resolve().parents[2]
-    h = hashlib.sha256(f"{FORMAT}/{SCHEMA_VERSION}".encode())
-    for part in SHAPING_CODE:
+    h = hashlib.sha256(salt.encode())
+    for part in parts:
         path = root / part
         for f in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
             h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes())
     return h.hexdigest()[:16]
+
+
+def code_version() -> str:
+    """A digest of the code that shapes an entry: an index is trusted only by the code that wrote it."""
+    return source_digest(SHAPING_CODE, f"{FORMAT}/{SCHEMA_VERSION}")
 
 
 def index_path(folder: Path) -> Path:
