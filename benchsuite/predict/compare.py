@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import msgspec
 
 from benchsuite.config import RunConfig
-from benchsuite.predict.step import Prediction, predict_run
+from benchsuite.metrics.flops import param_counts
+from benchsuite.predict.step import CHINCHILLA_TOKENS_PER_PARAM, Prediction, predict_run
 from benchsuite.predict.system import System
 
 
@@ -117,7 +118,7 @@ def dense_vs_moe(runs: list[tuple[str, RunConfig]], system: System, tokens: floa
         dense = partner(run, configs) if run.moe is not None else None
         if dense is None:
             continue
-        n = tokens or predict(dense, system, None).energy.run_tokens
+        n = tokens or CHINCHILLA_TOKENS_PER_PARAM * param_counts(dense.model, dense.moe).total
 
         def ratios(s: System) -> tuple[float, ...]:
             a, b = _figures(predict(run, s, n)), _figures(predict(dense, s, n))

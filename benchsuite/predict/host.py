@@ -150,7 +150,7 @@ def _mlp_stack(layers: int, framework: str, mesh) -> torch.nn.Module:
     return fully_shard(stack, mesh=mesh)
 
 
-def _framework_step(layers: int, framework: str, mesh, calls: int = CALLS) -> tuple[float, int]:
+def _framework_step(layers: int, framework: str, mesh) -> tuple[float, int]:
     """(median step time, collectives per step) of a tiny MLP stack under `framework`."""
     from torch.distributed.tensor.debug import CommDebugMode
 
@@ -169,10 +169,10 @@ def _framework_step(layers: int, framework: str, mesh, calls: int = CALLS) -> tu
         step()
     with CommDebugMode() as counted:
         step()
-    return _median_s(step, calls), counted.get_total_counts()
+    return _median_s(step, CALLS), counted.get_total_counts()
 
 
-def _rank(rank: int, world: int, port: int, out: str, calls: int = CALLS) -> None:
+def _rank(rank: int, world: int, port: int, out: str) -> None:
     import torch.distributed as dist
 
     from benchsuite.metrics.comm import ring_bytes
@@ -181,28 +181,28 @@ def _rank(rank: int, world: int, port: int, out: str, calls: int = CALLS) -> Non
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     a, b = torch.randn(*STEP_MATMUL[:2]), torch.randn(*STEP_MATMUL[1:])
-    compute = _median_s(lambda: a @ b, calls)
+    compute = _median_s(lambda: a @ b, CALLS)
     rows = []
     for kind in KINDS:
         for payload in SIZES:
             run = _collective(kind, max(payload, 4 * world), world)
             run()
             rows.append({"kind": kind, "payload": payload, "sent": ring_bytes(kind, payload, world),
-                         "seconds": _median_s(lambda: (a @ b, run()), calls) - compute,
-                         "back_to_back_s": _median_s(run, calls)})
+                         "seconds": _median_s(lambda: (a @ b, run()), CALLS) - compute,
+                         "back_to_back_s": _median_s(run, CALLS)})
     from torch.distributed.device_mesh import init_device_mesh
 
     mesh = init_device_mesh("cpu", (world,))
     per_call = {}
     for framework in ("dtensor", "fsdp2"):
-        (t0, n0), (t1, n1) = (_framework_step(layers, framework, mesh, calls) for layers in FRAMEWORK_DEPTHS)
+        (t0, n0), (t1, n1) = (_framework_step(layers, framework, mesh) for layers in FRAMEWORK_DEPTHS)
         per_call[framework] = (t1 - t0) / (n1 - n0)
     if rank == 0:
         Path(out).write_text(json.dumps({"rows": rows, "framework_per_call_s": per_call}))
     dist.destroy_process_group()
 
 
-def gloo_rows(world: int = 2, calls: int = CALLS) -> dict:
+def gloo_rows(world: int = 2) -> dict:
     """{"rows": a row per collective kind and size, "framework_per_call_s": {framework: seconds}}."""
     import torch.multiprocessing as mp
 
@@ -211,7 +211,7 @@ def gloo_rows(world: int = 2, calls: int = CALLS) -> dict:
         port = s.getsockname()[1]
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "rows.json")
-        mp.spawn(_rank, args=(world, port, out, calls), nprocs=world, join=True)
+        mp.spawn(_rank, args=(world, port, out), nprocs=world, join=True)
         return json.loads(Path(out).read_text())
 
 
@@ -223,17 +223,14 @@ def fit_link(rows: list[dict], key: str = "seconds") -> tuple[float, float]:
     return latency * 1e6, 1 / slope / 1e9
 
 
-
-
-def measure_host(calls: int = CALLS) -> dict:
-    """Every figure of this host (module docstring), with the load average before and after; `calls`: the
-    repeats of each collective (fewer: quicker, noisier)."""
+def measure_host() -> dict:
+    """Every figure of this host (module docstring), with the load average before and after."""
     torch.set_num_threads(1)
     load_before = os.getloadavg()
     figures = {"peak_tflops": matmul_tflops(1024, 1024, 1024, 10, best=True),
                "matmul_tflops": matmul_tflops(*RATE_MATMUL, 50, best=False),
                "memory_gbps": adamw_gbps(), "op_floor_us": op_floor_us()}
-    measured = gloo_rows(calls=calls)
+    measured = gloo_rows()
     rows = measured["rows"]
     latency_us, gbps = fit_link(rows)
     alone_us, alone_gbps = fit_link(rows, "back_to_back_s")

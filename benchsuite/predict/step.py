@@ -28,7 +28,7 @@ from benchsuite.predict.compute import (microbatch_compute, optimizer_s, params_
 from benchsuite.predict.energy import EnergyPrediction, predict_energy
 from benchsuite.predict.fp8 import fp8_casts_s
 from benchsuite.predict.memory import MemoryPrediction, predict_memory
-from benchsuite.predict.moe import moe_time
+from benchsuite.predict.moe import matmul_rate, moe_time, stage_moe_layers
 from benchsuite.predict.system import System
 from benchsuite.predict.workload import Recompute, Workload, from_run
 
@@ -98,7 +98,8 @@ def predict(w: Workload, system: System, *, carbon: CarbonConfig, run_tokens: fl
     tp, ep, cp = comm.tensor_parallel(w, system), comm.expert_parallel(w, system), comm.context_parallel(w, system)
     mt = moe_time(w, system)
     ep_s = ep.seconds * (1 - system.node.ep_overlap)
-    moe_s = 0.0 if mt is None else mt.router_s + mt.permute_s + mt.experts_s + mt.imbalance_s(ep_s)
+    imbalance_s = 0.0 if mt is None else mt.imbalance_s(ep_s)
+    moe_s = 0.0 if mt is None else mt.router_s + mt.permute_s + mt.experts_s + imbalance_s
     work = c.total_s + moe_s  # one micro-batch's device work on a mean stage
     excess = stage_excess(w)
     per_micro = work * (1 + excess) + tp.seconds + ep_s + cp.seconds
@@ -109,8 +110,9 @@ def predict(w: Workload, system: System, *, carbon: CarbonConfig, run_tokens: fl
     dp_exposed = max(0.0, dp.seconds - system.node.dp_overlap * hidden_by)
     p2p = comm.pipeline_p2p(w, system)
     casts = fp8_casts_s(w, system, psi)
+    adamw_s = optimizer_s(w, system)
     where = lambda t: "across nodes" if t.crosses_nodes else "inside a node"  # noqa: E731
-    rate = system.device.fp8_matmul_tflops if w.fp8 else system.device.matmul_tflops
+    rate = matmul_rate(w, system) / 1e12
     components = [
         Component("compute.matmul", m * c.matmul_s,
                   f"weight matmuls at {rate:g} TFLOP/s" + (" (FP8, prediction only)" if w.fp8 else "")),
@@ -125,7 +127,7 @@ def predict(w: Workload, system: System, *, carbon: CarbonConfig, run_tokens: fl
             Component("moe.experts", m * mt.experts_s,
                       f"grouped GEMMs, {mt.rows_per_expert:,.0f} rows per expert: {mt.efficiency:.2f} of the matmul "
                       f"rate (half at {mt.half_tokens:,.0f})"),
-            Component("moe.imbalance", m * mt.imbalance_s(ep_s),
+            Component("moe.imbalance", m * imbalance_s,
                       f"busiest device {mt.load.device_factor:.3g}× the mean (busiest expert "
                       f"{mt.load.max_over_mean:.3g}× the mean, {mt.load.source})"),
         ]
@@ -152,7 +154,7 @@ def predict(w: Workload, system: System, *, carbon: CarbonConfig, run_tokens: fl
                   f"{where(dp)}"
                   + (f"; {dp.framework_s:.4g} s of it FSDP2's host time" if dp.framework_s else "")
                   + f"), {system.node.dp_overlap:g} of {hidden_by:.4g} s compute overlapping"),
-        Component("optimizer", optimizer_s(w, system), "AdamW at memory bandwidth"),
+        Component("optimizer", adamw_s, "AdamW at memory bandwidth"),
         Component("fp8_casts", casts, "bf16 → FP8 casts of the matmuls' inputs, output gradients and weights at "
                                       "memory bandwidth (prediction only)"),
     ]
@@ -173,7 +175,7 @@ def predict(w: Workload, system: System, *, carbon: CarbonConfig, run_tokens: fl
     f = token_flops(w)
     step_s = sum(part.seconds for part in components)
     pc = param_counts(w.model, w.moe)
-    busy = m * work * (1 + excess) + optimizer_s(w, system) + casts
+    busy = m * work * (1 + excess) + adamw_s + casts
     energy = predict_energy(step_s=step_s, compute_s=busy, devices=lay.world,
                             tokens_per_step=w.tokens_per_step, idle_w=system.device.idle_w,
                             max_w=system.device.max_w,
@@ -193,7 +195,7 @@ def host_floor(w: Workload, system: System) -> tuple[float, float]:
     op_floor_us)."""
     lay, m = w.layout, w.microbatches
     blocks = w.model.layers / lay.pp
-    moe_layers = 0 if w.moe is None else (w.model.layers // w.moe.every) / lay.pp
+    moe_layers = 0 if w.moe is None else stage_moe_layers(w)
     full = OPS_PER_RECOMPUTED_BLOCK if w.recompute is Recompute.FULL else 0
     ops = m * (blocks * (OPS_PER_BLOCK + full) + moe_layers * OPS_PER_MOE_LAYER) + OPS_PER_STEP
     return ops * system.node.op_floor_us * 1e-6, ops
