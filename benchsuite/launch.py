@@ -570,7 +570,7 @@ def run_suite(suite: Suite, out_dir: str | Path, resume: bool = True, peak_tflop
                 outcome = _claim_and_launch(run, key, rep, out_dir, resume, rid in done, launch,
                                             tell=functools.partial(_tell, nodes, i, rid))
             outcomes.append(outcome)
-            if outcome.status == RunStatus.OK and not isinstance(nodes, Follower):
+            if outcome.status == RunStatus.OK and suite.sinks.chosen() and not isinstance(nodes, Follower):
                 sender.send(read_record(Path(outcome.record_path)), record_name(run.label, run.train.seed, rep),
                             Path(outcome.record_path))
             on_event("done", i, len(planned), outcome)

@@ -377,7 +377,7 @@ def load_side(folder: str | Path, ignored: Sequence[tuple[str, ...]] = (),
     side: dict[str, SideRun] = {}
     for one in load_records(folder, exclude=exclude):
         cfg = identity_config(one.record.config, ignored)
-        key = (identity_key(one.record.config, ignored), one.record.env.threads_per_rank)
+        key = (digest(hashed(cfg)), one.record.env.threads_per_rank)  # identity_key of the config just made
         run = side.setdefault(key, SideRun(cfg))
         (run.ok if one.record.status == Status.OK else run.failed).append(one.record)
     if not side:

@@ -104,12 +104,12 @@ def quality_runs(data: SiteData) -> tuple[list[Run], list[str]]:
     if ok.empty:
         return [], []
     # only the rows of runs with a quality section made into dicts: a wide frame's rows cost ~0.3 ms each
-    has = [metrics_of(data.records[int(i)]).quality is not None for i in ok["rec"]]
+    sections = [metrics_of(data.records[int(i)]).quality for i in ok["rec"]]
+    has = [q is not None for q in sections]
     without = [str(label) for label, h in zip(ok["run_label"], has) if not h]
     runs = []
-    for row in ok[has].to_dict("records"):
+    for row, q in zip(ok[has].to_dict("records"), (q for q in sections if q is not None)):
         rec = data.record(row)
-        q = metrics_of(rec).quality
         medians = {k[len("quality."):]: v for k, v in row.items()
                    if k.startswith("quality.") and k != "quality.reached" and num(v) is not None}
         runs.append(Run(row, rec, msgspec.structs.replace(q, **medians)))
