@@ -302,14 +302,16 @@ class Bench:
         """The rank's micro-batches of one step, on the device. With context parallelism the cp ranks of a
         group share their cp·b sequences, each taking its shard of every sequence (parallel/context.py)."""
         run, ctx, device, cp = self.run, self.ctx, self.ctx.device, self.ctx.dims.cp
+        at = None
+        if cp > 1:  # this rank's positions of every sequence, the same for each micro-batch
+            from benchsuite.parallel.context import shard_positions
+
+            at = shard_positions(ctx.dp_rank % cp, cp, run.model.seq_len)
         out = []
         for micro in range(run.train.grad_accum):
             x, y = self.source.batch(step * run.train.grad_accum + micro, ctx.dp_rank // cp, ctx.dims.dp_batches,
                                      run.micro_batch_per_rank * cp)
-            if cp > 1:
-                from benchsuite.parallel.context import shard_positions
-
-                at = shard_positions(ctx.dp_rank % cp, cp, run.model.seq_len)
+            if at is not None:
                 x, y = x[:, at], y[:, at]
             out.append((x.to(device, non_blocking=True), y.to(device, non_blocking=True)))
         return out

@@ -82,6 +82,7 @@ import torch
 from benchsuite.config import ModelConfig
 from benchsuite.layout import DataParallel, ParallelDims, Schedule
 from benchsuite.metrics.flops import _moe_layer_count, attention_matmul, one_norm_params, param_counts
+from benchsuite.models.transformer import is_moe_layer
 
 GB = 1e9
 
@@ -204,15 +205,14 @@ def block_params(cfg, moe, layer: int, tp: int = 1, ep: int = 1) -> int:
     """Ψ of block `layer` on one rank: its tensor-parallel share (params_per_rank's split) and, for an MoE
     block, its own E/ep experts (the MoE layer is replicated under TP, its experts spread over ep)."""
     one = msgspec.structs.replace(cfg, layers=1, tie_embeddings=False)
-    moe_block = moe is not None and (layer + 1) % moe.every == 0  # models.transformer.is_moe_layer
-    layer_moe = msgspec.structs.replace(moe, every=1) if moe_block else None
+    layer_moe = msgspec.structs.replace(moe, every=1) if is_moe_layer(layer, moe) else None
     ends = end_params(one, tp)
     return (params_per_rank(one, layer_moe, tp) - other_ranks_experts(one, layer_moe, ep)) - ends[0] - ends[1]
 
 
 def own_experts(cfg, moe, layer: int, ep: int) -> int:
     """The routed-expert parameters of block `layer` one rank holds (E/ep experts; 0 in a dense block)."""
-    if moe is None or (layer + 1) % moe.every:
+    if not is_moe_layer(layer, moe):
         return 0
     one = param_counts(msgspec.structs.replace(cfg, layers=1), msgspec.structs.replace(moe, every=1))
     return moe.experts // ep * one.expert
@@ -243,13 +243,11 @@ def pipeline_rank_params(cfg, dims: ParallelDims, moe=None) -> list[tuple[int, i
     return out
 
 
-def params_per_pipeline_rank(cfg, pp: int, virtual: int = 1, tp: int = 1, *, moe=None, ep: int = 1,
-                             layers_per_stage: tuple[int, ...] | None = None) -> int:
-    """Ψ of the pipeline rank that holds the most parameters (pipeline_rank_params)."""
-    dims = ParallelDims.from_degrees(tp=tp, pp=pp, dp=ep, ep=ep, virtual_stages=virtual,
-                                     schedule=Schedule.INTERLEAVED if virtual > 1 else Schedule.ONE_F_ONE_B,
-                                     layers_per_stage=layers_per_stage)
-    return max(total for total, _ in pipeline_rank_params(cfg, dims, moe))
+def params_per_pipeline_rank(cfg, pp: int, virtual: int = 1, tp: int = 1) -> int:
+    """Ψ of the pipeline rank of a dense model that holds the most parameters (pipeline_rank_params)."""
+    dims = ParallelDims.from_degrees(tp=tp, pp=pp, virtual_stages=virtual,
+                                     schedule=Schedule.INTERLEAVED if virtual > 1 else Schedule.ONE_F_ONE_B)
+    return max(total for total, _ in pipeline_rank_params(cfg, dims, None))
 
 
 def other_ranks_experts(cfg, moe, ep: int) -> int:
