@@ -28,7 +28,7 @@ from benchsuite.predict.compute import (microbatch_compute, optimizer_s, params_
 from benchsuite.predict.energy import EnergyPrediction, predict_energy
 from benchsuite.predict.fp8 import fp8_casts_s
 from benchsuite.predict.memory import MemoryPrediction, predict_memory
-from benchsuite.predict.moe import matmul_rate, moe_time, stage_moe_layers
+from benchsuite.predict.moe import MoETime, matmul_rate, moe_time, stage_moe_layers
 from benchsuite.predict.system import System
 from benchsuite.predict.workload import Recompute, Workload, from_run
 
@@ -120,17 +120,7 @@ def predict(w: Workload, system: System, *, carbon: CarbonConfig, run_tokens: fl
                   f"attention core at {system.device.attention_tflops:g} TFLOP/s"),
         Component("compute.recompute", m * c.recompute_s, f"recompute = {w.recompute.value}"),
     ]
-    if mt is not None:
-        components += [
-            Component("moe.router", m * mt.router_s, "top-k over fp32 scores at memory bandwidth"),
-            Component("moe.permutation", m * mt.permute_s, "rows copied to and from expert order at memory bandwidth"),
-            Component("moe.experts", m * mt.experts_s,
-                      f"grouped GEMMs, {mt.rows_per_expert:,.0f} rows per expert: {mt.efficiency:.2f} of the matmul "
-                      f"rate (half at {mt.half_tokens:,.0f})"),
-            Component("moe.imbalance", m * imbalance_s,
-                      f"busiest device {mt.load.device_factor:.3g}× the mean (busiest expert "
-                      f"{mt.load.max_over_mean:.3g}× the mean, {mt.load.source})"),
-        ]
+    components += moe_components(m, mt, imbalance_s)
     components += [
         Component("tensor_parallel", m * tp.seconds,
                   f"{tp.calls} collectives per micro-batch, {tp.bytes_sent / 1e6:.4g} MB sent, {where(tp)}"
@@ -158,19 +148,8 @@ def predict(w: Workload, system: System, *, carbon: CarbonConfig, run_tokens: fl
         Component("fp8_casts", casts, "bf16 → FP8 casts of the matmuls' inputs, output gradients and weights at "
                                       "memory bandwidth (prediction only)"),
     ]
-    device_s = sum(part.seconds for part in components)
-    floor_s, ops = host_floor(w, system)
-    in_line = system.device.kind == "cpu"
-    components.append(Component("host_floor", floor_s if in_line else max(0.0, floor_s - device_s),
-                                f"{ops:,.0f} operators × {system.node.op_floor_us:g} µs"
-                                + (" in line with the compute (a CPU)" if in_line else
-                                   f" = {floor_s:.4g} s; only what exceeds the device's {device_s:.4g} s counts")))
-    warnings = []
-    if floor_s > 0 and floor_s >= HOST_BOUND_SHARE * device_s:
-        warnings.append(f"model too small for {system.name}'s rates: its {ops:,.0f} operators' launch and host time "
-                        f"({floor_s:.4g} s at {system.node.op_floor_us:g} µs each) is {floor_s / device_s:.3g}× the "
-                        f"device time the rates predict ({device_s:.4g} s); the step is bound by the host, not "
-                        f"the device")
+    floor, warnings = host_floor_component(w, system, sum(part.seconds for part in components))
+    components.append(floor)
     components = tuple(components)
     f = token_flops(w)
     step_s = sum(part.seconds for part in components)
@@ -188,6 +167,40 @@ def predict(w: Workload, system: System, *, carbon: CarbonConfig, run_tokens: fl
                       memory=predict_memory(w, psi, system.device.memory_gb), energy=energy,
                       expert_load=None if mt is None else f"{mt.load.max_over_mean:.3g} ({mt.load.source})",
                       warnings=tuple(warnings))
+
+
+def moe_components(m: int, mt: MoETime | None, imbalance_s: float) -> list[Component]:
+    """The MoE layers' terms for m micro-batches (none for a dense model)."""
+    if mt is None:
+        return []
+    return [
+        Component("moe.router", m * mt.router_s, "top-k over fp32 scores at memory bandwidth"),
+        Component("moe.permutation", m * mt.permute_s, "rows copied to and from expert order at memory bandwidth"),
+        Component("moe.experts", m * mt.experts_s,
+                  f"grouped GEMMs, {mt.rows_per_expert:,.0f} rows per expert: {mt.efficiency:.2f} of the matmul "
+                  f"rate (half at {mt.half_tokens:,.0f})"),
+        Component("moe.imbalance", m * imbalance_s,
+                  f"busiest device {mt.load.device_factor:.3g}× the mean (busiest expert "
+                  f"{mt.load.max_over_mean:.3g}× the mean, {mt.load.source})"),
+    ]
+
+
+def host_floor_component(w: Workload, system: System, device_s: float) -> tuple[Component, list[str]]:
+    """The operators' host time: in line with the compute on a CPU, else only what exceeds the device's time;
+    with a warning where it binds the step."""
+    floor_s, ops = host_floor(w, system)
+    in_line = system.device.kind == "cpu"
+    component = Component("host_floor", floor_s if in_line else max(0.0, floor_s - device_s),
+                          f"{ops:,.0f} operators × {system.node.op_floor_us:g} µs"
+                          + (" in line with the compute (a CPU)" if in_line else
+                             f" = {floor_s:.4g} s; only what exceeds the device's {device_s:.4g} s counts"))
+    warnings = []
+    if floor_s > 0 and floor_s >= HOST_BOUND_SHARE * device_s:
+        warnings.append(f"model too small for {system.name}'s rates: its {ops:,.0f} operators' launch and host time "
+                        f"({floor_s:.4g} s at {system.node.op_floor_us:g} µs each) is {floor_s / device_s:.3g}× the "
+                        f"device time the rates predict ({device_s:.4g} s); the step is bound by the host, not "
+                        f"the device")
+    return component, warnings
 
 
 def host_floor(w: Workload, system: System) -> tuple[float, float]:

@@ -135,7 +135,7 @@ def pareto_figure(df, families) -> tuple[Figure | None, str]:
 
 
 @dataclass(frozen=True)
-class ExpertLoad:
+class RoutingBalance:
     """One MoE run's routing balance: tokens per expert in its last step, summed over MoE layers
     and ranks (data.tokens_per_expert), its imbalance as the record states it, and its dropped share."""
 
@@ -155,7 +155,7 @@ class ExpertLoad:
 SHOWN_EXPERTS = 16  # tokens of the first experts in the table; the run page draws every one
 
 
-def expert_loads(data: SiteData, df, by_family: bool) -> list[ExpertLoad]:
+def expert_loads(data: SiteData, df, by_family: bool) -> list[RoutingBalance]:
     """Every MoE series' load (its run at the smallest world size), or past MAX_SERIES series the
     run of median busiest ÷ mean of each family."""
     loads = []
@@ -164,24 +164,24 @@ def expert_loads(data: SiteData, df, by_family: bool) -> list[ExpertLoad]:
         section = metrics_of(data.record(row)).moe
         per_expert = None if section is None else tokens_per_expert(section)
         if section is not None and per_expert:
-            loads.append(ExpertLoad(str(row["series"]), str(row["kind_label"]), *per_expert,
+            loads.append(RoutingBalance(str(row["series"]), str(row["kind_label"]), *per_expert,
                                     section.load_max_over_mean, section.dropped_frac,
                                     section.expert_impl or None))
     if not by_family:
         return loads
-    groups: dict[str, list[ExpertLoad]] = {}
+    groups: dict[str, list[RoutingBalance]] = {}
     for load in loads:
         groups.setdefault(load.family, []).append(load)
     out = []
     for name, group in sorted(groups.items()):
         group = sorted(group, key=lambda g: g.busiest or 0.0)
         mid = group[(len(group) - 1) // 2]
-        out.append(ExpertLoad(f"{name} (median of {len(group)})", name, mid.tokens, mid.counts, mid.busiest,
+        out.append(RoutingBalance(f"{name} (median of {len(group)})", name, mid.tokens, mid.counts, mid.busiest,
                               mid.dropped, mid.impl))
     return out
 
 
-def expert_load_table(loads: list[ExpertLoad]) -> str:
+def expert_load_table(loads: list[RoutingBalance]) -> str:
     """One row per MoE series: experts, tokens per expert (mean and each), the record's busiest ÷ mean (its
     definition in the note under the table, as the report states it)."""
     rows = []
