@@ -25,3 +25,12 @@ def printable(value) -> str:
     """`value` as text for a terminal: every unsafe character shown as a \\xNN or \\uNNNN escape."""
     return _UNSAFE.sub(_escaped, str(value))
 
+
+
+READABLE_LIMIT = 1e15  # past it, digits grouped by thousands stop being readable
+
+
+def grouped(value: float, decimals: int = 0) -> str:
+    """A figure with its thousands grouped (1,172,160.0), or in scientific form past 10^15: an input at the edge
+    of float range would print a 300-digit number."""
+    return f"{value:,.{decimals}f}" if abs(value) < READABLE_LIMIT else f"{value:.4g}"

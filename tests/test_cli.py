@@ -366,3 +366,14 @@ def test_a_carbon_part_beyond_float_range_exits_2_naming_its_option(capsys, verb
         assert exit_code([*argv, *options, *json_flag]) == 2
         captured = capsys.readouterr()
         assert named in captured.err and "is beyond float range" in captured.err and "inf" not in captured.out
+
+
+@pytest.mark.parametrize("options", [["--wue", "1e300"], ["--intensity", "1e300"], ["--market-intensity", "1e290"],
+                                     ["--embodied-kg", "1e300"]])
+def test_a_carbon_figure_near_float_range_prints_in_scientific_form_not_hundreds_of_digits(capsys, options):
+    """Finite but huge: once a 300-digit number of litres on one line."""
+    argv = ["carbon", "estimate", "--chips", "1", "--hours", "1", "--watts", "300", "--intensity", "400"]
+    assert exit_code([*argv, *options]) == 0
+    text = capsys.readouterr().out
+    assert max(len(word) for word in text.split()) < 40, text
+    assert "e+" in text

@@ -5,7 +5,7 @@ from __future__ import annotations
 from benchsuite.commands.common import (COUNT, JSON, NON_NEGATIVE, POSITIVE, PUE, UsageError, err, load_results, out,
                                         overflowed, path_arg, print_json)
 from benchsuite.record.kinds import source_kind
-from benchsuite.terminal import printable
+from benchsuite.terminal import grouped, printable
 
 
 def add_parser(sub) -> None:
@@ -81,13 +81,15 @@ def _parts_given(args) -> dict:
 def _parts_lines(res: dict) -> list[str]:
     """One line per part beside the location-based figure: its value and source, or why it is absent."""
     m, e, w = res["market"], res["embodied"], res["water"]
-    market = (f"market-based (Scope 2): {m['co2e_g'] / 1000:,.1f} kg CO2e at {m['intensity_g_per_kwh']:g} g/kWh "
+    market = (f"market-based (Scope 2): {grouped(m['co2e_g'] / 1000, 1)} kg CO2e at {m['intensity_g_per_kwh']:g} g/kWh "
               f"({m['source']}); not added to the location-based figure" if m.get("co2e_g") is not None
               else f"market-based (Scope 2): not computed: {m['reason']}")
-    embodied = (f"embodied (Scope 3): {e['co2e_g'] / 1000:,.1f} kg CO2e: {e['kg_per_device']:g} kg per device × "
-                f"{e['device_hours']:,.0f} device-hours / ({e['lifetime_years']:g} y × 8,760 h); {e['source']}"
+    embodied = (f"embodied (Scope 3): {grouped(e['co2e_g'] / 1000, 1)} kg CO2e: {e['kg_per_device']:g} kg per "
+                f"device × "
+                f"{grouped(e['device_hours'], 0)} device-hours / ({e['lifetime_years']:g} y × 8,760 h); {e['source']}"
                 if e.get("co2e_g") is not None else f"embodied (Scope 3): not computed: {e['reason']}")
-    water = [f"{label}: {w[key]:,.0f} L" for label, key in (("water on-site", "onsite_l"), ("off-site", "offsite_l"))
+    water = [f"{label}: {grouped(w[key], 0)} L"
+             for label, key in (("water on-site", "onsite_l"), ("off-site", "offsite_l"))
              if w.get(key) is not None]
     return [market, embodied, "; ".join(water) + (f" ({w['reason']})" if w.get("reason") else "") if water
             else f"water: not computed: {w['reason']}"]
@@ -118,9 +120,10 @@ def estimate(args) -> int:
         print_json(res)
         return 0
     out.print(f"{res['chips']:g} chips × {res['hours']:g} h × {res['watts']:g} W = "
-              f"{res['energy_j'] / carbon.J_PER_KWH:,.1f} kWh; × PUE {res['pue']:g} = "
-              f"{res['facility_j'] / carbon.J_PER_KWH:,.1f} kWh; × {res['intensity_g_per_kwh']:.0f} g/kWh "
-              f"({res['intensity_source']}) = {res['co2e_g'] / 1000:,.1f} kg CO2e", markup=False)
+              f"{grouped(res['energy_j'] / carbon.J_PER_KWH, 1)} kWh; × PUE {res['pue']:g} = "
+              f"{grouped(res['facility_j'] / carbon.J_PER_KWH, 1)} kWh; "
+              f"× {grouped(res['intensity_g_per_kwh'], 0)} g/kWh "
+              f"({res['intensity_source']}) = {grouped(res['co2e_g'] / 1000, 1)} kg CO2e", markup=False)
     for line in _parts_lines(res):
         out.print(printable(f"  {line}"), markup=False)
     if res.get("intensity_note"):
@@ -208,7 +211,7 @@ def project(args) -> int:
             continue
         spread = "" if r["records_projected"] < 2 else \
             f" (records: {r['co2e_g_range'][0] / 1e6:.3g}–{r['co2e_g_range'][1] / 1e6:.3g} t)"
-        out.print(f"{head}: {r['duration_s'] / 3600:,.1f} h on {r['devices']} devices, "
+        out.print(f"{head}: {grouped(r['duration_s'] / 3600, 1)} h on {r['devices']} devices, "
                   f"{r['energy_j'] / carbon.J_PER_KWH:.3g} kWh of IT energy, × PUE {r['pue']:g} = "
                   f"{r['facility_j'] / carbon.J_PER_KWH:.3g} kWh, {r['co2e_g'] / 1e6:.3g} t CO2e{spread} "
                   f"({r['intensity_g_per_kwh']:.0f} g/kWh, {printable(r['intensity_source'])})", markup=False)
@@ -232,7 +235,7 @@ def _projection_assumptions(r: dict, pue_given: bool) -> list[str]:
         "meters: no bound recorded" if r.get("energy_bound_share") is None else
         f"meters: the record's energy is bound to ±{r['energy_bound_share']:.1%}, and so is every energy and CO2e "
         f"figure above" + (f" ({r['energy_bound_reason']})" if r.get("energy_bound_reason") else ""),
-        f"throughput: {r['tokens_per_s_per_device']:,.0f} tok/s per device as measured at world "
+        f"throughput: {grouped(r['tokens_per_s_per_device'], 0)} tok/s per device as measured at world "
         f"{r['world_size']}, held constant at {r['devices']} devices (no scaling loss assumed); "
         f"J/token held constant too",
         f"PUE {r['pue']:g} from {'--pue' if pue_given else 'the record'}; intensity "
