@@ -377,3 +377,11 @@ def test_a_carbon_figure_near_float_range_prints_in_scientific_form_not_hundreds
     text = capsys.readouterr().out
     assert max(len(word) for word in text.split()) < 40, text
     assert "e+" in text
+
+
+def test_a_predicted_training_run_near_float_range_prints_its_hours_in_scientific_form(capsys, monkeypatch):
+    monkeypatch.chdir(REPO)
+    assert exit_code(["predict", "workloads/smoke.toml", "--system", "workloads/systems/h100-8x.toml",
+                      "--tokens", "1e300"]) == 0
+    text = capsys.readouterr().out
+    assert max(len(word) for word in text.split()) < 40 and " h, " in text

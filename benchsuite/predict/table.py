@@ -6,6 +6,7 @@ from __future__ import annotations
 from benchsuite.energy.carbon import J_PER_KWH
 from benchsuite.predict.compare import DenseVsMoE
 from benchsuite.predict.step import Prediction
+from benchsuite.terminal import grouped
 
 GB = 1e9
 
@@ -54,7 +55,7 @@ def prediction_lines(name: str, p: Prediction) -> list[str]:
     lines += [f"  memory per device {mem.total_bytes / GB:.4g} GB{fits}: model states {mem.model_state_bytes / GB:.4g} "
               f"GB ({mem.model_state_formula}), activations {mem.activation_bytes / GB:.4g} GB ({mem.activation_formula})",
               f"  energy {e.device_w:.0f} W per device at {e.utilisation:.2f} busy, {e.j_per_token:.4g} J/token; "
-              f"{e.run_tokens:.3g} tokens: {e.run_s / 3600:,.1f} h, {e.run_energy_j / J_PER_KWH:,.4g} kWh of "
+              f"{e.run_tokens:.3g} tokens: {grouped(e.run_s / 3600, 1)} h, {e.run_energy_j / J_PER_KWH:,.4g} kWh of "
               f"device energy, × PUE {e.pue:g} = {e.run_facility_j / J_PER_KWH:,.4g} kWh, "
               f"{e.run_co2e_g / 1000:,.4g} kg CO2e at {e.intensity_g_per_kwh:g} g/kWh ({e.intensity_source})"]
     return lines
