@@ -19,7 +19,7 @@ from benchsuite.record.names import record_id, slug
 from benchsuite.record.types import Metrics, MoEMetrics, Record
 from benchsuite.results.model import Results, results_at, results_of
 from benchsuite.results.store import loaded
-from benchsuite.results.verdicts import Verdicts, verdicts
+from benchsuite.results.verdicts import SeedGroup, Verdicts, seed_groups, verdicts_of
 from benchsuite.dashboard.style import Families, family
 
 # More series than a legend can tell apart: summary figures then draw one trace per model family.
@@ -41,9 +41,14 @@ class SiteData:
         return self.results.source
 
     @cached_property
+    def seed_groups(self) -> list[SeedGroup]:
+        """The ok runs with their seeds (results/verdicts.py), grouped once for every page."""
+        return seed_groups(self.results)
+
+    @cached_property
     def verdicts(self) -> Verdicts:
         """Dense vs sparse over seeds and the claims (results/verdicts.py), computed once for every page."""
-        return verdicts(self.results)
+        return verdicts_of(self.seed_groups)
 
     def record(self, row) -> Record:
         """The record of a `df` row; of a `runs` row, the run's latest record."""

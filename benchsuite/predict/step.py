@@ -23,8 +23,8 @@ from benchsuite.config import CarbonConfig, RunConfig
 from benchsuite.metrics.flops import param_counts
 from benchsuite.parallel.pipeline import bubble_formula
 from benchsuite.predict import communication as comm
-from benchsuite.predict.compute import (microbatch_compute, optimizer_s, params_per_device, stage_excess,
-                                        token_flops)
+from benchsuite.predict.compute import (MicrobatchCompute, microbatch_compute, optimizer_s, params_per_device,
+                                        stage_excess, token_flops)
 from benchsuite.predict.energy import EnergyPrediction, predict_energy
 from benchsuite.predict.fp8 import fp8_casts_s
 from benchsuite.predict.memory import MemoryPrediction, predict_memory
@@ -106,44 +106,29 @@ def predict(w: Workload, system: System, *, carbon: CarbonConfig, run_tokens: fl
     bubble = bubble_formula(lay.pp, lay.virtual_stages, m) if lay.pp > 1 else 0.0
     psi = params_per_device(w)
     dp = comm.data_parallel(w, system, psi)
-    hidden_by = c.backward_s if lay.zero < 2 else m * c.total_s
-    dp_exposed = max(0.0, dp.seconds - system.node.dp_overlap * hidden_by)
     p2p = comm.pipeline_p2p(w, system)
     casts = fp8_casts_s(w, system, psi)
     adamw_s = optimizer_s(w, system)
-    where = lambda t: "across nodes" if t.crosses_nodes else "inside a node"  # noqa: E731
-    rate = matmul_rate(w, system) / 1e12
-    components = [
-        Component("compute.matmul", m * c.matmul_s,
-                  f"weight matmuls at {rate:g} TFLOP/s" + (" (FP8, prediction only)" if w.fp8 else "")),
-        Component("compute.attention", m * c.attention_s,
-                  f"attention core at {system.device.attention_tflops:g} TFLOP/s"),
-        Component("compute.recompute", m * c.recompute_s, f"recompute = {w.recompute.value}"),
-    ]
-    components += moe_components(m, mt, imbalance_s)
+    components = compute_components(w, system, c) + moe_components(m, mt, imbalance_s)
     components += [
         Component("tensor_parallel", m * tp.seconds,
-                  f"{tp.calls} collectives per micro-batch, {tp.bytes_sent / 1e6:.4g} MB sent, {where(tp)}"
+                  f"{tp.calls} collectives per micro-batch, {tp.bytes_sent / 1e6:.4g} MB sent, {_where(tp)}"
                   + (" (sequence parallel: reduce-scatter + all-gather)" if lay.sequence_parallel else "")
                   + (f"; {m * tp.framework_s:.4g} s of it DTensor's host time" if tp.framework_s else "")),
         Component("expert_parallel", m * ep_s,
-                  f"{ep.calls} all-to-alls per micro-batch, {ep.bytes_sent / 1e6:.4g} MB sent, {where(ep)}, "
+                  f"{ep.calls} all-to-alls per micro-batch, {ep.bytes_sent / 1e6:.4g} MB sent, {_where(ep)}, "
                   f"{1 - system.node.ep_overlap:g} of it exposed"),
         Component("context_parallel", m * cp.seconds,
                   f"{cp.calls} key/value gathers and gradient reduce-scatters per micro-batch over {lay.cp} ranks, "
-                  f"{cp.bytes_sent / 1e6:.4g} MB sent, {where(cp)}"),
+                  f"{cp.bytes_sent / 1e6:.4g} MB sent, {_where(cp)}"),
         Component("pipeline_stages", m * work * excess,
                   f"the busiest pipeline rank (its stages' blocks, the LM head on the last) does {excess:.3g} "
                   f"more than the mean"),
         Component("pipeline_bubble", bubble * m * per_micro,
                   f"{bubble:.3g} of the micro-batches' time ({lay.schedule.value}, P {lay.pp}, "
                   f"V {lay.virtual_stages}, M {m})"),
-        Component("pipeline_p2p", p2p.seconds, f"{p2p.calls} sends, {p2p.bytes_sent / 1e6:.4g} MB, {where(p2p)}"),
-        Component("data_parallel", dp_exposed,
-                  f"{dp.seconds:.4g} s of ZeRO-{lay.zero} collectives ({dp.bytes_sent / 1e6:.4g} MB sent, "
-                  f"{where(dp)}"
-                  + (f"; {dp.framework_s:.4g} s of it FSDP2's host time" if dp.framework_s else "")
-                  + f"), {system.node.dp_overlap:g} of {hidden_by:.4g} s compute overlapping"),
+        Component("pipeline_p2p", p2p.seconds, f"{p2p.calls} sends, {p2p.bytes_sent / 1e6:.4g} MB, {_where(p2p)}"),
+        data_parallel_component(w, system, c, dp),
         Component("optimizer", adamw_s, "AdamW at memory bandwidth"),
         Component("fp8_casts", casts, "bf16 → FP8 casts of the matmuls' inputs, output gradients and weights at "
                                       "memory bandwidth (prediction only)"),
@@ -152,13 +137,11 @@ def predict(w: Workload, system: System, *, carbon: CarbonConfig, run_tokens: fl
     components.append(floor)
     components = tuple(components)
     f = token_flops(w)
-    step_s = sum(part.seconds for part in components)
-    pc = param_counts(w.model, w.moe)
-    busy = m * work * (1 + excess) + adamw_s + casts
-    energy = predict_energy(step_s=step_s, compute_s=busy, devices=lay.world,
+    run_tokens = run_tokens or CHINCHILLA_TOKENS_PER_PARAM * param_counts(w.model, w.moe).total
+    energy = predict_energy(step_s=sum(part.seconds for part in components),
+                            compute_s=m * work * (1 + excess) + adamw_s + casts, devices=lay.world,
                             tokens_per_step=w.tokens_per_step, idle_w=system.device.idle_w,
-                            max_w=system.device.max_w,
-                            run_tokens=run_tokens or CHINCHILLA_TOKENS_PER_PARAM * pc.total, carbon=carbon)
+                            max_w=system.device.max_w, run_tokens=run_tokens, carbon=carbon)
     return Prediction(workload=w, system=system.name, components=components, tokens_per_step=w.tokens_per_step,
                       model_flops_per_token=f.model, hardware_flops_per_token=f.hardware,
                       peak_flops=system.device.peak_tflops * 1e12, bubble_fraction=bubble,
@@ -167,6 +150,31 @@ def predict(w: Workload, system: System, *, carbon: CarbonConfig, run_tokens: fl
                       memory=predict_memory(w, psi, system.device.memory_gb), energy=energy,
                       expert_load=None if mt is None else f"{mt.load.max_over_mean:.3g} ({mt.load.source})",
                       warnings=tuple(warnings))
+
+
+def compute_components(w: Workload, system: System, c: MicrobatchCompute) -> list[Component]:
+    """The dense compute of w's micro-batches: weight matmuls, the attention core, recompute."""
+    m, rate = w.microbatches, matmul_rate(w, system) / 1e12
+    return [
+        Component("compute.matmul", m * c.matmul_s,
+                  f"weight matmuls at {rate:g} TFLOP/s" + (" (FP8, prediction only)" if w.fp8 else "")),
+        Component("compute.attention", m * c.attention_s,
+                  f"attention core at {system.device.attention_tflops:g} TFLOP/s"),
+        Component("compute.recompute", m * c.recompute_s, f"recompute = {w.recompute.value}"),
+    ]
+
+
+def data_parallel_component(w: Workload, system: System, c: MicrobatchCompute, dp: comm.CommTime) -> Component:
+    """The data-parallel collectives less what the backward (ZeRO 0-1) or every micro-batch (ZeRO 2-3) hides."""
+    hidden_by = c.backward_s if w.layout.zero < 2 else w.microbatches * c.total_s
+    return Component("data_parallel", max(0.0, dp.seconds - system.node.dp_overlap * hidden_by),
+                     f"{dp.seconds:.4g} s of ZeRO-{w.layout.zero} collectives ({dp.bytes_sent / 1e6:.4g} MB sent, "
+                     f"{_where(dp)}" + (f"; {dp.framework_s:.4g} s of it FSDP2's host time" if dp.framework_s else "")
+                     + f"), {system.node.dp_overlap:g} of {hidden_by:.4g} s compute overlapping")
+
+
+def _where(t: comm.CommTime) -> str:
+    return "across nodes" if t.crosses_nodes else "inside a node"
 
 
 def moe_components(m: int, mt: MoETime | None, imbalance_s: float) -> list[Component]:

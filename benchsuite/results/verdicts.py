@@ -71,6 +71,7 @@ class SeedGroup:
     records: list[Record]
     failed_seeds: list[int] = field(default_factory=list)
     energy_source: str | None = "measured"  # the run's energy.source
+    _values: dict[str, list[float]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def seeds(self) -> list[int]:
@@ -85,10 +86,14 @@ class SeedGroup:
         return {s: bool(self.table[s].get("reached")) for s in self.seeds}
 
     def values(self, column: str) -> list[float]:
-        """The per-seed values of a column; a to-target figure only from the seeds that reached it."""
-        reached = self.reached()
-        to_target = column != FINAL_LOSS[1] and column.startswith("quality.")
-        return [v for s, v in self.per_seed(column).items() if v is not None and (reached[s] or not to_target)]
+        """The per-seed values of a column; a to-target figure only from the seeds that reached it (kept: a run
+        is read once per pair it is in)."""
+        if column not in self._values:
+            reached = self.reached()
+            to_target = column != FINAL_LOSS[1] and column.startswith("quality.")
+            self._values[column] = [v for s, v in self.per_seed(column).items()
+                                    if v is not None and (reached[s] or not to_target)]
+        return self._values[column]
 
 
 def seed_groups(results: Results) -> list[SeedGroup]:
@@ -409,7 +414,11 @@ class Verdicts:
 
 def verdicts(results: Results) -> Verdicts:
     """Every ok run over its seeds, every sparse/dense pair, every claim (computed once per command: `report` and the dashboard keep it)."""
-    groups = seed_groups(results)
+    return verdicts_of(seed_groups(results))
+
+
+def verdicts_of(groups: list[SeedGroup]) -> Verdicts:
+    """The verdicts of runs already grouped by seed (the dashboard's pages share one grouping)."""
     return Verdicts([summarize(g) for g in groups], pairs(groups),
                     [c for claim in CLAIMS for c in check_claim(claim, groups)])
 

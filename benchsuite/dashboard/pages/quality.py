@@ -103,16 +103,18 @@ def quality_runs(data: SiteData) -> tuple[list[Run], list[str]]:
     ok = data.ok_runs
     if ok.empty:
         return [], []
-    # only the rows of runs with a quality section made into dicts: a wide frame's rows cost ~0.3 ms each
+    # only the rows of runs with a quality section, and only the columns the page reads, made into dicts (a wide
+    # frame's rows cost ~0.3 ms each)
     sections = [metrics_of(data.records[int(i)]).quality for i in ok["rec"]]
     has = [q is not None for q in sections]
     without = [str(label) for label, h in zip(ok["run_label"], has) if not h]
     runs = []
-    for row, q in zip(ok[has].to_dict("records"), (q for q in sections if q is not None)):
-        rec = data.record(row)
-        medians = {k[len("quality."):]: v for k, v in row.items()
-                   if k.startswith("quality.") and k != "quality.reached" and num(v) is not None}
-        runs.append(Run(row, rec, msgspec.structs.replace(q, **medians)))
+    medians_of = [k for k in ok.columns if k.startswith("quality.") and k != "quality.reached"]
+    shown = ok.loc[has, ["rec", "series", "kind_label", "run_label", "world_size", *medians_of]]
+    for row, q in zip(shown.to_dict("records"), (q for q in sections if q is not None)):
+        medians = {k[len("quality."):]: row.pop(k) for k in medians_of}
+        medians = {k: v for k, v in medians.items() if num(v) is not None}
+        runs.append(Run(row, data.record(row), msgspec.structs.replace(q, **medians)))
     if per_family(data.df):
         return _median_runs(runs), without
     per_series: dict[str, int] = {}
@@ -331,9 +333,9 @@ def seed_curves(data: SiteData) -> tuple[str, list[Figure]]:
     faint, the median over seeds bold, its 95 % interval (t on logs) as a band; and each sparse
     workload's tokens to target over the dense one, ranked only where the interval excludes 1."""
     from benchsuite.results.stats import log_t_interval
-    from benchsuite.results.verdicts import pairs, seed_groups
+    from benchsuite.results.verdicts import pairs
 
-    groups = [g for g in seed_groups(data.results) if len(g.seeds) > 1 and g.quality]
+    groups = [g for g in data.seed_groups if len(g.seeds) > 1 and g.quality]
     if not groups:
         return "", []
     series = dict(zip(data.runs["identity"], data.runs["series"]))
