@@ -21,10 +21,15 @@ ranks that hold other experts); stages 2 and 3 run with each (FSDP2 shards the e
 expert-data-parallel group).
 
 The experts' layout is folded over the dense one (Liu et al. 2025, "MoE Parallel Folding"; torchtitan's
-ParallelDims): attention and the dense layers run on pp × dp × tp, the routed experts on pp × edp × ep with
-expert-TP 1 (each expert whole on one rank). Within a pipeline stage the dp·tp ranks are split into
-edp = dp·tp / ep groups of ep consecutive ranks, so expert parallelism borrows tensor-parallel ranks first
-(ep = tp: the experts of a tensor-parallel group are spread over its ranks) and data-parallel ranks after.
+ParallelDims): attention and the dense layers run on pp × dp × tp, the routed experts on pp × edp × ep × etp.
+Ranks are numbered as Megatron-Core's expert RankGenerator numbers them (order tp-cp-ep-dp-pp with cp 1,
+expert-TP fastest): within a pipeline stage the dp·tp ranks are split into groups of etp consecutive ranks (expert
+tensor parallelism: each expert's FFN width split over them), ep such groups etp apart form an
+expert-parallel group, and edp = dp·tp / (ep·etp) of those hold the same expert shards. The two layouts
+share only the pipeline stages (Megatron's one requirement: the same pp groups); an expert group need not
+match a tensor-parallel one. With etp = 1 (each expert whole on one rank) expert parallelism borrows
+tensor-parallel ranks first (ep = tp: the experts of a tensor-parallel group are spread over its ranks) and
+data-parallel ranks after; with etp = tp (Megatron's default) the expert-tensor group is the tensor one.
 
 Context parallelism (parallel/context.py) splits the data-parallel ranks further: cp consecutive ones
 share a batch of cp·b sequences, each holding a 1/cp shard of every sequence, so the data-parallel wrapper
@@ -48,9 +53,10 @@ from benchsuite.config import RunConfig
 from benchsuite.config.rules import stage_layer_counts
 
 # The mesh axes, named once. The main mesh is pp x dp x tp (pp only with pipeline > 1), ranks laid out
-# pp-major and tp-minor; the expert mesh is pp x edp x ep over the same ranks (module docstring: folding).
+# pp-major and tp-minor; the expert mesh is pp x edp x ep (x etp with etp > 1) over the same ranks, etp-minor
+# (module docstring: folding).
 PP, DP, TP = "pp", "dp", "tp"
-EDP, EP = "edp", "ep"
+EDP, EP, ETP = "edp", "ep", "etp"
 CP, CP_BATCH, CP_TP = "cp", "cp_batch", "cp_tp"  # the context mesh: pp x (dp / cp) x cp x tp
 
 
@@ -94,23 +100,24 @@ class ParallelDims:
     sequence_parallel: bool = False  # Megatron's sequence parallelism beside tensor parallelism
     layers_per_stage: tuple[int, ...] | None = None  # blocks per stage (None: config.rules.stage_layer_counts')
     cp: int = 1  # context parallelism: the data-parallel ranks that share a batch, each a sequence shard
+    etp: int = 1  # expert tensor parallelism: the ranks that split each expert's FFN width
     mesh: object | None = field(default=None, compare=False, repr=False)  # DeviceMesh (PP,) DP, TP
-    ep_mesh: object | None = field(default=None, compare=False, repr=False)  # DeviceMesh (PP,) EDP, EP
+    ep_mesh: object | None = field(default=None, compare=False, repr=False)  # DeviceMesh (PP,) EDP, EP (, ETP)
     cp_mesh: object | None = field(default=None, compare=False, repr=False)  # DeviceMesh CP_BATCH, CP, TP
     cp_tp_mesh: object | None = field(default=None, compare=False, repr=False)  # its (CP, TP) flattened
 
     def __post_init__(self):
-        if self.world % (self.tp * self.pp) or (self.dp * self.tp) % self.ep:
+        if self.world % (self.tp * self.pp) or (self.dp * self.tp) % (self.ep * self.etp):
             raise ValueError(f"world {self.world} does not factor into pp {self.pp} x dp x tp {self.tp} "
-                             f"with ep {self.ep} dividing dp x tp")
+                             f"with ep {self.ep}{f' x etp {self.etp}' if self.etp_enabled else ''} dividing dp x tp")
         if self.zero not in (0, 1, 2, 3):
             raise ValueError(f"ZeRO stage must be 0, 1, 2 or 3, got {self.zero!r}")
         if self.zero == 1 and (self.tp_enabled or self.pp_enabled):
             raise ValueError(f"ZeRO stage 1 (ZeroRedundancyOptimizer) shards plain data parallelism only: not "
                              f"with tensor {self.tp} or pipeline {self.pp} > 1; stages 2 and 3 (FSDP2) run")
-        if self.zero == 1 and self.ep_enabled:
-            raise ValueError(f"ZeRO stage 1 with expert {self.ep} > 1 would broadcast one rank's expert shard over "
-                             f"ranks holding other experts: use stage 0, 2 or 3")
+        if self.zero == 1 and self.experts_split:
+            raise ValueError(f"ZeRO stage 1 with expert {self.ep} x expert-tensor {self.etp} > 1 would broadcast "
+                             f"one rank's expert shard over ranks holding other shards: use stage 0, 2 or 3")
         if self.dp % self.cp:
             raise ValueError(f"context {self.cp} must divide the data-parallel ranks ({self.dp})")
         if self.layers_per_stage is not None and len(self.layers_per_stage) != self.num_stages:
@@ -123,15 +130,18 @@ class ParallelDims:
                                    p.last_stage_layers) if p.pipeline > 1 else None
         return cls(world=run.world_size, tp=p.tensor, ep=p.expert, zero=p.zero, pp=p.pipeline,
                    virtual_stages=p.virtual_stages, schedule=Schedule(p.schedule),
-                   sequence_parallel=p.sequence_parallel, layers_per_stage=stage, cp=p.context)
+                   sequence_parallel=p.sequence_parallel, layers_per_stage=stage, cp=p.context,
+                   etp=p.expert_tensor)
 
     @classmethod
     def from_degrees(cls, *, tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, zero: int = 0,
                      virtual_stages: int = 1, schedule: Schedule = Schedule.ONE_F_ONE_B,
-                     sequence_parallel: bool = False, layers_per_stage: tuple[int, ...] | None = None) -> ParallelDims:
+                     sequence_parallel: bool = False, layers_per_stage: tuple[int, ...] | None = None,
+                     etp: int = 1) -> ParallelDims:
         """A layout of tp x pp x dp devices (a published one the predictor reproduces)."""
         return cls(world=tp * pp * dp, tp=tp, ep=ep, zero=zero, pp=pp, virtual_stages=virtual_stages,
-                   schedule=schedule, sequence_parallel=sequence_parallel, layers_per_stage=layers_per_stage)
+                   schedule=schedule, sequence_parallel=sequence_parallel, layers_per_stage=layers_per_stage,
+                   etp=etp)
 
     @property
     def dp(self) -> int:
@@ -148,8 +158,8 @@ class ParallelDims:
 
     @property
     def edp(self) -> int:
-        """Expert-data-parallel degree: the ranks of a pipeline stage that hold the same experts."""
-        return self.dp * self.tp // self.ep
+        """Expert-data-parallel degree: the ranks of a pipeline stage that hold the same expert shards."""
+        return self.dp * self.tp // (self.ep * self.etp)
 
     @property
     def pp_enabled(self) -> bool:
@@ -162,6 +172,16 @@ class ParallelDims:
     @property
     def ep_enabled(self) -> bool:
         return self.ep > 1
+
+    @property
+    def etp_enabled(self) -> bool:
+        return self.etp > 1
+
+    @property
+    def experts_split(self) -> bool:
+        """Whether the routed experts run on their own layout, a shard of them on each rank (expert or
+        expert-tensor parallelism); otherwise they are data-parallel like any weight."""
+        return self.ep_enabled or self.etp_enabled
 
     @property
     def dp_enabled(self) -> bool:
@@ -184,9 +204,9 @@ class ParallelDims:
     @property
     def experts_sharded(self) -> bool:
         """Whether FSDP2 shards the expert shards over their expert-data-parallel group (ZeRO-2/3 with
-        expert parallelism, edp > 1); otherwise the data-parallel wrapper leaves them out and they are
-        reduced after the step's last backward (parallel/zero.py)."""
-        return (self.ep_enabled and self.edp > 1
+        expert or expert-tensor parallelism, edp > 1); otherwise the data-parallel wrapper leaves them out
+        and they are reduced after the step's last backward (parallel/zero.py)."""
+        return (self.experts_split and self.edp > 1
                 and self.data_parallel in (DataParallel.FSDP_STAGE2, DataParallel.FSDP_STAGE3))
 
     @property
@@ -205,12 +225,15 @@ class ParallelDims:
         return list(range(start, start + counts[stage]))
 
     def layouts(self) -> dict[str, str]:
-        """With expert parallelism, the two layouts in words for the record (metrics.implementation): the
-        dense layers' and the experts' folded one (none otherwise: the config's degrees say it all)."""
-        if not self.ep_enabled:
+        """With expert or expert-tensor parallelism, the two layouts in words for the record
+        (metrics.implementation): the dense layers' and the experts' folded one (none otherwise: the config's
+        degrees say it all)."""
+        if not self.experts_split:
             return {}
         return {"dense_layout": f"pp {self.pp} x dp {self.dp} x tp {self.tp}",
-                "expert_layout": f"pp {self.pp} x edp {self.edp} x ep {self.ep} (expert-tp 1, folded over dp x tp)"}
+                "expert_layout": f"pp {self.pp} x edp {self.edp} x ep {self.ep}"
+                                 + (f" x etp {self.etp}" if self.etp_enabled else "")
+                                 + f" (expert-tp {self.etp}, folded over dp x tp)"}
 
     def build_meshes(self, device_type: str) -> ParallelDims:
         """These dims with their device meshes (every rank calls it, after init_process_group)."""
@@ -219,8 +242,9 @@ class ParallelDims:
         lead = (self.pp,) if self.pp_enabled else ()
         names = (PP,) if self.pp_enabled else ()
         mesh = init_device_mesh(device_type, (*lead, self.dp, self.tp), mesh_dim_names=(*names, DP, TP))
-        ep_mesh = init_device_mesh(device_type, (*lead, self.edp, self.ep), mesh_dim_names=(*names, EDP, EP)) \
-            if self.ep_enabled else None
+        inner = ((self.etp,), (ETP,)) if self.etp_enabled else ((), ())
+        ep_mesh = init_device_mesh(device_type, (*lead, self.edp, self.ep, *inner[0]),
+                                   mesh_dim_names=(*names, EDP, EP, *inner[1])) if self.experts_split else None
         cp_mesh = cp_tp_mesh = None
         if self.cp_enabled:
             cp_mesh = init_device_mesh(device_type, (*lead, self.dp_batches, self.cp, self.tp),
@@ -234,7 +258,8 @@ class ParallelDims:
         context-parallel with context parallelism)."""
         if axis == CP_TP and not self.cp_enabled:
             axis = TP  # the ranks that hold the same tokens: the tensor-parallel ones
-        mesh = {EDP: self.ep_mesh, EP: self.ep_mesh, CP: self.cp_mesh, CP_TP: self.cp_tp_mesh}.get(axis, self.mesh)
+        mesh = {EDP: self.ep_mesh, EP: self.ep_mesh, ETP: self.ep_mesh, CP: self.cp_mesh,
+                CP_TP: self.cp_tp_mesh}.get(axis, self.mesh)
         if mesh is None or axis not in mesh.mesh_dim_names:
             return None
         return mesh[axis].get_group()

@@ -29,7 +29,7 @@ from msgspec.structs import replace
 import benchsuite
 from benchsuite import cli
 from benchsuite.results.migrate import (update_to_2, update_to_3, update_to_4, update_to_5, update_to_6,
-                                        update_to_7, update_to_8)
+                                        update_to_7, update_to_8, update_to_9)
 from benchsuite.record import SCHEMA_VERSION, RecordError, decode, to_dict
 from benchsuite.record.io import MAX_RECORD_BYTES
 from benchsuite.record.types import Record
@@ -387,7 +387,7 @@ def test_run_resume_scan_survives_every_bad_file(folder):
 
 
 def test_schema_1_fixtures_load_through_the_chain_as_the_current_version():
-    assert SCHEMA_VERSION == 8
+    assert SCHEMA_VERSION == 9
     raw = {p.name: json.loads(p.read_text()) for p in FIXTURES.glob("*.json")}
     assert {d["schema_version"] for d in raw.values()} == {1}
     with warnings.catch_warnings():
@@ -396,8 +396,8 @@ def test_schema_1_fixtures_load_through_the_chain_as_the_current_version():
     assert len(recs) == len(raw) and {r.record.schema_version for r in recs} == {SCHEMA_VERSION}
     for r in recs:  # exactly what the chain's steps make of the stored record, nothing else touched
         before = raw[r.path.name]
-        chained = update_to_8(update_to_7(update_to_6(update_to_5(update_to_4(update_to_3(update_to_2(
-            copy.deepcopy(before))))))))
+        chained = update_to_9(update_to_8(update_to_7(update_to_6(update_to_5(update_to_4(update_to_3(update_to_2(
+            copy.deepcopy(before)))))))))
         assert {k: v for k, v in to_dict(r.record).items() if k != "flags"} == \
             {k: v for k, v in to_dict(decode(chained)).items() if k != "flags"}
         assert r.record.repeat == 0

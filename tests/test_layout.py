@@ -54,6 +54,8 @@ FOLDED = {
     "EP 2 = TP 2 x DP 2": (4, ParallelConfig(expert=2, tensor=2), MOE, DataParallel.REPLICATE),
     "PP 2 x EP 2": (4, ParallelConfig(expert=2, pipeline=2), MOE, DataParallel.REPLICATE),
     "ZeRO-3 x EP 2": (4, ParallelConfig(expert=2, zero=3), MOE, DataParallel.FSDP_STAGE3),
+    "ETP 2 x EP 2": (4, ParallelConfig(expert=2, expert_tensor=2), MOE, DataParallel.DDP),
+    "ZeRO-3 x ETP 2 (EDP 2)": (4, ParallelConfig(expert_tensor=2, zero=3), MOE, DataParallel.FSDP_STAGE3),
 }
 
 
@@ -171,6 +173,8 @@ def test_degrees_and_what_follows_from_them():
     ({"world": 4, "tp": 2, "zero": 1}, "plain data parallelism only"),
     ({"world": 4, "pp": 2, "zero": 1}, "plain data parallelism only"),
     ({"world": 4, "ep": 2, "zero": 1}, "would broadcast one rank's expert shard"),
+    ({"world": 4, "etp": 2, "zero": 1}, "expert-tensor 2 > 1 would broadcast one rank's expert shard"),
+    ({"world": 4, "ep": 2, "etp": 4}, "ep 2 x etp 4 dividing dp x tp"),
     ({"world": 4, "pp": 2, "layers_per_stage": (1, 1, 1)}, "3 stage layer counts for 2 stages"),
     ({"world": 4, "cp": 3}, "context 3 must divide the data-parallel ranks"),
 ])

@@ -9,17 +9,20 @@ has one holder), an uneven pipeline (first_stage_layers 1: stages of 1 and 3 blo
 over an interleaved pipeline of 5 blocks (derived stages 1, 2, 1, 1) and context parallelism (CP 2 with
 DP 2 on a dense model with RoPE and grouped-query attention, with TP 2, with EP 2, EP 4 over CP 2 × TP 2,
 under ZeRO-3, on pipeline stages, and with sequence parallelism; the reference runs each context-parallel
-group's sequences whole). Each builds the plain model with the same seed, parallelizes it with
+group's sequences whole) and expert tensor parallelism (each expert's FFN columns split over ETP 2: beside
+EP 2 over DP 4, beside TP 2 attention with SwiGLU experts, under ZeRO-3 with the shards over EDP 2, and
+alone over EDP 2, dropless with forced routing). Each builds the plain model with the same seed, parallelizes it with
 benchsuite.parallel.parallelize and trains it with the worker's train_step; the reference is one process
 that runs every data-parallel rank's microbatches in turn and averages their losses (cross-entropy + every
 MoE layer's auxiliary loss). Checked (fp32, relative error ≤ 1e-5): the loss each rank reports, every
 gradient after the first backward (expert shards against their slice of the full gradient), every weight
 after the AdamW steps, the expert loads of the last microbatch (each rank's, and the record's sum over
-ranks through worker.moe_stats: the loads of one process that saw all tokens), the folded experts' and
-context parallelism's all-gather and reduce-scatter bytes and a pipeline's point-to-point bytes against
-their formulas, and the model-state bytes (parameters, gradients, Adam state) against metrics.memory's
-formula for the layout. The other tests are fast: the public recipes' layouts as a suite, the refusals
-that remain, the stage split and the per-rank parameter counts.
+ranks through worker.moe_stats: the loads of one process that saw all tokens), the folded experts', expert
+tensor parallelism's and context parallelism's all-gather and reduce-scatter bytes (every rank's) and a
+pipeline's point-to-point bytes against their formulas, and the model-state bytes (parameters, gradients,
+Adam state) against metrics.memory's formula for the layout. The other tests are fast: the public recipes'
+layouts as a suite (also Mixtral 8x22B at ETP 2 through flops, memory and predict), the refusals that remain,
+the stage split and the per-rank parameter counts.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from helpers.parallel import clean_name, full, rel
 CFG = ModelConfig(layers=4, hidden=16, heads=2, vocab=32, seq_len=8, ffn_hidden=32)
 CAPACITY = MoEConfig(experts=4, router="token_choice", top_k=2, every=2, capacity_factor=1.0, z_loss_coef=0.001)
 DROPLESS = replace(CAPACITY, capacity_factor=0.0)
+FORCED = replace(DROPLESS, routing="forced")  # every rank's rows per expert equal: the padded gathers are exact
 TIED = replace(CFG, layers=5, tie_embeddings=True)
 ROPE = replace(CFG, heads=4, kv_heads=2, position="rope", norm="rmsnorm", activation="swiglu")
 MB, STEPS, TOL, WORLD = 4, 2, 1e-5, 4
@@ -76,6 +80,10 @@ CASES = {
                                                        microbatches=2), None),
     "zero3 x pp2 x ep2, dropless": (ParallelConfig(zero=3, pipeline=2, expert=2, microbatches=2), DROPLESS),
     "sp tp2 x cp2 x ep4, dropless": (ParallelConfig(tensor=2, context=2, expert=4, sequence_parallel=True), DROPLESS),
+    "etp2 x ep2 over dp4": (ParallelConfig(expert=2, expert_tensor=2), CAPACITY),
+    "tp2 x etp2 x ep2, swiglu": (ParallelConfig(tensor=2, expert=2, expert_tensor=2), CAPACITY, ROPE),
+    "zero3 x etp2 (edp2), dropless": (ParallelConfig(zero=3, expert_tensor=2), DROPLESS),
+    "etp2 x edp2, dropless forced": (ParallelConfig(expert_tensor=2), FORCED),
 }
 
 
@@ -109,12 +117,16 @@ class GradCapture:
         pass
 
 
-def expert_slice(name: str, ref: torch.Tensor, ep_rank: int, ep: int) -> torch.Tensor:
-    """The reference's part of a parameter this rank holds: its E/ep experts for an expert weight."""
+def expert_slice(name: str, ref: torch.Tensor, dims, ep_rank: int, etp_rank: int) -> torch.Tensor:
+    """The reference's part of a parameter this rank holds: for an expert weight its E/ep experts, of each its
+    1/etp of the FFN width (w_up and w_gate columns, w_down rows)."""
     if ".experts.w_" not in name:
         return ref
-    n = ref.shape[0] // ep
-    return ref[ep_rank * n:(ep_rank + 1) * n]
+    n = ref.shape[0] // dims.ep
+    experts = ref[ep_rank * n:(ep_rank + 1) * n]
+    width_dim = 1 if name.endswith("w_down") else 2
+    f = experts.shape[width_dim] // dims.etp
+    return experts.narrow(width_dim, etp_rank * f, f)
 
 
 def reference_step(ref, x, y, batches: int, microbatches: int) -> tuple[list[float], list]:
@@ -148,7 +160,7 @@ def train_and_compare(rank: int, run: RunConfig) -> dict:
     import torch.distributed as dist
 
     from benchsuite.dist import DistContext
-    from benchsuite.layout import CP, EP, ParallelDims
+    from benchsuite.layout import CP, EP, ETP, ParallelDims
     from benchsuite.metrics.comm import CommCounter
     from benchsuite.metrics.memory import ModelStateProbe, analytic_model_state
     from benchsuite.models.moe import set_expert_impl
@@ -168,7 +180,8 @@ def train_and_compare(rank: int, run: RunConfig) -> dict:
     ref_opt = make_adamw(ref.parameters(), run.train)
     par = parallelize(build_model(run.model, run.moe, seed=0), dims=dims, train=run.train, moe=run.moe, device=cpu,
                       pipeline=PipelinePlan.from_run(run) if dims.pp_enabled else None)
-    ep_rank = dims.ep_mesh.get_local_rank(EP) if dims.ep_enabled else 0
+    ep_rank = dims.ep_mesh.get_local_rank(EP) if dims.experts_split else 0
+    etp_rank = dims.ep_mesh.get_local_rank(ETP) if dims.etp_enabled else 0
     out = {"impl": par.applied.implementation(), "names": sorted(full_params(par))}
     ref_params = dict(ref.named_parameters(remove_duplicate=False))  # a tied head.weight by its name too
     for step in range(STEPS):
@@ -184,7 +197,8 @@ def train_and_compare(rank: int, run: RunConfig) -> dict:
                 dist.all_reduce(loss, group=dims.group(CP))
                 loss /= dims.cp
             out["loss"] = abs(float(loss) - ref_losses[group]) / ref_losses[group]
-            errs = {n: rel(g, expert_slice(n, ref_params[n].grad, ep_rank, dims.ep)) for n, g in probe.grads.items()}
+            errs = {n: rel(g, expert_slice(n, ref_params[n].grad, dims, ep_rank, etp_rank))
+                    for n, g in probe.grads.items()}
             out["grads"] = max(errs.values())
             out["bad"] = [n for n, e in errs.items() if e > TOL]
             if run.moe is not None:
@@ -201,7 +215,7 @@ def train_and_compare(rank: int, run: RunConfig) -> dict:
         ref_opt.step()
         ref_opt.zero_grad(set_to_none=True)
     out["figures"] = par.pipeline.figures() if par.pipeline is not None else None
-    out["params"] = max(rel(full(p), expert_slice(n, ref_params[n], ep_rank, dims.ep))
+    out["params"] = max(rel(full(p), expert_slice(n, ref_params[n], dims, ep_rank, etp_rank))
                         for n, p in full_params(par).items())
     probe = ModelStateProbe(par.model, par.optimizer)
     train_step(par, mine, "fp32", cpu, probe=probe)
@@ -243,7 +257,9 @@ def test_moe_layouts_match_single_process(tmp_path):
             assert r["grads"] <= TOL, f"{where}: grad rel err {r['grads']:.2e} in {r['bad']}"
             assert r["params"] <= TOL, f"{where}: params after {STEPS} steps rel err {r['params']:.2e}"
             assert all(r.get("own_loads", [])), f"{where}: expert loads differ from one process's on the same tokens"
-            assert ("expert_layout" in r["impl"]) == (parallel.expert > 1), where
+            assert ("expert_layout" in r["impl"]) == (parallel.expert * parallel.expert_tensor > 1), where
+            assert (f"etp {parallel.expert_tensor}" in r["impl"].get("expert_layout", "")) == \
+                (parallel.expert_tensor > 1), where
             assert ("context" in r["impl"]) == (parallel.context > 1), where
         assert set().union(*(res[name]["names"] for res in ranks)) == all_names, f"{name}: a parameter is lost"
         largest = max((res[name] for res in ranks), key=lambda r: sum(r["state"]))  # a pipeline: the formula's rank
@@ -259,15 +275,20 @@ def test_moe_layouts_match_single_process(tmp_path):
                                        data_parallel=run.data_parallel)
             assert section["p2p_bytes_per_step"] == p2p_bytes_formula(parallel=run.parallel, model=run.model,
                                                                       micro_batch=MB), name
-        if parallel.tensor * parallel.context > 1 and parallel.pipeline == 1 and not parallel.sequence_parallel \
-                and parallel.zero == 0:  # the collectives that are these layouts' own, by their formulas
-            from benchsuite.metrics.comm import context_parallel_bytes, expert_fold_gather_bytes
+        if parallel.tensor * parallel.context * parallel.expert_tensor > 1 and parallel.pipeline == 1 \
+                and not parallel.sequence_parallel and parallel.zero == 0:  # these layouts' own collectives
+            from benchsuite.metrics.comm import context_parallel_bytes, expert_fold_gather_bytes, expert_tensor_bytes
 
             context = context_parallel_bytes(model=run.model, moe=moe, context=parallel.context, tensor=parallel.tensor,
                                              micro_batch=MB, kv_bytes=4)
-            expected = expert_fold_gather_bytes(model=run.model, moe=moe, parallel=parallel, micro_batch=MB)
-            assert ranks[0][name]["comm"].get("all_gather", 0) == expected + context.get("all_gather", 0), name
-            assert ranks[0][name]["comm"].get("reduce_scatter", 0) == context.get("reduce_scatter", 0), name
+            fold = expert_fold_gather_bytes(model=run.model, moe=moe, parallel=parallel, micro_batch=MB)
+            width = expert_tensor_bytes(model=run.model, moe=moe, parallel=parallel, micro_batch=MB)
+            for rank, res in enumerate(ranks):
+                comm, where = res[name]["comm"], f"{name} rank {rank}"
+                assert comm.get("all_gather", 0) == fold + context.get("all_gather", 0) + width.get("all_gather", 0), \
+                    where
+                assert comm.get("reduce_scatter", 0) == context.get("reduce_scatter", 0) + \
+                    width.get("reduce_scatter", 0), where
 
 
 # ------------------------------------------------------------------ public recipes at their degrees
@@ -358,6 +379,72 @@ def test_public_moe_recipes_parse_at_their_degrees():
     assert experts == 56 * 1 * 3 * 6144 * 16384  # one of 8 experts per rank in each of 56 layers
 
 
+ETP_RECIPES = """
+[suite]
+name = "moe-expert-tensor"
+
+[defaults]
+model = { preset = "mixtral-8x22b", seq_len = 4096 }
+moe = { capacity_factor = 0 }
+train = { micro_batch = 32, steps = 4, precision = "bf16" }
+
+[sweep]
+world_size = [128]
+
+[[workload]]
+name = "mixtral-8x22b-tp2-pp8-ep8-etp2"  # Megatron-Core's default expert_tensor_parallel_size: the tensor degree
+parallel = { tensor = 2, pipeline = 8, expert = 8, expert_tensor = 2, microbatches = 32, sequence_parallel = true }
+
+[[workload]]
+name = "mixtral-8x22b-folding-tp2-pp8-ep8"  # the same ranks folded at expert-TP 1 (Liu et al. 2025's row)
+parallel = { tensor = 2, pipeline = 8, expert = 8, microbatches = 32, sequence_parallel = true }
+"""
+
+
+def test_expert_tensor_parallel_recipe_at_full_dimensions_through_flops_memory_and_predict():
+    """Mixtral 8x22B on 128 H100s at TP 2 × PP 8 × EP 8 with each expert's FFN split over ETP 2 (expert-DP 1),
+    beside the same ranks at ETP 1: the FLOPs per token are the model's either way; a rank holds half of its
+    expert (1/ETP of the FFN columns) in the memory formula, the record's and the prediction's alike; the
+    predictor runs the same expert FLOPs per device in grouped GEMMs of ETP × the rows, and charges the
+    expert-tensor all-gathers and reduce-scatters of ETP × the device's rows."""
+    import tomllib
+
+    from benchsuite.config import parse_suite
+    from benchsuite.layout import ParallelDims
+    from benchsuite.metrics.memory import rank_param_split
+    from benchsuite.metrics.tables import flops_table, memory_table_for_suite
+    from benchsuite.predict import load_system, predict_run
+    from benchsuite.predict.communication import expert_tensor_parallel
+    from benchsuite.predict.moe import moe_time, rows_per_device
+    from benchsuite.predict.workload import from_run
+
+    suite = parse_suite(tomllib.loads(ETP_RECIPES))
+    split, whole = suite.runs
+    dims, folded = ParallelDims.from_run(split), ParallelDims.from_run(whole)
+    assert (dims.dp, dims.ep, dims.etp, dims.edp) == (8, 8, 2, 1) and (folded.edp, folded.etp) == (2, 1)
+    assert dims.layouts()["expert_layout"].startswith("pp 8 x edp 1 x ep 8 x etp 2")
+    first, second = flops_table(suite).doc["runs"]
+    assert first["model_flops_per_token"] == second["model_flops_per_token"] > 0
+    assert first["hardware_flops_per_token"] == second["hardware_flops_per_token"]
+    (psi, experts), (psi_whole, experts_whole) = rank_param_split(split.model, split.moe, dims), \
+        rank_param_split(whole.model, whole.moe, folded)
+    assert experts_whole == 2 * experts == 7 * 3 * 6144 * 16384  # 7 blocks a pipeline rank, one expert of each
+    assert psi_whole - psi == experts
+    system = load_system("workloads/systems/h100-8x.toml")
+    records = memory_table_for_suite(suite, torch.device("cpu")).doc["runs"]
+    for run, record in zip((split, whole), records):
+        assert predict_run(run, system).memory.model_state_bytes == record["record_model_state"]["analytic"]["total"]
+    w, w_whole = from_run(split, "gpu"), from_run(whole, "gpu")
+    t, t_whole = moe_time(w, system), moe_time(w_whole, system)
+    assert t.rows_per_expert == 2 * t_whole.rows_per_expert
+    assert t.experts_s * t.efficiency == pytest.approx(t_whole.experts_s * t_whole.efficiency)  # the same FLOPs
+    sent = expert_tensor_parallel(w, system)
+    assert (sent.calls, sent.bytes_sent) == (4 * 7, 4 * 7 * rows_per_device(w) * 6144 * 2)  # (ETP − 1) × its rows
+    assert expert_tensor_parallel(w_whole, system).calls == 0
+    assert "expert-tensor all-gathers and reduce-scatters over 2 ranks" in predict_run(split, system).detail(
+        "expert_parallel")
+
+
 @pytest.mark.parametrize("parallel,kind,key,needle", [
     ({"tensor": 2, "expert": 2, "sequence_parallel": True}, "moe", "parallel.sequence_parallel",
      "model.seq_len (15) over tensor (2) ranks"),
@@ -367,6 +454,12 @@ def test_public_moe_recipes_parse_at_their_degrees():
     ({"context": 2, "tensor": 2, "sequence_parallel": True}, "dense", "parallel.context",
      "2 × context × tensor, with sequence_parallel, (8) must divide model.seq_len (15)"),
     ({"context": 3}, "dense", "parallel.context", "must divide the data-parallel ranks (4)"),
+    ({"expert_tensor": 3}, "moe", "parallel.expert_tensor",
+     "expert_tensor (3) must divide the experts' FFN width (128, moe.expert_hidden or model.ffn_hidden)"),
+    ({"expert": 2, "expert_tensor": 4}, "moe", "parallel.expert_tensor",
+     "expert × expert_tensor (2 × 4) must divide data-parallel × tensor (4 × 1 = 4)"),
+    ({"expert_tensor": 2, "zero": 1}, "moe", "parallel.zero", "use zero = 2 or 3"),
+    ({"expert_tensor": 2}, "dense", "parallel.expert_tensor", "needs kind = \"moe\""),
 ])
 def test_layouts_still_refused_say_why_and_what_to_set(parallel, kind, key, needle):
     from benchsuite.config import parse_suite

@@ -115,6 +115,9 @@ RULES = (
     KeyRule("parallel.expert", "`kind = \"moe\"`", ("kind",), lambda w: w.kind == "moe",
             lambda w, v: "expert parallelism needs kind = \"moe\" (a dense model has no experts to shard); "
                          "remove expert or set it to 1"),
+    KeyRule("parallel.expert_tensor", "`kind = \"moe\"`", ("kind",), lambda w: w.kind == "moe",
+            lambda w, v: "expert tensor parallelism splits the experts' FFNs and needs kind = \"moe\" (a dense "
+                         "model's FFN is split by parallel.tensor); remove expert_tensor or set it to 1"),
     KeyRule("moe.top_k", "`moe.router = \"token_choice\"` (switch is top-1, gshard top-2)", ("moe.router",),
             lambda w: _router(w) == "token_choice", _top_k_why, also_runs=lambda w: ROUTERS[_router(w)].k),
     KeyRule("moe.score", "`moe.router = \"token_choice\"` (the others score with softmax)", ("moe.router",),

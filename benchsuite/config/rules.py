@@ -102,16 +102,26 @@ def _check_tensor(sections: dict[str, Any], problems: Problems) -> None:
 
 
 def _check_expert(sections: dict[str, Any], problems: Problems) -> None:
-    """Expert parallelism: the experts it shards, and the layouts it is not combined with."""
+    """Expert and expert-tensor parallelism: the experts and the FFN width they shard, and the layouts they
+    are not combined with."""
     p, moe = sections["parallel"], sections.get("moe")
-    if p.expert == 1 or not problems.known("parallel.expert"):
+    split = [key for key, degree in (("parallel.expert", p.expert), ("parallel.expert_tensor", p.expert_tensor))
+             if degree > 1 and problems.known(key)]
+    if not split:
         return
     if p.zero == 1 and problems.known("parallel.zero"):
         problems.add("parallel.zero", "ZeRO stage 1 (ZeroRedundancyOptimizer) would broadcast one rank's expert "
-                                      "shard over ranks holding other experts; use zero = 2 or 3 (FSDP2 shards "
+                                      "shard over ranks holding other shards; use zero = 2 or 3 (FSDP2 shards "
                                       "the experts over their expert-data-parallel group) or zero = 0")
-    if moe and problems.known("moe.experts") and moe.experts % p.expert:
+    if moe and "parallel.expert" in split and problems.known("moe.experts") and moe.experts % p.expert:
         problems.add("parallel.expert", f"expert ({p.expert}) must divide moe.experts ({moe.experts})")
+    width = (moe.expert_hidden or sections["model"].ffn) if moe else None
+    if width and "parallel.expert_tensor" in split and width % p.expert_tensor \
+            and problems.known("moe.expert_hidden", "model.ffn_hidden", "model.hidden"):
+        problems.add("parallel.expert_tensor", f"expert_tensor ({p.expert_tensor}) must divide the experts' FFN width "
+                                               f"({width}, moe.expert_hidden or model.ffn_hidden): each rank holds "
+                                               f"1/{p.expert_tensor} of every expert's columns; use a divisor of "
+                                               f"{width}")
 
 
 def _check_context(sections: dict[str, Any], problems: Problems) -> None:
@@ -250,7 +260,14 @@ def check_run(run: RunConfig, problems: Problems) -> None:
         problems.add("parallel.context", f"context ({p.context}) must divide the data-parallel ranks "
                                          f"({run.data_parallel}): each context-parallel group shares one batch")
     stage_ranks = run.data_parallel * p.tensor  # the experts fold over dp × tp within a stage (layout.py)
-    if p.expert > 1 and problems.known("parallel.expert") and stage_ranks % p.expert:
+    if p.expert_tensor > 1 and problems.known("parallel.expert", "parallel.expert_tensor") \
+            and stage_ranks % (p.expert * p.expert_tensor):
+        problems.add("parallel.expert_tensor", f"expert × expert_tensor ({p.expert} × {p.expert_tensor}) must divide "
+                                               f"data-parallel × tensor ({run.data_parallel} × {p.tensor} = "
+                                               f"{stage_ranks}), the ranks of a pipeline stage the experts are folded "
+                                               f"over (expert_tensor × expert × expert-data-parallel × pipeline = "
+                                               f"world_size): lower expert or expert_tensor, or change world_size")
+    elif p.expert > 1 and problems.known("parallel.expert") and stage_ranks % p.expert:
         problems.add("parallel.expert", f"expert ({p.expert}) must divide data-parallel × tensor ({run.data_parallel} "
                                         f"× {p.tensor} = {stage_ranks}), the ranks of a pipeline stage the experts "
                                         f"are folded over")

@@ -265,8 +265,8 @@ def paper_bytes(*, model, moe, train, dims: ParallelDims, micro_batch: int, prec
     forward_params: the parameters FSDP2 gathers). A pipeline's data-parallel ranks reduce their own
     stages' gradients (Ψ of the rank holding the most) and its ranks all-reduce the loss (one fp32
     value); its point-to-point bytes are metrics.pipeline's."""
-    if dims.ep_enabled:
-        return None, "expert parallelism: no paper volume modelled"
+    if dims.experts_split:
+        return None, f"expert{'' if dims.ep_enabled else ' tensor'} parallelism: no paper volume modelled"
     if dims.pp_enabled and dims.tp_enabled:
         return None, "pipeline with tensor parallelism: no paper volume modelled"
     n, t = dims.dp, dims.tp
@@ -330,6 +330,33 @@ def expert_fold_gather_bytes(*, model, moe, parallel, micro_batch: int) -> int:
     tokens = micro_batch // m * parallel.context * model.seq_len
     rows = -(-tokens * moe.k // t) if moe.dropless else moe.experts * -(-capacity(moe, tokens) // t)
     return 2 * (t - 1) * rows * model.hidden * FP32 * _moe_layer_count(model, moe) * m
+
+
+def expert_tensor_bytes(*, model, moe, parallel, micro_batch: int, expert_impl: str = "padded_bmm") -> dict[str, int]:
+    """Bytes one rank sends per step in expert tensor parallelism's collectives (parallel/expert.py), by kind,
+    over its etp = parallel.expert_tensor ranks: per MoE layer and microbatch the rows it received from the
+    all-to-all are all-gathered before the experts and the partial outputs reduce-scattered after, and in
+    backward the conjugates (a reduce-scatter and an all-gather), a rank sending (etp−1) × its rows of H fp32
+    values in each. Its rows: the capacity slots E·ceil(C/t) (t the ranks that route the same tokens,
+    tensor × context: expert_fold_gather_bytes), or dropless the balanced share ceil(N·k/t) (exact under
+    forced routing without a fold; the gathers pad every rank's rows to the largest, so routed loads send
+    more). Beside them in forward, all-gathered too: dropless the per-expert counts (E int64), with grouped_mm
+    the capacity slots' filled mask (one byte a slot). 2·(etp−1)·rows·H·4·L_moe·M of each kind for a layout
+    without a pipeline (in one, a rank gathers for the MoE layers of its own stages only); {} with etp 1."""
+    from benchsuite.models.moe import capacity
+
+    etp, t, m = parallel.expert_tensor, parallel.tensor * parallel.context, parallel.n_microbatches
+    if moe is None or etp == 1:
+        return {}
+    tokens = micro_batch // m * parallel.context * model.seq_len
+    if moe.dropless:
+        rows, beside = -(-tokens * moe.k // t), moe.experts * 8
+    else:
+        rows = moe.experts * -(-capacity(moe, tokens) // t)
+        beside = rows if expert_impl == "grouped_mm" else 0
+    calls = _moe_layer_count(model, moe) * m
+    moved = 2 * (etp - 1) * rows * model.hidden * FP32 * calls
+    return {"all_gather": moved + (etp - 1) * beside * calls, "reduce_scatter": moved}
 
 
 def context_parallel_bytes(*, model, moe, context: int, tensor: int, micro_batch: int,

@@ -43,10 +43,11 @@ allocates differently:
   (4+4+4+8)Ψ. In a pipeline Ψ is that of the rank holding the most (`params_per_pipeline_rank`).
   ZeRO-2/3 beside tensor or pipeline parallelism shard that Ψ (per tensor rank, per pipeline rank)
   over the N data-parallel ranks with FSDP2: the stage's formula above.
-- Expert parallelism: Ψ counts the rank's own E/ep experts of each MoE layer (`rank_params`); DDP
+- Expert parallelism: Ψ counts the rank's own E/ep experts of each MoE layer, with expert tensor
+  parallelism 1/etp of each (its FFN columns: `rank_params`); DDP
   leaves the expert shards out and their gradients are reduced by hand, so the states are DDP's; so
   does replicate_with_fsdp (its dense Ψd = Ψ − Ψe keep (4+4+4+8)Ψd, the experts (4+4+8)Ψe). Under
-  ZeRO-2/3 the rank's experts Ψe are sharded over their own expert-data-parallel group of N_e = dp·tp/ep
+  ZeRO-2/3 the rank's experts Ψe are sharded over their own expert-data-parallel group of N_e = dp·tp/(ep·etp)
   ranks, Ψd over the N data-parallel ranks: each term over its group (`layout_model_state`), e.g.
   ZeRO-3 (4+4+8)Ψd/N + (4+4+8)Ψe/N_e.
 
@@ -154,7 +155,7 @@ def implementation_model_state(psi: float, n: int, wrapper: DataParallel, forwar
 
 def layout_model_state(model, moe, dims: ParallelDims, forward_params: str = "fp32") -> dict:
     """implementation_model_state for a layout: with expert parallelism under ZeRO-2/3 the rank's own
-    experts Ψe are sharded over their expert-data-parallel group of N_e = dp·tp/ep ranks and the other
+    experts Ψe are sharded over their expert-data-parallel group of N_e = dp·tp/(ep·etp) ranks and the other
     Ψ − Ψe over the N data-parallel ranks (parallel/zero.py), each term of the formula over its group; the
     two states add up. Under replicate_with_fsdp, and ZeRO-2/3 with N_e = 1, the experts are left out of
     the wrapper: (4+4+8)Ψe beside the dense states. Otherwise one group of N ranks holds all Ψ."""
@@ -201,21 +202,23 @@ def params_per_rank(cfg, moe=None, tp: int = 1) -> int:
     return (pc.total - sharded) + sharded // tp
 
 
-def block_params(cfg, moe, layer: int, tp: int = 1, ep: int = 1) -> int:
+def block_params(cfg, moe, layer: int, tp: int = 1, ep: int = 1, etp: int = 1) -> int:
     """Ψ of block `layer` on one rank: its tensor-parallel share (params_per_rank's split) and, for an MoE
-    block, its own E/ep experts (the MoE layer is replicated under TP, its experts spread over ep)."""
+    block, its own E/ep experts, 1/etp of each (the MoE layer is replicated under TP, its experts spread over
+    ep and their FFN columns over etp)."""
     one = msgspec.structs.replace(cfg, layers=1, tie_embeddings=False)
     layer_moe = msgspec.structs.replace(moe, every=1) if is_moe_layer(layer, moe) else None
     ends = end_params(one, tp)
-    return (params_per_rank(one, layer_moe, tp) - other_ranks_experts(one, layer_moe, ep)) - ends[0] - ends[1]
+    return (params_per_rank(one, layer_moe, tp) - other_ranks_experts(one, layer_moe, ep, etp)) - ends[0] - ends[1]
 
 
-def own_experts(cfg, moe, layer: int, ep: int) -> int:
-    """The routed-expert parameters of block `layer` one rank holds (E/ep experts; 0 in a dense block)."""
+def own_experts(cfg, moe, layer: int, ep: int, etp: int = 1) -> int:
+    """The routed-expert parameters of block `layer` one rank holds (E/ep experts, 1/etp of each: its FFN
+    columns; 0 in a dense block)."""
     if not is_moe_layer(layer, moe):
         return 0
     one = param_counts(msgspec.structs.replace(cfg, layers=1), msgspec.structs.replace(moe, every=1))
-    return moe.experts // ep * one.expert
+    return moe.experts // ep * one.expert // etp
 
 
 def end_params(cfg, tp: int = 1) -> tuple[int, int]:
@@ -236,10 +239,10 @@ def pipeline_rank_params(cfg, dims: ParallelDims, moe=None) -> list[tuple[int, i
         total = experts = 0
         for stage in dims.stage_ids(rank):
             for layer in dims.stage_layers(stage, cfg.layers):
-                total += block_params(cfg, moe, layer, dims.tp, dims.ep)
-                experts += own_experts(cfg, moe, layer, dims.ep)
+                total += block_params(cfg, moe, layer, dims.tp, dims.ep, dims.etp)
+                experts += own_experts(cfg, moe, layer, dims.ep, dims.etp)
             total += (first if stage == 0 else 0) + (last if stage == dims.num_stages - 1 else 0)
-        out.append((total, experts if dims.ep_enabled else 0))
+        out.append((total, experts if dims.experts_split else 0))
     return out
 
 
@@ -250,13 +253,14 @@ def params_per_pipeline_rank(cfg, pp: int, virtual: int = 1, tp: int = 1) -> int
     return max(total for total, _ in pipeline_rank_params(cfg, dims, None))
 
 
-def other_ranks_experts(cfg, moe, ep: int) -> int:
-    """The routed-expert parameters the other ranks of an expert-parallel group of ep hold: each rank
-    keeps E/ep experts of every MoE layer (parallel/expert.py)."""
-    if moe is None or ep == 1:
+def other_ranks_experts(cfg, moe, ep: int, etp: int = 1) -> int:
+    """The routed-expert parameters the other ranks of an expert-parallel group of ep, and of each one's
+    expert-tensor group of etp, hold: each rank keeps E/ep experts of every MoE layer, 1/etp of each
+    (parallel/expert.py)."""
+    if moe is None or ep * etp == 1:
         return 0
     pc = param_counts(cfg, moe)
-    return pc.moe_layers * (moe.experts - moe.experts // ep) * pc.expert
+    return pc.moe_layers * (moe.experts * pc.expert - moe.experts // ep * pc.expert // etp)
 
 
 def rank_param_split(model, moe, dims: ParallelDims) -> tuple[int, int]:
@@ -264,16 +268,16 @@ def rank_param_split(model, moe, dims: ParallelDims) -> tuple[int, int]:
     parallelism, where experts are data-parallel like any weight). In a pipeline the rank holding the most."""
     if dims.pp_enabled:
         return max(pipeline_rank_params(model, dims, moe))
-    total = params_per_rank(model, moe, dims.tp) - other_ranks_experts(model, moe, dims.ep)
-    if not dims.ep_enabled:
+    total = params_per_rank(model, moe, dims.tp) - other_ranks_experts(model, moe, dims.ep, dims.etp)
+    if not dims.experts_split:
         return total, 0
-    return total, sum(own_experts(model, moe, layer, dims.ep) for layer in range(model.layers))
+    return total, sum(own_experts(model, moe, layer, dims.ep, dims.etp) for layer in range(model.layers))
 
 
 def rank_params(model, moe, dims: ParallelDims) -> int:
     """Ψ one rank holds before data-parallel sharding, for its layout: its tensor-parallel share
-    (params_per_rank) less the experts its expert-parallel peers hold; in a pipeline the share of the
-    rank holding the most (pipeline_rank_params)."""
+    (params_per_rank) less the experts its expert-parallel (and expert-tensor) peers hold; in a pipeline the
+    share of the rank holding the most (pipeline_rank_params)."""
     return rank_param_split(model, moe, dims)[0]
 
 
@@ -435,8 +439,9 @@ def analytic_model_state(model, moe, dims: ParallelDims, *, compute: str, forwar
         label += f", TP {dims.tp} (Ψ per tensor rank)"
     if dims.pp_enabled:
         label += f", PP {dims.pp} (Ψ of the pipeline rank holding the most)"
-    if dims.ep_enabled:
-        label += f", EP {dims.ep} folded over dp x tp (Ψ with the rank's own experts)"
+    if dims.experts_split:
+        width = f" x ETP {dims.etp}" if dims.etp_enabled else ""
+        label += f", EP {dims.ep}{width} folded over dp x tp (Ψ with the rank's own experts)"
     return {
         "analytic": {k: analytic[k] for k in ("params", "grads", "optimizer", "total")},
         "formula": f"{label} ({compute}): {analytic['formula']}",

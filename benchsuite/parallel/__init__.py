@@ -19,7 +19,7 @@ from torch import nn
 
 from benchsuite.config import MoEConfig, TrainConfig
 from benchsuite.device import resolve_precision
-from benchsuite.layout import CP, CP_TP, EDP, EP, TP, ParallelDims
+from benchsuite.layout import CP, CP_TP, EDP, EP, ETP, TP, ParallelDims
 from benchsuite.parallel.zero import apply_data_parallel, build_optimizer, precision_policy
 from benchsuite.record.types import PrecisionPolicy
 
@@ -40,7 +40,7 @@ class Applied:
     compile: str | None = None
     pipeline: str | None = None
     dense_layout: str | None = None  # the dense layers' pp x dp x tp (ParallelDims.layouts)
-    expert_layout: str | None = None  # the experts' folded pp x edp x ep, with expert parallelism
+    expert_layout: str | None = None  # the experts' folded pp x edp x ep (x etp), with expert (tensor) parallelism
 
     def implementation(self) -> dict:
         """metrics.implementation: each applied wrapper by name, in the order it was applied, then the
@@ -127,22 +127,19 @@ def parallelize(model: nn.Module, *, dims: ParallelDims, train: TrainConfig, moe
         group = dims.group(CP)
         shard = SequenceShard(group, dims.cp_mesh.get_local_rank(CP), dims.cp)
         applied["context"] = apply_context_parallel(model, shard)
-    if dims.ep_enabled:
+    if dims.experts_split:
         from benchsuite.parallel import expert
 
-        expert.apply_expert_parallel(model, dims.group(EP), sharing_group=dims.group(CP_TP))
-        splits = "variable splits, per-expert counts first" if moe.dropless else "padded capacity slots"
-        sharing = dims.tp * dims.cp  # the ranks that route the same tokens
-        folded = f"; each of {sharing} ranks routing the same tokens dispatches 1/{sharing} of the slots, " \
-            f"all-gathered after" if sharing > 1 else ""
-        applied["expert"] = f"all_to_all_single over {dims.ep} ranks, {splits}{folded}"
+        expert.apply_expert_parallel(model, dims.group(EP), sharing_group=dims.group(CP_TP),
+                                     etp_group=dims.group(ETP))
+        applied["expert"] = expert_name(dims, moe)
     if train.recompute != "none":
         random_routing = moe is not None and moe.second_expert_policy == "random"
         applied["recompute"] = apply_activation_checkpointing(model, random_routing, train.recompute)
     if train.compile:
         apply_compile(model)
         applied["compile"] = "torch.compile per block"
-    if dims.ep_enabled:
+    if dims.experts_split:
         expert.ignore_expert_params_in_ddp(model)  # names as the data-parallel wrapper will see them
     pipe = None
     if dims.pp_enabled:  # split into stages, each wrapped for data parallelism (parallel/pipeline.py)
@@ -155,10 +152,23 @@ def parallelize(model: nn.Module, *, dims: ParallelDims, train: TrainConfig, moe
             hooks.append(pipe.tied_sync)
     else:
         model, applied["data"] = apply_data_parallel(model, dims=dims, device=device)
-    if dims.ep_enabled:
+    if dims.experts_split:
         hooks += expert_grad_hooks(model, dims)
     return Parallelized(model, build_optimizer(model, train=train, dims=dims), Applied(**applied),
                         dims.tp_enabled, hooks, pipe)
+
+
+def expert_name(dims: ParallelDims, moe: MoEConfig) -> str:
+    """Applied.expert: how the routed experts' work moves between ranks."""
+    splits = "variable splits, per-expert counts first" if moe.dropless else "padded capacity slots"
+    sharing = dims.tp * dims.cp  # the ranks that route the same tokens
+    folded = f"; each of {sharing} ranks routing the same tokens dispatches 1/{sharing} of the slots, " \
+        f"all-gathered after" if sharing > 1 else ""
+    exchange = f"all_to_all_single over {dims.ep} ranks, {splits}" if dims.ep_enabled else \
+        "every expert on each rank's expert-tensor group (expert 1): no all-to-all"
+    width = f"; each expert's FFN columns split over {dims.etp} ranks, its rows all-gathered before and its " \
+        f"partial outputs reduce-scattered after" if dims.etp_enabled else ""
+    return f"{exchange}{folded}{width}"
 
 
 def expert_grad_hooks(model: nn.Module, dims: ParallelDims) -> list:

@@ -42,10 +42,30 @@ as the single-process layer does. The gather's backward keeps the rank's own chu
 gradient, the scatter's all-gathers the chunks' input gradients: every expert row runs once, forward and
 backward, and the router, the combine and the layer's input gradient stay replicated. The all-gather
 moves (t−1)/t of the [E, C, H] slots (or [A, H] rows) per rank in forward and in backward.
+
+Expert tensor parallelism (layout.py's etp; Megatron-Core's expert_tensor_parallel_size): each rank holds
+its E/P experts' FFN columns 1/etp, w_up and w_gate split by columns, w_down by rows (Megatron's
+column- and row-parallel expert linears). After the dispatch all-to-all the etp ranks of an expert-tensor
+group all-gather the rows they received (each received different rows, from its own expert-parallel
+group), every rank runs all of them through its columns, and a reduce-scatter sums the partial outputs and
+returns each rank its own rows before the return all-to-all: Megatron's gather_from_sequence_parallel_region
+and reduce_scatter_to_sequence_parallel_region around its experts. Backward is the conjugate pair: the
+gather's backward reduce-scatters, the reduce-scatter's all-gathers. Dropless rows differ in number per
+rank: every rank's rows per local expert travel with the all-to-all's counts (one host read still), the
+gather pads each rank's rows to the largest and the gathered rows are regrouped by local expert. Per MoE
+layer and microbatch a rank sends (etp−1) × its received rows in each of the four collectives
+(metrics/comm.py: expert_tensor_bytes).
+
+Rows in per-rank segments move over a rank group in three ways (Move), each the backward of another:
+a rank's own segment of rows all hold (OWN), every segment gathered (GATHER), and the ranks' partial
+tensors summed with each keeping its segment (SUM_SCATTER). RankGroup's methods name the four pairs the
+fold and expert tensor parallelism run: take (OWN, its backward GATHER), gather (GATHER, OWN),
+gather_partial (GATHER, SUM_SCATTER) and sum_scatter (SUM_SCATTER, GATHER).
 """
 
 from __future__ import annotations
 
+import enum
 import math
 import time
 from dataclasses import dataclass, replace
@@ -99,6 +119,7 @@ class Exchange:
     rank: int
     meter: AllToAllMeter
     count_bytes: bool = True
+    alone: bool = False  # one rank, the experts split by expert tensor parallelism alone: nothing to send
 
 
 def _all_to_all(x: torch.Tensor, ex: Exchange, send: list[int] | None = None,
@@ -106,6 +127,8 @@ def _all_to_all(x: torch.Tensor, ex: Exchange, send: list[int] | None = None,
     """Rows of x go out in rank order, send[j] of them to rank j; the result holds recv[i] rows
     from rank i, in rank order. send = recv = None: equal splits of dim 0 (x [P, ...])."""
     x = x.contiguous()
+    if ex.alone:
+        return x.clone()
     out = torch.empty_like(x) if recv is None else x.new_empty((sum(recv), *x.shape[1:]))
     ex.meter.run(lambda: dist.all_to_all_single(out, x, recv, send, group=ex.group), x.device)
     if send is not None and ex.count_bytes:
@@ -135,55 +158,86 @@ def _chunk(n: int, parts: int, index: int) -> tuple[int, int, int]:
     return size, start, min(n, start + size)
 
 
+def chunk_sizes(n: int, parts: int) -> list[int]:
+    """The rows of each of the `parts` chunks of n rows (_chunk: ceil(n/parts) each, the last shorter or empty)."""
+    return [stop - start for _, start, stop in (_chunk(n, parts, i) for i in range(parts))]
+
+
+class Move(enum.Enum):
+    """How rows held in per-rank segments (segment i: sizes[i] rows along a dim) move over a rank group."""
+
+    OWN = "own"  # every rank holds all segments: keep this rank's
+    GATHER = "gather"  # each rank holds its segment: all-gather them, in rank order
+    SUM_SCATTER = "sum_scatter"  # each rank holds a partial tensor of all segments: sum, keep this rank's
+
+
+def _move(x: torch.Tensor, move: Move, sizes: list[int], dim: int, ranks: RankGroup) -> torch.Tensor:
+    """x moved as `move` says; the collectives pad each segment to the largest (every rank one shape)."""
+    rows, width = x.movedim(dim, 0), max(sizes)
+    start = sum(sizes[:ranks.rank])
+    if move is Move.OWN:
+        return rows[start:start + sizes[ranks.rank]].movedim(0, dim).contiguous()
+    pad = (0, 0) * (rows.dim() - 1)
+    if move is Move.GATHER:
+        sent = F.pad(rows, pad + (0, width - rows.shape[0])).contiguous()
+        whole = sent.new_empty((ranks.size * width, *sent.shape[1:]))
+        dist.all_gather_single(whole, sent, group=ranks.group)
+        out = whole if min(sizes) == width else torch.cat([whole[i * width:i * width + n] for i, n in enumerate(sizes)])
+    else:
+        sent = torch.cat([F.pad(seg, pad + (0, width - seg.shape[0])) for seg in rows.split(sizes)]).contiguous()
+        mine = sent.new_empty((width, *sent.shape[1:]))
+        dist.reduce_scatter_single(mine, sent, group=ranks.group)
+        out = mine[:sizes[ranks.rank]]
+    return out.movedim(0, dim).clone(memory_format=torch.contiguous_format)  # a fresh tensor, not a view
+
+
+class _MoveRows(torch.autograd.Function):
+    """One Move forward, its conjugate backward (RankGroup's methods name the pairs)."""
+
+    @staticmethod
+    def forward(ctx, x, sizes, dim, ranks, forward_move, backward_move):
+        ctx.sizes, ctx.dim, ctx.ranks, ctx.backward_move = sizes, dim, ranks, backward_move
+        return _move(x, forward_move, sizes, dim, ranks)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _move(grad, ctx.backward_move, ctx.sizes, ctx.dim, ctx.ranks), None, None, None, None, None
+
+
 @dataclass(frozen=True)
-class SharedTokens:
-    """The ranks that route the same tokens and share the routed work (module docstring: folding): a
-    tensor-parallel group, with context parallelism the context x tensor ranks of a gathered sequence."""
+class RankGroup:
+    """A process group and this rank's place in it: the ranks that route the same tokens and share the routed
+    work (module docstring: folding; a tensor-parallel group, with context parallelism the context x tensor
+    ranks of a gathered sequence), or an expert-tensor-parallel group."""
 
     group: object
     rank: int
     size: int
 
+    @classmethod
+    def of(cls, group) -> RankGroup | None:
+        """The group as a RankGroup; None for none or a group of one rank (nothing to share)."""
+        if group is None or dist.get_world_size(group) == 1:
+            return None
+        return cls(group, dist.get_rank(group), dist.get_world_size(group))
+
     def take(self, x: torch.Tensor, dim: int) -> torch.Tensor:
-        """This rank's chunk of x along dim (the conjugate gathers the gradient)."""
-        return _ScatterChunks.apply(x, dim, self)
+        """This rank's chunk (chunk_sizes) of x along dim, which every rank holds whole (the conjugate gathers
+        the gradient)."""
+        return _MoveRows.apply(x, chunk_sizes(x.shape[dim], self.size), dim, self, Move.OWN, Move.GATHER)
 
     def gather(self, part: torch.Tensor, n: int, dim: int) -> torch.Tensor:
         """Every rank's chunk of n rows along dim, in rank order (the conjugate keeps its own gradient chunk)."""
-        return _GatherChunks.apply(part, n, dim, self)
+        return _MoveRows.apply(part, chunk_sizes(n, self.size), dim, self, Move.GATHER, Move.OWN)
 
+    def gather_partial(self, part: torch.Tensor, sizes: list[int], dim: int) -> torch.Tensor:
+        """Every rank's rows (sizes[i] of rank i) along dim, for a computation each rank does in part (its
+        FFN columns): the conjugate sums the ranks' gradients of this rank's rows."""
+        return _MoveRows.apply(part, sizes, dim, self, Move.GATHER, Move.SUM_SCATTER)
 
-def _all_gather_chunks(part: torch.Tensor, n: int, dim: int, split: SharedTokens) -> torch.Tensor:
-    size, _, _ = _chunk(n, split.size, split.rank)
-    rows = part.movedim(dim, 0)
-    padded = F.pad(rows, (0, 0) * (rows.dim() - 1) + (0, size - rows.shape[0])).contiguous()
-    out = padded.new_empty((split.size * size, *padded.shape[1:]))
-    dist.all_gather_single(out, padded, group=split.group)
-    return out[:n].movedim(0, dim).clone(memory_format=torch.contiguous_format)  # a fresh tensor, not a view
-
-
-class _ScatterChunks(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, dim, split):
-        ctx.dim, ctx.split, ctx.n = dim, split, x.shape[dim]
-        _, start, stop = _chunk(x.shape[dim], split.size, split.rank)
-        return x.narrow(dim, start, stop - start)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _all_gather_chunks(grad, ctx.n, ctx.dim, ctx.split), None, None
-
-
-class _GatherChunks(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, part, n, dim, split):
-        ctx.dim, ctx.split, ctx.n = dim, split, n
-        return _all_gather_chunks(part, n, dim, split)
-
-    @staticmethod
-    def backward(ctx, grad):
-        _, start, stop = _chunk(ctx.n, ctx.split.size, ctx.split.rank)
-        return grad.narrow(ctx.dim, start, stop - start).contiguous(), None, None, None
+    def sum_scatter(self, partial: torch.Tensor, sizes: list[int], dim: int) -> torch.Tensor:
+        """The ranks' partial results summed, this rank's rows kept (the conjugate gathers the gradient)."""
+        return _MoveRows.apply(partial, sizes, dim, self, Move.SUM_SCATTER, Move.GATHER)
 
 
 def _transpose_segments(rows: torch.Tensor, sizes: list[int], outer: int, inner: int) -> torch.Tensor:
@@ -194,25 +248,35 @@ def _transpose_segments(rows: torch.Tensor, sizes: list[int], outer: int, inner:
 
 
 class ExpertParallelExperts(Experts):
-    """The rank's contiguous shard of E/P experts, fed by all-to-all. Parameter names and
-    layout match Experts (w_up [E/P, H, F], ...), so names stay `...experts.w_up`."""
+    """The rank's contiguous shard of E/P experts, fed by all-to-all, with expert tensor parallelism its
+    1/etp of their FFN columns. Parameter names and layout match Experts (w_up [E/P, H, F/etp], w_down
+    [E/P, F/etp, H], ...), so names stay `...experts.w_up`."""
 
-    def __init__(self, full: Experts, group, timing: bool = False, split: SharedTokens | None = None):
+    def __init__(self, full: Experts, group, timing: bool = False, split: RankGroup | None = None,
+                 width_split: RankGroup | None = None):
         nn.Module.__init__(self)  # not Experts.__init__: its random init would be thrown away and move the RNG
         self.world = dist.get_world_size(group)
-        experts = full.w_up.shape[0]
+        experts, ffn = full.w_up.shape[0], full.w_up.shape[2]
         if experts % self.world:
             raise ValueError(f"expert-parallel size {self.world} must divide experts ({experts})")
+        parts = width_split.size if width_split is not None else 1
+        if ffn % parts:
+            raise ValueError(f"expert-tensor-parallel size {parts} must divide the experts' FFN width ({ffn})")
         self.local = experts // self.world
         rank = dist.get_rank(group)
         start = rank * self.local
+        width, column_rank = ffn // parts, width_split.rank if width_split is not None else 0
+        cols = slice(column_rank * width, (column_rank + 1) * width)
         for name, p in full.named_parameters():
-            setattr(self, name, nn.Parameter(p.detach()[start:start + self.local].clone()))
+            shard = p.detach()[start:start + self.local]
+            shard = shard[:, cols] if name == "w_down" else shard[:, :, cols]  # row- / column-parallel
+            setattr(self, name, nn.Parameter(shard.clone()))
         if full.w_gate is None:
             self.w_gate = None
         self.meter = AllToAllMeter(timing)
-        self.exchange = Exchange(group, rank, self.meter)
+        self.exchange = Exchange(group, rank, self.meter, alone=self.world == 1 and width_split is not None)
         self.split = split  # the ranks sharing their routed work (folding), or None
+        self.width_split = width_split  # the expert-tensor-parallel ranks, or None
 
     def forward(self, xs: torch.Tensor, valid: torch.Tensor, impl: str) -> torch.Tensor:
         """xs [E, C, H] slots of this rank's tokens for all experts -> [E, C, H] outputs."""
@@ -230,13 +294,26 @@ class ExpertParallelExperts(Experts):
         p, le = self.world, self.local
         recv = _AllToAll.apply(xs, self.exchange, None, None).view(p, le, c, h)  # [P src, E/P, C, H]
         local = recv.transpose(0, 1).reshape(le, p * c, h)  # [E/P, P*C, H]
-        local_valid = valid.new_ones(le, p * c)
+        local_valid = None
         if impl == "grouped_mm":  # only this path needs to know which received slots are filled
             got = _all_to_all(valid.view(p, le, c).to(torch.uint8), self.exchange)
-            local_valid = got.transpose(0, 1).reshape(le, p * c).bool()
-        ys = super().forward(local, local_valid, impl)  # [E/P, P*C, H]
+            local_valid = got.transpose(0, 1).reshape(le, p * c)
+        ys = self._slot_experts(local, local_valid, impl)  # [E/P, P*C, H]
         back = ys.view(le, p, c, h).transpose(0, 1).reshape(e, c, h)  # [P dst, E/P, C, H] as rows
         return _AllToAll.apply(back, self.exchange, None, None)  # a fresh tensor: FSDP2 hooks the output
+
+    def _slot_experts(self, local: torch.Tensor, valid: torch.Tensor | None, impl: str) -> torch.Tensor:
+        """The shard's experts on its received slots local [E/P, M, H] (valid [E/P, M] uint8, grouped_mm only);
+        with expert tensor parallelism on the group's gathered slots, each rank's partial output summed back
+        to the slots' owner (module docstring)."""
+        ranks, (le, m, _) = self.width_split, local.shape
+        sizes = [m] * (ranks.size if ranks is not None else 1)
+        if ranks is not None:
+            local = ranks.gather_partial(local, sizes, 1)
+            valid = _move(valid, Move.GATHER, sizes, 1, ranks) if valid is not None else None
+        filled = valid.bool() if valid is not None else local.new_ones(local.shape[:2], dtype=torch.bool)
+        ys = super().forward(local, filled, impl)
+        return ranks.sum_scatter(ys, sizes, 1) if ranks is not None else ys
 
     def forward_sorted(self, x: torch.Tensor, counts: torch.Tensor, impl: str) -> torch.Tensor:
         """x [A, H] this rank's rows sorted by expert, counts [E] int64 -> [A, H] (dropless); folded over
@@ -252,20 +329,25 @@ class ExpertParallelExperts(Experts):
     def _exchange_sorted(self, x: torch.Tensor, counts: torch.Tensor, impl: str) -> torch.Tensor:
         """The exchange of rows sorted by expert:
 
-        1. A small equal-split all-to-all of counts: from rank i, got[i, l] rows for local expert l.
+        1. A small equal-split all-to-all of counts: from rank i, got[i, l] rows for local expert l
+           (with expert tensor parallelism all-gathered over the expert-tensor group: every rank's).
         2. The host read: the uneven exchange's split sizes must be Python ints (all_to_all_single
            takes int lists, NCCL posts each send and receive with its size, and the receive buffer
            is allocated before it), so one .tolist() of [counts, got] is the forward's one
            unavoidable device sync. The backward reuses these lists: no sync there.
         3. all_to_all_single with uneven splits: rank j gets this rank's rows of its experts.
         4. Regroup the received rows (by source, then local expert) by local expert, sources in
-           rank order, and run the shard's Experts.forward_sorted on them.
+           rank order, and run the shard's experts on them (_sorted_experts).
         5. Undo the regrouping and send every row back (the reverse exchange, splits swapped).
         """
-        p, le = self.world, self.local
+        p, le, ranks = self.world, self.local, self.width_split
         got = _all_to_all(counts.view(p, le), self.exchange)  # [P src, E/P]
+        if ranks is not None:  # [etp·P, E/P]: every expert-tensor rank's, rank-major
+            got = _move(got, Move.GATHER, [p] * ranks.size, 0, ranks)
         sizes = torch.cat([counts, got.reshape(-1)]).tolist()  # the host read (2.)
-        from_src = sizes[p * le:]  # rows per (source, local expert), source-major
+        received = sizes[p * le:]  # rows per (expert-tensor rank, source, local expert)
+        mine = ranks.rank if ranks is not None else 0
+        from_src = received[mine * p * le:(mine + 1) * p * le]  # this rank's, source-major
         send = [sum(sizes[j * le:(j + 1) * le]) for j in range(p)]
         recv = [sum(from_src[i * le:(i + 1) * le]) for i in range(p)]
         ex = self.exchange if self.training else replace(self.exchange, count_bytes=False)
@@ -273,22 +355,42 @@ class ExpertParallelExperts(Experts):
         by_expert = _transpose_segments(rows, from_src, p, le)  # by local expert, then source
         by_expert_sizes = [from_src[i * le + l] for l in range(le) for i in range(p)]
         local_sizes = [sum(by_expert_sizes[l * p:(l + 1) * p]) for l in range(le)]  # rows per local expert
-        ys = super().forward_sorted(by_expert, got.sum(0), impl, local_sizes)  # sizes known: no second read
+        ys = self._sorted_experts(by_expert, local_sizes, received, got, impl)
         back = _transpose_segments(ys, by_expert_sizes, le, p)  # by source again
         return _AllToAll.apply(back, ex, recv, send)
 
+    def _sorted_experts(self, rows: torch.Tensor, local_sizes: list[int], received: list[int], got: torch.Tensor,
+                        impl: str) -> torch.Tensor:
+        """The shard's experts on its received rows [R, H], sorted by local expert (local_sizes rows each); with
+        expert tensor parallelism on the group's gathered rows, regrouped by local expert, each rank's partial
+        output summed back to the rows' owner (module docstring). received: rows per (expert-tensor rank,
+        source, local expert); got: the same on the device, for the grouped GEMM's group ends."""
+        ranks, p, le = self.width_split, self.world, self.local
+        if ranks is None:
+            return super().forward_sorted(rows, got.sum(0), impl, local_sizes)  # sizes known: no second read
+        per_rank = [[sum(received[(a * p + i) * le + l] for i in range(p)) for l in range(le)]
+                    for a in range(ranks.size)]  # rows per (expert-tensor rank, local expert)
+        totals = [sum(r) for r in per_rank]
+        gathered = ranks.gather_partial(rows, totals, 0)  # by expert-tensor rank, then local expert
+        by_rank = [n for r in per_rank for n in r]
+        by_expert = _transpose_segments(gathered, by_rank, ranks.size, le)
+        expert_sizes = [sum(r[l] for r in per_rank) for l in range(le)]
+        ys = super().forward_sorted(by_expert, got.sum(0), impl, expert_sizes)
+        back = _transpose_segments(ys, [r[l] for l in range(le) for r in per_rank], le, ranks.size)
+        return ranks.sum_scatter(back, totals, 0)
 
-def apply_expert_parallel(model: nn.Module, ep_group=None, timing: bool = False, sharing_group=None) -> list[str]:
+
+def apply_expert_parallel(model: nn.Module, ep_group=None, timing: bool = False, sharing_group=None,
+                          etp_group=None) -> list[str]:
     """Shard the experts of every MoELayer over ep_group (default: the world) and return
     the expert parameter names, already registered with DDP as ignored. Every rank must
     have built the model with the same seed: the shards are slices of the same global init.
-    sharing_group: the ranks that route the same tokens (SharedTokens; None: this rank alone)."""
+    sharing_group: the ranks that route the same tokens (RankGroup; None: this rank alone);
+    etp_group: the expert-tensor-parallel ranks that split each expert's FFN width (None: whole)."""
     group = ep_group if ep_group is not None else dist.group.WORLD
-    split = None
-    if sharing_group is not None and dist.get_world_size(sharing_group) > 1:
-        split = SharedTokens(sharing_group, dist.get_rank(sharing_group), dist.get_world_size(sharing_group))
+    split, width_split = RankGroup.of(sharing_group), RankGroup.of(etp_group)
     for layer in moe_layers(model):
-        layer.experts = ExpertParallelExperts(layer.experts, group, timing, split)
+        layer.experts = ExpertParallelExperts(layer.experts, group, timing, split, width_split)
     return ignore_expert_params_in_ddp(model)
 
 

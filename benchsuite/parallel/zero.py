@@ -36,9 +36,10 @@ wrapper is ``torch.distributed._composable.replicate_with_fsdp.replicate`` over 
 dimension: FSDP2's machinery with a replicate-only mesh, i.e. DDP semantics (full parameters per
 dp rank, gradients all-reduced and averaged over dp) that understands 2-D DTensors.
 
-Expert parallelism (torchtitan's layout): under ZeRO-2/3 each MoE layer's expert shard is wrapped first,
-fully_shard on its own expert-data-parallel mesh of edp > 1 ranks (the ranks holding the same experts,
-layout.ParallelDims.edp). Its gradient, already summed over the expert-parallel group by the all-to-all's
+Expert parallelism (torchtitan's layout), and expert tensor parallelism beside or without it: under ZeRO-2/3
+each MoE layer's expert shard is wrapped first, fully_shard on its own expert-data-parallel mesh of edp > 1
+ranks (the ranks holding the same expert shards, layout.ParallelDims.edp = dp·tp / (ep·etp)). Its gradient,
+already summed over the expert-parallel and expert-tensor groups by the all-to-all's and the gather's
 backward, is summed over that mesh and divided by the stage's distinct batches (set_gradient_divide_factor:
 the data-parallel degree, over the context-parallel one), so it is the gradient of the mean loss, as the
 dense parameters' is; the
@@ -172,7 +173,7 @@ def wrap_data_parallel(model: nn.Module, dims: ParallelDims, device: torch.devic
         return model
     if dims.experts_sharded:
         wrap_experts(model, dims)
-    left_out = expert_shards(model) if dims.ep_enabled and not dims.experts_sharded else None
+    left_out = expert_shards(model) if dims.experts_split and not dims.experts_sharded else None
     if wrapper is DataParallel.REPLICATE:
         return apply_replicate(model, dims.mesh[DP], left_out)
     if wrapper in (DataParallel.DDP, DataParallel.ZERO1):

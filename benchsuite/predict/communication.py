@@ -45,6 +45,11 @@ class CommTime:
     crosses_nodes: bool
     framework_s: float = 0.0  # of `seconds`, the issuing framework's host time (System.node.framework_us)
 
+    def plus(self, other: CommTime) -> CommTime:
+        """Both groups of collectives, one after the other."""
+        return CommTime(self.seconds + other.seconds, self.bytes_sent + other.bytes_sent, self.calls + other.calls,
+                        self.crosses_nodes or other.crosses_nodes, self.framework_s + other.framework_s)
+
 
 def time_of(calls: list[Collective], group: int, link: Link, crosses_nodes: bool,
             framework_us: float = 0.0) -> CommTime:
@@ -91,8 +96,8 @@ def expert_parallel(w: Workload, system: System) -> CommTime:
     forward's again under full recompute), of the routed load: every expert row the device's routed tokens
     fill (E·C/N per token with capacity, k dropless) × hidden.
 
-    Placement: the group is EP consecutive ranks (the folded expert layout, layout.py, as Megatron's MoE
-    Parallel Folding places it). Inside a node every byte
+    Placement: the group is EP ranks ETP apart (the folded expert layout, layout.py, as Megatron's MoE
+    Parallel Folding places it; consecutive with ETP 1). Inside a node every byte
     crosses NVLink (or the host's link); across nodes a rank's (EP − n)/EP of its payload leaves the node
     at the inter-node bandwidth while (n − 1)/EP stays inside, n = the group's ranks per node, both at once:
     time = latency + max(inside / intra bandwidth, outside / inter bandwidth)."""
@@ -103,14 +108,32 @@ def expert_parallel(w: Workload, system: System) -> CommTime:
     ep = w.layout.ep
     payload = rows_per_device(w) * w.model.hidden * w.compute_bytes
     calls = (4 + (2 if w.recompute is Recompute.FULL else 0)) * _moe_layer_count(_stage_model(w), w.moe)
-    crosses = _spans(ep, 1, w, system)
+    crosses = _spans(ep, w.layout.etp, w, system)
     sent = ring_bytes("all_to_all", payload, ep) * calls
     if not crosses:
         return time_of([Collective("all_to_all", payload, calls)], ep, system.intra_node, False)
-    local = max(1, min(ep, ranks_per_node(w, system)))
+    local = max(1, min(ep, ranks_per_node(w, system) // w.layout.etp))
     inside = payload * (local - 1) / ep / (system.intra_node.gbps * 1e9)
     outside = payload * (ep - local) / ep / (system.inter_node.gbps * 1e9)
     return CommTime(calls * (system.inter_node.latency_us * 1e-6 + max(inside, outside)), sent, calls, True)
+
+
+def expert_tensor_parallel(w: Workload, system: System) -> CommTime:
+    """Per micro-batch, on the expert-tensor-parallel group (ETP consecutive ranks, layout.py): per MoE layer the
+    rows the device received all-gathered before the experts and the partial outputs reduce-scattered after,
+    their conjugates in backward (and the forward's again under full recompute), each ETP × the device's
+    expert rows (rows_per_device) × hidden: the bytes metrics.comm.expert_tensor_bytes counts, on the
+    critical path."""
+    etp = w.layout.etp
+    if w.moe is None or etp <= 1:
+        return CommTime(0.0, 0.0, 0, False)
+    from benchsuite.metrics.flops import _moe_layer_count
+
+    payload = etp * rows_per_device(w) * w.model.hidden * w.compute_bytes
+    calls = (2 + (1 if w.recompute is Recompute.FULL else 0)) * _moe_layer_count(_stage_model(w), w.moe)
+    crosses = _spans(etp, 1, w, system)
+    return time_of([Collective("all_gather", payload, calls), Collective("reduce_scatter", payload, calls)], etp,
+                   system.link(crosses), crosses)
 
 
 def context_parallel(w: Workload, system: System) -> CommTime:
@@ -147,10 +170,8 @@ def data_parallel(w: Workload, system: System, psi: float) -> CommTime:
     out = time_of(dense, w.layout.dp, system.link(crosses), crosses, system.node.framework_us if fsdp else 0.0)
     replicas = w.layout.edp
     if experts and replicas > 1:
-        mine = time_of(data_parallel_collectives(experts, stage=0, grad_accum=1, grad_bytes=grad, gather_bytes=gather),
-                       replicas, system.link(crosses), crosses)
-        out = CommTime(out.seconds + mine.seconds, out.bytes_sent + mine.bytes_sent, out.calls + mine.calls, crosses,
-                       out.framework_s + mine.framework_s)
+        out = out.plus(time_of(data_parallel_collectives(experts, stage=0, grad_accum=1, grad_bytes=grad,
+                                                         gather_bytes=gather), replicas, system.link(crosses), crosses))
     return out
 
 

@@ -66,16 +66,16 @@ def params_per_device(w: Workload) -> float:
     lay = w.layout
     if w.implementation is Implementation.BENCHSUITE:
         return rank_params(w.model, w.moe, lay)
-    return (params_per_rank(w.model, w.moe, lay.tp) - other_ranks_experts(w.model, w.moe, lay.ep)) / lay.pp
+    return (params_per_rank(w.model, w.moe, lay.tp) - other_ranks_experts(w.model, w.moe, lay.ep, lay.etp)) / lay.pp
 
 
 def expert_params_per_device(w: Workload) -> float:
-    """The expert parameters one device holds (its expert-parallel share, its stage's layers): gradients
-    that only the ranks holding the same experts reduce."""
+    """The expert parameters one device holds (its expert-parallel share, 1/etp of each expert's FFN, its
+    stage's layers): gradients that only the ranks holding the same expert shards reduce."""
     if w.moe is None:
         return 0.0
     pc = param_counts(w.model, w.moe)
-    return pc.moe_layers * w.moe.experts / w.layout.ep * pc.expert / w.layout.pp
+    return pc.moe_layers * w.moe.experts / w.layout.ep * pc.expert / w.layout.etp / w.layout.pp
 
 
 def optimizer_s(w: Workload, system: System) -> float:

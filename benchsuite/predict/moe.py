@@ -16,7 +16,10 @@ bytes; B the device's memory bandwidth; R its matmul rate.
                                                          the all-to-all and back (Q = 4, Megatron's alltoall
                                                          dispatcher); read + write; backward as forward
     experts      = L·6·S·p_e / (R·η(T)),  η(T) = T / (T + T½)
-                                                         grouped GEMMs of T = S·EP/E rows per expert; T½ the
+                                                         grouped GEMMs of T = S·EP·ETP/E rows per expert (an
+                                                         expert-tensor group gathers its ETP ranks' rows into
+                                                         GEMMs 1/ETP as wide: the FLOPs per device stay
+                                                         S·p_e, the rows per GEMM grow ETP-fold); T½ the
                                                          rows at which one runs at half the matmul rate: the
                                                          system's experts.gemm_half_tokens, else the roofline
                                                          of reading the expert's weights once per GEMM,
@@ -137,7 +140,7 @@ def moe_time(w: Workload, system: System) -> MoETime | None:
     local = moe.experts / w.layout.ep
     copies = 4 if w.layout.ep > 1 and local > 1 and w.implementation is Implementation.MEGATRON else 2
     permute = layers * 2 * 2 * copies * rows * w.model.hidden * w.compute_bytes / bw
-    per_expert = rows * w.layout.ep / moe.experts
+    per_expert = rows * w.layout.ep * w.layout.etp / moe.experts
     half = half_tokens(w, system)
     eta = per_expert / (per_expert + half)
     flops = layers * 6 * rows * param_counts(w.model, moe).expert

@@ -1,6 +1,7 @@
 """One prediction: a step's time by component, memory per device, energy and the training run's cost.
 
-    step = M · (compute + MoE + TP + EP)    every micro-batch on the critical path (MoE: predict/moe.py)
+    step = M · (compute + MoE + TP + EP)    every micro-batch on the critical path (MoE: predict/moe.py; EP:
+                                            the all-to-alls and expert tensor parallelism's gathers)
          + busiest stage                    M · ε · compute: the last stage also runs the LM head
          + bubble                           (P − 1)/(V·M) of that (GPipe and 1F1B V = 1; Narayanan et al. 2021)
          + pipeline point-to-point
@@ -96,8 +97,9 @@ def predict(w: Workload, system: System, *, carbon: CarbonConfig, run_tokens: fl
     lay, m = w.layout, w.microbatches
     c = microbatch_compute(w, system)
     tp, ep, cp = comm.tensor_parallel(w, system), comm.expert_parallel(w, system), comm.context_parallel(w, system)
+    etp = comm.expert_tensor_parallel(w, system)
     mt = moe_time(w, system)
-    ep_s = ep.seconds * (1 - system.node.ep_overlap)
+    ep_s = ep.seconds * (1 - system.node.ep_overlap) + etp.seconds
     imbalance_s = 0.0 if mt is None else mt.imbalance_s(ep_s)
     moe_s = 0.0 if mt is None else mt.router_s + mt.permute_s + mt.experts_s + imbalance_s
     work = c.total_s + moe_s  # one micro-batch's device work on a mean stage
@@ -117,7 +119,9 @@ def predict(w: Workload, system: System, *, carbon: CarbonConfig, run_tokens: fl
                   + (f"; {m * tp.framework_s:.4g} s of it DTensor's host time" if tp.framework_s else "")),
         Component("expert_parallel", m * ep_s,
                   f"{ep.calls} all-to-alls per micro-batch, {ep.bytes_sent / 1e6:.4g} MB sent, {_where(ep)}, "
-                  f"{1 - system.node.ep_overlap:g} of it exposed"),
+                  f"{1 - system.node.ep_overlap:g} of it exposed"
+                  + (f"; {etp.calls} expert-tensor all-gathers and reduce-scatters over {lay.etp} ranks, "
+                     f"{etp.bytes_sent / 1e6:.4g} MB sent, {_where(etp)}, all exposed" if etp.calls else "")),
         Component("context_parallel", m * cp.seconds,
                   f"{cp.calls} key/value gathers and gradient reduce-scatters per micro-batch over {lay.cp} ranks, "
                   f"{cp.bytes_sent / 1e6:.4g} MB sent, {_where(cp)}"),
@@ -146,7 +150,7 @@ def predict(w: Workload, system: System, *, carbon: CarbonConfig, run_tokens: fl
                       model_flops_per_token=f.model, hardware_flops_per_token=f.hardware,
                       peak_flops=system.device.peak_tflops * 1e12, bubble_fraction=bubble,
                       tp_bytes_per_microbatch=tp.bytes_sent, dp_bytes_per_step=dp.bytes_sent,
-                      ep_bytes_per_microbatch=ep.bytes_sent, p2p_bytes_per_step=p2p.bytes_sent,
+                      ep_bytes_per_microbatch=ep.bytes_sent + etp.bytes_sent, p2p_bytes_per_step=p2p.bytes_sent,
                       memory=predict_memory(w, psi, system.device.memory_gb), energy=energy,
                       expert_load=None if mt is None else f"{mt.load.max_over_mean:.3g} ({mt.load.source})",
                       warnings=tuple(warnings))

@@ -148,8 +148,11 @@ class ParallelConfig(ConfigSection):
                                                 "(default: even, first and last stages lighter)") = None
     last_stage_layers: doc(PositiveInt | None, "blocks of the last pipeline stage, as first_stage_layers") = None
     context: doc(PositiveInt, "context parallelism: ranks sharing each sequence, K/V all-gathered") = 1
+    expert_tensor: doc(PositiveInt, "expert tensor parallelism: ranks splitting each expert's FFN width "
+                                    "(Megatron's expert_tensor_parallel_size)") = 1
 
-    LATER = ("sequence_parallel", "first_stage_layers", "last_stage_layers", "context")  # as ModelConfig.LATER
+    LATER = ("sequence_parallel", "first_stage_layers", "last_stage_layers", "context",
+             "expert_tensor")  # as ModelConfig.LATER
 
     @property
     def n_microbatches(self) -> int:

@@ -25,7 +25,7 @@ from benchsuite.record.kinds import Source
 from benchsuite.record.scalars import MAX_FLOAT, Count, Index, Int, Name, Num, Pue, Text, Time, doc
 from benchsuite.record.sections import CarbonConfig, EnergyConfig, ModelConfig, MoEConfig, ParallelConfig, TrainConfig
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 
 
@@ -608,7 +608,7 @@ class Error(Section):
 
 class Record(Section):
     """One run's measurement: a JSON file per run, the project's product."""
-    schema_version: Literal[8]
+    schema_version: Literal[9]
     run_key: Text
     suite: Text
     workload: Text

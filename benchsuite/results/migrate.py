@@ -446,6 +446,13 @@ def update_to_8(rec: dict) -> dict:
     return _apply(rec, 8, [])
 
 
+def update_to_9(rec: dict) -> dict:
+    """Version 8 -> 9: the parallel section gains expert_tensor (expert tensor parallelism). An earlier run split
+    no expert's FFN: its default (1), which the types fill in, states what it ran; nothing stored changes but
+    the version."""
+    return _apply(rec, 9, [])
+
+
 # ----------------------------------------------------------------------------- the chain
 
 
@@ -463,7 +470,8 @@ def _apply(rec: dict, version: int, upgrades: list[Upgrade]) -> dict:
 
 
 UPDATES: dict[int, Callable[[dict], dict]] = {2: update_to_2, 3: update_to_3, 4: update_to_4, 5: update_to_5,
-                                               6: update_to_6, 7: update_to_7, 8: update_to_8}  # version reached
+                                               6: update_to_6, 7: update_to_7, 8: update_to_8,
+                                               9: update_to_9}  # version reached
 
 
 def migrate(doc: object) -> dict:
