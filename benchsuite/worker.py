@@ -387,7 +387,8 @@ def header_fields(bench: Bench) -> dict[str, Value]:
     return {"suite": run.suite, "workload": run.workload, "kind": run.kind, "preset": run.model.preset,
             "params": int(f.params), "active": int(f.params_active), "world": run.world_size, "nodes": run.nodes,
             "layout": f"tp{par.tensor}·pp{par.pipeline}·ep{par.expert}·zero{par.zero}"
-                      + (f"·cp{par.context}" if par.context > 1 else ""), "seed": run.train.seed,
+                      + (f"·cp{par.context}" if par.context > 1 else "")
+                      + (f"·etp{par.expert_tensor}" if par.expert_tensor > 1 else ""), "seed": run.train.seed,
             "precision": bench.precision, "device": device_info(bench.ctx.device)["name"],
             "steps": run.train.steps, "eval_every": run.train.eval_every}
 

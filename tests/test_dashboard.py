@@ -935,3 +935,12 @@ def test_the_dashboard_counts_published_claims_as_the_report_does(tmp_path, caps
     assert cli.main(["report", str(FIXTURES)]) == 0
     reported = int(re.search(r"none of the (\d+) published claims", capsys.readouterr().out).group(1))
     assert re.search(r"(\d+) published claims, checked \d+ times", index).group(1) == str(reported)
+
+
+def test_a_run_pages_layout_names_every_degree_above_one_context_and_expert_tensor_included():
+    from benchsuite.dashboard.pages.run import _parallel
+    from benchsuite.record.sections import ParallelConfig
+
+    p = ParallelConfig(tensor=2, pipeline=2, context=2, expert=4, expert_tensor=2, zero=3)
+    assert _parallel(p) == "tensor 2 · pipeline 2 · context 2 · expert 4 · expert-tensor 2 · ZeRO stage 3"
+    assert _parallel(ParallelConfig()) == "none (data parallel only)"

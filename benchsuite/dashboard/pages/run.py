@@ -201,7 +201,8 @@ def _parallel(parallel: ParallelConfig | None) -> str | None:
     'none (data parallel only)'."""
     if parallel is None:
         return None
-    degrees = (("tensor", parallel.tensor, 1), ("pipeline", parallel.pipeline, 1), ("expert", parallel.expert, 1),
+    degrees = (("tensor", parallel.tensor, 1), ("pipeline", parallel.pipeline, 1), ("context", parallel.context, 1),
+               ("expert", parallel.expert, 1), ("expert-tensor", parallel.expert_tensor, 1),
                ("ZeRO stage", parallel.zero, 0))  # (word, degree, the degree that says nothing)
     parts = [f"{word} {num(v):g}" for word, v, plain in degrees if (num(v) or 0) > plain]
     return " · ".join(parts) or "none (data parallel only)"
