@@ -123,9 +123,10 @@ def page_fingerprint(row: dict, record, prediction) -> str:
     prediction and the code; equal fingerprints, equal pages."""
     shown = {k: v for k, v in row.items() if k != "rec"}  # (its place in the folder's list: shown nowhere)
     h = hashlib.sha256(source_digest(("benchsuite",)).encode())  # a page rendered by other code is rendered again
-    h.update(json.dumps(shown, sort_keys=True, default=str).encode())
-    h.update(msgspec.json.encode(record))  # (msgspec: a record is ~10 kB of JSON, json.dumps 10× slower)
-    h.update(json.dumps(prediction.to_dict() if prediction is not None else None, default=str).encode())
+    # (msgspec: a record is ~10 kB of JSON, json.dumps 10× slower; any value it cannot encode, by its text)
+    h.update(msgspec.json.encode(shown, order="sorted", enc_hook=str))
+    h.update(msgspec.json.encode(record))
+    h.update(msgspec.json.encode(prediction.to_dict() if prediction is not None else None, enc_hook=str))
     return h.hexdigest()[:16]
 
 
