@@ -28,10 +28,11 @@ chromium:
 		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; fi
 
 # Two pytest workers (pytest-xdist), each taking whole test files (--dist loadfile: a module's shared launch
-# runs once): about 7 min for the whole pass and under a minute for test-fast on an idle 2-core box.
+# runs once): 8–9 min for the whole pass (the slowest 15 tests listed at its end) and under a minute for
+# test-fast on an idle 2-core box.
 # TEST_JOBS=0 runs in one process.
 TEST_JOBS ?= 2
-PYTEST := $(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile --durations=15
 
 test: setup chromium
 	$(PYTEST)
