@@ -439,10 +439,64 @@ def test_expert_tensor_parallel_recipe_at_full_dimensions_through_flops_memory_a
     assert t.rows_per_expert == 2 * t_whole.rows_per_expert
     assert t.experts_s * t.efficiency == pytest.approx(t_whole.experts_s * t_whole.efficiency)  # the same FLOPs
     sent = expert_tensor_parallel(w, system)
-    assert (sent.calls, sent.bytes_sent) == (4 * 7, 4 * 7 * rows_per_device(w) * 6144 * 2)  # (ETP − 1) × its rows
+    assert (sent.calls, sent.bytes_sent) == (4 * 7, 4 * 7 * rows_per_device(w) * 6144 * 4)  # (ETP−1) × fp32 rows
     assert expert_tensor_parallel(w_whole, system).calls == 0
     assert "expert-tensor all-gathers and reduce-scatters over 2 ranks" in predict_run(split, system).detail(
         "expert_parallel")
+
+
+FOLDED = [name for name, (parallel, moe, *_) in CASES.items()  # the spawn's folded layouts, bytes checked there
+          if moe is not None and parallel.expert > 1 and parallel.tensor * parallel.context > 1
+          and parallel.pipeline == 1]
+
+
+def _predicted_and_recorded_expert_bytes(run: RunConfig) -> tuple[tuple[float, float], tuple[float, float]]:
+    """(all-to-all, expert-tensor bytes) per micro-batch of one rank as the predictor sends them, and as
+    metrics.comm's record formulas count the rows a rank dispatches: the fold's gather sends (t − 1) × those rows
+    in forward and backward, the all-to-all (ep − 1)/ep of them in each of its four calls, the expert-tensor
+    reduce-scatters (etp − 1) × them forward and backward, the all-gathers as many (the formula's per-expert
+    counts beside them are not predicted). The record formulas per pipeline stage: its MoE layers only."""
+    from benchsuite.metrics.comm import expert_fold_gather_bytes, expert_tensor_bytes
+    from benchsuite.predict import load_system
+    from benchsuite.predict.communication import expert_parallel, expert_tensor_parallel
+    from benchsuite.predict.workload import from_run
+
+    p, system = run.parallel, load_system("workloads/systems/h100-8x.toml")
+    w = from_run(run, "gpu")
+    sections = dict(model=replace(run.model, layers=run.model.layers // p.pipeline), moe=run.moe, parallel=p,
+                    micro_batch=run.micro_batch_per_rank)
+    t, m = p.tensor * p.context, p.n_microbatches
+    rows = expert_fold_gather_bytes(**sections) / (2 * (t - 1) * m)  # a rank's rows x H x 4B, all MoE layers
+    recorded = (4 * (p.expert - 1) / p.expert * rows,
+                2 * expert_tensor_bytes(**sections).get("reduce_scatter", 0) / m)
+    return (expert_parallel(w, system).bytes_sent, expert_tensor_parallel(w, system).bytes_sent), recorded
+
+
+@pytest.mark.parametrize("name", FOLDED)
+def test_predicted_expert_bytes_of_a_folded_layout_are_the_record_formulas(name):
+    """Experts folded over tensor (× context) ranks: each rank dispatches its 1/t chunk of the routed rows
+    (parallel/expert.py), so the predicted all-to-all and expert-tensor bytes are those the record formulas
+    (checked against measured bytes by the spawn above) count, not t × them."""
+    parallel, moe, *model = CASES[name]
+    predicted, recorded = _predicted_and_recorded_expert_bytes(make_run(parallel, moe, *model))
+    assert predicted == pytest.approx(recorded, rel=1e-12) and recorded[0] > 0
+
+
+def test_predicted_expert_bytes_of_the_published_mixtral_folding_layouts_are_the_record_formulas():
+    """Mixtral 8x22B on 128 H100s (Liu et al. 2025's TP 2 × PP 8 × EP 8 row, and with ETP 2), bf16: a rank
+    sends half the routed rows of its tensor-parallel pair, in fp32 (the residual stream's rows)."""
+    import tomllib
+
+    from benchsuite.config import parse_suite
+    from benchsuite.predict.moe import rows_per_device
+    from benchsuite.predict.workload import from_run
+
+    for run in parse_suite(tomllib.loads(ETP_RECIPES)).runs:
+        predicted, recorded = _predicted_and_recorded_expert_bytes(run)
+        assert predicted == pytest.approx(recorded, rel=1e-12), run.workload
+        assert rows_per_device(from_run(run, "gpu")) == 4096 * 2 // 2  # N·k/t
+        assert recorded[0] == 4 * 7 / 8 * 7 * 4096 * 2 // 2 * 6144 * 4  # (EP−1)/EP of 7 layers' N·k/t fp32 rows
+        assert (recorded[1] > 0) == (run.parallel.expert_tensor > 1)
 
 
 @pytest.mark.parametrize("parallel,kind,key,needle", [

@@ -8,7 +8,9 @@ is position-wise and runs on the shard as it is. Attention all-gathers the keys 
 along the sequence (its backward reduce-scatters their gradients to the shards' owners) and runs the rank's
 queries against all of them under a causal mask by global position: a query at position p sees the keys at
 0..p. The rotary tables and a learned position table are read at the shard's positions; the gathered K/V
-are what a rank holds in full.
+are what a rank holds in full. The gathers are parallel/collectives.py's RankGroup moves (SequenceShard is
+one), and the shard's positions, orders and causal mask are built once per local length and device
+(SequenceShard.layout), not on every layer's call.
 
 Gradients: each rank's loss is the mean over its own tokens, and the data-parallel wrapper averages over
 the data-parallel ranks, context-parallel ones included (its group is every rank of a stage's dp), so the
@@ -29,32 +31,48 @@ reduce-scatter as many (metrics/comm.py: context_parallel_bytes).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
 from benchsuite.models.transformer import AttentionCore, Rope
+from benchsuite.parallel.collectives import RankGroup
 
 
 @dataclass(frozen=True)
-class SequenceShard:
-    """This rank's place in its context-parallel group: shard `rank` of `size` over `group`."""
+class ShardLayout:
+    """Where a shard's tokens sit in the sequence, for one local length: built once (SequenceShard.layout)."""
 
-    group: object
-    rank: int
-    size: int
+    positions: torch.Tensor  # [T/c]: the global positions of the rank's tokens (shard_positions)
+    natural_order: torch.Tensor  # [T]: puts the shards' tokens, gathered in rank order, in sequence order
+    rank_order: torch.Tensor  # [T]: its inverse, sequence order back to the shards' rank order
+    causal_mask: torch.Tensor  # [T/c, T] bool: a key (in rank order) at or before the query's position
 
-    def positions(self, local_len: int, device: torch.device | None = None) -> torch.Tensor:
-        """The global positions of this rank's local_len tokens of each sequence (shard_positions)."""
-        return shard_positions(self.rank, self.size, local_len * self.size, device)
 
-    def natural_order(self, local_len: int, device: torch.device | None = None) -> torch.Tensor:
-        """The index that puts the shards' tokens, gathered in rank order, back in sequence order."""
-        gathered = torch.cat([shard_positions(r, self.size, local_len * self.size, device) for r in range(self.size)])
-        return torch.argsort(gathered)
+@dataclass(frozen=True)
+class SequenceShard(RankGroup):
+    """This rank's place in its context-parallel group: shard `rank` of `size` over `group`; its K/V and MoE
+    gathers run on RankGroup's moves (parallel/collectives.py)."""
+
+    _layouts: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def layout(self, local_len: int, device: torch.device) -> ShardLayout:
+        """The shard's positions, orders and causal mask for local_len tokens a sequence on `device`, built on
+        first use and kept for every later call (a boolean mask and integer indices: no dtype to key on)."""
+        key = (local_len, torch.device(device))
+        if key not in self._layouts:
+            with torch.inference_mode(False):  # a cached tensor must serve later training steps too
+                self._layouts[key] = self._build_layout(local_len, key[1])
+        return self._layouts[key]
+
+    def _build_layout(self, local_len: int, device: torch.device) -> ShardLayout:
+        seq_len = local_len * self.size
+        positions = shard_positions(self.rank, self.size, seq_len, device)
+        keys = torch.cat([shard_positions(r, self.size, seq_len, device) for r in range(self.size)])
+        natural_order = torch.argsort(keys)
+        return ShardLayout(positions, natural_order, torch.argsort(natural_order), keys <= positions.unsqueeze(1))
 
 
 def shard_positions(rank: int, size: int, seq_len: int, device: torch.device | None = None) -> torch.Tensor:
@@ -64,63 +82,6 @@ def shard_positions(rank: int, size: int, seq_len: int, device: torch.device | N
     first, second = rank * chunk, (2 * size - 1 - rank) * chunk
     return torch.cat([torch.arange(first, first + chunk, device=device),
                       torch.arange(second, second + chunk, device=device)])
-
-
-def _all_gather_seq(x: torch.Tensor, shard: SequenceShard, dim: int) -> torch.Tensor:
-    rows = x.movedim(dim, 0).contiguous()
-    out = rows.new_empty((shard.size * rows.shape[0], *rows.shape[1:]))
-    dist.all_gather_single(out, rows, group=shard.group)
-    return out.movedim(0, dim).contiguous()
-
-
-def _reduce_scatter_seq(x: torch.Tensor, shard: SequenceShard, dim: int) -> torch.Tensor:
-    rows = x.movedim(dim, 0).contiguous()
-    out = rows.new_empty((rows.shape[0] // shard.size, *rows.shape[1:]))
-    dist.reduce_scatter_single(out, rows, group=shard.group)
-    return out.movedim(0, dim).contiguous()
-
-
-class _GatherKV(torch.autograd.Function):
-    """All-gather along the sequence; backward: reduce-scatter (every rank's queries used every shard)."""
-
-    @staticmethod
-    def forward(ctx, x, shard, dim):
-        ctx.shard, ctx.dim = shard, dim
-        return _all_gather_seq(x, shard, dim)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _reduce_scatter_seq(grad, ctx.shard, ctx.dim), None, None
-
-
-class _GatherToMean(torch.autograd.Function):
-    """All-gather along the sequence into a region where every rank computes the group's mean loss;
-    backward: c × the rank's own slice (module docstring)."""
-
-    @staticmethod
-    def forward(ctx, x, shard, dim):
-        ctx.shard, ctx.dim, ctx.local = shard, dim, x.shape[dim]
-        return _all_gather_seq(x, shard, dim)
-
-    @staticmethod
-    def backward(ctx, grad):
-        mine = grad.narrow(ctx.dim, ctx.shard.rank * ctx.local, ctx.local)
-        return mine * ctx.shard.size, None, None
-
-
-class _SliceFromMean(torch.autograd.Function):
-    """The rank's slice of a tensor every rank of the group holds whole; backward: the shards' gradients
-    all-gathered, divided by c (the mean loss inside the region)."""
-
-    @staticmethod
-    def forward(ctx, x, shard, dim):
-        ctx.shard, ctx.dim = shard, dim
-        local = x.shape[dim] // shard.size
-        return x.narrow(dim, shard.rank * local, local).contiguous()
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _all_gather_seq(grad, ctx.shard, ctx.dim) / ctx.shard.size, None, None
 
 
 class ContextParallelCore(nn.Module):
@@ -133,10 +94,9 @@ class ContextParallelCore(nn.Module):
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         local = q.shape[2]
-        k, v = _GatherKV.apply(k, self.shard, 2), _GatherKV.apply(v, self.shard, 2)  # keys in rank order
-        rows = self.shard.positions(local, q.device)
-        keys = torch.cat([shard_positions(r, self.shard.size, k.shape[2], q.device) for r in range(self.shard.size)])
-        mask = keys <= rows.unsqueeze(1)  # [T/c, T]: a key at or before the query's position
+        sizes = [local] * self.shard.size  # every rank's queries use every shard: gradients summed back
+        k, v = self.shard.gather_partial(k, sizes, 2), self.shard.gather_partial(v, sizes, 2)  # keys in rank order
+        mask = self.shard.layout(local, q.device).causal_mask
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.grouped)
 
 
@@ -149,7 +109,7 @@ class ShardRotary(nn.Module):
 
     def forward(self, seq_len: int) -> Rope:
         full = self.tables(seq_len * self.shard.size)
-        at = self.shard.positions(seq_len, full.cos.device)
+        at = self.shard.layout(seq_len, full.cos.device).positions
         return Rope(full.cos[at], full.sin[at])
 
 
@@ -158,7 +118,7 @@ def _shift_positions(shard: SequenceShard):
     shard's positions."""
     def hook(module, args):
         (ids,) = args
-        return (shard.positions(ids.shape[0], ids.device)[ids],)
+        return (shard.layout(ids.shape[0], ids.device).positions[ids],)
     return hook
 
 
@@ -166,15 +126,16 @@ def _gather_moe_input(shard: SequenceShard):
     """The layer's input gathered and put in sequence order: routing and capacity take tokens in order."""
     def hook(module, args):
         (x,) = args
-        return (_GatherToMean.apply(x, shard, 1).index_select(1, shard.natural_order(x.shape[1], x.device)),)
+        whole = shard.gather(x, x.shape[1] * shard.size, 1, grad_times=shard.size)  # backward: c × its own slice
+        return (whole.index_select(1, shard.layout(x.shape[1], x.device).natural_order),)
     return hook
 
 
 def _slice_moe_output(shard: SequenceShard):
     def hook(module, args, output):
         y, aux, stats = output
-        in_rank_order = torch.argsort(shard.natural_order(y.shape[1] // shard.size, y.device))
-        return _SliceFromMean.apply(y.index_select(1, in_rank_order), shard, 1), aux, stats
+        in_rank_order = y.index_select(1, shard.layout(y.shape[1] // shard.size, y.device).rank_order)
+        return shard.take(in_rank_order, 1, grad_over=shard.size), aux, stats  # backward: gathered, over c
     return hook
 
 

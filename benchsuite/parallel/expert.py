@@ -56,16 +56,12 @@ gather pads each rank's rows to the largest and the gathered rows are regrouped 
 layer and microbatch a rank sends (etp−1) × its received rows in each of the four collectives
 (metrics/comm.py: expert_tensor_bytes).
 
-Rows in per-rank segments move over a rank group in three ways (Move), each the backward of another:
-a rank's own segment of rows all hold (OWN), every segment gathered (GATHER), and the ranks' partial
-tensors summed with each keeping its segment (SUM_SCATTER). RankGroup's methods name the four pairs the
-fold and expert tensor parallelism run: take (OWN, its backward GATHER), gather (GATHER, OWN),
-gather_partial (GATHER, SUM_SCATTER) and sum_scatter (SUM_SCATTER, GATHER).
+The fold and expert tensor parallelism move rows with parallel/collectives.py's RankGroup: take (the fold's
+scatter), gather (its gather), gather_partial and sum_scatter (expert tensor parallelism's pair).
 """
 
 from __future__ import annotations
 
-import enum
 import math
 import time
 from dataclasses import dataclass, replace
@@ -76,6 +72,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from benchsuite.device import synchronize
+from benchsuite.parallel.collectives import Move, RankGroup, chunk_of, move_rows
 from benchsuite.models.moe import Experts, moe_layers
 
 
@@ -151,95 +148,6 @@ class _AllToAll(torch.autograd.Function):
         return _all_to_all(grad, ctx.ex, ctx.recv, ctx.send), None, None, None
 
 
-def _chunk(n: int, parts: int, index: int) -> tuple[int, int, int]:
-    """(chunk size ceil(n/parts), start, stop) of chunk `index` of n rows split into `parts`."""
-    size = -(-n // parts)
-    start = min(n, index * size)
-    return size, start, min(n, start + size)
-
-
-def chunk_sizes(n: int, parts: int) -> list[int]:
-    """The rows of each of the `parts` chunks of n rows (_chunk: ceil(n/parts) each, the last shorter or empty)."""
-    return [stop - start for _, start, stop in (_chunk(n, parts, i) for i in range(parts))]
-
-
-class Move(enum.Enum):
-    """How rows held in per-rank segments (segment i: sizes[i] rows along a dim) move over a rank group."""
-
-    OWN = "own"  # every rank holds all segments: keep this rank's
-    GATHER = "gather"  # each rank holds its segment: all-gather them, in rank order
-    SUM_SCATTER = "sum_scatter"  # each rank holds a partial tensor of all segments: sum, keep this rank's
-
-
-def _move(x: torch.Tensor, move: Move, sizes: list[int], dim: int, ranks: RankGroup) -> torch.Tensor:
-    """x moved as `move` says; the collectives pad each segment to the largest (every rank one shape)."""
-    rows, width = x.movedim(dim, 0), max(sizes)
-    start = sum(sizes[:ranks.rank])
-    if move is Move.OWN:
-        return rows[start:start + sizes[ranks.rank]].movedim(0, dim).contiguous()
-    pad = (0, 0) * (rows.dim() - 1)
-    if move is Move.GATHER:
-        sent = F.pad(rows, pad + (0, width - rows.shape[0])).contiguous()
-        whole = sent.new_empty((ranks.size * width, *sent.shape[1:]))
-        dist.all_gather_single(whole, sent, group=ranks.group)
-        out = whole if min(sizes) == width else torch.cat([whole[i * width:i * width + n] for i, n in enumerate(sizes)])
-    else:
-        sent = torch.cat([F.pad(seg, pad + (0, width - seg.shape[0])) for seg in rows.split(sizes)]).contiguous()
-        mine = sent.new_empty((width, *sent.shape[1:]))
-        dist.reduce_scatter_single(mine, sent, group=ranks.group)
-        out = mine[:sizes[ranks.rank]]
-    return out.movedim(0, dim).clone(memory_format=torch.contiguous_format)  # a fresh tensor, not a view
-
-
-class _MoveRows(torch.autograd.Function):
-    """One Move forward, its conjugate backward (RankGroup's methods name the pairs)."""
-
-    @staticmethod
-    def forward(ctx, x, sizes, dim, ranks, forward_move, backward_move):
-        ctx.sizes, ctx.dim, ctx.ranks, ctx.backward_move = sizes, dim, ranks, backward_move
-        return _move(x, forward_move, sizes, dim, ranks)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _move(grad, ctx.backward_move, ctx.sizes, ctx.dim, ctx.ranks), None, None, None, None, None
-
-
-@dataclass(frozen=True)
-class RankGroup:
-    """A process group and this rank's place in it: the ranks that route the same tokens and share the routed
-    work (module docstring: folding; a tensor-parallel group, with context parallelism the context x tensor
-    ranks of a gathered sequence), or an expert-tensor-parallel group."""
-
-    group: object
-    rank: int
-    size: int
-
-    @classmethod
-    def of(cls, group) -> RankGroup | None:
-        """The group as a RankGroup; None for none or a group of one rank (nothing to share)."""
-        if group is None or dist.get_world_size(group) == 1:
-            return None
-        return cls(group, dist.get_rank(group), dist.get_world_size(group))
-
-    def take(self, x: torch.Tensor, dim: int) -> torch.Tensor:
-        """This rank's chunk (chunk_sizes) of x along dim, which every rank holds whole (the conjugate gathers
-        the gradient)."""
-        return _MoveRows.apply(x, chunk_sizes(x.shape[dim], self.size), dim, self, Move.OWN, Move.GATHER)
-
-    def gather(self, part: torch.Tensor, n: int, dim: int) -> torch.Tensor:
-        """Every rank's chunk of n rows along dim, in rank order (the conjugate keeps its own gradient chunk)."""
-        return _MoveRows.apply(part, chunk_sizes(n, self.size), dim, self, Move.GATHER, Move.OWN)
-
-    def gather_partial(self, part: torch.Tensor, sizes: list[int], dim: int) -> torch.Tensor:
-        """Every rank's rows (sizes[i] of rank i) along dim, for a computation each rank does in part (its
-        FFN columns): the conjugate sums the ranks' gradients of this rank's rows."""
-        return _MoveRows.apply(part, sizes, dim, self, Move.GATHER, Move.SUM_SCATTER)
-
-    def sum_scatter(self, partial: torch.Tensor, sizes: list[int], dim: int) -> torch.Tensor:
-        """The ranks' partial results summed, this rank's rows kept (the conjugate gathers the gradient)."""
-        return _MoveRows.apply(partial, sizes, dim, self, Move.SUM_SCATTER, Move.GATHER)
-
-
 def _transpose_segments(rows: torch.Tensor, sizes: list[int], outer: int, inner: int) -> torch.Tensor:
     """rows in outer x inner segments (segment (a, b) has sizes[a * inner + b] rows, in a-major
     order) -> the same segments in b-major order. Autograd's split/cat: no host read."""
@@ -283,7 +191,7 @@ class ExpertParallelExperts(Experts):
         if self.split is None:
             return self._exchange_slots(xs, valid, impl)
         c = xs.shape[1]
-        size, start, stop = _chunk(c, self.split.size, self.split.rank)
+        size, start, stop = chunk_of(c, self.split.size, self.split.rank)
         pad = size - (stop - start)  # every rank's exchange has one shape
         mine = F.pad(self.split.take(xs, 1), (0, 0, 0, pad))
         ys = self._exchange_slots(mine, F.pad(valid[:, start:stop], (0, pad)), impl)
@@ -310,7 +218,7 @@ class ExpertParallelExperts(Experts):
         sizes = [m] * (ranks.size if ranks is not None else 1)
         if ranks is not None:
             local = ranks.gather_partial(local, sizes, 1)
-            valid = _move(valid, Move.GATHER, sizes, 1, ranks) if valid is not None else None
+            valid = move_rows(valid, Move.GATHER, sizes, 1, ranks) if valid is not None else None
         filled = valid.bool() if valid is not None else local.new_ones(local.shape[:2], dtype=torch.bool)
         ys = super().forward(local, filled, impl)
         return ranks.sum_scatter(ys, sizes, 1) if ranks is not None else ys
@@ -321,7 +229,7 @@ class ExpertParallelExperts(Experts):
         if self.split is None:
             return self._exchange_sorted(x, counts, impl)
         a = x.shape[0]
-        _, start, stop = _chunk(a, self.split.size, self.split.rank)
+        _, start, stop = chunk_of(a, self.split.size, self.split.rank)
         ends = counts.cumsum(0)
         mine = ends.clamp(start, stop) - (ends - counts).clamp(start, stop)  # [E] rows of each expert in the chunk
         return self.split.gather(self._exchange_sorted(self.split.take(x, 0), mine, impl), a, 0)
@@ -343,7 +251,7 @@ class ExpertParallelExperts(Experts):
         p, le, ranks = self.world, self.local, self.width_split
         got = _all_to_all(counts.view(p, le), self.exchange)  # [P src, E/P]
         if ranks is not None:  # [etp·P, E/P]: every expert-tensor rank's, rank-major
-            got = _move(got, Move.GATHER, [p] * ranks.size, 0, ranks)
+            got = move_rows(got, Move.GATHER, [p] * ranks.size, 0, ranks)
         sizes = torch.cat([counts, got.reshape(-1)]).tolist()  # the host read (2.)
         received = sizes[p * le:]  # rows per (expert-tensor rank, source, local expert)
         mine = ranks.rank if ranks is not None else 0

@@ -93,8 +93,10 @@ def tensor_parallel(w: Workload, system: System) -> CommTime:
 
 def expert_parallel(w: Workload, system: System) -> CommTime:
     """Per micro-batch: each MoE layer's dispatch and combine all-to-alls, forward and backward (and the
-    forward's again under full recompute), of the routed load: every expert row the device's routed tokens
-    fill (E·C/N per token with capacity, k dropless) × hidden.
+    forward's again under full recompute), of the rows the device dispatches (rows_per_device: its chunk of
+    the expert rows its routed tokens fill, E·C/N per token with capacity, k dropless, split over the ranks of
+    a fold) × hidden, fp32 here (the rows are cut from the fp32 residual stream, the experts cast inside:
+    metrics.comm's formulas) and Megatron's compute dtype.
 
     Placement: the group is EP ranks ETP apart (the folded expert layout, layout.py, as Megatron's MoE
     Parallel Folding places it; consecutive with ETP 1). Inside a node every byte
@@ -106,7 +108,7 @@ def expert_parallel(w: Workload, system: System) -> CommTime:
     from benchsuite.metrics.flops import _moe_layer_count
 
     ep = w.layout.ep
-    payload = rows_per_device(w) * w.model.hidden * w.compute_bytes
+    payload = rows_per_device(w) * w.model.hidden * w.grad_bytes
     calls = (4 + (2 if w.recompute is Recompute.FULL else 0)) * _moe_layer_count(_stage_model(w), w.moe)
     crosses = _spans(ep, w.layout.etp, w, system)
     sent = ring_bytes("all_to_all", payload, ep) * calls
@@ -122,14 +124,14 @@ def expert_tensor_parallel(w: Workload, system: System) -> CommTime:
     """Per micro-batch, on the expert-tensor-parallel group (ETP consecutive ranks, layout.py): per MoE layer the
     rows the device received all-gathered before the experts and the partial outputs reduce-scattered after,
     their conjugates in backward (and the forward's again under full recompute), each ETP × the device's
-    expert rows (rows_per_device) × hidden: the bytes metrics.comm.expert_tensor_bytes counts, on the
-    critical path."""
+    expert rows (rows_per_device) × hidden, in expert_parallel's dtype: the bytes
+    metrics.comm.expert_tensor_bytes counts but for the per-expert counts beside them, on the critical path."""
     etp = w.layout.etp
     if w.moe is None or etp <= 1:
         return CommTime(0.0, 0.0, 0, False)
     from benchsuite.metrics.flops import _moe_layer_count
 
-    payload = etp * rows_per_device(w) * w.model.hidden * w.compute_bytes
+    payload = etp * rows_per_device(w) * w.model.hidden * w.grad_bytes
     calls = (2 + (1 if w.recompute is Recompute.FULL else 0)) * _moe_layer_count(_stage_model(w), w.moe)
     crosses = _spans(etp, 1, w, system)
     return time_of([Collective("all_gather", payload, calls), Collective("reduce_scatter", payload, calls)], etp,

@@ -2,8 +2,10 @@
 MoE layers of its pipeline stage (L_moe / P of them).
 
 Notation: N the tokens the device routes (Workload.routed_tokens), E experts, k per token, s the expert
-rows each token fills (k dropless; E·C/N with capacity, padding included: models.moe.capacity), so
-S = N·s rows per device (balanced); g = E / EP the experts a device holds; h hidden; a the activation
+rows each token fills (k dropless; E·C/N with capacity, padding included: models.moe.capacity); t the ranks
+that route the same N tokens and split the routed work (the harness's fold with experts split, tensor ×
+context ranks: parallel/expert.py; 1 otherwise), so S = its chunk of the N·s rows, E·ceil(C/t) slots or
+ceil(N·k/t) rows, per device (balanced); g = E / EP the experts a device holds; h hidden; a the activation
 bytes; B the device's memory bandwidth; R its matmul rate.
 
     router       = L·(3·P·N·E·4) / B                     top-k over fp32 scores: memory-bound. P = 4 passes
@@ -11,10 +13,12 @@ bytes; B the device's memory bandwidth; R its matmul rate.
                                                          the aux loss or the aux-free bias, +1 for the z-loss;
                                                          backward twice the forward (the router GEMM is a
                                                          matmul: compute.matmul has it)
-    permutation  = L·(2·2·Q·S·h·a) / B                   Q copies of every row: permute and unpermute (Q = 2),
+    permutation  = L·(2·2·Q·N·s·h·a) / B                 Q copies of every row: permute and unpermute (Q = 2),
                                                          and with EP and g > 1 the sort by local expert after
                                                          the all-to-all and back (Q = 4, Megatron's alltoall
-                                                         dispatcher); read + write; backward as forward
+                                                         dispatcher); read + write; backward as forward; every
+                                                         rank of a fold builds the whole N·s (the slots are
+                                                         split after)
     experts      = L·6·S·p_e / (R·η(T)),  η(T) = T / (T + T½)
                                                          grouped GEMMs of T = S·EP·ETP/E rows per expert (an
                                                          expert-tensor group gathers its ETP ranks' rows into
@@ -43,7 +47,8 @@ import math
 from dataclasses import dataclass
 
 from benchsuite.metrics.flops import param_counts
-from benchsuite.models.moe import expected_slots_per_token
+from benchsuite.models.moe import capacity, expected_slots_per_token
+from benchsuite.parallel.collectives import chunk_sizes
 from benchsuite.predict.system import System
 from benchsuite.predict.workload import Implementation, Workload
 from benchsuite.record.kinds import ROUTERS
@@ -82,9 +87,33 @@ def stage_moe_layers(w: Workload) -> float:
     return param_counts(w.model, w.moe).moe_layers / w.layout.pp
 
 
-def rows_per_device(w: Workload) -> float:
-    """S: the expert rows one device's routed tokens fill per MoE layer (padding included)."""
-    return w.routed_tokens * expected_slots_per_token(w.moe, w.micro_batch * w.model.seq_len)
+def sharing_ranks(w: Workload) -> int:
+    """t: the ranks that route the same tokens and split the routed work among them, the harness's fold
+    (parallel/expert.py: with the experts split, tensor × context ranks); 1 where each rank computes every row
+    it routes (experts replicated, or Megatron routing its own sequence shard)."""
+    if w.implementation is Implementation.MEGATRON or not w.layout.experts_split:
+        return 1
+    return w.layout.tp * w.layout.cp
+
+
+def _rows(w: Workload, parts: int) -> int:
+    """The rows of the largest of `parts` chunks of the N·s rows the routed tokens fill, split as the fold
+    splits them (parallel/collectives.py's chunk_sizes): the capacity slots of each expert, or the sorted rows."""
+    n, moe = w.routed_tokens, w.moe
+    if moe.dropless:
+        return max(chunk_sizes(n * moe.k, parts))
+    return moe.experts * max(chunk_sizes(capacity(moe, n), parts))
+
+
+def routed_rows(w: Workload) -> int:
+    """N·s: the expert rows a device's routed tokens fill per MoE layer (padding included), before any split."""
+    return _rows(w, 1)
+
+
+def rows_per_device(w: Workload) -> int:
+    """S: the expert rows one device dispatches per MoE layer (padding included), its chunk of the routed rows
+    (sharing_ranks): what it sends to the all-to-all and computes."""
+    return _rows(w, sharing_ranks(w))
 
 
 def routed_expert_flops_per_token(w: Workload) -> float:
@@ -139,7 +168,7 @@ def moe_time(w: Workload, system: System) -> MoETime | None:
     router = layers * 3 * passes * n * moe.experts * FP32 / bw
     local = moe.experts / w.layout.ep
     copies = 4 if w.layout.ep > 1 and local > 1 and w.implementation is Implementation.MEGATRON else 2
-    permute = layers * 2 * 2 * copies * rows * w.model.hidden * w.compute_bytes / bw
+    permute = layers * 2 * 2 * copies * routed_rows(w) * w.model.hidden * w.compute_bytes / bw
     per_expert = rows * w.layout.ep * w.layout.etp / moe.experts
     half = half_tokens(w, system)
     eta = per_expert / (per_expert + half)

@@ -50,12 +50,15 @@ class Workload:
 
     @property
     def routed_tokens(self) -> int:
-        """Tokens one device routes per micro-batch and MoE layer: the whole micro-batch here (MoE layers
-        are replicated over a tensor-parallel group); with Megatron's sequence parallelism its shard b·s/tp,
-        as MoE Parallel Folding runs the experts at expert tensor parallelism 1 (Liu et al. 2025)."""
+        """Tokens one device routes per micro-batch and MoE layer: here the whole micro-batch, with context
+        parallelism the context-parallel group's (the layer gathers them: RunConfig.routed_micro_batch), every
+        tensor-parallel rank routing them all (predict/moe.py: sharing_ranks splits the routed work); with
+        Megatron's sequence parallelism its shard b·s/tp, as MoE Parallel Folding runs the experts at expert
+        tensor parallelism 1 (Liu et al. 2025)."""
         tokens = self.micro_batch * self.model.seq_len
-        folded = self.implementation is Implementation.MEGATRON and self.layout.sequence_parallel
-        return tokens // self.layout.tp if folded else tokens
+        if self.implementation is Implementation.BENCHSUITE:
+            return tokens * self.layout.cp
+        return tokens // self.layout.tp if self.layout.sequence_parallel else tokens
 
     @property
     def tokens_per_step(self) -> int:
