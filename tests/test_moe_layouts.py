@@ -337,7 +337,7 @@ parallel = { zero = 3, expert = 8 }
 sweep = { world_size = [64] }
 
 [[workload]]
-name = "mixtral-8x22b-folding-tp2-pp8-ep8"  # Liu et al. 2025's Mixtral 8x22B row: 128 H100, dropless top-2
+name = "mixtral-8x22b-folding-tp2-pp8-ep8"  # Liu et al. 2025's Mixtral 8x22B layout: 128 H100, here dropless
 model = { preset = "mixtral-8x22b", seq_len = 4096 }
 moe = { capacity_factor = 0 }
 train = { micro_batch = 32 }  # global batch 256 over DP 8, in micro-batches of one sequence
