@@ -17,7 +17,8 @@ that runs every data-parallel rank's microbatches in turn and averages their los
 MoE layer's auxiliary loss). Checked (fp32, relative error ≤ 1e-5): the loss each rank reports, every
 gradient after the first backward (expert shards against their slice of the full gradient), every weight
 after the AdamW steps, the expert loads of the last microbatch (each rank's, and the record's sum over
-ranks through worker.moe_stats: the loads of one process that saw all tokens), the folded experts', expert
+ranks through worker.moe_stats: the loads of one process that saw all tokens), the expert all-to-all bytes
+where no routing sets the splits (capacity slots, forced routing), the folded experts', expert
 tensor parallelism's and context parallelism's all-gather and reduce-scatter bytes (every rank's) and a
 pipeline's point-to-point bytes against their formulas, and the model-state bytes (parameters, gradients,
 Adam state) against metrics.memory's formula for the layout. The other tests are fast: the public recipes'
@@ -275,6 +276,14 @@ def test_moe_layouts_match_single_process(tmp_path):
                                        data_parallel=run.data_parallel)
             assert section["p2p_bytes_per_step"] == p2p_bytes_formula(parallel=run.parallel, model=run.model,
                                                                       micro_batch=MB), name
+        if parallel.pipeline == 1 and (moe is None or not moe.dropless or moe.routing == "forced"
+                                       and parallel.tensor * parallel.context == 1):  # splits the routing keeps
+            from benchsuite.metrics.comm import expert_all_to_all_bytes
+
+            exchanged = expert_all_to_all_bytes(model=run.model, moe=moe, parallel=parallel, micro_batch=MB).total
+            assert (exchanged > 0) == (moe is not None and parallel.expert > 1), name
+            for rank, res in enumerate(ranks):
+                assert res[name]["comm"].get("all_to_all", 0) == exchanged, f"{name} rank {rank}"
         if parallel.tensor * parallel.context * parallel.expert_tensor > 1 and parallel.pipeline == 1 \
                 and not parallel.sequence_parallel and parallel.zero == 0:  # these layouts' own collectives
             from benchsuite.metrics.comm import context_parallel_bytes, expert_fold_gather_bytes, expert_tensor_bytes
@@ -452,11 +461,10 @@ FOLDED = [name for name, (parallel, moe, *_) in CASES.items()  # the spawn's fol
 
 def _predicted_and_recorded_expert_bytes(run: RunConfig) -> tuple[tuple[float, float], tuple[float, float]]:
     """(all-to-all, expert-tensor bytes) per micro-batch of one rank as the predictor sends them, and as
-    metrics.comm's record formulas count the rows a rank dispatches: the fold's gather sends (t − 1) × those rows
-    in forward and backward, the all-to-all (ep − 1)/ep of them in each of its four calls, the expert-tensor
-    reduce-scatters (etp − 1) × them forward and backward, the all-gathers as many (the formula's per-expert
-    counts beside them are not predicted). The record formulas per pipeline stage: its MoE layers only."""
-    from benchsuite.metrics.comm import expert_fold_gather_bytes, expert_tensor_bytes
+    metrics.comm's record formulas count them: expert_all_to_all_bytes's token rows (the per-expert counts
+    beside them are not predicted), the expert-tensor reduce-scatters forward and backward, the all-gathers as
+    many. The record formulas per pipeline stage: its MoE layers only."""
+    from benchsuite.metrics.comm import expert_all_to_all_bytes, expert_tensor_bytes
     from benchsuite.predict import load_system
     from benchsuite.predict.communication import expert_parallel, expert_tensor_parallel
     from benchsuite.predict.workload import from_run
@@ -465,9 +473,8 @@ def _predicted_and_recorded_expert_bytes(run: RunConfig) -> tuple[tuple[float, f
     w = from_run(run, "gpu")
     sections = dict(model=replace(run.model, layers=run.model.layers // p.pipeline), moe=run.moe, parallel=p,
                     micro_batch=run.micro_batch_per_rank)
-    t, m = p.tensor * p.context, p.n_microbatches
-    rows = expert_fold_gather_bytes(**sections) / (2 * (t - 1) * m)  # a rank's rows x H x 4B, all MoE layers
-    recorded = (4 * (p.expert - 1) / p.expert * rows,
+    m = p.n_microbatches
+    recorded = (expert_all_to_all_bytes(**sections).rows / m,
                 2 * expert_tensor_bytes(**sections).get("reduce_scatter", 0) / m)
     return (expert_parallel(w, system).bytes_sent, expert_tensor_parallel(w, system).bytes_sent), recorded
 

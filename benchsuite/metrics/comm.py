@@ -41,6 +41,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from benchsuite.layout import ParallelDims
 from benchsuite.metrics.flops import _moe_layer_count
 from benchsuite.metrics.memory import rank_params
+from benchsuite.models.moe import capacity
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "other")
 
@@ -312,24 +313,45 @@ def paper_bytes(*, model, moe, train, dims: ParallelDims, micro_batch: int, prec
     return total, " + ".join(parts)
 
 
+def expert_rows_per_rank(tokens: int, moe, sharing: int) -> int:
+    """The expert rows a rank dispatches per MoE layer, padding included: its chunk of the rows N = `tokens`
+    routed tokens fill, cut as parallel/expert.py cuts the routed work over the `sharing` ranks t that route the
+    same tokens (parallel/collectives.py's chunk_of: ceil(n/t) rows, the last chunk shorter): the capacity slots
+    E·ceil(C/t) (every rank's chunk padded to that size), or dropless ceil(N·k/t) sorted rows (the largest
+    chunk). One definition for the record formulas below and the predictor's rows (predict/moe.py); t = 1:
+    all the routed rows."""
+    if moe.dropless:
+        return -(-tokens * moe.k // sharing)
+    return moe.experts * -(-capacity(moe, tokens) // sharing)
+
+
+def _rank_rows(*, model, moe, parallel, micro_batch: int) -> int:
+    """expert_rows_per_rank of a run's sections: N the tokens routed together (a microbatch's, with context
+    parallelism the group's context × microbatch sequences), t = tensor × context (the fold's ranks)."""
+    tokens = micro_batch // parallel.n_microbatches * parallel.context * model.seq_len
+    return expert_rows_per_rank(tokens, moe, parallel.tensor * parallel.context)
+
+
 def expert_fold_gather_bytes(*, model, moe, parallel, micro_batch: int) -> int:
     """Bytes one rank sends per step in the all-gathers of experts folded over the t ranks that route the
     same tokens (parallel/expert.py; t = tensor × context): per MoE layer and microbatch one in forward and
-    one in backward, each gathering the t chunks of the routed work, a rank sending its chunk to t − 1
-    peers: the capacity slots E·ceil(C/t) rows, or ceil(N·k/t) sorted rows when dropless, of H fp32 values
-    (N: the tokens routed together, the microbatch's, with context parallelism the group's context ×
-    microbatch sequences). 2·(t−1)·rows·H·4·L_moe·M with L_moe the model's MoE layers, for a layout without
-    a pipeline (in one, a rank gathers for the MoE layers of its own stages only); 0 without both expert
-    parallelism and t > 1."""
-    from benchsuite.metrics.flops import _moe_layer_count
-    from benchsuite.models.moe import capacity
-
+    one in backward, each gathering the t chunks of the routed work, a rank sending its chunk (its rows:
+    expert_rows_per_rank) of H fp32 values to t − 1 peers. 2·(t−1)·rows·H·4·L_moe·M with L_moe the model's
+    MoE layers, for a layout without a pipeline (in one, a rank gathers for the MoE layers of its own stages
+    only); 0 without both expert parallelism and t > 1."""
     t, m = parallel.tensor * parallel.context, parallel.n_microbatches
     if moe is None or parallel.expert == 1 or t == 1:
         return 0
-    tokens = micro_batch // m * parallel.context * model.seq_len
-    rows = -(-tokens * moe.k // t) if moe.dropless else moe.experts * -(-capacity(moe, tokens) // t)
+    rows = _rank_rows(model=model, moe=moe, parallel=parallel, micro_batch=micro_batch)
     return 2 * (t - 1) * rows * model.hidden * FP32 * _moe_layer_count(model, moe) * m
+
+
+def _bytes_beside_rows(moe, rows: int, expert_impl: str) -> int:
+    """Bytes sent beside a rank's expert rows in forward: dropless the per-expert counts (E int64), with
+    grouped_mm the capacity slots' filled mask (one byte a slot), else none."""
+    if moe.dropless:
+        return moe.experts * 8
+    return rows if expert_impl == "grouped_mm" else 0
 
 
 def expert_tensor_bytes(*, model, moe, parallel, micro_batch: int, expert_impl: str = "padded_bmm") -> dict[str, int]:
@@ -337,26 +359,53 @@ def expert_tensor_bytes(*, model, moe, parallel, micro_batch: int, expert_impl: 
     over its etp = parallel.expert_tensor ranks: per MoE layer and microbatch the rows it received from the
     all-to-all are all-gathered before the experts and the partial outputs reduce-scattered after, and in
     backward the conjugates (a reduce-scatter and an all-gather), a rank sending (etp−1) × its rows of H fp32
-    values in each. Its rows: the capacity slots E·ceil(C/t) (t the ranks that route the same tokens,
-    tensor × context: expert_fold_gather_bytes), or dropless the balanced share ceil(N·k/t) (exact under
-    forced routing without a fold; the gathers pad every rank's rows to the largest, so routed loads send
-    more). Beside them in forward, all-gathered too: dropless the per-expert counts (E int64), with grouped_mm
-    the capacity slots' filled mask (one byte a slot). 2·(etp−1)·rows·H·4·L_moe·M of each kind for a layout
-    without a pipeline (in one, a rank gathers for the MoE layers of its own stages only); {} with etp 1."""
-    from benchsuite.models.moe import capacity
-
-    etp, t, m = parallel.expert_tensor, parallel.tensor * parallel.context, parallel.n_microbatches
+    values in each. Its rows: expert_rows_per_rank (dropless the balanced share, exact under forced routing
+    without a fold; the gathers pad every rank's rows to the largest, so routed loads send more). Beside them
+    in forward, all-gathered too: dropless the per-expert counts, with grouped_mm the capacity slots' filled
+    mask (_bytes_beside_rows). 2·(etp−1)·rows·H·4·L_moe·M of each kind for a layout without a pipeline (in
+    one, a rank gathers for the MoE layers of its own stages only); {} with etp 1."""
+    etp = parallel.expert_tensor
     if moe is None or etp == 1:
         return {}
-    tokens = micro_batch // m * parallel.context * model.seq_len
-    if moe.dropless:
-        rows, beside = -(-tokens * moe.k // t), moe.experts * 8
-    else:
-        rows = moe.experts * -(-capacity(moe, tokens) // t)
-        beside = rows if expert_impl == "grouped_mm" else 0
-    calls = _moe_layer_count(model, moe) * m
+    rows = _rank_rows(model=model, moe=moe, parallel=parallel, micro_batch=micro_batch)
+    calls = _moe_layer_count(model, moe) * parallel.n_microbatches
     moved = 2 * (etp - 1) * rows * model.hidden * FP32 * calls
-    return {"all_gather": moved + (etp - 1) * beside * calls, "reduce_scatter": moved}
+    beside = (etp - 1) * _bytes_beside_rows(moe, rows, expert_impl) * calls
+    return {"all_gather": moved + beside, "reduce_scatter": moved}
+
+
+@dataclass(frozen=True)
+class ExpertAllToAllBytes:
+    """Bytes one rank sends per step in expert parallelism's all-to-alls, in two parts: the token rows, and the
+    small exchanges beside them (which a prediction leaves out)."""
+
+    rows: float  # dispatch and combine, forward and backward
+    beside: float  # forward only: dropless the per-expert counts, grouped_mm's filled-slot mask
+
+    @property
+    def total(self) -> float:
+        """What metrics.comm counts as bytes_per_step_by_kind.all_to_all."""
+        return self.rows + self.beside
+
+
+def expert_all_to_all_bytes(*, model, moe, parallel, micro_batch: int,
+                            expert_impl: str = "padded_bmm") -> ExpertAllToAllBytes:
+    """Bytes one rank sends per step in expert parallelism's all-to-alls (parallel/expert.py) over its
+    ep = parallel.expert ranks, as metrics.comm counts them (ring: a rank keeps 1/ep of each exchange): per MoE
+    layer and microbatch the dispatch and the combine in forward and their reverses in backward, four
+    exchanges of the rows the rank dispatches (expert_rows_per_rank) of H fp32 values, 4·(ep−1)/ep·rows·H·4;
+    beside them in forward (ep−1)/ep of _bytes_beside_rows. Times L_moe·M for a layout without a pipeline (in
+    one, a rank exchanges for the MoE layers of its own stages only) and without full recompute (which runs
+    the forward's exchanges again). Dropless rows are the balanced share: exact when a rank sends every peer as
+    many (forced routing without a fold); routed loads vary them step by step (all_to_all_bytes_by_step).
+    Zero with expert 1."""
+    ep = parallel.expert
+    if moe is None or ep == 1:
+        return ExpertAllToAllBytes(0.0, 0.0)
+    rows = _rank_rows(model=model, moe=moe, parallel=parallel, micro_batch=micro_batch)
+    calls = _moe_layer_count(model, moe) * parallel.n_microbatches
+    return ExpertAllToAllBytes(rows=(ep - 1) * 4 * rows * model.hidden * FP32 * calls / ep,
+                               beside=(ep - 1) * _bytes_beside_rows(moe, rows, expert_impl) * calls / ep)
 
 
 def context_parallel_bytes(*, model, moe, context: int, tensor: int, micro_batch: int,

@@ -96,7 +96,8 @@ def expert_parallel(w: Workload, system: System) -> CommTime:
     forward's again under full recompute), of the rows the device dispatches (rows_per_device: its chunk of
     the expert rows its routed tokens fill, E·C/N per token with capacity, k dropless, split over the ranks of
     a fold) × hidden, fp32 here (the rows are cut from the fp32 residual stream, the experts cast inside:
-    metrics.comm's formulas) and Megatron's compute dtype.
+    metrics.comm's formulas) and Megatron's compute dtype: the rows of metrics.comm.expert_all_to_all_bytes,
+    not the small exchanges beside them.
 
     Placement: the group is EP ranks ETP apart (the folded expert layout, layout.py, as Megatron's MoE
     Parallel Folding places it; consecutive with ETP 1). Inside a node every byte

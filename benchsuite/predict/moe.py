@@ -46,9 +46,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from benchsuite.metrics.comm import expert_rows_per_rank
 from benchsuite.metrics.flops import param_counts
-from benchsuite.models.moe import capacity, expected_slots_per_token
-from benchsuite.parallel.collectives import chunk_sizes
+from benchsuite.models.moe import expected_slots_per_token
 from benchsuite.predict.system import System
 from benchsuite.predict.workload import Implementation, Workload
 from benchsuite.record.kinds import ROUTERS
@@ -96,24 +96,16 @@ def sharing_ranks(w: Workload) -> int:
     return w.layout.tp * w.layout.cp
 
 
-def _rows(w: Workload, parts: int) -> int:
-    """The rows of the largest of `parts` chunks of the N·s rows the routed tokens fill, split as the fold
-    splits them (parallel/collectives.py's chunk_sizes): the capacity slots of each expert, or the sorted rows."""
-    n, moe = w.routed_tokens, w.moe
-    if moe.dropless:
-        return max(chunk_sizes(n * moe.k, parts))
-    return moe.experts * max(chunk_sizes(capacity(moe, n), parts))
-
-
 def routed_rows(w: Workload) -> int:
     """N·s: the expert rows a device's routed tokens fill per MoE layer (padding included), before any split."""
-    return _rows(w, 1)
+    return expert_rows_per_rank(w.routed_tokens, w.moe, 1)
 
 
 def rows_per_device(w: Workload) -> int:
     """S: the expert rows one device dispatches per MoE layer (padding included), its chunk of the routed rows
-    (sharing_ranks): what it sends to the all-to-all and computes."""
-    return _rows(w, sharing_ranks(w))
+    split over the sharing_ranks as the harness splits them (metrics.comm.expert_rows_per_rank, the record
+    formulas' rows): what it sends to the all-to-all and computes."""
+    return expert_rows_per_rank(w.routed_tokens, w.moe, sharing_ranks(w))
 
 
 def routed_expert_flops_per_token(w: Workload) -> float:
