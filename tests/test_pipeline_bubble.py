@@ -10,7 +10,7 @@ compute as the harness times it) is injected into one chunk of one stage in some
 
 Either way the pipeline's step lasts D longer, so each rank's idle time (wall to the flush minus
 its chunks' time) grows by D against the steps without a delay, but on the delayed rank, whose
-chunks grow by D instead. Checked within 10 % of D, medians over 5 steps of each kind, the kinds
+chunks grow by D instead. Checked within 10 % of D, medians over 3 steps of each kind, the kinds
 taking turns. (D is 1 s: on a shared 2-core box a woken rank can wait tens of ms for a core.)
 """
 
@@ -27,7 +27,7 @@ import torch
 from benchsuite.config import CarbonConfig, EnergyConfig, ModelConfig, ParallelConfig, RunConfig, TrainConfig
 from helpers import spawn
 
-WORLD, PP, M, ROUNDS, DELAY_S = 4, 4, 4, 5, 1.0
+WORLD, PP, M, ROUNDS, DELAY_S = 4, 4, 4, 3, 1.0
 CFG = ModelConfig(layers=8, hidden=16, heads=2, vocab=32, seq_len=8, ffn_hidden=32)
 SCHEDULES = {"1f1b": 1, "gpipe": 1, "interleaved": 2}  # name: virtual stages per rank
 # placement: (stage, microbatch, "forward" | "backward"), stage -1 being the last

@@ -2,6 +2,8 @@
 the record's types as the worker's are: as a document (to write, or to change by hand) and as the typed
 records a reader holds."""
 
+import json
+
 from benchsuite.record import SCHEMA_VERSION, decode, to_dict
 from benchsuite.record.types import Record
 from benchsuite.results.store import loaded
@@ -31,3 +33,14 @@ def make_record(run_key="k1", workload="w", status="ok", world_size=1, tokens_pe
         if status == "ok" else None,
         "energy": None, "carbon": None, "steps": [{"step": i, "time_s": step} for i in range(steps)],
     })
+
+
+def schema_problems(records: list[dict]) -> list[tuple]:
+    """(workload, message, path) of each record the shipped JSON Schema refuses (jsonschema: test-only)."""
+    import jsonschema
+
+    from benchsuite.record.schema import SHIPPED
+
+    validator = jsonschema.Draft202012Validator(json.loads(SHIPPED.read_text()))
+    return [(rec["workload"], e.message[:300], list(e.absolute_path))
+            for rec in records for e in list(validator.iter_errors(rec))[:1]]
