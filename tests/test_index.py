@@ -12,6 +12,7 @@ import sys
 import threading
 import warnings
 
+import msgspec
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -19,7 +20,7 @@ import pytest
 
 import benchsuite
 from benchsuite.record import SCHEMA_VERSION, write_record
-from benchsuite.results import index, store
+from benchsuite.results import index, rows, store
 from benchsuite.results.index import INDEX_DIR, index_path
 from benchsuite.results.model import results_of
 from benchsuite.results.store import load_records, record_files
@@ -40,20 +41,24 @@ def trust_fresh_files(monkeypatch):
     monkeypatch.setattr(index, "RACY_NS", -1)
 
 
-def counting(monkeypatch, name: str) -> list:
-    """Calls of store.<name> (read_record: files decoded; record_of: records taken from the index)."""
-    calls, real = [], getattr(store, name)
-    monkeypatch.setattr(store, name, lambda *a: calls.append(a) or real(*a))
+def counting(monkeypatch, module, name: str) -> list:
+    """Calls of module.<name> (store.read_document: files decoded; rows.record_of_blob: records decoded from the
+    index)."""
+    calls, real = [], getattr(module, name)
+    monkeypatch.setattr(module, name, lambda *a: calls.append(a) or real(*a))
     return calls
 
 
+READERS = (benchsuite.load, benchsuite.load_runs, benchsuite.load_steps)
+
+
 def read(folder, frames=False):
-    """The records of folder, its results model (and with frames, load() and load_steps()), and every warning
-    said, in order."""
+    """The records of folder, its results model (and with frames, load(), load_runs() and load_steps()), and
+    every warning said, in order."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         loaded = load_records(folder)
-        api = (benchsuite.load(folder), benchsuite.load_steps(folder)) if frames else ()
+        api = tuple(reader(folder) for reader in READERS) if frames else ()
     return loaded, results_of(loaded), api, [str(w.message) for w in caught]
 
 
@@ -87,22 +92,51 @@ def test_a_read_through_the_index_equals_reading_every_file_warnings_included(tm
     uncached = read(folder, frames)  # no index yet: every file decoded (and the index written)
     assert index_path(folder).is_file()
     assert not [p for p, _ in record_files(folder) if INDEX_DIR in p.parts]  # never read as a record
-    decoded = counting(monkeypatch, "read_record")
+    decoded = counting(monkeypatch, store, "read_document")
     cached = read(folder, frames)
     assert decoded == []  # every file, the damaged ones too, from the index
     assert_same(uncached, cached)
     warned = cached[3]
     for name in ("truncated.json", "future.json", "backup/"):  # said on every read, from the index too
-        assert sum(name in w for w in warned) == (3 if frames else 1)  # load_records (, load(), load_steps())
+        assert sum(name in w for w in warned) == (4 if frames else 1)  # load_records (, and each reader)
     offset = next(one.record for one in cached[0] if one.record.run_key == "offset")
     assert offset.started_at.isoformat() == "2026-03-01T09:00:00+02:00"
+
+
+def test_a_warm_read_of_the_frames_decodes_no_record(tmp_path, monkeypatch):
+    """load(), load_runs() and load_steps() read the rows and steps the index holds: no file is decoded, and
+    no record either, and the frames are those of the first read (which decoded every file)."""
+    folder = folder_with_bad_records(tmp_path, "results")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        first = [reader(folder) for reader in READERS]
+        decoded, taken = counting(monkeypatch, store, "read_document"), counting(monkeypatch, rows, "record_of_blob")
+        again = [reader(folder) for reader in READERS]
+        assert decoded == [] and taken == []
+        steps = sum(len(one.record.steps) for one in load_records(folder))
+    for a, b in zip(first, again):
+        pd.testing.assert_frame_equal(a, b)
+    assert len(again[2]) == steps > 0
+
+
+@pytest.mark.parametrize("fixture", ["results", "versions", "golden"])
+def test_the_rows_are_made_from_the_records_plain_values(fixture):
+    """A file's rows are made from the plain values the sanity guard judged (read_document), a record built in
+    memory's from the record: the two are one value, so a folder read with or without its index, or as
+    documents, gives one frame."""
+    for p in sorted((REPO / "tests/fixtures" / fixture).glob("*.json")):
+        try:
+            rec, plain = store.read_document(p)
+        except store.RecordError:
+            continue
+        assert plain == msgspec.to_builtins(rec), p.name
 
 
 def test_only_new_and_changed_files_are_decoded_and_removed_ones_are_dropped(tmp_path, monkeypatch):
     for key in ("a", "b", "c"):
         write_record(tmp_path, make_record(key))
     load_records(tmp_path)
-    decoded = counting(monkeypatch, "read_record")
+    decoded = counting(monkeypatch, store, "read_document")
     changed = write_record(tmp_path, make_record("b", tokens_per_s=250.0))  # replaced: a new file
     added = write_record(tmp_path, make_record("d"))
     (tmp_path / next(p.name for p, _ in record_files(tmp_path) if "__a.json" in p.name)).unlink()
@@ -111,7 +145,7 @@ def test_only_new_and_changed_files_are_decoded_and_removed_ones_are_dropped(tmp
     assert {one.record.run_key: one.record.metrics.tokens_per_s for one in loaded} == {"b": 250.0, "c": 100.0,
                                                                                       "d": 100.0}
     table = pq.read_table(index_path(tmp_path))
-    assert sorted(table.column("path").to_pylist()) == sorted(p.name for p, _ in record_files(tmp_path))
+    assert sorted(table.column("file").to_pylist()) == sorted(p.name for p, _ in record_files(tmp_path))
 
 
 def test_a_file_changed_just_before_a_read_is_decoded_again(tmp_path, monkeypatch):
@@ -119,7 +153,7 @@ def test_a_file_changed_just_before_a_read_is_decoded_again(tmp_path, monkeypatc
     and times, so it is not trusted from the index until it has been still for RACY_NS."""
     monkeypatch.setattr(index, "RACY_NS", 60 * 10**9)
     write_record(tmp_path, make_record("a"))
-    decoded = counting(monkeypatch, "read_record")
+    decoded = counting(monkeypatch, store, "read_document")
     load_records(tmp_path)
     load_records(tmp_path)
     assert len(decoded) == 2
@@ -155,14 +189,14 @@ def test_a_damaged_or_foreign_index_is_rebuilt_with_one_warning(tmp_path, damage
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # rebuilt: read again without a word
         assert load_records(tmp_path) == expected
-    assert pq.read_table(index_path(tmp_path)).column("path").to_pylist() == sorted(p.name for p in
+    assert pq.read_table(index_path(tmp_path)).column("file").to_pylist() == sorted(p.name for p in
                                                                                    tmp_path.glob("*.json"))
 
 
 def test_an_index_of_other_code_or_deleted_is_rebuilt_without_a_word(tmp_path, monkeypatch):
     write_record(tmp_path, make_record("a"))
     load_records(tmp_path)
-    decoded = counting(monkeypatch, "read_record")
+    decoded = counting(monkeypatch, store, "read_document")
     monkeypatch.setattr(index, "code_version", lambda: "another-version")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -207,7 +241,7 @@ def test_filters_keep_what_they_name_and_decode_nothing_else(tmp_path, monkeypat
         assert {one.record.run_key for one in load_records(tmp_path, only=store.Selection.of(**filters))} == keys
         shutil.rmtree(tmp_path / INDEX_DIR)
     load_records(tmp_path)
-    decoded, taken = counting(monkeypatch, "read_record"), counting(monkeypatch, "record_of")
+    decoded, taken = counting(monkeypatch, store, "read_document"), counting(monkeypatch, rows, "record_of_blob")
     for filters, keys in cases:
         taken.clear()
         assert {one.record.run_key for one in load_records(tmp_path, only=store.Selection.of(**filters))} == keys
@@ -264,7 +298,7 @@ def test_a_writer_appending_while_readers_read_never_gives_a_partial_view(tmp_pa
 READER = """
 import sys, warnings
 warnings.simplefilter("error")
-from benchsuite.results import index, store
+from benchsuite.results import index, rows, store
 from benchsuite.results.store import load_records
 index.RACY_NS = -1
 store.MIN_FILES = 0
@@ -303,7 +337,7 @@ def test_processes_appending_and_reading_never_see_a_partial_view(tmp_path):
     assert writer.wait(timeout=120) == 0
     assert reader.wait(timeout=120) == 0, reader.stderr.read().decode()[-2000:]
     decoded = [p for p, _ in record_files(tmp_path)]
-    assert pq.read_table(index_path(tmp_path)).column("path").to_pylist() == sorted(p.name for p in decoded)
+    assert pq.read_table(index_path(tmp_path)).column("file").to_pylist() == sorted(p.name for p in decoded)
 
 
 def test_a_small_folder_is_read_without_an_index(tmp_path, monkeypatch):

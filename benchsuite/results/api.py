@@ -25,12 +25,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-import msgspec
 import pandas as pd
 
 from benchsuite.record.columns import field_column, field_columns
 from benchsuite.results.model import INTERVALS, Results, results_of
-from benchsuite.results.store import Selection, load_records
+from benchsuite.results.rows import STEPS
+from benchsuite.results.store import Selection, load_records, row_columns
 
 
 @dataclass(frozen=True)
@@ -206,11 +206,16 @@ def load_steps(path: str | Path, *, suite: Names = None, workload: Names = None,
     """One row per (record, measured step): step time, training loss, tokens and validation loss
     (NaN after the steps with no evaluation). suite, workload, since: as load()'s."""
     results = _results(path, suite, workload, since)
-    if not results.records:  # nothing readable: the columns, no rows
+    if results.df.empty:  # nothing readable: the columns, no rows
         return _frame(pd.DataFrame(), STEP_COLUMNS)
-    names = dict(zip(results.df["rec"], results.df["record_name"]))
-    paths = dict(zip(results.df["rec"], results.df["path"]))
-    rows = [{"run_key": rec.run_key, "record_name": names[i], "suite": rec.suite, "workload": rec.workload,
-             "path": paths[i], **msgspec.to_builtins(step)}
-            for i, rec in enumerate(results.records) for step in rec.steps]
-    return _frame(pd.DataFrame(rows), STEP_COLUMNS)
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    steps = row_columns(results.loaded, [STEPS]).column(STEPS)  # a list per record, in load order: not decoded
+    flat = pc.list_flatten(steps)
+    named = ["run_key", "record_name", "suite", "workload", "path"]  # by the record's position in `loaded`:
+    records = pa.Table.from_pandas(results.df[["rec", *named]], preserve_index=False).sort_by("rec")
+    parents = pc.list_parent_indices(steps)  # each step's record
+    own = {c: records.column(c).take(parents) for c in named}
+    table = pa.table({**own, **{f.name: pc.struct_field(flat, f.name) for f in steps.type.value_type}})
+    return _frame(table.to_pandas(), STEP_COLUMNS)

@@ -1,18 +1,21 @@
-"""A results folder's index: what reading each record file gave (the typed record and its DataFrame row, or
-why the file is not a record), kept beside the records so that a reader decodes only the files that are
-new or changed since. The JSON records stay the source of truth; the index is a cache that is never
-required: missing, unreadable, damaged or written by other code, it is rebuilt from the records, and a
-folder that cannot be written to is read from memory as before.
+"""A results folder's index: what reading each record file gave (its row of the results model's columns,
+its steps and the typed record, or why the file is not a record), kept beside the records so that a reader
+decodes only the files that are new or changed since. The JSON records stay the source of truth; the index
+is a cache that is never required: missing, unreadable, damaged or written by other code, it is rebuilt from
+the records, and a folder that cannot be written to is read from memory as before.
 
 One Parquet file, `<folder>/.benchsuite-index/records.parquet` (hidden: record_files never walks it), one
-row per record file: the file's identity (relative path, size, mtime_ns, ctime_ns, inode), the columns a
-filter reads (suite, workload, started_at), the reason the file is skipped (when it is), and the record
-and its row as msgpack. Parquet through pyarrow rather than DuckDB: a reader reads one file that a writer
-replaces atomically (temp file, os.replace), so any number of processes on a shared file system read while
-one writes, with no database lock to wait on (a DuckDB file admits one writing process and keeps readers
-of other processes out meanwhile), and a reader needs no query engine: it takes every entry whose file is
-unchanged, and a filter (suite, workload, started_at) is judged on the small columns, so that a filtered
-load decodes only the records it keeps. On 10,000 records the index is a few MB for 160 MB of JSON.
+row per record file: the file's identity (relative path, size, mtime_ns, ctime_ns, inode), the reason the
+file is skipped (when it is), and the record's row (results/rows.py: every column the results model reads,
+typed by the record's types), its steps (a list of structs: flattened, the steps table of load_steps) and
+the record itself (msgpack). A warm read reads the file columns and the rows, and builds the results
+model's frame from the rows as they are: no record is decoded; the steps and the records are read from the
+same file only for a reader that asks for them. Parquet through pyarrow rather than DuckDB: a reader reads
+one file that a writer replaces atomically (temp file, os.replace), so any number of processes on a shared
+file system read while one writes, with no database lock to wait on (a DuckDB file admits one writing
+process and keeps readers of other processes out meanwhile), and a reader needs no query engine: it takes
+every entry whose file is unchanged, and a filter (suite, workload, started_at) is judged on the row's
+columns, so that a filtered load takes only the rows it keeps.
 """
 
 from __future__ import annotations
@@ -21,19 +24,23 @@ import functools
 import hashlib
 import json
 import os
+import sys
 import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import msgspec
+from typing import TYPE_CHECKING
 
 from benchsuite.atomic import atomic_file, umask
-from benchsuite.record.types import SCHEMA_VERSION, Record
+from benchsuite.record.types import SCHEMA_VERSION
+from benchsuite.results.rows import RECORD, STEPS, Rows, table_schema, taken
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 INDEX_DIR = ".benchsuite-index"  # hidden: record_files leaves out every name that starts with a dot
 INDEX_FILE = "records.parquet"
-FORMAT = 1  # this file's layout; any other is rebuilt quietly, as after an upgrade
+FORMAT = 2  # this file's layout; any other is rebuilt quietly, as after an upgrade
 # A folder of fewer record files is read without an index: reading 100 files takes about as long as reading
 # their index (24 ms against 23 ms on the 2-core box), and writing one costs some 60 ms more.
 MIN_FILES = 100
@@ -44,7 +51,15 @@ RACY_NS = 1_000_000_000
 # The code that shapes an entry (the record's types, migrations, flags, the row): an index written by any
 # other version of it is rebuilt.
 SHAPING_CODE = ("benchsuite/record", "benchsuite/results/store.py", "benchsuite/results/migrate.py",
-                "benchsuite/results/scaling.py", "benchsuite/results/identity.py", "benchsuite/results/index.py")
+                "benchsuite/results/scaling.py", "benchsuite/results/identity.py", "benchsuite/results/rows.py",
+                "benchsuite/results/index.py")
+FILE_COLUMNS = ("file", "size", "mtime_ns", "ctime_ns", "ino")  # the file's path (relative) and identity
+PROBLEM = "problem"  # why the file is not a record (its row, steps and record are null)
+# Rows none of which a record lacks: null where there is no problem, the index is damaged.
+REQUIRED = ("run_key", "status", "identity")
+# The row's columns a read judges each file by (its filters, its record's id), read with the files' own; the
+# rest of the row, for a reader of frames, when it asks.
+JUDGED = ("suite", "workload", "started_at", "run_key", "repeat", "status", "identity")
 
 
 @dataclass(frozen=True)
@@ -62,43 +77,8 @@ class FileKey:
         return cls(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
 
-@dataclass
-class Entry:
-    """What reading one record file gave: the record (msgpack of its builtins) and its flatten() row (msgpack
-    of the values in the index's column order), or `problem`, the reason it is skipped (warned on every
-    read, as the file itself would be). suite, workload and started_at are the filters' columns."""
-
-    key: FileKey
-    problem: str | None = None
-    record: bytes | None = None
-    row: bytes | None = None
-    suite: str | None = None
-    workload: str | None = None
-    started_at: str | None = None
-
-
 class IndexDamaged(Exception):
     """The index file cannot be read as one (a reader warns once and rebuilds it from the records)."""
-
-
-_ENCODER = msgspec.msgpack.Encoder()
-_RECORD = msgspec.msgpack.Decoder(Record)
-_VALUES = msgspec.msgpack.Decoder(list)
-
-
-def record_blob(rec: Record) -> bytes:
-    """The record as msgpack of its builtins: times stay RFC 3339 text with their own offset (msgpack's
-    timestamp would bring them back in UTC), so the record read back is the one read from the file."""
-    return _ENCODER.encode(msgspec.to_builtins(rec))
-
-
-def record_of(blob: bytes | None) -> Record:
-    if blob is None:
-        raise IndexDamaged("an entry with neither a record nor a reason")
-    try:
-        return _RECORD.decode(blob)
-    except (msgspec.DecodeError, msgspec.ValidationError) as e:
-        raise IndexDamaged(f"a record that does not decode ({e})") from None
 
 
 @functools.cache
@@ -125,64 +105,53 @@ def index_path(folder: Path) -> Path:
 
 @dataclass
 class FolderIndex:
-    """A folder's index as read (entries by path relative to the folder) and as it will be written."""
+    """A folder's index as read (each file's key and row in `rows`) and the files decoded by this read."""
 
     folder: Path
-    columns: tuple[str, ...] | None  # the flatten() rows' columns (None: no row yet)
-    entries: dict[str, Entry]
+    rows: Rows | None  # the index file's rows (None: no index, or one of other code or damaged)
+    entries: dict[str, tuple[FileKey, int]]  # relative path -> the file's key, its row in `rows`
+    problems: list[str | None] = field(default_factory=list)  # by row: why that file is not a record
+    fresh: dict[str, tuple[FileKey, str | None]] = field(default_factory=dict)  # decoded now: why not a record
     changed: bool = False  # an entry was added, replaced or dropped: worth writing
     read_at_ns: int = field(default_factory=time.time_ns)  # before any file of this read was looked at
-    damage_said: bool = False
 
     @classmethod
     def read(cls, folder: Path) -> FolderIndex:
         """The folder's index; empty when there is none or it was written by other code, and empty with one
         warning when the file is damaged or not an index at all."""
         path = index_path(folder)
+        index = cls(folder, None, {})
         try:
-            columns, entries = _read_entries(path)
+            index.rows, index.entries, index.problems = _read_entries(path, index.damaged)
         except OSError:  # none (yet, or removed), or not this user's to read: the records are read instead
-            columns, entries = None, {}
+            pass
         except IndexDamaged as e:
-            _say_damaged(path, str(e), stacklevel=5)  # (load_records' caller)
-            return cls(folder, None, {}, changed=True, damage_said=True)
-        return cls(folder, columns, entries)
+            _say_damaged(path, str(e))
+            index.changed = True
+        return index
 
-    def row_blob(self, row: dict) -> bytes | None:
-        """A flatten() row as its values in the index's column order (the names are in the file once); None
-        (the row is made again when read) for a row of other columns."""
-        if self.columns is None:
-            self.columns = tuple(row)
-        return _ENCODER.encode(list(row.values())) if tuple(row) == self.columns else None
-
-    def row_of(self, blob: bytes) -> dict:
+    def damaged(self, why: str) -> None:
+        """Part of the index found damaged after it was read (a record that does not decode): said once, and
+        the file removed, so that the next read rebuilds it."""
+        path = index_path(self.folder)
+        _say_damaged(path, why)
         try:
-            values = _VALUES.decode(blob)
-        except msgspec.DecodeError as e:
-            raise IndexDamaged(f"a row that does not decode ({e})") from None
-        if self.columns is None or len(values) != len(self.columns):
-            raise IndexDamaged(f"a row of {len(values)} values for {len(self.columns or ())} columns")
-        return dict(zip(self.columns, values))
+            path.unlink()
+        except OSError:
+            pass
 
-    def drop_damaged(self, rel: str, why: str) -> None:
-        """An entry that does not decode: dropped (the file is read instead), the damage said once."""
-        if not self.damage_said:
-            _say_damaged(index_path(self.folder), why, stacklevel=6)  # (load_records' caller)
-            self.damage_said = True
-        del self.entries[rel]
-        self.changed = True
-
-    def hit(self, rel: str, key: FileKey | None) -> Entry | None:
+    def hit(self, rel: str, key: FileKey | None) -> int | None:
+        """The row of this very file in `rows` (None: not in the index, or changed since)."""
         one = self.entries.get(rel)
-        return one if one is not None and key is not None and one.key == key else None
+        return one[1] if one is not None and key is not None and one[0] == key else None
 
-    def put(self, rel: str, entry: Entry) -> None:
-        """A file decoded now; kept only when its key can be trusted next time: not changed in the last
-        RACY_NS before this read began (a later change then lands on another tick of the file's clock)."""
-        if self.read_at_ns - max(entry.key.mtime_ns, entry.key.ctime_ns) > RACY_NS:
-            self.entries[rel] = entry
-            self.changed = True
-        elif self.entries.pop(rel, None) is not None:
+    def put(self, rel: str, key: FileKey, problem: str | None) -> None:
+        """A file decoded now (a record, or why it is not one); kept only when its key can be trusted next
+        time: not changed in the last RACY_NS before this read began (a later change then lands on another
+        tick of the file's clock)."""
+        self.changed |= self.entries.pop(rel, None) is not None
+        if self.read_at_ns - max(key.mtime_ns, key.ctime_ns) > RACY_NS:
+            self.fresh[rel] = (key, problem)
             self.changed = True
 
     def keep_only(self, seen: set[str]) -> None:
@@ -192,80 +161,134 @@ class FolderIndex:
             del self.entries[rel]
         self.changed |= bool(gone)
 
-    def write(self) -> None:
+    def write(self, fresh: dict[str, tuple[Rows, int]]) -> None:
         """Replace the index file atomically (readers see the old one or the new one, whole), under a lock
         that one writer at a time holds: another process writing it now, a folder that cannot be written
-        to, a full disk: the index is left as it is, and nothing is said (the records were read)."""
+        to, a full disk: the index is left as it is, and nothing is said (the records were read). fresh: the
+        row of each record decoded now (its Rows, the row there). Written, the index is read from what was
+        written (`rows`, `entries`): its readers let go of the rows made by this read (and of the records'
+        blobs, hundreds of MB for a first read of a large folder)."""
         from filelock import FileLock, Timeout
 
         path = index_path(self.folder)
         try:
             path.parent.mkdir(exist_ok=True)
             with FileLock(path.parent / "lock", timeout=0, mode=0o666 & ~umask()):  # the team's, as the records
+                data = self._parquet_bytes(fresh)
                 with atomic_file(path, "wb", durable=False) as f:
-                    f.write(_parquet_bytes(self.entries, self.columns or ()))
+                    f.write(data)
         except (OSError, Timeout):
             return
-        self.changed = False
+        self.rows, self.entries, self.problems = _entries_of(data, self.damaged)
+        self.fresh, self.changed = {}, False
+
+    def _parquet_bytes(self, fresh: dict[str, tuple[Rows, int]]) -> bytes:
+        """Every entry, kept and fresh, as the index file: the rows taken from the tables they are in."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        schema = table_schema()
+        skipped = sorted(rel for rel, (_, problem) in self.fresh.items() if problem is not None)
+        sources = [(rel, self.rows, at) for rel, (_, at) in self.entries.items()]
+        sources += [(rel, *fresh[rel]) for rel, (_, problem) in self.fresh.items() if problem is None]
+        tables: dict[int, tuple[int, Rows | None]] = {}  # id(rows) -> its first row in the tables end to end
+        offset = 0
+        for _, rows, _ in sources:
+            if id(rows) not in tables:
+                tables[id(rows)] = (offset, rows)
+                offset += len(rows.table)
+        where = {rel: tables[id(rows)][0] + at for rel, rows, at in sources}
+        where |= {rel: offset + i for i, rel in enumerate(skipped)}
+        parts = [pa.table(rows.columns(schema.names).columns, schema=schema) for _, rows in tables.values()]
+        parts.append(pa.table([pa.nulls(len(skipped), f.type) for f in schema], schema=schema))
+        rels = sorted(where)
+        keys = {rel: key for rel, (key, _) in self.entries.items()} | {rel: key for rel, (key, _) in self.fresh.items()}
+        problem = {rel: why for rel, (_, why) in self.fresh.items() if why is not None}
+        problem |= {rel: self.problems[at] for rel, (_, at) in self.entries.items() if self.problems[at]}
+        rows = taken(pa.concat_tables(parts), [where[rel] for rel in rels])
+        files = [pa.array(rels, pa.string()), *(pa.array([getattr(keys[r], n) for r in rels], pa.int64())
+                                                for n in FILE_COLUMNS[1:]),
+                 pa.array([problem.get(r) for r in rels], pa.string())]
+        table = pa.table([*files, *rows.columns], schema=_schema())
+        meta = {"format": FORMAT, "code": code_version()}
+        table = table.replace_schema_metadata({METADATA_KEY: json.dumps(meta).encode()})
+        sink = pa.BufferOutputStream()
+        # (a dictionary of each column's values is worth it for all but the records', steps' and paths': unique)
+        pq.write_table(table, sink, compression="zstd", use_dictionary=[n for n in table.column_names
+                                                                       if n not in (FILE_COLUMNS[0], STEPS, RECORD)])
+        return sink.getvalue().to_pybytes()
 
 
-def _say_damaged(path: Path, why: str, stacklevel: int) -> None:
+def _say_damaged(path: Path, why: str) -> None:
     warnings.warn(f"the results index {path} is damaged ({why}); rebuilding it from the records "
-                  "(the records are the source of truth: nothing is lost)", stacklevel=stacklevel)
+                  "(the records are the source of truth: nothing is lost)", stacklevel=_outside_results())
 
 
-_FILE_COLUMNS = ("path", "size", "mtime_ns", "ctime_ns", "ino")
-_VALUE_COLUMNS = ("problem", "suite", "workload", "started_at", "record", "row")
+def _outside_results() -> int:
+    """The stack level of the nearest caller outside benchsuite.results: where the reader was called."""
+    here = os.path.dirname(__file__)
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.dirname(frame.f_code.co_filename) == here:
+        frame, level = frame.f_back, level + 1
+    return level
 
 
-def _schema():
+@functools.cache
+def _schema() -> pa.Schema:
     import pyarrow as pa
 
-    return pa.schema([("path", pa.string()), *((name, pa.int64()) for name in _FILE_COLUMNS[1:]),
-                      *((name, pa.string()) for name in _VALUE_COLUMNS[:4]),
-                      *((name, pa.binary()) for name in _VALUE_COLUMNS[4:])])
+    files = [pa.field(FILE_COLUMNS[0], pa.string()), *(pa.field(n, pa.int64()) for n in FILE_COLUMNS[1:]),
+             pa.field(PROBLEM, pa.string())]
+    clash = {f.name for f in files} & set(table_schema().names)
+    assert not clash, f"the index's file columns {clash} clash with the row's"
+    return pa.schema([*files, *table_schema()])
 
 
-def _parquet_bytes(entries: dict[str, Entry], columns: tuple[str, ...]) -> bytes:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    rels = sorted(entries)
-    ones = [entries[r] for r in rels]
-    values = {"path": rels, **{name: [getattr(e.key, name) for e in ones] for name in _FILE_COLUMNS[1:]},
-              **{name: [getattr(e, name) for e in ones] for name in _VALUE_COLUMNS}}
-    table = pa.Table.from_pydict(values, schema=_schema())
-    meta = {"format": FORMAT, "code": code_version(), "columns": list(columns)}
-    table = table.replace_schema_metadata({METADATA_KEY: json.dumps(meta).encode()})
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd")
-    return sink.getvalue().to_pybytes()
-
-
-def _read_entries(path: Path) -> tuple[tuple[str, ...] | None, dict[str, Entry]]:
-    """The index file's row columns and entries; none for an index of other code (rebuilt quietly).
-    OSError when there is none (or it cannot be opened), IndexDamaged when the file is not a whole index."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
+def _read_entries(path: Path, damaged) -> tuple[Rows | None, dict[str, tuple[FileKey, int]], list[str | None]]:
+    """The index file's rows (less the steps and records, read when asked for), its entries and their
+    problems; none for an index of other code (rebuilt quietly). OSError when there is none (or it cannot be
+    opened), IndexDamaged when the file is not a whole index."""
     with open(path, "rb") as f:  # OSError: none, or not readable
         data = f.read()
+    return _entries_of(data, damaged)
+
+
+def _entries_of(data: bytes, damaged) -> tuple[Rows | None, dict[str, tuple[FileKey, int]], list[str | None]]:
+    """_read_entries of the index file's bytes."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
     try:
-        table = pq.read_table(pa.BufferReader(data))
+        file = pq.ParquetFile(pa.BufferReader(data))
+        schema = file.schema_arrow
     except (pa.ArrowException, OSError, ValueError) as e:
         raise IndexDamaged(f"not a Parquet file: {e}") from None
     try:
-        meta = json.loads((table.schema.metadata or {})[METADATA_KEY])
-        fmt, code, stored = meta["format"], meta["code"], tuple(meta["columns"])
+        meta = json.loads((schema.metadata or {})[METADATA_KEY])
+        fmt, code = meta["format"], meta["code"]
     except (KeyError, TypeError, ValueError):
         raise IndexDamaged("a Parquet file that is not a benchsuite index") from None
     if (fmt, code) != (FORMAT, code_version()):
-        return None, {}  # another benchsuite's (or another version of this one's): rebuilt, not an error
-    if table.schema.remove_metadata() != _schema():
-        raise IndexDamaged(f"columns {table.schema.names} of other types than an index's")
-    if any(table.column(name).null_count for name in _FILE_COLUMNS):
+        return None, {}, []  # another benchsuite's (or another version of this one's): rebuilt, not an error
+    if schema.remove_metadata() != _schema():
+        raise IndexDamaged(f"columns {schema.names} of other types than an index's")
+    try:
+        table = file.read(columns=[*FILE_COLUMNS, PROBLEM, *(n for n in JUDGED if n not in REQUIRED), *REQUIRED])
+    except (pa.ArrowException, OSError, ValueError) as e:
+        raise IndexDamaged(f"a Parquet file that does not read: {e}") from None
+    if any(table.column(name).null_count for name in FILE_COLUMNS):
         raise IndexDamaged("a file without its path, size or times")
-    cols = {name: table.column(name).to_pylist() for name in (*_FILE_COLUMNS, *_VALUE_COLUMNS)}
-    keys = [FileKey(*k) for k in zip(*(cols[name] for name in _FILE_COLUMNS[1:]))]
-    return stored or None, {rel: Entry(key, **dict(zip(_VALUE_COLUMNS, values))) for rel, key, values in
-                            zip(cols["path"], keys, zip(*(cols[name] for name in _VALUE_COLUMNS)))}
+    problems = table.column(PROBLEM)
+    if any(pc.sum(pc.and_(problems.is_null(), table.column(n).is_null())).as_py() for n in REQUIRED):
+        raise IndexDamaged("a record without its run key, status or identity")
+
+    def more(names: list[str]) -> pa.Table:
+        # the same file's bytes (the snapshot the rows came from), through ParquetFile: read_table's dataset
+        # reader leaves an I/O thread that aborts the process at exit ("terminate called without an active
+        # exception") when its columns are still held then
+        return pq.ParquetFile(pa.BufferReader(data)).read(columns=names)
+
+    cols = [table.column(name).to_pylist() for name in FILE_COLUMNS]
+    entries = {rel: (FileKey(*key), at) for at, (rel, *key) in enumerate(zip(*cols))}
+    return Rows(table.select(JUDGED), more, damaged), entries, problems.to_pylist()

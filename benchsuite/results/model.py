@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import warnings
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-import msgspec
 import numpy as np
 import pandas as pd
 
@@ -30,7 +30,7 @@ from benchsuite.record.names import record_name
 from benchsuite.record.sanity import flag_summary, sanity_flags
 from benchsuite.record.types import Record
 from benchsuite.record.values import coefficient_of_variation, num, present
-from benchsuite.results.identity import SEED, TEXT_ONLY, run_identity, seed_of, seeds_text, told_apart, without
+from benchsuite.results.identity import SEED, TEXT_ONLY, seeds_text, told_apart, without
 from benchsuite.results.routing import ROUTING_COLUMN, RoutingPair, routing_pairs
 from benchsuite.results.scaling import VARIES_IN_A_SWEEP, add_scaling_efficiency
 from benchsuite.results.stats import ONE_SEED, ConfidenceInterval, log_t_interval
@@ -47,19 +47,40 @@ KEPT = ("world_size", "nodes", "tensor", "zero", "expert", "repeat", "seed", "er
 SERIES_KEY = ("scaling.config", "scaling.hardware")  # a sweep on one machine: a curve of the scaling figures
 
 
+class RecordList(Sequence):
+    """The typed records of loaded records, by position: each decoded when first asked for (a reader of the
+    model's frames alone decodes none)."""
+
+    def __init__(self, loaded: list[Loaded]):
+        self._loaded = loaded
+
+    def __len__(self) -> int:
+        return len(self._loaded)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [one.record for one in self._loaded[i]]
+        return self._loaded[i].record
+
+
 @dataclass
 class Results:
     """A results folder as every view reads it.
 
-    records: the typed records as loaded; df: one row per record (store.flatten, plus identity, seed, names,
-    and its run's efficiency and run-level flags); runs: one row per run identity (medians, intervals,
-    flags, efficiency); per_seed: one row per (identity, seed) (medians over that seed's repeats)."""
+    loaded: the records as loaded (records: their typed records, decoded when asked for); df: one row per
+    record (the record's row, rows.py, plus its names, and its run's efficiency and run-level flags); runs:
+    one row per run identity (medians, intervals, flags, efficiency); per_seed: one row per (identity, seed)
+    (medians over that seed's repeats)."""
 
-    records: list[Record]
+    loaded: list[Loaded]
     df: pd.DataFrame
     runs: pd.DataFrame
     per_seed: pd.DataFrame
     source: str = ""
+
+    @cached_property
+    def records(self) -> RecordList:
+        return RecordList(self.loaded)
 
     @property
     def ok_runs(self) -> pd.DataFrame:
@@ -92,20 +113,20 @@ def results_at(path: str | Path) -> Results:
 def results_of(loaded: list[Loaded], source: str = "") -> Results:
     """Records already loaded (load_records, or store.loaded for documents built in memory), grouped into
     runs."""
-    records = [one.record for one in loaded]
+    records = RecordList(loaded)
     with cyclic_gc_paused(), warnings.catch_warnings():
         # pandas keeps each text column in a block of its own: any frame of the record's ~100 text fields
         # counts as "fragmented" on the first column added; the columns are added a few at a time anyway
         warnings.simplefilter("ignore", pd.errors.PerformanceWarning)
         df = dataframe_of(loaded)
         if df.empty:
-            return Results(records, df, pd.DataFrame(), pd.DataFrame(), source)
+            return Results(loaded, df, pd.DataFrame(), pd.DataFrame(), source)
         df = _with_names(df, records)
         per_seed = _per_seed(df)
-        runs = add_scaling_efficiency(_runs(df, per_seed, records))
+        runs = add_scaling_efficiency(_runs(df, per_seed))
         _add_run_flags(runs, per_seed)
         df = _with_run_columns(df, runs)
-    return Results(records, df, runs, per_seed, source)
+    return Results(loaded, df, runs, per_seed, source)
 
 
 # -- identity and names -------------------------------------------------------------------------
@@ -117,12 +138,10 @@ def _with(df: pd.DataFrame, columns: dict) -> pd.DataFrame:
                      axis=1)
 
 
-def _with_names(df: pd.DataFrame, records: list[Record]) -> pd.DataFrame:
-    """identity, seed, the short energy columns, the series a run belongs to, and the labels that name a
-    run ('dense · w2') and a record ('dense · w2 · seed 1 · repeat 0')."""
-    recs = [records[i] for i in df["rec"]]
-    cols = {"identity": [run_identity(r) for r in recs], "seed": [seed_of(r) for r in recs],
-            **{name: pd.to_numeric(df[f"metrics.energy.{name}"], errors="coerce").astype(float) for name in DERIVED},
+def _with_names(df: pd.DataFrame, records: RecordList) -> pd.DataFrame:
+    """The short energy columns, the series a run belongs to, and the labels that name a run ('dense · w2')
+    and a record ('dense · w2 · seed 1 · repeat 0'); identity and seed are the row's (rows.py)."""
+    cols = {**{name: pd.to_numeric(df[f"metrics.energy.{name}"], errors="coerce").astype(float) for name in DERIVED},
             "series_key": ["\0".join(str(v) for v in key) for key in zip(*(df[c] for c in SERIES_KEY))]}
     df = _with(df, cols)
     series = df["series_key"].map(_series_labels(df, records))
@@ -143,7 +162,7 @@ def _with_names(df: pd.DataFrame, records: list[Record]) -> pd.DataFrame:
     return _with(df, {"series": series, "label": labels, "record_name": names, "name_in_sweep": in_sweep})
 
 
-def _series_labels(df: pd.DataFrame, records: list[Record]) -> dict[str, str]:
+def _series_labels(df: pd.DataFrame, records: RecordList) -> dict[str, str]:
     """One short, unique name per series (a sweep on one machine): the workload; where two series would
     share a name, what tells them apart, in this order: the suite, the scaling, the hardware, the routing,
     else the config keys whose values differ, with their values (identity.told_apart)."""
@@ -204,43 +223,55 @@ def _per_seed(df: pd.DataFrame) -> pd.DataFrame:
                                              "noisy": cv > NOISY_CV, "reached": reached})
 
 
-def _runs(df: pd.DataFrame, per_seed: pd.DataFrame, records: list[Record]) -> pd.DataFrame:
+def _runs(df: pd.DataFrame, per_seed: pd.DataFrame) -> pd.DataFrame:
     """One row per identity: its latest ok record's identity and text (its latest record's when none is
     ok), each figure as the median over seeds of per_seed, and the run's seeds, repeats, failures and
     intervals."""
     order = pd.DataFrame({"ok": df["status"] == "ok", "started_at": df["started_at"], "identity": df["identity"]})
     latest = order.sort_values(["ok", "started_at"], kind="stable").drop_duplicates("identity", keep="last").index
-    runs = df.loc[latest].set_index("identity")  # (sorting the narrow frame: the whole one has ~400 columns)
-    failed = df.loc[df["status"] != "ok", ["identity"]].groupby("identity").size()  # (narrow: df is wide)
-    runs = _with(runs, {"failed": failed.reindex(runs.index).fillna(0).astype(int), "repeats": 0,
-                        "seeds": [[] for _ in range(len(runs))], "tokens_per_s_min": np.nan,
-                        "tokens_per_s_max": np.nan, "repeat_cv": np.nan, "flags_in_repeats": None,
-                        "interval_reason": None,
-                        **{f"{name}_{end}": np.nan for name in INTERVALS for end in ("lo", "hi")}})
+    # the runs in the order the views list them, found on the narrow columns, then the whole rows taken once
+    # (each step over the whole frame, ~400 columns, costs time per column)
+    latest = df.loc[latest, list(RUN_ORDER)].sort_values(list(RUN_ORDER), kind="stable").index
+    figures = [c for c in _figures(df) if c in per_seed] if not per_seed.empty else []
+    # (a run's figures are its medians: the records' own are taken only for the runs with no ok record)
+    runs = df.loc[latest, [c for c in df.columns if c not in set(figures)]].set_index("identity")
+    not_ok = df.loc[df["status"] != "ok", ["identity", "seed"]]  # (narrow: df is wide)
+    failed = not_ok.groupby("identity").size()
+    new = {"failed": failed.reindex(runs.index).fillna(0).astype(int), "repeats": 0,
+           "seeds": [[] for _ in range(len(runs))], "tokens_per_s_min": np.nan, "tokens_per_s_max": np.nan,
+           "repeat_cv": np.nan, "flags_in_repeats": None, "interval_reason": None,
+           **{f"{name}_{end}": np.nan for name in INTERVALS for end in ("lo", "hi")}}
     if not per_seed.empty:
-        figures = [c for c in _figures(df) if c in per_seed]
-        medians = per_seed[figures].groupby(level="identity").median()
-        # whole columns at once (.loc on a subset of rows writes each of the ~160 columns on its own)
-        has_ok = runs.index.isin(medians.index)[:, None]
-        runs[figures] = np.where(has_ok, medians.reindex(index=runs.index, columns=figures).to_numpy(float),
-                                 runs[figures].to_numpy(float))
+        medians = per_seed[figures].groupby(level="identity").median().reindex(index=runs.index).to_numpy(float)
+        # a run with no ok record keeps its latest record's figures (whole columns at once: .loc on a subset of
+        # rows writes each of the ~160 columns on its own)
+        ok = set(per_seed.index.get_level_values("identity"))
+        none_ok = np.array([i not in ok for i in runs.index], dtype=bool)
+        if none_ok.any():
+            medians[none_ok] = df.loc[latest[none_ok], figures].to_numpy(float)
+        runs = runs.assign(**{c: medians[:, i] for i, c in enumerate(figures)})
+        runs = runs[[c for c in df.columns if c != "identity"]]  # (the record's column order)
         by_id = per_seed.groupby(level="identity")
-        runs["repeats"] = by_id["repeats"].sum().reindex(runs.index, fill_value=0)
-        runs["tokens_per_s_min"] = by_id["tokens_per_s_min"].min().reindex(runs.index)
-        runs["tokens_per_s_max"] = by_id["tokens_per_s_max"].max().reindex(runs.index)
-        runs["repeat_cv"] = by_id["repeat_cv"].max().reindex(runs.index)
+        new |= {"repeats": by_id["repeats"].sum().reindex(runs.index, fill_value=0),
+                "tokens_per_s_min": by_id["tokens_per_s_min"].min().reindex(runs.index),
+                "tokens_per_s_max": by_id["tokens_per_s_max"].max().reindex(runs.index),
+                "repeat_cv": by_id["repeat_cv"].max().reindex(runs.index)}
         seeds: dict = {}  # identity -> its seeds (the index's pairs read once: a group at a time costs ~0.2 ms)
         for identity, seed in per_seed.index:
             seeds.setdefault(identity, []).append(int(seed))
-        runs["seeds"] = [sorted(seeds.get(i, [])) for i in runs.index]
+        new["seeds"] = [sorted(seeds.get(i, [])) for i in runs.index]
+    new["seed"] = [seeds_text(s) if s else str(s0) for s, s0 in zip(new["seeds"], runs["seed"])]
+    failed_seeds = not_ok.groupby("identity")["seed"].agg(set).to_dict()
+    new["failed_seeds"] = [sorted(failed_seeds.get(i, set()) - set(s)) for i, s in zip(runs.index, new["seeds"])]
+    runs = _with(runs, new | _meter_bounds(df, runs.index))
+    if not per_seed.empty:
         _add_intervals(runs, per_seed)
-    runs["seed"] = [seeds_text(s) if s else str(s0) for s, s0 in zip(runs["seeds"], runs["seed"])]
-    failed_seeds = df.loc[df["status"] != "ok", ["identity", "seed"]].groupby("identity")["seed"].agg(set)
-    runs["failed_seeds"] = [sorted(failed_seeds.get(i, set()) - set(s)) for i, s in zip(runs.index, runs["seeds"])]
-    runs = _with(runs, _meter_bounds(df, runs.index))
-    runs = runs.reset_index().copy()
-    _combine_flags(runs, df, records)
-    return runs.sort_values(["suite", "series", "world_size", "nodes"], kind="stable", ignore_index=True)
+    runs = runs.reset_index()
+    _combine_flags(runs, df)
+    return runs
+
+
+RUN_ORDER = ("suite", "series", "world_size", "nodes")  # the order the views list runs in
 
 
 BOUND_SHARE, BOUND_EXCEEDS = view_columns("energy.bounds.total.share", "energy.bounds.total.exceeds")
@@ -282,17 +313,17 @@ def seed_interval(values: pd.Series) -> ConfidenceInterval:
 # -- flags --------------------------------------------------------------------------------------
 
 
-def _combine_flags(runs: pd.DataFrame, df: pd.DataFrame, records: list[Record]) -> None:
+def _combine_flags(runs: pd.DataFrame, df: pd.DataFrame) -> None:
     """A run of several records: its flags judged again on its medians (a flag on a figure it holds the
     median of), the rest kept from every record that had it, and `flags_in_repeats`: how many records
     carried a flag on each field. A run of one record keeps that record's flags."""
-    ok = df.loc[df["status"] == "ok", ["identity", "rec"]]
+    ok = df.loc[df["status"] == "ok", ["identity", "flags"]]
     groups = {i: rows for i, rows in ok.groupby("identity").indices.items() if len(rows) > 1}
     figures = set(_figures(df))
     for idx in runs.index[runs["identity"].isin(groups.keys())]:
         row = runs.loc[idx]
         rows = groups[row["identity"]]
-        stored = [msgspec.to_builtins(records[int(i)].flags) for i in ok["rec"].iloc[rows]]
+        stored = list(ok["flags"].iloc[rows])  # each record's flags, as its row holds them
         flags, counts = _combined_flags(row, stored, figures)
         runs.at[idx, "flags"], runs.at[idx, "flags_in_repeats"] = flags, counts
         runs.at[idx, "flagged"] = bool(flags)

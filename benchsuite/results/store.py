@@ -15,24 +15,24 @@ import os
 import stat
 import warnings
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import msgspec
 
 from benchsuite.record.codec import RecordError, decode, parse, to_dict
-from benchsuite.record.columns import field_columns
 from benchsuite.record.io import file_kind, read_bytes
 from benchsuite.record.names import record_id
-from benchsuite.record.sanity import flag_summary, with_flags
+from benchsuite.record.sanity import with_flags
 from benchsuite.record.types import Flag, Record
-from benchsuite.results.index import MIN_FILES, Entry, FileKey, FolderIndex, IndexDamaged, record_blob, record_of
+from benchsuite.results.index import MIN_FILES, FileKey, FolderIndex
 from benchsuite.results.migrate import migrate
-from benchsuite.results.scaling import scaling_identity
+from benchsuite.results.rows import Rows, row_schema, rows_table, table_schema, taken
 
-if TYPE_CHECKING:  # pandas loads on first use: a rank writes its record without it
+if TYPE_CHECKING:  # pandas and pyarrow load on first use: a rank writes its record without them
     import pandas as pd
+    import pyarrow as pa
 
 MAX_FOLDER_DEPTH = 32  # results/<suite>/<commit>/... is a few levels; deeper is a loop or damage, said, not walked
 
@@ -99,13 +99,40 @@ def record_files(path: Path, exclude: list[Path] | None = None) -> list[tuple[Pa
     return result + sorted(refused)
 
 
-@dataclass(frozen=True)
 class Loaded:
-    """A record as a reader has it: the typed record, and the file it was read from (None: built in memory)."""
+    """A record as a reader has it: the typed record, the file it was read from (None: built in memory), and
+    its row (rows.py) where one was made already: row `at` of `rows` (an index's, or those of the records
+    decoded by this read). A record taken from the index is decoded when first asked for: a reader of the
+    rows alone (load(), load_runs(), load_steps()) decodes none."""
 
-    record: Record
-    path: Path | None = None
-    row: dict | None = field(default=None, compare=False, repr=False)  # its flatten() row, when already made
+    __slots__ = ("_record", "path", "rows", "at")
+
+    def __init__(self, record: Record | None, path: Path | None = None, rows: Rows | None = None, at: int = -1):
+        self._record, self.path, self.rows, self.at = record, path, rows, at
+
+    @property
+    def record(self) -> Record:
+        if self._record is None:
+            # a record in the index that does not decode (the index says so once): its file read instead
+            self._record = self.rows.record(self.at) or read_record(self.path)
+        return self._record
+
+    def same_record(self, other: Loaded) -> bool:
+        """Whether two loaded records are one record: their blobs compared where both are in rows and not
+        decoded yet (one record is one blob: rows.rows_table), else the records."""
+        if self._record is None and other._record is None:
+            mine, theirs = self.rows.blob(self.at), other.rows.blob(other.at)
+            if mine is not None and theirs is not None:
+                return mine == theirs
+        return self.record == other.record
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Loaded) and (self.path, self.record) == (other.path, other.record)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"Loaded({self.record!r}, {self.path!r})"
 
 
 def typed(doc: dict) -> Record:
@@ -113,14 +140,27 @@ def typed(doc: dict) -> Record:
     version, decoded (RecordError names the field that does not fit), then flagged by the sanity guard, which
     judges only what the types accepted (records written before the guard, or by an older one, are flagged
     on load too)."""
+    return typed_document(doc)[0]
+
+
+def typed_document(doc: dict) -> tuple[Record, dict]:
+    """typed(doc), and the record as plain JSON values (msgspec.to_builtins of it: the sanity guard made it
+    to judge the record, and a folder's rows are made from it: rows.rows_table)."""
     rec = decode(migrate(doc))
-    flags = with_flags(to_dict(rec))["flags"]
-    return msgspec.structs.replace(rec, flags=msgspec.convert(flags, list[Flag]))
+    plain = with_flags(to_dict(rec))
+    rec = msgspec.structs.replace(rec, flags=msgspec.convert(plain["flags"], list[Flag]))
+    plain["flags"] = msgspec.to_builtins(rec.flags)  # as the types hold them
+    return rec, plain
 
 
 def read_record(path: Path) -> Record:
     """One record file as the types (typed); RecordError says why not."""
-    return typed(parse(read_bytes(path)))
+    return read_document(path)[0]
+
+
+def read_document(path: Path) -> tuple[Record, dict]:
+    """One record file as the types and as plain JSON values (typed_document); RecordError says why not."""
+    return typed_document(parse(read_bytes(path)))
 
 
 def loaded(docs: list[dict]) -> list[Loaded]:
@@ -212,28 +252,88 @@ def _load_records(path: Path, exclude: list[Path], only: Selection | None) -> li
     records: list[Loaded] = []
     seen: dict[str, list[Loaded]] = {}  # record id -> the records of that id read so far
     files: set[str] = set()  # the files' paths relative to the folder, as the index names them
+    decoded: dict[str, Loaded] = {}  # the files decoded now, by relative path (with an index)
+    pending: list[tuple[Loaded, dict]] = []  # decoded (and as plain values), their rows not made yet
+    ids = _IndexIds(index)
     for p, problem in entries:
         try:
             if problem:
                 raise RecordError(problem)
             rel = _relative(p, path) if index is not None else None
             files.add(rel)
-            one = _read(p, rel, index, only)
-            if one is None:  # left out by `only`
-                continue
-            same_id = seen.setdefault(record_id(one.record.run_key, one.record.repeat), [])
-            check_not_a_copy(one, same_id)
+            key = _key(p) if index is not None else None
+            at = index.hit(rel, key) if index is not None else None
+            if at is not None:  # this very file is in the index: its row, its record decoded only when asked for
+                if index.problems[at] is not None:
+                    raise RecordError(index.problems[at])
+                if only is not None and not only.admits(*ids.filtered(at)):
+                    continue
+                one, ident = Loaded(None, p, index.rows, at), ids.run_key_and_repeat(at)
+            else:
+                one, plain = _decoded(p, rel, key, index)
+                ident = (one.record.run_key, one.record.repeat)
+                kept = only is None or only.admits(one.record.suite, one.record.workload, one.record.started_at)
+                if index is not None:
+                    decoded[rel] = one
+                    pending.append((one, plain))
+                    if len(pending) == BATCH:
+                        _with_rows(*map(list, zip(*pending)), release=True)
+                        pending = []
+                if not kept:
+                    continue
+            same_id = seen.setdefault(record_id(*ident), [])
+            check_not_a_copy(one, same_id, *ident)
         except RecordError as e:
             warnings.warn(f"skipping {p}: {e}", stacklevel=3)  # (the caller of load_records)
             continue
         same_id.append(one)
         records.append(one)
     if index is not None:
+        if pending:
+            _with_rows(*map(list, zip(*pending)), release=True)
         if not exclude:  # (files under an excluded folder are still there: their entries stay)
             index.keep_only(files)
         if index.changed:
-            index.write()
+            index.write({rel: (one.rows, one.at) for rel, one in decoded.items()})
+            for rel, one in decoded.items():  # written: each row read from the index, the rows made let go
+                if rel in index.entries:
+                    one.rows, one.at = index.rows, index.entries[rel][1]
     return records
+
+
+# Records decoded before their rows are made (rows.rows_table), and the typed records let go: the rows hold
+# them (decoded again when asked for), so a first read of 100,000 files holds no more than this many at once.
+BATCH = 1000
+
+
+class _IndexIds:
+    """The columns of an index's rows a read judges each file by (its filters, its record's id), read once."""
+
+    def __init__(self, index: FolderIndex | None):
+        self.rows = index.rows if index is not None else None
+        self._columns: dict[str, list] = {}
+
+    def _column(self, name: str) -> list:
+        if name not in self._columns:
+            self._columns[name] = self.rows.column(name).to_pylist()
+        return self._columns[name]
+
+    def filtered(self, at: int) -> tuple:
+        return tuple(self._column(name)[at] for name in ("suite", "workload", "started_at"))
+
+    def run_key_and_repeat(self, at: int) -> tuple[str, int]:
+        return self._column("run_key")[at], self._column("repeat")[at]
+
+
+def _with_rows(ones: list[Loaded], plain: list[dict] | None = None, release: bool = False) -> None:
+    """Makes the rows of records decoded now at once (rows.rows_table; plain: the records as plain values,
+    when at hand), each Loaded pointed at its own; with release, the typed records are let go (their rows
+    hold them)."""
+    fresh = Rows(rows_table([one.record for one in ones], plain))
+    for at, one in enumerate(ones):
+        one.rows, one.at = fresh, at
+        if release:
+            one._record = None
 
 
 def _relative(p: Path, folder: Path) -> str:
@@ -242,35 +342,18 @@ def _relative(p: Path, folder: Path) -> str:
     return text[len(prefix):] if text.startswith(prefix) and os.sep == "/" else p.relative_to(folder).as_posix()
 
 
-def _read(p: Path, rel: str | None, index: FolderIndex | None, only: Selection | None) -> Loaded | None:
-    """The record at p (None: left out by `only`): from the index when it holds this very file (rel: its name
-    there), else read and decoded, and put in the index. RecordError: why it is not a record (the index
-    keeps that too)."""
-    key = _key(p) if index is not None else None
-    hit = index.hit(rel, key) if index is not None else None
-    if hit is not None:
-        if hit.problem is not None:
-            raise RecordError(hit.problem)
-        if only is not None and not only.admits(hit.suite, hit.workload, hit.started_at):
-            return None
-        try:
-            return Loaded(record_of(hit.record), p, index.row_of(hit.row) if hit.row else None)
-        except IndexDamaged as e:  # said once a read; the entry is made again from the file
-            index.drop_damaged(rel, str(e))
+def _decoded(p: Path, rel: str | None, key: FileKey | None, index: FolderIndex | None) -> tuple[Loaded, dict]:
+    """The record at p read and decoded (and as plain values: read_document), and put in the index (when there
+    is one and the file's key is known); RecordError: why it is not a record (the index keeps that too)."""
     try:
-        one = Loaded(read_record(p), p)
+        rec, plain = read_document(p)
     except RecordError as e:
         if key is not None:
-            index.put(rel, Entry(key, problem=str(e)))
+            index.put(rel, key, str(e))
         raise
     if key is not None:
-        rec, row = one.record, flatten(one)
-        index.put(rel, Entry(key, None, record_blob(rec), index.row_blob(row), rec.suite, rec.workload,
-                             row["started_at"]))
-        one = Loaded(rec, p, row)
-    if only is not None and not only.admits(one.record.suite, one.record.workload, one.record.started_at):
-        return None
-    return one
+        index.put(rel, key, None)
+    return Loaded(rec, p), plain
 
 
 def _key(p: Path) -> FileKey | None:
@@ -281,14 +364,14 @@ def _key(p: Path) -> FileKey | None:
         return None
 
 
-def check_not_a_copy(one: Loaded, same_id: list[Loaded]) -> None:
+def check_not_a_copy(one: Loaded, same_id: list[Loaded], run_key: str, repeat: int) -> None:
     """A record identical to one already read (a copy or a link to it, e.g. a backup in a subfolder) is
     one measurement: read twice it would count as two repeats in every median. Two measurements of
     one run differ (their start time, their steps) even when they share a run key and repeat index."""
     for other in same_id:
-        if other.record == one.record:
-            raise RecordError(f"the same record as {other.path} (run key {one.record.run_key}, repeat "
-                              f"{one.record.repeat}), one measurement, read once; remove one of the two files")
+        if other.same_record(one):
+            raise RecordError(f"the same record as {other.path} (run key {run_key}, repeat {repeat}), one "
+                              "measurement, read once; remove one of the two files")
 
 
 def ok_record_ids(path: str | Path) -> set[str]:
@@ -302,71 +385,11 @@ def ok_record_ids(path: str | Path) -> set[str]:
 
 
 def flatten(one: Loaded) -> dict:
-    """One DataFrame row: identity and the headline figures under short names, and every scalar field of
-    the record's types under its dotted name (metrics.flops.model_per_token, config.parallel.zero, ...), as
-    JSON has it (times as text): the same columns whatever the record holds (record/columns.py)."""
-    if one.row is not None:  # made when the record was read (or kept in the index): only its file is new
-        return dict(one.row, path=str(one.path) if one.path else None)
-    rec = one.record
-    cfg, m, err = rec.config, rec.metrics, rec.error
-    ci95 = (m.step_time_s.ci95 if m and m.step_time_s else None) or [None, None]
-    doc = msgspec.to_builtins(rec)
-    row = {
-        "run_key": rec.run_key, "suite": rec.suite, "workload": rec.workload, "status": str(rec.status),
-        "repeat": rec.repeat,  # repeats of a run share its run key (results/model.py groups them)
-        "kind": doc["config"]["kind"], "router": cfg.moe.router if cfg.moe else None,
-        "description": cfg.description or "", "world_size": cfg.world_size, "nodes": cfg.nodes,
-        "scaling": str(cfg.scaling), "sweep_id": cfg.sweep_id,
-        "tensor": cfg.parallel.tensor if cfg.parallel else None, "zero": cfg.parallel.zero if cfg.parallel else None,
-        "expert": cfg.parallel.expert if cfg.parallel else None,
-        "started_at": doc["started_at"], "duration_s": rec.duration_s,
-        "error_type": err.type if err else None, "error_message": err.message if err else None,
-        "error_rank": err.rank if err else None,
-        "tokens_per_s": m.tokens_per_s if m else None, "mfu": m.mfu if m else None,
-        "step_time_median_s": m.step_time_s.median if m and m.step_time_s else None,
-        "step_time_ci95_lo_s": ci95[0], "step_time_ci95_hi_s": ci95[1],
-        "path": str(one.path) if one.path else None,
-        # sanity guard (record/sanity.py): physically impossible figures, shown beside the status
-        "flagged": bool(rec.flags), "flags": doc["flags"], "flag_summary": flag_summary(doc["flags"]) or None,
-        **scaling_identity(rec),  # what a scaling baseline must share with this run (results/scaling.py)
-    }
-    quality = doc["metrics"]["quality"] if m and m.quality else {}
-    for key in ("target_loss", "reached", "step", "tokens", "seconds", "model_flops", "energy_j", "co2e_g",
-                "reason", "best_val_loss", "final_val_loss", "eval_seconds", "eval_energy_j"):
-        row[f"quality.{key}"] = quality.get(key)  # to-target figures (metrics/quality.py) under short names
-    fields: dict = {}
-    _field_values(doc, _FIELD_TREE, fields)
-    for path in _FIELD_PATHS:  # every scalar field the record's types declare, by its dotted path
-        if path not in row:  # (a short name above, `repeat`: its value as the readers need it)
-            row[path] = fields[path]
+    """One record's row of the results DataFrame (rows.py: every scalar field of the types under its dotted
+    path, the short names, identity, flags, and its file)."""
+    row = dataframe_of([one]).iloc[0].to_dict()
+    del row["rec"]
     return row
-
-
-def _field_values(doc: dict | None, tree: dict, out: dict) -> None:
-    """Each leaf of tree (its dotted path) with the value at that path of doc, None where doc has none: one
-    walk of the document's sections, not one per field."""
-    for key, sub in tree.items():
-        v = doc.get(key) if doc is not None else None
-        if isinstance(sub, str):
-            out[sub] = v
-        else:
-            _field_values(v if isinstance(v, dict) else None, sub, out)
-
-
-def _field_tree(paths: list[str]) -> dict:
-    """The dotted paths as nested keys, each leaf its path ({"config": {"nodes": "config.nodes", ...}})."""
-    tree: dict = {}
-    for path in paths:
-        *parents, leaf = path.split(".")
-        node = tree
-        for k in parents:
-            node = node.setdefault(k, {})
-        node[leaf] = path
-    return tree
-
-
-_FIELD_PATHS = field_columns()
-_FIELD_TREE = _field_tree(_FIELD_PATHS)
 
 
 # Figures the DataFrame does arithmetic on (scaling efficiency, report cells): float columns, NaN
@@ -374,19 +397,57 @@ _FIELD_TREE = _field_tree(_FIELD_PATHS)
 FIGURES = ("duration_s", "tokens_per_s", "mfu", "step_time_median_s", "step_time_ci95_lo_s", "step_time_ci95_hi_s")
 
 
-def rows_dataframe(rows: list[dict]) -> pd.DataFrame:
-    """flatten() rows as one DataFrame, sorted by suite, workload, world size and start."""
-    import pandas as pd
+def row_columns(records: list[Loaded], names: list[str]) -> pa.Table:
+    """Columns of the records' rows (rows.table_schema), one row per record in their order: taken from the
+    tables the rows are in (an index's: nothing is decoded), made for the records that have none yet."""
+    import pyarrow as pa
 
-    df = pd.DataFrame(rows)
-    if df.empty:
-        return df
-    df = df.astype({c: float for c in FIGURES})
-    return df.sort_values(["suite", "workload", "world_size", "started_at"], ignore_index=True)
+    tables: dict[int, tuple[int, Rows]] = {}  # id(rows) -> (its offset in the tables put end to end, rows)
+    rowless = [one for one in records if one.rows is None]
+    if rowless:
+        _with_rows(rowless)
+    offset, positions = 0, []
+    for one in records:
+        if id(one.rows) not in tables:
+            tables[id(one.rows)] = (offset, one.rows)
+            offset += len(one.rows.table)
+        positions.append(tables[id(one.rows)][0] + one.at)
+    if not tables:
+        return table_schema().empty_table().select(names)
+    parts = [rows.columns(names) for _, rows in tables.values()]
+    return taken(parts[0] if len(parts) == 1 else pa.concat_tables(parts), positions)
 
 
 def dataframe_of(records: list[Loaded]) -> pd.DataFrame:
     """Records already loaded (load_records) as one DataFrame, one row per record (the results model,
-    results/model.py, groups them into runs). Column `rec` is each row's index in `records`."""
+    results/model.py, groups them into runs), sorted by suite, workload, world size and start. Column `rec`
+    is each row's index in `records`."""
+    if not records:
+        import pandas as pd
+
+        return pd.DataFrame()
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from pandas.errors import PerformanceWarning
+
     with cyclic_gc_paused():
-        return rows_dataframe([{**flatten(r), "rec": i} for i, r in enumerate(records)])
+        table = row_columns(records, row_schema().names)
+        table = table.append_column("path", pa.array([str(one.path) if one.path else None for one in records],
+                                                     pa.string()))
+        table = table.append_column("rec", pa.array(range(len(records)), pa.int64()))
+        # sorted before it is a DataFrame: one take of each column in Arrow (pandas would take each in turn)
+        table = table.take(pc.sort_indices(table.select(ORDER), [(c, "ascending") for c in ORDER]))
+        for rows in {id(one.rows): one.rows for one in records}.values():
+            rows.let_go(row_schema().names)
+        flags = [msgspec.json.decode(f) for f in table.column("flags").to_pylist()]
+        at = table.schema.get_field_index("flags")
+        # (self_destruct: each column's Arrow memory let go as it is converted, not held beside the whole frame)
+        df = table.drop_columns(["flags"]).to_pandas(self_destruct=True, split_blocks=True)
+        del table
+        with warnings.catch_warnings():  # a block per column (split_blocks) is "fragmented": as intended here
+            warnings.simplefilter("ignore", PerformanceWarning)
+            df.insert(at, "flags", flags)
+        return df.astype({c: float for c in FIGURES})
+
+
+ORDER = ("suite", "workload", "world_size", "started_at")  # the DataFrame's rows, sorted (nulls last)
