@@ -1,6 +1,7 @@
 """The CLI as a user meets it: --json documents on stdout, figures that match a hand computation."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -385,3 +386,15 @@ def test_a_predicted_training_run_near_float_range_prints_its_hours_in_scientifi
                       "--tokens", "1e300"]) == 0
     text = capsys.readouterr().out
     assert max(len(word) for word in text.split()) < 40 and " h, " in text
+
+
+def test_json_output_is_written_as_it_is_encoded_and_equals_one_dump(monkeypatch):
+    """A report of 100,000 runs is never one string in memory: many writes, the same text as one dump."""
+    from benchsuite.commands.common import print_json
+
+    writes = []
+    monkeypatch.setattr("sys.stdout", SimpleNamespace(write=writes.append))
+    doc = {"runs": [{"run": i, "tok/s": i / 3, "flags": []} for i in range(1000)], "bad": float("nan")}
+    print_json(doc)
+    assert len(writes) > 1000
+    assert "".join(writes) == json.dumps({**doc, "bad": None}, indent=2) + "\n"

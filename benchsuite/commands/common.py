@@ -112,10 +112,13 @@ def check_repeat(suite, repeat: int) -> None:
 
 
 def print_json(doc) -> None:
-    """The verb's one JSON document on stdout: strict JSON, a figure that overflowed float range null."""
+    """The verb's one JSON document on stdout: strict JSON, a figure that overflowed float range null. Written as
+    it is encoded (a report of 100,000 runs is never one string in memory; a reader piping it sees it start)."""
     from benchsuite.record.sanity import finite_or_none
 
-    sys.stdout.write(json.dumps(finite_or_none(doc, str), indent=2, allow_nan=False) + "\n")
+    for chunk in json.JSONEncoder(indent=2, allow_nan=False).iterencode(finite_or_none(doc, str)):
+        sys.stdout.write(chunk)
+    sys.stdout.write("\n")
 
 
 def overflowed(doc: dict, prefix: str = "") -> list[str]:
