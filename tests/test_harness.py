@@ -96,7 +96,7 @@ def test_a_raising_rank_is_recorded_and_the_suite_goes_on_then_resume_reruns_it(
 
 @pytest.mark.procs
 @pytest.mark.parametrize("fault, world, timeout, error_type, words", [
-    ("hang:1", 2, 25, "Timeout", "exceeded train.timeout_s = 25 s"),
+    ("hang:1", 2, 12, "Timeout", "exceeded train.timeout_s = 12 s"),
     ("kill:1", 2, 120, "WorkerKilled", "rank 1 died from SIGKILL"),
     # one rank: the worker is the launched process itself (launch.starts_worker_directly), not a torchrun child
     ("kill:0", 1, 120, "WorkerKilled", "rank 0 died from SIGKILL"),
