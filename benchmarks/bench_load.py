@@ -8,6 +8,7 @@ suite) and repeats of one run (one run key, repeat 0 … N−1, as `run --repeat
     python benchmarks/bench_load.py                               # 1,000 and 10,000; both shapes (minutes)
     python benchmarks/bench_load.py --at-scale                    # and 100,000: growth and peak memory
     python benchmarks/bench_load.py --records 1000 --shapes runs  # quick
+    python benchmarks/bench_load.py --report-only --records 10000 100000 --shapes runs  # report alone, each size
 
 Targets: warm load() no slower than the standard-library parse that keeps its documents (a plain reader),
 report within 2× of it, judged at the largest size that parse is measured at (10,000: 100,000 documents would
@@ -30,6 +31,7 @@ import json
 import os
 import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -41,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchsuite  # noqa: E402
 from bench_dashboard import synthetic_records  # noqa: E402
 from benchsuite import cli  # noqa: E402
-from benchsuite.results import index  # noqa: E402
+from benchsuite.results import index, rows  # noqa: E402
 from benchsuite.results.store import load_records  # noqa: E402
 
 TARGET_PER_10X = 11.0
@@ -143,6 +145,53 @@ def measure(shape: str, n: int, work: Path) -> dict:
     return figures
 
 
+def report_alone(folder: Path) -> dict:
+    """`report` warm, in a process of its own (its peak memory is the report's, not the writer's or another
+    reader's): the best of two runs over the folder's index, the records it decoded and the process's peak
+    resident memory."""
+    decoded = []
+    real = rows.record_of_blob
+    rows.record_of_blob = lambda blob: decoded.append(1) or real(blob)
+    os.environ.setdefault("COLUMNS", "200")
+    figures = {"report_s": timed(lambda: cli.main(["report", str(folder)]), 2), "decoded": len(decoded) // 2,
+               "peak_mb": peak_mb()}
+    return figures
+
+
+def measure_report(shape: str, n: int, work: Path) -> dict:
+    """n records written, their index built (a cold load(), in a process of its own), then report_alone."""
+    folder = work / f"{shape}{n}"
+    write(shape, n, folder)
+    subprocess.run([sys.executable, "-c", f"import benchsuite; benchsuite.load({str(folder)!r})"], check=True)
+    out = subprocess.run([sys.executable, __file__, "--report-alone", str(folder)], check=True, capture_output=True,
+                         text=True).stdout
+    shutil.rmtree(folder)
+    return {"records": n, **json.loads(out.splitlines()[-1])}
+
+
+def report_only(shapes: list[str], sizes: list[int]) -> int:
+    """`report` warm at each size, with its growth and the process's peak memory (no other reader timed)."""
+    failures: list[str] = []
+    for shape in shapes:
+        results = []
+        with tempfile.TemporaryDirectory() as tmp:
+            for n in sizes:
+                results.append(r := measure_report(shape, n, Path(tmp)))
+                print(f"{shape:>8} {n:>7} records: report warm {r['report_s']:6.2f} s, {r['decoded']:,} records "
+                      f"decoded, peak memory {r['peak_mb']:,.0f} MB (target ≤ 2,048 MB) "
+                      + verdict(r["peak_mb"] <= 2048, failures, f"{shape} report memory at {n}")
+                      + f" | load average {os.getloadavg()[0]:.2f}", flush=True)
+        for small, large in zip(results, results[1:]):
+            scale = large["records"] / small["records"]
+            allowed = TARGET_PER_10X * scale / 10
+            ratio = large["report_s"] / small["report_s"]
+            print(f"{shape:>8} report: {ratio:5.2f}× the time for {scale:.0f}× the records (target ≤ {allowed:.1f}×) "
+                  + verdict(ratio <= allowed, failures, f"{shape} report growth"))
+    if failures:
+        print("missed: " + "; ".join(failures))
+    return 1 if failures else 0
+
+
 def peak_mb() -> float:
     """This process's peak resident memory (generating the records included: CHUNK documents at a time)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -161,9 +210,18 @@ def main() -> int:
                    help="100,000 records too: their growth over 10,000 and the peak memory (some 15 minutes, 1.7 GB "
                         "of records in the temporary folder at a time)")
     p.add_argument("--shapes", nargs="+", default=["runs", "repeats"], choices=["runs", "repeats"])
+    p.add_argument("--report-only", action="store_true",
+                   help="time `report` alone (warm, each size in a process of its own: its peak memory), not the "
+                        "other readers")
+    p.add_argument("--report-alone", type=Path, help=argparse.SUPPRESS)  # (the process report_only starts)
     args = p.parse_args()
+    if args.report_alone:
+        print(json.dumps(report_alone(args.report_alone)))
+        return 0
     sizes = sorted({*args.records, *([100_000] if args.at_scale else [])})
     print(f"load average {os.getloadavg()[0]:.2f} (1 min) at the start; {os.cpu_count()} CPUs", flush=True)
+    if args.report_only:
+        return report_only(args.shapes, sizes)
     failures: list[str] = []
     for shape in args.shapes:
         results = []

@@ -278,3 +278,57 @@ def test_a_sparse_dense_energy_ratio_inside_the_meters_bounds_is_not_resolvable(
     far = {p.figure: p for p in pair_ratios(_group("moe", [v * 0.9 for v in dense], 0.002),
                                             _group("dense", dense, 0.002))}
     assert far["j_per_token"].ranking is Ranking.LESS
+
+
+def _bounded(recs: list[dict], scale: float, share: float | None) -> list[dict]:
+    """recs with J/token scaled per seed and bounded by the meters to ±share (None: no bound)."""
+    for i, r in enumerate(recs):
+        v = 0.01 * scale * (1, 1.0005, 0.9995)[i % 3]
+        bound = None if share is None else {"low": v * (1 - share), "high": v * (1 + share)}
+        r["metrics"]["energy"] = {"j_per_token": v, "gco2e_per_mtok": 1.0, "j_per_token_bound": bound}
+    return recs
+
+
+def test_the_verdicts_read_the_models_columns_decode_no_record_and_equal_those_read_from_the_records(
+        tmp_path, monkeypatch):
+    """The verdicts of a folder read through its index decode no record (they read the results model's columns:
+    targets, the meters' bounds, router, parameters, FLOPs; the claims' hardware alone from each blob), and equal
+    the verdicts of the same runs read from their decoded records (compare.relative_bound per record)."""
+    import dataclasses
+    import shutil
+
+    from benchsuite.record import write_record
+    from benchsuite.results import index, rows, store
+    from benchsuite.results.verdicts import seed_groups
+    from benchsuite.results.verdicts import verdicts_of as verdicts_of_groups
+    from helpers import REPO
+
+    monkeypatch.setattr(store, "MIN_FILES", 0)  # every folder indexed, whatever its size
+    monkeypatch.setattr(index, "RACY_NS", -1)  # files written this second trusted by the index
+    fixture = tmp_path / "fixture"
+    shutil.copytree(REPO / "tests/fixtures/results", fixture, ignore=shutil.ignore_patterns(index.INDEX_DIR))
+    built = tmp_path / "built"
+    built.mkdir()
+    dense = [1e5, 1.1e5, 0.9e5]
+    for suite, scale, share in (("close", 0.99, 0.03), ("far", 0.9, 0.002), ("unbounded", 0.9, None)):
+        for r in (_bounded(seeds("dense", dense, suite=suite), 1.0, share)
+                  + _bounded(seeds("switch", [t * 0.8 for t in dense], router="switch", suite=suite), scale, share)):
+            r["run_key"] += suite
+            r["config"]["suite"] = suite  # (a run is its config: one suite's, not another's)
+            write_record(built, complete(r))
+    for folder in (fixture, built):
+        store.load_records(folder)  # the index written
+        results = results_of(store.load_records(folder))
+        decoded, real = [], rows.record_of_blob
+        monkeypatch.setattr(rows, "record_of_blob", lambda blob: decoded.append(blob) or real(blob))
+        from_columns = verdicts_of(results)
+        assert decoded == [], folder.name
+        by_records = [dataclasses.replace(g, records=list(g.records), run_facts=None, _values={})
+                      for g in seed_groups(results)]
+        assert len(decoded) == (results.df["status"] == "ok").sum()  # (the reference decodes every ok record)
+        assert verdicts_doc(verdicts_of_groups(by_records)) == verdicts_doc(from_columns), folder.name
+        monkeypatch.setattr(rows, "record_of_blob", real)
+    energy = {p.suite: p.ranking for p in from_columns.pairs if p.figure == "j_per_token"}
+    assert energy == {"close": Ranking.UNRESOLVABLE, "far": Ranking.LESS, "unbounded": Ranking.LESS}
+    here = {c.conditions.split("; paper:")[0].rsplit(", ", 1)[-1] for c in from_columns.claims if c.suite}
+    assert here == {"1× cpu"}  # the claims' hardware, read from the blobs

@@ -269,28 +269,46 @@ def _missing(values: list[float | None], side: str) -> str | None:
     return side if gaps == len(values) else f"{gaps} of {len(values)} records of {side}"
 
 
-def relative_bound(rec: Record) -> tuple[float, float | None] | None:
-    """(share below, share above) of a record's energy figure as its meters bound it (energy/bounds.py);
-    above is None when unbounded (a possibly missed counter wrap), and None when the record has no bound.
-    The relative bound of every energy figure is its J/token's (J/token and CO2e scale the same joules)."""
+Bound = tuple[float, float | None]  # (share below, share above) of a figure; above None: unbounded
+
+
+def relative_bound(rec: Record) -> Bound | None:
+    """A record's energy bound as its meters give it (bound_of). The relative bound of every energy figure is its
+    J/token's (J/token and CO2e scale the same joules)."""
     energy = per_work(rec)
     bound = energy.j_per_token_bound or Interval()
-    low, high, value = num(bound.low), num(bound.high), num(energy.j_per_token)
+    return bound_of(bound.low, bound.high, energy.j_per_token)
+
+
+def bound_of(low, high, value) -> Bound | None:
+    """(share below, share above) of an energy figure `value` its meters bound to [low, high] (energy/bounds.py);
+    above is None when unbounded (a possibly missed counter wrap), and None when there is no bound. Plain values:
+    a record's (relative_bound) or the results model's columns of it (results/verdicts.py)."""
+    low, high, value = num(low), num(high), num(value)
     if low is None or not value:
         return None
     return 1 - low / value, None if high is None else high / value - 1
 
 
-def meter_ratio(a: float, b: float, recs_a: list[Record], recs_b: list[Record]) -> tuple[float, float | None] | None:
-    """The range of B/A the meters allow: each side's figure moved to the far ends of the widest bound among its
-    records; None when a record has no bound."""
-    sides = []
-    for recs in (recs_a, recs_b):
-        rel = [relative_bound(r) for r in recs]
-        if any(r is None for r in rel):
-            return None
-        sides.append((max(lo for lo, _ in rel), None if any(hi is None for _, hi in rel) else max(hi for _, hi in rel)))
-    (a_lo, a_hi), (b_lo, b_hi) = sides
+def widest_bound(bounds: Sequence[Bound | None]) -> Bound | None:
+    """A side's bound: the widest among its records' (relative_bound); None when a record has none."""
+    if not bounds or any(b is None for b in bounds):
+        return None
+    return max(lo for lo, _ in bounds), None if any(hi is None for _, hi in bounds) else max(hi for _, hi in bounds)
+
+
+def meter_ratio(a: float, b: float, recs_a: list[Record], recs_b: list[Record]) -> Bound | None:
+    """The range of B/A the meters allow over these records (bounded_ratio)."""
+    return bounded_ratio(a, b, widest_bound([relative_bound(r) for r in recs_a]),
+                         widest_bound([relative_bound(r) for r in recs_b]))
+
+
+def bounded_ratio(a: float, b: float, bound_a: Bound | None, bound_b: Bound | None) -> Bound | None:
+    """The range of B/A the meters allow: each side's figure moved to the far ends of its bound (widest_bound);
+    None when a side has no bound."""
+    if bound_a is None or bound_b is None:
+        return None
+    (a_lo, a_hi), (b_lo, b_hi) = bound_a, bound_b
     low = b * (1 - b_lo) / (a * (1 + a_hi)) if a_hi is not None else 0.0
     high = b * (1 + b_hi) / (a * (1 - a_lo)) if b_hi is not None and a_lo < 1 else None
     return low, high

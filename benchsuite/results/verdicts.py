@@ -24,21 +24,27 @@ how much of that is measurement.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING
+from functools import cached_property
+from typing import TYPE_CHECKING, NamedTuple
 
+import msgspec
 import numpy as np
 
+from benchsuite.record.columns import view_columns
 from benchsuite.record.kinds import source_kind
 from benchsuite.record.types import Record
 from benchsuite.record.values import num, present
-from benchsuite.results.compare import ESTIMATED, meter_ratio
+from benchsuite.results.compare import ESTIMATED, Bound, bound_of, bounded_ratio, relative_bound, widest_bound
 from benchsuite.results.identity import hardware_label
+from benchsuite.results.model import RecordList
 from benchsuite.results.stats import ConfidenceInterval, log_t_interval, no_interval, welch_ratio
 
 if TYPE_CHECKING:
     from benchsuite.results.model import Results
+    from benchsuite.results.store import Loaded
 
 METHOD = ("median over seeds, each seed the median over its repeats; 95 % interval: Student's t on the log "
           "values over seeds; sparse ÷ dense: Welch's t on the log values (exact degrees of freedom)")
@@ -55,9 +61,80 @@ PER_STEP = ("tokens_per_s", "j_per_token")  # columns of the results model, per 
 ENERGY_FIGURES = ("energy_j", "co2e_g", "j_per_token")  # on an estimate they follow time alone: shown, not ranked
 
 
+# What the verdicts read of a run's records beyond its per-seed figures, as the results model's columns: the
+# meters' bound on J/token (compare.relative_bound's low, high, value), whether a target was set, and the first
+# record's router, parameters, experts and model FLOPs per token (one value for a whole run).
+BOUND = view_columns("metrics.energy.j_per_token_bound.low", "metrics.energy.j_per_token_bound.high",
+                     "metrics.energy.j_per_token")
+TARGET = view_columns("metrics.quality.target_loss")[0]
+ROUTER, PARAMS, EXPERTS, FLOPS = view_columns("config.moe.router", "metrics.params.total", "config.moe.experts",
+                                              "metrics.flops.model_per_token")
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """A run's records as the verdicts read them (from the results model's columns: no record decoded)."""
+
+    targeted: bool  # some record has a metrics.quality.target_loss
+    meter_bound: Bound | None  # compare.widest_bound over its records' relative bounds
+    params: float | None  # the first record's metrics.params.total
+    experts: int | None  # its config.moe.experts
+    model_flops_per_token: float | None  # its metrics.flops.model_per_token
+
+    @classmethod
+    def of_records(cls, records: Sequence[Record]) -> RunFacts:
+        """The same facts read from typed records (a group built from records, not from the results model)."""
+        first = records[0] if records else None
+        m = first.metrics if first else None
+        moe = first.config.moe if first else None
+        return cls(any(r.metrics and r.metrics.quality and r.metrics.quality.target_loss is not None for r in records),
+                   widest_bound([relative_bound(r) for r in records]),
+                   num(m.params.total) if m and m.params else None, moe.experts if moe else None,
+                   num(m.flops.model_per_token) if m and m.flops else None)
+
+
+class _Device(msgspec.Struct):
+    name: str | None = None
+
+
+class _Env(msgspec.Struct):
+    devices: list[_Device] | None = None
+    threads_per_rank: int | None = None
+
+
+class _Hardware(msgspec.Struct):
+    """What identity.hardware_label reads of a record (env.devices' names, env.threads_per_rank), alone."""
+
+    env: _Env
+
+
+_HARDWARE = msgspec.msgpack.Decoder(_Hardware)
+
+
+class RunRecords(RecordList):
+    """A run's ok records in start order (as Results.run_records), each decoded when first read: the verdicts
+    read the results model's columns, the dashboard's seed curves the records."""
+
+    def hardware(self) -> list[_Hardware | Record]:
+        """Each record's devices and threads per rank, read alone from its blob where the index holds one (a
+        claim names the hardware of two runs in every suite: whole records decoded for it would be most of
+        `report`'s time on a large folder)."""
+        return [_hardware(one) for one in self._loaded]
+
+
+def _hardware(one: Loaded) -> _Hardware | Record:
+    """(A blob that does not decode: the record as its reader reads it, rows.Rows.record.)"""
+    blob = one.rows.blob(one.at) if one.rows is not None else None
+    try:
+        return _HARDWARE.decode(blob) if blob is not None else one.record
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return one.record
+
+
 @dataclass(frozen=True)
 class SeedGroup:
-    """One run (a results-model identity): its per-seed medians and records."""
+    """One run (a results-model identity): its per-seed medians, what the verdicts read of its records (facts),
+    and its records."""
 
     suite: str
     workload: str
@@ -68,10 +145,20 @@ class SeedGroup:
     layout: tuple  # world size, nodes, scaling, hardware: what a dense run must share to be compared
     quality: bool  # the run evaluated (train.eval_every > 0)
     table: dict[int, dict]  # seed → the results model's per_seed row (medians over the seed's repeats)
-    records: list[Record]
+    records: Sequence[Record]  # (RunRecords from the results model: decoded only when read)
     failed_seeds: list[int] = field(default_factory=list)
     energy_source: str | None = "measured"  # the run's energy.source
+    run_facts: RunFacts | None = field(default=None, repr=False, compare=False)  # None: read from the records
     _values: dict[str, list[float]] = field(default_factory=dict, repr=False, compare=False)
+
+    @cached_property
+    def facts(self) -> RunFacts:
+        return self.run_facts if self.run_facts is not None else RunFacts.of_records(self.records)
+
+    @cached_property
+    def hardware(self) -> list[_Hardware | Record]:
+        """Its records as identity.hardware_label reads them (RunRecords.hardware: no record decoded)."""
+        return self.records.hardware() if isinstance(self.records, RunRecords) else list(self.records)
 
     @property
     def seeds(self) -> list[int]:
@@ -96,11 +183,55 @@ class SeedGroup:
         return self._values[column]
 
 
+@dataclass(frozen=True)
+class _OkRecords:
+    """A run's ok records as the results model's rows hold them."""
+
+    facts: RunFacts
+    router: str | None  # the first record's config.moe.router
+    records: RunRecords
+
+
+class _Row(NamedTuple):
+    """The columns _ok_records reads of a record's row, in this order."""
+
+    identity: str
+    rec: int
+    target: float
+    low: float
+    high: float
+    value: float
+    router: str | None
+    params: float
+    experts: int | None
+    flops: float
+
+
+def _ok_records(results: Results) -> dict[str, _OkRecords]:
+    """identity → its ok records' facts, router and records, from the results model's rows (one pass over plain
+    values, no record decoded)."""
+    columns = ["identity", "rec", TARGET, *BOUND, ROUTER, PARAMS, EXPERTS, FLOPS]
+    ok = results.df.loc[results.df["status"] == "ok", ["started_at", *columns]]
+    by_run: dict[str, list[_Row]] = {}
+    for row in map(_Row._make, ok.sort_values("started_at", kind="stable")[columns].itertuples(index=False, name=None)):
+        by_run.setdefault(row.identity, []).append(row)  # in start order, as Results.run_records
+    out = {}
+    for identity, rows in by_run.items():
+        first = rows[0]
+        facts = RunFacts(any(present(r.target) for r in rows), widest_bound([bound_of(r.low, r.high, r.value)
+                                                                             for r in rows]),
+                         num(first.params), int(first.experts) if present(first.experts) else None, num(first.flops))
+        out[identity] = _OkRecords(facts, first.router if isinstance(first.router, str) else None,
+                                   RunRecords([results.loaded[int(r.rec)] for r in rows]))
+    return out
+
+
 def seed_groups(results: Results) -> list[SeedGroup]:
-    """The ok runs of the results model, each with its seeds."""
+    """The ok runs of the results model, each with its seeds (read from its columns: no record decoded)."""
     groups = []
     if results.ok_runs.empty:
         return groups
+    runs = _ok_records(results)
     columns = ["identity", "suite", "workload", "kind", "label", "world_size", "nodes", "scaling", "scaling.hardware",
                "scaling.threads_per_rank", FINAL_LOSS[1], "failed_seeds", "energy.source"]
     # the per-seed figures verdicts read, split by run once (a lookup per run in the whole table is slow)
@@ -109,15 +240,15 @@ def seed_groups(results: Results) -> list[SeedGroup]:
     for (identity, seed), row in results.per_seed[figures].to_dict("index").items():
         tables.setdefault(identity, {})[int(seed)] = row
     for row in results.ok_runs[columns].to_dict("records"):
-        records = results.run_records(row["identity"])
-        moe = records[0].config.moe
-        groups.append(SeedGroup(str(row["suite"]), str(row["workload"]), str(row["kind"]), moe.router if moe else None,
-                                row["identity"], str(row["label"]),
+        identity = row["identity"]
+        run = runs[identity]
+        groups.append(SeedGroup(str(row["suite"]), str(row["workload"]), str(row["kind"]), run.router, identity,
+                                str(row["label"]),
                                 (row["world_size"], row["nodes"], row["scaling"], row["scaling.hardware"],
                                  num(row["scaling.threads_per_rank"])),  # NaN (a GPU run) never equals NaN
-                                present(row.get(FINAL_LOSS[1])), tables[row["identity"]], records,
+                                present(row.get(FINAL_LOSS[1])), tables[identity], run.records,
                                 list(row["failed_seeds"]),
-                                row["energy.source"] if isinstance(row["energy.source"], str) else None))
+                                row["energy.source"] if isinstance(row["energy.source"], str) else None, run.facts))
     return groups
 
 
@@ -144,8 +275,7 @@ def summarize(group: SeedGroup) -> WorkloadSummary:
     reached = group.reached()
     ok_seeds = [s for s, r in reached.items() if r]
     figures = {}
-    targeted = any(r.metrics and r.metrics.quality and r.metrics.quality.target_loss is not None
-                   for r in group.records)
+    targeted = group.facts.targeted
     if group.quality and targeted:  # without a target there is no to-target figure to give, not a miss
         for name, column, _ in TO_TARGET:
             figures[name] = (log_t_interval(group.values(column)) if ok_seeds else
@@ -217,9 +347,10 @@ def pair_ratios(sparse: SeedGroup, dense: SeedGroup) -> list[PairRatio]:
 
 
 def unresolvable(ratio: ConfidenceInterval, sparse: SeedGroup, dense: SeedGroup) -> str | None:
-    """Why an energy ratio cannot be told from 1 by the meters (compare.meter_ratio: each side moved to the far
-    ends of its bound), or None when it can or no bound is known."""
-    meters = meter_ratio(1.0, ratio.point, dense.records, sparse.records) if ratio.point else None
+    """Why an energy ratio cannot be told from 1 by the meters (compare.bounded_ratio: each side moved to the far
+    ends of its bound, as compare.meter_ratio does over records), or None when it can or no bound is known."""
+    meters = bounded_ratio(1.0, ratio.point, dense.facts.meter_bound, sparse.facts.meter_bound) if ratio.point \
+        else None
     if meters is None or not (meters[0] <= 1 and (meters[1] is None or 1 <= meters[1])):
         return None
     high = "unbounded" if meters[1] is None else f"{meters[1]:.3f}"
@@ -335,29 +466,19 @@ def judge(measured: ConfidenceInterval, region: tuple[float, float]) -> Consiste
 
 def _measured_conditions(num_g: SeedGroup, den_g: SeedGroup) -> str:
     def params(g: SeedGroup) -> str:
-        m = g.records[0].metrics
-        p = num(m.params.total) if m and m.params else None
+        p = g.facts.params
         return "?" if p is None else f"{p / 1e6:.2g}M"
 
-    def experts(g: SeedGroup) -> int | None:
-        moe = g.records[0].config.moe
-        return moe.experts if moe else None
-
-    n_experts = experts(num_g) or experts(den_g)
+    n_experts = num_g.facts.experts or den_g.facts.experts
     tokens = [v for g in (num_g, den_g) for v in g.values(COLUMN["tokens"])]
     told = f"{np.median(tokens):.3g} tokens to target" if tokens else "target not reached"
     return (f"here: {params(num_g)} / {params(den_g)} parameters" + (f", {n_experts} experts" if n_experts else "")
-            + f", {told}, {hardware_label(num_g.records + den_g.records)}")
-
-
-def _model_flops_per_token(rec: Record) -> float | None:
-    """What Switch's claim holds equal: a run's model FLOPs per token (None where not recorded)."""
-    m = rec.metrics
-    return num(m.flops.model_per_token) if m and m.flops else None
+            + f", {told}, {hardware_label([*num_g.hardware, *den_g.hardware])}")
 
 
 def _flops_mismatch(a: SeedGroup, b: SeedGroup) -> str | None:
-    fa, fb = (_model_flops_per_token(g.records[0]) for g in (a, b))
+    """What Switch's claim holds equal: the runs' model FLOPs per token."""
+    fa, fb = a.facts.model_flops_per_token, b.facts.model_flops_per_token
     if fa is None or fb is None:
         return "model FLOPs per token not recorded"
     if abs(fa / fb - 1) > 0.05:
