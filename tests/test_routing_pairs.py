@@ -12,6 +12,7 @@ from benchsuite import cli
 from benchsuite.config import parse_suite
 from benchsuite.record import write_record
 from benchsuite.results.model import results_at
+from benchsuite.results.routing import routing_pairs
 from helpers.records import make_record, typed
 
 
@@ -80,3 +81,18 @@ def test_the_dashboard_shows_the_pair_on_one_row(folder, tmp_path):
     row = html[html.index("mix · learned routing · w1</td>"):]
     row = row[:row.index("</tr>")]
     assert ">105<" in row and ">158<" in row and "1.5 (" in row
+
+
+def test_pairs_are_found_from_the_runs_rows_reading_no_record_and_only_within_one_configuration(folder,
+                                                                                              monkeypatch):
+    """The pair key is a row column (results.identity.routing_identity): a report of 100,000 records decodes none
+    for its routing table. A forced run of another configuration (16 experts) is no one's twin."""
+    other = _moe_record("forced", 0, 170.0, workload="alone")
+    other["config"]["moe"]["experts"] = 16
+    write_record(folder, typed(other))
+    results = results_at(folder)
+    monkeypatch.setattr(type(results), "run_records", lambda *a: pytest.fail("a record was read"))
+    (pair,) = routing_pairs(results)
+    assert pair.forced["tokens_per_s"] == 158.0
+    keys = results.df.drop_duplicates("identity").set_index("identity")["routing_identity"]
+    assert keys[pair.identities[0]] == keys[pair.identities[1]] and keys.nunique() == 3  # mix, alone, alone-16

@@ -22,6 +22,7 @@ from benchsuite.record.values import dig
 
 TEXT_ONLY = (("description",), ("train", "timeout_s"))  # said or enforced, never measured
 SEED = ("train", "seed")
+ROUTING = ("moe", "routing")  # learned or forced: what a routing pair differs by (results/routing.py)
 # What a site chooses, not the workload: two clusters in two countries run one workload (compare).
 SITE_SETTINGS = (("energy",), ("carbon",))
 
@@ -51,6 +52,14 @@ def hardware_of(rec: Record) -> dict:
 def run_identity(rec: Record) -> str:
     """The identity of rec's run: hash of its config less TEXT_ONLY and the seed, and its hardware."""
     return digest({"config": hashed(without(rec.config, (*TEXT_ONLY, SEED))), "hardware": hardware_of(rec)})
+
+
+def routing_identity(rec: Record) -> str | None:
+    """An MoE run's identity less its moe.routing: the learned and the forced runs of one configuration share it
+    (results/routing.py pairs them); None for a dense run."""
+    if rec.config.moe is None:
+        return None
+    return digest({"config": hashed(without(rec.config, (*TEXT_ONLY, SEED, ROUTING))), "hardware": hardware_of(rec)})
 
 
 def hardware_label(records: list[Record]) -> str:

@@ -11,13 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from benchsuite.record.columns import view_columns
-from benchsuite.record.names import digest
-from benchsuite.record.types import Record
 from benchsuite.record.values import num
-from benchsuite.results.identity import SEED, TEXT_ONLY, hardware_of, without
 from benchsuite.results.stats import ConfidenceInterval, welch_ratio
 
-ROUTING = ("moe", "routing")
 (ROUTING_COLUMN,) = view_columns("config.moe.routing")
 FIGURES = ("tokens_per_s", "mfu", "j_per_token")
 
@@ -37,12 +33,6 @@ class RoutingPair:
                 "identities": list(self.identities)}
 
 
-def pair_key(rec: Record) -> str:
-    """A run's identity less its routing: the two runs of a pair share it."""
-    return digest({"config": without(rec.config, (*TEXT_ONLY, SEED, ROUTING)),
-                   "hardware": hardware_of(rec)})
-
-
 def routing_pairs(results) -> list[RoutingPair]:
     """Every learned/forced pair of ok runs in the results model, in the runs' order."""
     runs = results.ok_runs
@@ -51,9 +41,9 @@ def routing_pairs(results) -> list[RoutingPair]:
     by_key: dict[str, dict[str, dict]] = {}
     moe = runs[runs[ROUTING_COLUMN].isin(("learned", "forced"))]
     columns = [c for c in ("identity", "label", ROUTING_COLUMN, *FIGURES) if c in moe]
+    pair_key = dict(zip(results.df["identity"], results.df["routing_identity"]))  # one per run: no record read
     for row in moe[columns].to_dict("records"):  # the columns read, not the run's ~300
-        rec = results.run_records(row["identity"])[0]
-        by_key.setdefault(pair_key(rec), {})[row[ROUTING_COLUMN]] = row
+        by_key.setdefault(pair_key[row["identity"]], {})[row[ROUTING_COLUMN]] = row
     pairs = []
     for both in by_key.values():
         if len(both) < 2:

@@ -22,7 +22,7 @@ import msgspec
 from benchsuite.record.columns import field_columns
 from benchsuite.record.sanity import flag_summary
 from benchsuite.record.types import Record, Step
-from benchsuite.results.identity import run_identity, seed_of
+from benchsuite.results.identity import routing_identity, run_identity, seed_of
 from benchsuite.results.scaling import scaling_identity
 
 if TYPE_CHECKING:  # pyarrow loads with the readers; a rank writing its record never needs it
@@ -59,7 +59,7 @@ def _computed() -> dict[str, str]:
             "flags": "string",  # JSON text of the record's flags (a list of {field, value, reason})
             "flag_summary": "string", "scaling.config": "string", "scaling.hardware": "string",
             "scaling.threads_per_rank": field_columns()["env.threads_per_rank"].dtype, "identity": "string",
-            "seed": field_columns()["config.train.seed"].dtype}
+            "routing_identity": "string", "seed": field_columns()["config.train.seed"].dtype}
 
 
 @functools.cache
@@ -129,7 +129,7 @@ def rows_table(records: list[Record], plain: list[dict] | None = None) -> pa.Tab
         values = {"step_time_ci95_lo_s": ci95[0], "step_time_ci95_hi_s": ci95[1], "flagged": bool(rec.flags),
                   "flags": msgspec.json.encode(doc["flags"]).decode(),
                   "flag_summary": flag_summary(doc["flags"]) or None, **scaling_identity(rec),
-                  "identity": run_identity(rec), "seed": seed_of(rec)}
+                  "identity": run_identity(rec), "routing_identity": routing_identity(rec), "seed": seed_of(rec)}
         for name, column in own.items():
             column.append(values[name])
     schema = row_schema()
