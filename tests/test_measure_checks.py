@@ -62,6 +62,7 @@ def arguments(draw, folder: Path) -> dict:
     return {k: v for k, v in kwargs.items() if v is not None or k in ("name", "flops_per_token", "tokens_per_step")}
 
 
+@pytest.mark.heavy  # in this process, seconds: the full pass runs it, the fast tier does not
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_every_argument_is_refused_before_the_loop_naming_it_or_gives_a_record_every_reader_takes(tmp_path_factory,

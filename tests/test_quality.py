@@ -153,6 +153,7 @@ def _run(monkeypatch, eval_every, eval_sleep_s=0.0):
     return mine, rec
 
 
+@pytest.mark.heavy  # in this process, seconds: the full pass runs it, the fast tier does not
 def test_tiny_run_evaluates_at_the_right_steps_and_keeps_eval_out_of_time_and_energy(monkeypatch, tmp_path):
     sleep = 0.5  # far above a step of this model (~5 ms), so contention on a shared box cannot blur it
     mine, rec = _run(monkeypatch, eval_every=2, eval_sleep_s=sleep)

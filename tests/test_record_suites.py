@@ -99,6 +99,7 @@ def _suite(tmp_path: Path, runs: list[RunConfig]) -> Path:
     return write_suite(tmp_path / "shapes.toml", text)
 
 
+@pytest.mark.heavy  # in this process, seconds: the full pass runs it, the fast tier does not
 def test_every_one_rank_record_shape_validates_against_the_shipped_schema(tmp_path, monkeypatch):
     """The one-rank shapes measured in this process by the worker's own functions, written by its writer."""
     from benchsuite import dist as bdist
