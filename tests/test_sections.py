@@ -92,3 +92,19 @@ def test_an_upgraded_record_of_every_older_version_is_the_run_today_writes_for_i
     today["config"] = RunConfig.from_record(old.config).to_dict()
     assert run_identity(old) == run_identity(records_of([today])[0])
     assert old.config.parallel.pipeline == 1 or "pipe" in path.name  # a key it never had is the default
+
+
+def test_identities_hashed_from_a_readers_json_values_equal_those_of_the_typed_config_and_leave_them_whole():
+    """A reader making rows hands the identities the config's JSON values it already has: the same hashes as
+    from the typed config, and the values it handed are not changed (the row's config columns come from them)."""
+    from benchsuite.results.identity import routing_identity
+    from benchsuite.results.scaling import scaling_identity
+
+    for one in load_records(REPO / "tests" / "fixtures" / "results"):
+        rec = one.record
+        plain = msgspec.to_builtins(rec.config)
+        before = json.dumps(plain, sort_keys=True)
+        assert run_identity(rec, plain) == run_identity(rec)
+        assert routing_identity(rec, plain) == routing_identity(rec)
+        assert scaling_identity(rec, plain) == scaling_identity(rec)
+        assert json.dumps(plain, sort_keys=True) == before

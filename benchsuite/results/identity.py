@@ -27,9 +27,11 @@ ROUTING = ("moe", "routing")  # learned or forced: what a routing pair differs b
 SITE_SETTINGS = (("energy",), ("carbon",))
 
 
-def without(config: Config, paths) -> dict:
-    """The config as JSON values, with each dotted path (a tuple of keys) removed."""
-    cfg = msgspec.to_builtins(config)
+def without(config: Config | dict, paths) -> dict:
+    """The config as JSON values, with each dotted path (a tuple of keys, two at most) removed; config: the typed
+    config, or its JSON values where a reader has them (left as they are)."""
+    cfg = ({k: dict(v) if isinstance(v, dict) else v for k, v in config.items()} if isinstance(config, dict)
+           else msgspec.to_builtins(config))
     for path in paths:
         parent = dig(cfg, *path[:-1]) if len(path) > 1 else cfg
         if isinstance(parent, dict):
@@ -49,17 +51,20 @@ def hardware_of(rec: Record) -> dict:
     return {"devices": ", ".join(names) or None, "threads_per_rank": rec.env.threads_per_rank}
 
 
-def run_identity(rec: Record) -> str:
-    """The identity of rec's run: hash of its config less TEXT_ONLY and the seed, and its hardware."""
-    return digest({"config": hashed(without(rec.config, (*TEXT_ONLY, SEED))), "hardware": hardware_of(rec)})
+def run_identity(rec: Record, config: dict | None = None) -> str:
+    """The identity of rec's run: hash of its config less TEXT_ONLY and the seed, and its hardware. config: the
+    record's config as JSON values, where the caller has them (a reader making rows: not converted again)."""
+    cfg = rec.config if config is None else config
+    return digest({"config": hashed(without(cfg, (*TEXT_ONLY, SEED))), "hardware": hardware_of(rec)})
 
 
-def routing_identity(rec: Record) -> str | None:
+def routing_identity(rec: Record, config: dict | None = None) -> str | None:
     """An MoE run's identity less its moe.routing: the learned and the forced runs of one configuration share it
-    (results/routing.py pairs them); None for a dense run."""
+    (results/routing.py pairs them); None for a dense run. config: as run_identity's."""
     if rec.config.moe is None:
         return None
-    return digest({"config": hashed(without(rec.config, (*TEXT_ONLY, SEED, ROUTING))), "hardware": hardware_of(rec)})
+    cfg = rec.config if config is None else config
+    return digest({"config": hashed(without(cfg, (*TEXT_ONLY, SEED, ROUTING))), "hardware": hardware_of(rec)})
 
 
 def hardware_label(records: list[Record]) -> str:

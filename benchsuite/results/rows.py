@@ -125,11 +125,13 @@ def rows_table(records: list[Record], plain: list[dict] | None = None) -> pa.Tab
     flat = _flat(pa.array(docs, type=_record_type()))
     own: dict[str, list] = {name: [] for name in _computed()}
     for rec, doc in zip(records, docs):
+        config = doc["config"]  # (its JSON values already made: the identities hash them, not a second copy)
         ci95 = (rec.metrics.step_time_s.ci95 if rec.metrics and rec.metrics.step_time_s else None) or [None, None]
         values = {"step_time_ci95_lo_s": ci95[0], "step_time_ci95_hi_s": ci95[1], "flagged": bool(rec.flags),
                   "flags": msgspec.json.encode(doc["flags"]).decode(),
-                  "flag_summary": flag_summary(doc["flags"]) or None, **scaling_identity(rec),
-                  "identity": run_identity(rec), "routing_identity": routing_identity(rec), "seed": seed_of(rec)}
+                  "flag_summary": flag_summary(doc["flags"]) or None, **scaling_identity(rec, config),
+                  "identity": run_identity(rec, config), "routing_identity": routing_identity(rec, config),
+                  "seed": seed_of(rec)}
         for name, column in own.items():
             column.append(values[name])
     schema = row_schema()

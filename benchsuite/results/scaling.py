@@ -34,12 +34,13 @@ VARIES_IN_A_SWEEP = (("world_size",), ("nodes",))
 BASELINE = "this run (the baseline)"
 
 
-def scaling_identity(rec: Record) -> dict:
-    """The columns a baseline must match (store.flatten adds them to every row): a hash of the
-    resolved config less what varies within a sweep (and the seed and text: results/identity.py), the
-    ranks' devices, the threads per rank."""
+def scaling_identity(rec: Record, config: dict | None = None) -> dict:
+    """The columns a baseline must match (rows.py adds them to every row): a hash of the resolved config less
+    what varies within a sweep (and the seed and text: results/identity.py), the ranks' devices, the threads per
+    rank. config: the record's config as JSON values, where the caller has them."""
     hardware = hardware_of(rec)
-    return {"scaling.config": digest(without(rec.config, (*VARIES_IN_A_SWEEP, *TEXT_ONLY, SEED))),
+    cfg = rec.config if config is None else config
+    return {"scaling.config": digest(without(cfg, (*VARIES_IN_A_SWEEP, *TEXT_ONLY, SEED))),
             "scaling.hardware": hardware["devices"], "scaling.threads_per_rank": hardware["threads_per_rank"]}
 
 
