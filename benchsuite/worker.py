@@ -15,7 +15,6 @@ import gc
 import json
 import os
 import signal
-import statistics
 import sys
 import time
 import traceback
@@ -205,7 +204,7 @@ def moe_stats(model, routing_by_step: list, all_to_all_share: float | None = Non
     ranks, which route their gathered sequences together) reports loads (zeros elsewhere): the record's sum over
     ranks (assembly.harness.merge_moe_stats) counts every token once; the scalars, the same on each, are
     averaged there."""
-    from benchsuite.models.moe import LOAD_STATS, SCALAR_STATS, moe_layers
+    from benchsuite.models.moe import LOAD_STATS, mean_scalars, moe_layers, scalar_rows
 
     layers = moe_layers(model)
     if not layers and pipeline is None:
@@ -213,8 +212,7 @@ def moe_stats(model, routing_by_step: list, all_to_all_share: float | None = Non
     last = routing_by_step[-1]
     mine = {"ids": pipeline.moe_layer_ids() if pipeline is not None else list(range(len(last))),
             "impl": layers[0].expert_impl if layers else None,
-            "scalars": torch.stack([torch.stack([getattr(r, k) for k in SCALAR_STATS]) for r in last]).tolist()
-            if last else [],
+            "scalars": scalar_rows(last),
             "loads": {key: [getattr(r, key).float().tolist() for r in last] for key in LOAD_STATS},
             "by_step": torch.stack([torch.stack([r.expert_load for r in step]) for step in routing_by_step]
                                    ).float().tolist() if last else [[] for _ in routing_by_step]}
@@ -226,8 +224,7 @@ def moe_stats(model, routing_by_step: list, all_to_all_share: float | None = Non
         return None
     order = sorted(((layer_id, part, i) for part in parts for i, layer_id in enumerate(part["ids"])),
                    key=lambda entry: entry[0])  # every MoE layer of the model, in block order
-    scalars = [part["scalars"][i] for _, part, i in order]
-    stats = {k: statistics.fmean(row[j] for row in scalars) for j, k in enumerate(SCALAR_STATS)}
+    stats = mean_scalars([part["scalars"][i] for _, part, i in order])
     reports = ctx is None or (ctx.rank % ctx.dims.tp == 0 and ctx.pp_rank == 0 and ctx.dp_rank % ctx.dims.cp == 0)
     keep = (lambda values: values) if reports else (lambda values: [0.0] * len(values))
     for key in LOAD_STATS:

@@ -8,7 +8,7 @@ from torch.testing import assert_close
 from benchsuite.config import ModelConfig, MoEConfig
 from benchsuite.models import moe as moe_mod
 from benchsuite.models.moe import (LOAD_STATS, MoELayer, RoutingStats, route, select_expert_impl,
-                                   set_expert_impl, summarize_stats)
+                                   mean_scalars, scalar_rows, set_expert_impl)
 from benchsuite.models.transformer import build_model
 from helpers import grouped_mm_runs_here
 
@@ -153,7 +153,7 @@ def test_moe_inside_the_model(router):
     for name, p in model.named_parameters():
         assert p.grad is not None and torch.isfinite(p.grad).all(), name
     assert model.blocks[1].ffn.router.weight.grad.abs().sum() > 0
-    stats = summarize_stats(routing)
+    stats = mean_scalars(scalar_rows(routing))
     assert set(stats) == {"dropped_frac", "padding_frac", "load_max_over_mean", "aux_loss", "z_loss"}
     assert stats["aux_loss"] + stats["z_loss"] == pytest.approx(aux.item(), rel=1e-6)
 

@@ -579,11 +579,17 @@ def update_expert_bias(model: nn.Module, group=None) -> None:
         layer.step_load.zero_()
 
 
-def summarize_stats(routing: Sequence[RoutingStats]) -> dict[str, float]:
-    """Mean over MoE layers of the scalar stats of one step. Reads the device (host sync): call after a step."""
-    if not routing:
-        return {}
-    return {k: torch.stack([getattr(r, k) for r in routing]).mean().item() for k in SCALAR_STATS}
+def scalar_rows(routing: Sequence[RoutingStats]) -> list[list[float]]:
+    """Each MoE layer's scalar stats of one step (SCALAR_STATS' order), read from the device at once (host sync:
+    call after a step)."""
+    return torch.stack([torch.stack([getattr(r, k) for k in SCALAR_STATS]) for r in routing]).tolist() \
+        if routing else []
+
+
+def mean_scalars(rows: list[list[float]]) -> dict[str, float]:
+    """The mean over MoE layers of each scalar stat (rows: scalar_rows', of one rank's layers or of a whole
+    pipeline's)."""
+    return {k: statistics.fmean(row[j] for row in rows) for j, k in enumerate(SCALAR_STATS)} if rows else {}
 
 
 def load_figures(tokens_per_expert: list[list[float]] | None,
