@@ -99,7 +99,7 @@ def predict(w: Workload, system: System, *, carbon: CarbonConfig, run_tokens: fl
     tp, ep, cp = comm.tensor_parallel(w, system), comm.expert_parallel(w, system), comm.context_parallel(w, system)
     etp = comm.expert_tensor_parallel(w, system)
     mt = moe_time(w, system)
-    ep_s = ep.seconds * (1 - system.node.ep_overlap) + etp.seconds
+    ep_s = expert_parallel_s(system, ep, etp)
     imbalance_s = 0.0 if mt is None else mt.imbalance_s(ep_s)
     moe_s = 0.0 if mt is None else mt.router_s + mt.permute_s + mt.experts_s + imbalance_s
     work = c.total_s + moe_s  # one micro-batch's device work on a mean stage
@@ -117,11 +117,7 @@ def predict(w: Workload, system: System, *, carbon: CarbonConfig, run_tokens: fl
                   f"{tp.calls} collectives per micro-batch, {tp.bytes_sent / 1e6:.4g} MB sent, {_where(tp)}"
                   + (" (sequence parallel: reduce-scatter + all-gather)" if lay.sequence_parallel else "")
                   + (f"; {m * tp.framework_s:.4g} s of it DTensor's host time" if tp.framework_s else "")),
-        Component("expert_parallel", m * ep_s,
-                  f"{ep.calls} all-to-alls per micro-batch, {ep.bytes_sent / 1e6:.4g} MB sent, {_where(ep)}, "
-                  f"{1 - system.node.ep_overlap:g} of it exposed"
-                  + (f"; {etp.calls} expert-tensor all-gathers and reduce-scatters over {lay.etp} ranks, "
-                     f"{etp.bytes_sent / 1e6:.4g} MB sent, {_where(etp)}, all exposed" if etp.calls else "")),
+        expert_parallel_component(w, system, ep, etp),
         Component("context_parallel", m * cp.seconds,
                   f"{cp.calls} key/value gathers and gradient reduce-scatters per micro-batch over {lay.cp} ranks, "
                   f"{cp.bytes_sent / 1e6:.4g} MB sent, {_where(cp)}"),
@@ -154,6 +150,21 @@ def predict(w: Workload, system: System, *, carbon: CarbonConfig, run_tokens: fl
                       memory=predict_memory(w, psi, system.device.memory_gb), energy=energy,
                       expert_load=None if mt is None else f"{mt.load.max_over_mean:.3g} ({mt.load.source})",
                       warnings=tuple(warnings))
+
+
+def expert_parallel_s(system: System, ep: comm.CommTime, etp: comm.CommTime) -> float:
+    """One micro-batch's exposed expert traffic: the all-to-alls less what overlaps, the expert-tensor
+    collectives whole."""
+    return ep.seconds * (1 - system.node.ep_overlap) + etp.seconds
+
+
+def expert_parallel_component(w: Workload, system: System, ep: comm.CommTime, etp: comm.CommTime) -> Component:
+    """The expert-parallel all-to-alls and the expert-tensor gathers and reduce-scatters of w's micro-batches."""
+    return Component("expert_parallel", w.microbatches * expert_parallel_s(system, ep, etp),
+                     f"{ep.calls} all-to-alls per micro-batch, {ep.bytes_sent / 1e6:.4g} MB sent, {_where(ep)}, "
+                     f"{1 - system.node.ep_overlap:g} of it exposed"
+                     + (f"; {etp.calls} expert-tensor all-gathers and reduce-scatters over {w.layout.etp} ranks, "
+                        f"{etp.bytes_sent / 1e6:.4g} MB sent, {_where(etp)}, all exposed" if etp.calls else ""))
 
 
 def compute_components(w: Workload, system: System, c: MicrobatchCompute) -> list[Component]:

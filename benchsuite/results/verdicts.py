@@ -72,7 +72,7 @@ ROUTER, PARAMS, EXPERTS, FLOPS = view_columns("config.moe.router", "metrics.para
 
 
 @dataclass(frozen=True)
-class RunFacts:
+class RunRecordFacts:
     """A run's records as the verdicts read them (from the results model's columns: no record decoded)."""
 
     targeted: bool  # some record has a metrics.quality.target_loss
@@ -82,7 +82,7 @@ class RunFacts:
     model_flops_per_token: float | None  # its metrics.flops.model_per_token
 
     @classmethod
-    def of_records(cls, records: Sequence[Record]) -> RunFacts:
+    def of_records(cls, records: Sequence[Record]) -> RunRecordFacts:
         """The same facts read from typed records (a group built from records, not from the results model)."""
         first = records[0] if records else None
         m = first.metrics if first else None
@@ -148,12 +148,12 @@ class SeedGroup:
     records: Sequence[Record]  # (RunRecords from the results model: decoded only when read)
     failed_seeds: list[int] = field(default_factory=list)
     energy_source: str | None = "measured"  # the run's energy.source
-    run_facts: RunFacts | None = field(default=None, repr=False, compare=False)  # None: read from the records
+    run_facts: RunRecordFacts | None = field(default=None, repr=False, compare=False)  # None: read from the records
     _values: dict[str, list[float]] = field(default_factory=dict, repr=False, compare=False)
 
     @cached_property
-    def facts(self) -> RunFacts:
-        return self.run_facts if self.run_facts is not None else RunFacts.of_records(self.records)
+    def facts(self) -> RunRecordFacts:
+        return self.run_facts if self.run_facts is not None else RunRecordFacts.of_records(self.records)
 
     @cached_property
     def hardware(self) -> list[_Hardware | Record]:
@@ -187,7 +187,7 @@ class SeedGroup:
 class _OkRecords:
     """A run's ok records as the results model's rows hold them."""
 
-    facts: RunFacts
+    facts: RunRecordFacts
     router: str | None  # the first record's config.moe.router
     records: RunRecords
 
@@ -218,7 +218,7 @@ def _ok_records(results: Results) -> dict[str, _OkRecords]:
     out = {}
     for identity, rows in by_run.items():
         first = rows[0]
-        facts = RunFacts(any(present(r.target) for r in rows), widest_bound([bound_of(r.low, r.high, r.value)
+        facts = RunRecordFacts(any(present(r.target) for r in rows), widest_bound([bound_of(r.low, r.high, r.value)
                                                                              for r in rows]),
                          num(first.params), int(first.experts) if present(first.experts) else None, num(first.flops))
         out[identity] = _OkRecords(facts, first.router if isinstance(first.router, str) else None,
