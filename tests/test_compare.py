@@ -141,6 +141,7 @@ def _simulated_side(rng: np.random.Generator, base: Record, repeats: int, speed:
             for i, t in enumerate(tps)]
 
 
+@pytest.mark.heavy  # in this process, a second or more: the full pass runs it, the fast tier does not
 def test_simulated_coverage_and_false_calls_at_2_3_and_5_repeats():
     rng = np.random.default_rng(20240601)
     base = read_record(FIXTURES / DENSE)

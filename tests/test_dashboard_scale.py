@@ -97,6 +97,7 @@ def _with_gpu_energy(rec: dict, factor: float, key: str) -> dict:
     return rec
 
 
+@pytest.mark.heavy  # in this process, a second or more: the full pass runs it, the fast tier does not
 def test_energy_axis_is_logarithmic_where_runs_span_decades():
     recs = [msgspec.to_builtins(one.record) for one in load_records(FIXTURES) if one.record.run_key.startswith("d")][:1]
     assert recs and recs[0]["energy"]["gpu_j"] > 0
@@ -120,6 +121,7 @@ def test_the_runs_table_rows_live_in_a_data_file_not_the_index(tmp_path):
     assert any("<img src=x onerror=alert(1)>" in r[4][1][0] for r in rows)
 
 
+@pytest.mark.heavy  # in this process, a second or more: the full pass runs it, the fast tier does not
 def test_index_size_does_not_grow_with_the_runs_table(tmp_path):
     """At 10,000 runs the index must stay under 5 MB (benchmarks/bench_dashboard.py measures it): here
     the bytes each run adds to it, between 64 and 192 synthetic runs (both past MAX_SERIES sweeps),
@@ -134,6 +136,7 @@ def test_index_size_does_not_grow_with_the_runs_table(tmp_path):
     assert len(runs_rows(tmp_path / "192")) == 192
 
 
+@pytest.mark.heavy  # in this process, a second or more: the full pass runs it, the fast tier does not
 def test_a_rebuild_renders_only_the_pages_whose_inputs_changed_and_equals_a_fresh_build(tmp_path):
     """A team's folder gains a few records a day: a rebuild writes the pages of what changed (a new record, a
     record replaced) and keeps the others as they are; every page then equals a fresh build's."""

@@ -85,6 +85,7 @@ def folder_with_bad_records(tmp_path, fixture: str):
     return folder
 
 
+@pytest.mark.heavy  # in this process, a second or more: the full pass runs it, the fast tier does not
 @pytest.mark.parametrize("fixture", ["results", "versions", "golden"])
 def test_a_read_through_the_index_equals_reading_every_file_warnings_included(tmp_path, monkeypatch, fixture):
     folder = folder_with_bad_records(tmp_path, fixture)
@@ -103,6 +104,7 @@ def test_a_read_through_the_index_equals_reading_every_file_warnings_included(tm
     assert offset.started_at.isoformat() == "2026-03-01T09:00:00+02:00"
 
 
+@pytest.mark.heavy  # in this process, a second or more: the full pass runs it, the fast tier does not
 def test_a_warm_read_of_the_frames_decodes_no_record(tmp_path, monkeypatch):
     """load(), load_runs() and load_steps() read the rows and steps the index holds: no file is decoded, and
     no record either, and the frames are those of the first read (which decoded every file)."""

@@ -88,6 +88,7 @@ def _given(workload: dict) -> dict[str, object]:
     return {f"{sec}.{key}": v for sec, table in workload.items() if sec in SECTIONS for key, v in table.items()}
 
 
+@pytest.mark.heavy  # in this process, a second or more: the full pass runs it, the fast tier does not
 @DRAWS
 @given(workloads())
 def test_a_drawn_suite_is_refused_naming_a_key_it_sets_or_the_record_holds_every_key(workload):

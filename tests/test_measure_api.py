@@ -290,6 +290,7 @@ def test_each_physical_gpu_counts_once_whichever_ranks_share_it(tmp_path, synthe
 # -- every view ----------------------------------------------------------------------------------
 
 
+@pytest.mark.heavy  # in this process, a second or more: the full pass runs it, the fast tier does not
 def test_every_view_reads_a_user_run_beside_built_in_runs(tmp_path, capsys):
     folder, other = tmp_path / "results", tmp_path / "other"
     folder.mkdir()

@@ -41,6 +41,7 @@ class SlowLog:
         time.sleep(0.2)
 
 
+@pytest.mark.heavy  # in this process, a second or more: the full pass runs it, the fast tier does not
 def test_log_lines_are_written_between_timed_steps():
     class Result:
         def __init__(self, i):

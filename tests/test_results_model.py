@@ -123,6 +123,7 @@ def test_every_view_gives_the_same_medians_intervals_efficiencies_and_flags(fold
             assert by_metric[name]["a"] == row[name] == by_metric[name]["b"], (row["label"], name)
 
 
+@pytest.mark.heavy  # in this process, a second or more: the full pass runs it, the fast tier does not
 def test_the_dense_vs_sparse_bars_carry_the_reports_medians_and_intervals(folder, capsys):
     from benchsuite.dashboard.data import load as site_load
     from benchsuite.dashboard.pages import summary_pages

@@ -61,6 +61,7 @@ def _cli(capsys, *argv) -> str:
     return capsys.readouterr().out
 
 
+@pytest.mark.heavy  # in this process, a second or more: the full pass runs it, the fast tier does not
 def test_every_record_has_a_name_of_its_own_in_load_list_and_the_dashboard(folder, capsys, tmp_path):
     df = benchsuite.load(folder)
     assert len(df) == 2 * len(PAIRS) and df["name"].is_unique, df["name"].tolist()
