@@ -28,9 +28,9 @@ from pathlib import Path
 import pandas as pd
 
 from benchsuite.record.columns import field_column, field_columns
-from benchsuite.results.model import INTERVALS, Results, results_of
+from benchsuite.results.model import INTERVALS, Results, named, results_of
 from benchsuite.results.rows import STEPS
-from benchsuite.results.store import Selection, load_records, row_columns
+from benchsuite.results.store import Loaded, Selection, load_records, row_columns
 
 
 @dataclass(frozen=True)
@@ -173,21 +173,27 @@ def _typed(values: pd.Series, col: Column) -> pd.Series:
 
 def _frame(raw: pd.DataFrame, columns: tuple[Column, ...]) -> pd.DataFrame:
     missing = pd.Series([None] * len(raw), index=raw.index, dtype=object)
-    return pd.DataFrame({c.name: _typed(raw[c.source] if c.source in raw else missing, c) for c in columns})
+    # (copy=False: a column already of its dtype is the raw frame's own, not a second copy beside it)
+    return pd.DataFrame({c.name: _typed(raw[c.source] if c.source in raw else missing, c) for c in columns},
+                        copy=False)
 
 
 Names = str | Iterable[str] | None  # one name, or any of several
 Since = str | dt.date | None  # ISO 8601 text ("2026-11-30", "2026-11-30T12:00+01:00"), a date or a datetime
 
 
-def _results(path: str | Path, suite: Names, workload: Names, since: Since) -> Results:
-    """The results model of the records under path that the filters keep: `suite` and `workload` each a
-    name or a list of names, `since` the earliest start (a time without an offset is UTC)."""
+def _loaded(path: str | Path, suite: Names, workload: Names, since: Since) -> list[Loaded]:
+    """The records under path that the filters keep: `suite` and `workload` each a name or a list of names,
+    `since` the earliest start (a time without an offset is UTC)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such results folder or record")
-    only = Selection.of(suite=suite, workload=workload, since=since)
-    return results_of(load_records(path, only=only), source=str(path))
+    return load_records(path, only=Selection.of(suite=suite, workload=workload, since=since))
+
+
+def _results(path: str | Path, suite: Names, workload: Names, since: Since) -> Results:
+    """The results model of the records under path that the filters keep (_loaded)."""
+    return results_of(_loaded(path, suite, workload, since), source=str(path))
 
 
 def load(path: str | Path, *, suite: Names = None, workload: Names = None, since: Since = None) -> pd.DataFrame:
@@ -205,17 +211,20 @@ def load_runs(path: str | Path, *, suite: Names = None, workload: Names = None, 
 def load_steps(path: str | Path, *, suite: Names = None, workload: Names = None, since: Since = None) -> pd.DataFrame:
     """One row per (record, measured step): step time, training loss, tokens and validation loss
     (NaN after the steps with no evaluation). suite, workload, since: as load()'s."""
-    results = _results(path, suite, workload, since)
-    if results.df.empty:  # nothing readable: the columns, no rows
+    loaded = _loaded(path, suite, workload, since)
+    if not loaded:  # nothing readable: the columns, no rows
         return _frame(pd.DataFrame(), STEP_COLUMNS)
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    steps = row_columns(results.loaded, [STEPS]).column(STEPS)  # a list per record, in load order: not decoded
+    steps = row_columns(loaded, [STEPS]).column(STEPS)  # a list per record, in load order: not decoded
     flat = pc.list_flatten(steps)
-    named = ["run_key", "record_name", "suite", "workload", "path"]  # by the record's position in `loaded`:
-    records = pa.Table.from_pandas(results.df[["rec", *named]], preserve_index=False).sort_by("rec")
+    columns = ["run_key", "record_name", "suite", "workload", "path"]  # by the record's position in `loaded`:
+    records = pa.Table.from_pandas(named(loaded, [])[["rec", *columns]], preserve_index=False).sort_by("rec")
     parents = pc.list_parent_indices(steps)  # each step's record
-    own = {c: records.column(c).take(parents) for c in named}
+    own = {c: records.column(c).take(parents) for c in columns}
     table = pa.table({**own, **{f.name: pc.struct_field(flat, f.name) for f in steps.type.value_type}})
-    return _frame(table.to_pandas(), STEP_COLUMNS)
+    del own, flat, steps
+    # (at 100,000 records, 5 million rows: each column made in its contract's dtype, each let go as converted)
+    typed = {pa.string(): pd.StringDtype("pyarrow"), pa.int64(): pd.Int64Dtype()}
+    return _frame(table.to_pandas(types_mapper=typed.get, self_destruct=True), STEP_COLUMNS)

@@ -31,6 +31,7 @@ from benchsuite.record.sanity import flag_summary, sanity_flags
 from benchsuite.record.types import Record
 from benchsuite.record.values import coefficient_of_variation, num, present
 from benchsuite.results.identity import SEED, TEXT_ONLY, seeds_text, told_apart, without
+from benchsuite.results.rows import QUALITY
 from benchsuite.results.routing import ROUTING_COLUMN, RoutingPair, routing_pairs
 from benchsuite.results.scaling import VARIES_IN_A_SWEEP, add_scaling_efficiency
 from benchsuite.results.stats import ONE_SEED, ConfidenceInterval, log_t_interval
@@ -41,10 +42,15 @@ NOISY_CV = 0.10  # tokens/s of one seed's repeats: a coefficient of variation ab
 DERIVED = ("j_per_token", "gco2e_per_mtok", "avg_w_per_device", "j_per_pflop")
 # The figures each run states with a 95 % interval over its seeds: columns `<name>_lo`, `<name>_hi`.
 INTERVALS = ("tokens_per_s", "mfu", "step_time_median_s", "j_per_token", "gco2e_per_mtok")
+# What `per_seed` keeps of each seed (its medians over its repeats): the figures stated over seeds (INTERVALS,
+# the to-target ones), and the spread of its repeats. (Every figure's per-seed median is made, for the runs'
+# medians over seeds, and let go: at 100,000 records ~200 columns of them are most of the model's memory.)
+PER_SEED = (*INTERVALS, *(f"quality.{key}" for key in QUALITY), "repeats", "tokens_per_s_min", "tokens_per_s_max",
+            "repeat_cv", "noisy", "reached")
+SERIES_KEY = ("scaling.config", "scaling.hardware")  # a sweep on one machine: a curve of the scaling figures
 # Columns that identify a run or point at one record: the latest record's, never a median.
 KEPT = ("world_size", "nodes", "tensor", "zero", "expert", "repeat", "seed", "error_rank", "rec",
         "scaling.threads_per_rank")
-SERIES_KEY = ("scaling.config", "scaling.hardware")  # a sweep on one machine: a curve of the scaling figures
 
 
 class RecordList(Sequence):
@@ -121,9 +127,11 @@ def results_of(loaded: list[Loaded], source: str = "") -> Results:
         df = dataframe_of(loaded)
         if df.empty:
             return Results(loaded, df, pd.DataFrame(), pd.DataFrame(), source)
-        df = _with_names(df, records)
+        df = _with_names(_with(df, {name: pd.to_numeric(df[f"metrics.energy.{name}"], errors="coerce").astype(float)
+                                    for name in DERIVED}), records)
         per_seed = _per_seed(df)
         runs = add_scaling_efficiency(_runs(df, per_seed))
+        per_seed = per_seed[[c for c in PER_SEED if c in per_seed]]
         _add_run_flags(runs, per_seed)
         df = _with_run_columns(df, runs)
     return Results(loaded, df, runs, per_seed, source)
@@ -138,12 +146,21 @@ def _with(df: pd.DataFrame, columns: dict) -> pd.DataFrame:
                      axis=1)
 
 
+def named(loaded: list[Loaded], columns: list[str]) -> pd.DataFrame:
+    """The records as the results model names them (`record_name`, `label`, `series`), with these columns of
+    their rows alone: a reader that shows no figure (load_steps) builds no model of every column."""
+    df = dataframe_of(loaded, [*NAMED_BY, *columns])
+    return df if df.empty else _with_names(df, RecordList(loaded))
+
+
+# The row's columns a record's name is made of (_with_names, _series_labels).
+NAMED_BY = ("run_key", "suite", "workload", "scaling", *SERIES_KEY, ROUTING_COLUMN, "world_size", "nodes", "identity", "scaling.threads_per_rank", "seed", "repeat")
+
+
 def _with_names(df: pd.DataFrame, records: RecordList) -> pd.DataFrame:
-    """The short energy columns, the series a run belongs to, and the labels that name a run ('dense · w2')
-    and a record ('dense · w2 · seed 1 · repeat 0'); identity and seed are the row's (rows.py)."""
-    cols = {**{name: pd.to_numeric(df[f"metrics.energy.{name}"], errors="coerce").astype(float) for name in DERIVED},
-            "series_key": ["\0".join(str(v) for v in key) for key in zip(*(df[c] for c in SERIES_KEY))]}
-    df = _with(df, cols)
+    """The series a run belongs to, and the labels that name a run ('dense · w2') and a record
+    ('dense · w2 · seed 1 · repeat 0'); identity and seed are the row's (rows.py)."""
+    df = _with(df, {"series_key": ["\0".join(str(v) for v in key) for key in zip(*(df[c] for c in SERIES_KEY))]})
     series = df["series_key"].map(_series_labels(df, records))
     labels = pd.Series([f"{s} · w{w}" + (f" · {n} nodes" if n > 1 else "")
                         for s, w, n in zip(series, df["world_size"], df["nodes"])], index=df.index)
@@ -201,7 +218,10 @@ def _per_seed(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (identity, seed) of the ok records: each figure's median over the seed's repeats,
     `repeats`, the tokens/s range and coefficient of variation, `noisy`, and `reached` (every repeat
     reached train.target_loss)."""
-    ok = df[df["status"] == "ok"]
+    has_quality = "quality.reached" in df
+    # (only the columns read: a copy of the whole frame's ok rows is some 400 columns wide)
+    ok = df.loc[df["status"] == "ok", ["identity", "seed", *(["quality.reached"] if has_quality else []),
+                                       *_figures(df)]]
     if ok.empty:
         return pd.DataFrame()
     by = ok.groupby(["identity", "seed"], sort=False)
@@ -210,7 +230,6 @@ def _per_seed(df: pd.DataFrame) -> pd.DataFrame:
     # a seed's repeats gathered in one pass over plain values (a Python function per pandas group costs ~0.1 ms)
     rates: dict = {}
     reached_all: dict = {}
-    has_quality = "quality.reached" in ok
     for key, rate, reached in zip(zip(ok["identity"], ok["seed"]), ok["tokens_per_s"],
                                   ok["quality.reached"] if has_quality else [None] * len(ok)):
         if num(rate) is not None:

@@ -106,7 +106,7 @@ def add_scaling_efficiency(df: pd.DataFrame) -> pd.DataFrame:
     """Adds `scaling_efficiency`, `scaling_baseline_identities` (list), `scaling_baseline` (its label, or
     BASELINE on the baseline itself) and `scaling_efficiency_reason` (why null) to a runs DataFrame (one
     row per identity, with `identity` and `label`); flags superlinear rows."""
-    df = df.copy()
+    df = df.copy(deep=False)  # (copy on write: the caller's frame is left as it was, and no column is copied)
     for column in ("scaling_efficiency", "scaling_baseline_identities", "scaling_baseline",
                    "scaling_efficiency_reason"):
         df[column] = None

@@ -418,10 +418,11 @@ def row_columns(records: list[Loaded], names: list[str]) -> pa.Table:
     return taken(parts[0] if len(parts) == 1 else pa.concat_tables(parts), positions)
 
 
-def dataframe_of(records: list[Loaded]) -> pd.DataFrame:
+def dataframe_of(records: list[Loaded], columns: list[str] | None = None) -> pd.DataFrame:
     """Records already loaded (load_records) as one DataFrame, one row per record (the results model,
     results/model.py, groups them into runs), sorted by suite, workload, world size and start. Column `rec`
-    is each row's index in `records`."""
+    is each row's index in `records`. columns: only these of the row (and ORDER's), for a reader that needs
+    no figures (a frame of every column is ~400 wide)."""
     if not records:
         import pandas as pd
 
@@ -430,24 +431,26 @@ def dataframe_of(records: list[Loaded]) -> pd.DataFrame:
     import pyarrow.compute as pc
     from pandas.errors import PerformanceWarning
 
+    names = row_schema().names if columns is None else list(dict.fromkeys([*ORDER, *columns]))
     with cyclic_gc_paused():
-        table = row_columns(records, row_schema().names)
+        table = row_columns(records, names)
         table = table.append_column("path", pa.array([str(one.path) if one.path else None for one in records],
                                                      pa.string()))
         table = table.append_column("rec", pa.array(range(len(records)), pa.int64()))
         # sorted before it is a DataFrame: one take of each column in Arrow (pandas would take each in turn)
         table = table.take(pc.sort_indices(table.select(ORDER), [(c, "ascending") for c in ORDER]))
         for rows in {id(one.rows): one.rows for one in records}.values():
-            rows.let_go(row_schema().names)
-        flags = [msgspec.json.decode(f) for f in table.column("flags").to_pylist()]
+            rows.let_go(names)
         at = table.schema.get_field_index("flags")
+        flags = [msgspec.json.decode(f) for f in table.column("flags").to_pylist()] if at >= 0 else None
         # (self_destruct: each column's Arrow memory let go as it is converted, not held beside the whole frame)
-        df = table.drop_columns(["flags"]).to_pandas(self_destruct=True, split_blocks=True)
+        df = (table.drop_columns(["flags"]) if at >= 0 else table).to_pandas(self_destruct=True, split_blocks=True)
         del table
-        with warnings.catch_warnings():  # a block per column (split_blocks) is "fragmented": as intended here
-            warnings.simplefilter("ignore", PerformanceWarning)
-            df.insert(at, "flags", flags)
-        return df.astype({c: float for c in FIGURES})
+        if flags is not None:
+            with warnings.catch_warnings():  # a block per column (split_blocks) is "fragmented": as intended here
+                warnings.simplefilter("ignore", PerformanceWarning)
+                df.insert(at, "flags", flags)
+        return df.astype({c: float for c in FIGURES if c in df})
 
 
 ORDER = ("suite", "workload", "world_size", "started_at")  # the DataFrame's rows, sorted (nulls last)
