@@ -312,7 +312,8 @@ def _section_table(df: pd.DataFrame, title: str, columns: list[tuple[str, str, s
     kept beside any picked column, so a row always says whose figures it holds."""
     if when not in df or df[when].isna().all():
         return None
-    shown, more = _shown(df[df[when].notna()], fit)
+    wanted = list(dict.fromkeys([c for _, c, _ in columns if c in df] + [c for c in ("status", "flagged") if c in df]))
+    shown, more = _shown(df.loc[df[when].notna(), wanted], fit)  # (the columns read: runs are ~400 wide)
     rows = [[_fmt(fmt, row.get(col)) for _, col, fmt in columns] for _, row in shown.iterrows()]
     headers = [h for h, _, _ in columns]
     key = column_name(headers[0])
@@ -334,7 +335,7 @@ def section_rows(results: Results, columns: list[tuple[str, str, str]], when: st
     if when not in df:
         return []
     cols = ["identity", "label", "run_key", "seed", "world_size"] + [c for _, c, _ in columns]
-    part = df[df[when].notna()].reindex(columns=list(dict.fromkeys(cols)))
+    part = df.loc[df[when].notna(), [c for c in dict.fromkeys(cols) if c in df]].reindex(columns=list(dict.fromkeys(cols)))
     return [{k: plain(v) for k, v in r.items()} for r in part.to_dict("records")]
 
 
