@@ -114,6 +114,22 @@ def parse(data: bytes) -> object:
     return doc
 
 
+def decode_current(data: bytes) -> Record | None:
+    """A current-version record file's bytes straight into the types: one pass where parse, the migrations
+    (none for the current version) and decode make three (about half the time of a read). None for anything
+    else, which the three steps read, and refuse with their messages: an older or newer version, a document
+    the types or strict JSON refuse, one of 2 MB or more (parse walks its containers)."""
+    if len(data) >= 2 * MAX_LIST_ITEMS:
+        return None
+    try:
+        return _CURRENT.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None
+
+
+_CURRENT = msgspec.json.Decoder(Record)  # (its schema_version is the current one alone: record/types.py)
+
+
 def _parse_slowly(data: bytes) -> object:
     """The standard library's strict parse, for a document msgspec refused: its errors name the problem."""
     try:

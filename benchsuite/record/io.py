@@ -3,6 +3,7 @@ of a newer schema (written by a newer benchsuite sharing the folder)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -29,7 +30,12 @@ def read_bytes(path: Path) -> bytes:
     meanwhile is refused, never waited on."""
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        fd = os.open(os.path.realpath(path), flags)
+        try:
+            fd = os.open(path, flags)
+        except OSError as e:  # a symlink (ELOOP): its real path (realpath walks every part: only then)
+            if e.errno != errno.ELOOP:
+                raise
+            fd = os.open(os.path.realpath(path), flags)
     except OSError as e:
         raise RecordError(f"cannot be read ({e.strerror or e})") from None
     with os.fdopen(fd, "rb") as f:

@@ -118,6 +118,7 @@ def _struct_check(leaves: list[tuple[str, _Leaf]], nested: list[tuple[str, Check
                 out = (out or []) + [_prefixed(name, f) for f in found]
         return out
 
+    check.leaves = None if nested else leaves  # a struct of figures alone: a list of them is checked in one loop
     return check
 
 
@@ -127,6 +128,9 @@ def _item(key) -> str:
 
 def _items_check(child: _Leaf | Check) -> Check:
     """Every item of a list (field[i]) or a dict (field.key); one flag per field across the items."""
+    leaves = getattr(child, "leaves", None)
+    bounds = [(name, leaf.low, leaf.high) for name, leaf in leaves] if leaves else None
+
     def check(value):
         if value.__class__ is list:
             pairs = enumerate(value)
@@ -138,6 +142,14 @@ def _items_check(child: _Leaf | Check) -> Check:
         if isinstance(child, _Leaf):
             found += [child.flag(v, _item(key)) for key, v in pairs
                       if v.__class__ in _NUMBER and not child.low <= v <= child.high]
+        elif bounds is not None:  # (a list of steps: a call per step would be most of a record's check)
+            for key, v in pairs:
+                if v.__class__ is dict:
+                    for name, low, high in bounds:
+                        x = v.get(name)
+                        if x.__class__ in _NUMBER and not low <= x <= high:
+                            found += [_prefixed(_item(key), f) for f in child(v)]
+                            break
         else:
             for key, v in pairs:
                 found += [_prefixed(_item(key), f) for f in (None if v is None else child(v)) or ()]

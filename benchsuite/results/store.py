@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from benchsuite.record.codec import RecordError, decode, parse, to_dict
+from benchsuite.record.codec import RecordError, decode, decode_current, parse, to_dict
 from benchsuite.record.io import file_kind, read_bytes
 from benchsuite.record.names import record_id
 from benchsuite.record.sanity import with_flags
@@ -146,7 +146,11 @@ def typed(doc: dict) -> Record:
 def typed_document(doc: dict) -> tuple[Record, dict]:
     """typed(doc), and the record as plain JSON values (msgspec.to_builtins of it: the sanity guard made it
     to judge the record, and a folder's rows are made from it: rows.rows_table)."""
-    rec = decode(migrate(doc))
+    return flagged(decode(migrate(doc)))
+
+
+def flagged(rec: Record) -> tuple[Record, dict]:
+    """The typed record flagged by the sanity guard, and as plain JSON values (typed_document)."""
     plain = with_flags(to_dict(rec))
     rec = msgspec.structs.replace(rec, flags=msgspec.convert(plain["flags"], list[Flag]))
     plain["flags"] = msgspec.to_builtins(rec.flags)  # as the types hold them
@@ -160,7 +164,9 @@ def read_record(path: Path) -> Record:
 
 def read_document(path: Path) -> tuple[Record, dict]:
     """One record file as the types and as plain JSON values (typed_document); RecordError says why not."""
-    return typed_document(parse(read_bytes(path)))
+    data = read_bytes(path)
+    rec = decode_current(data)
+    return flagged(rec) if rec is not None else typed_document(parse(data))
 
 
 def loaded(docs: list[dict]) -> list[Loaded]:
