@@ -75,7 +75,7 @@ def folder_with_bad_records(tmp_path, fixture: str):
     """A copy of a fixture folder, plus a truncated record, one of a newer schema, a copy of a record (one
     measurement: skipped) and one started at a non-UTC offset (kept as written, not as UTC)."""
     folder = tmp_path / fixture
-    shutil.copytree(REPO / "tests/fixtures" / fixture, folder)
+    shutil.copytree(REPO / "tests/fixtures" / fixture, folder, ignore=shutil.ignore_patterns(INDEX_DIR))
     (folder / "truncated.json").write_text(json.dumps(make_record("t"))[:50])
     (folder / "future.json").write_text(json.dumps({**make_record("f"), "schema_version": SCHEMA_VERSION + 1}))
     sub = folder / "backup"
@@ -229,6 +229,59 @@ def test_a_folder_that_cannot_be_written_to_is_read_from_memory(tmp_path, monkey
     assert not (tmp_path / INDEX_DIR).exists()
 
 
+@pytest.mark.heavy  # in this process, a second or more: the full pass runs it, the fast tier does not
+def test_a_first_read_written_batch_by_batch_equals_one_whose_index_is_not_written(tmp_path, monkeypatch):
+    """The rows of each batch of decoded files go to the index file as they are made, and their blobs are let
+    go: the records are then those of a read whose index write fails at the end (each record read from its
+    file) and of the warm read after it, and the index holds every file once."""
+    monkeypatch.setattr(store, "BATCH", 2)
+    folder = folder_with_bad_records(tmp_path, "results")
+    real_replace = os.replace
+
+    def refuse(src, dst):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(index.os, "replace", refuse)
+    unwritten = read(folder)
+    assert not index_path(folder).exists() and not list((folder / INDEX_DIR).glob("*.tmp"))
+    monkeypatch.setattr(index.os, "replace", real_replace)
+    written = read(folder)
+    assert_same(unwritten, written)
+    files = pq.read_table(index_path(folder)).column("file").to_pylist()
+    assert sorted(files) == sorted(str(p.relative_to(folder)) for p, _ in record_files(folder))
+    decoded = counting(monkeypatch, store, "read_document")
+    assert_same(written, read(folder))
+    assert decoded == []
+
+
+def test_a_read_stopped_part_way_leaves_the_index_as_it_was(tmp_path, monkeypatch):
+    """Interrupted after a batch of new files went to the new index file: the index is the one before, no
+    temp file is left and its lock is free (the next read writes it)."""
+    monkeypatch.setattr(store, "BATCH", 1)
+    for key in ("a", "b", "c"):
+        write_record(tmp_path, make_record(key))
+    load_records(tmp_path)
+    before = index_path(tmp_path).read_bytes()
+    for key in ("d", "e", "f"):
+        write_record(tmp_path, make_record(key))
+    real, calls = store.read_document, []
+
+    def interrupted(path):
+        calls.append(path)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(path)
+
+    monkeypatch.setattr(store, "read_document", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        load_records(tmp_path)
+    assert index_path(tmp_path).read_bytes() == before
+    assert sorted(p.name for p in (tmp_path / INDEX_DIR).iterdir()) == ["lock", index.INDEX_FILE]
+    monkeypatch.setattr(store, "read_document", real)
+    assert [one.record.run_key for one in load_records(tmp_path)] == list("abcdef")
+    assert len(pq.read_table(index_path(tmp_path)).column("file")) == 6
+
+
 def test_filters_keep_what_they_name_and_decode_nothing_else(tmp_path, monkeypatch):
     days = {"a1": ("a", "x", "2026-01-01T00:00:00+00:00"), "a2": ("a", "y", "2026-01-03T00:00:00+00:00"),
             "b1": ("b", "x", "2026-01-02T23:30:00-01:00"), "b2": ("b", "y", "2026-01-01T12:00:00+00:00")}
@@ -339,7 +392,7 @@ def test_processes_appending_and_reading_never_see_a_partial_view(tmp_path):
     assert writer.wait(timeout=120) == 0
     assert reader.wait(timeout=120) == 0, reader.stderr.read().decode()[-2000:]
     decoded = [p for p, _ in record_files(tmp_path)]
-    assert pq.read_table(index_path(tmp_path)).column("file").to_pylist() == sorted(p.name for p in decoded)
+    assert sorted(pq.read_table(index_path(tmp_path)).column("file").to_pylist()) == sorted(p.name for p in decoded)
 
 
 def test_a_small_folder_is_read_without_an_index(tmp_path, monkeypatch):

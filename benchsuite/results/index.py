@@ -24,6 +24,7 @@ import functools
 import hashlib
 import json
 import os
+import secrets
 import sys
 import time
 import warnings
@@ -31,12 +32,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from benchsuite.atomic import atomic_file, umask
+from benchsuite.atomic import umask
 from benchsuite.record.types import SCHEMA_VERSION
 from benchsuite.results.rows import RECORD, STEPS, Rows, table_schema, taken
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    import pyarrow.parquet as pq
+    from filelock import FileLock
 
 INDEX_DIR = ".benchsuite-index"  # hidden: record_files leaves out every name that starts with a dot
 INDEX_FILE = "records.parquet"
@@ -114,6 +117,10 @@ class FolderIndex:
     fresh: dict[str, tuple[FileKey, str | None]] = field(default_factory=dict)  # decoded now: why not a record
     changed: bool = False  # an entry was added, replaced or dropped: worth writing
     read_at_ns: int = field(default_factory=time.time_ns)  # before any file of this read was looked at
+    _writer: pq.ParquetWriter | None = None  # the new index file, being written (append, write)
+    _tmp: Path | None = None
+    _lock: FileLock | None = None
+    _failed: bool = False  # the new index file cannot be written this read
 
     @classmethod
     def read(cls, folder: Path) -> FolderIndex:
@@ -161,62 +168,103 @@ class FolderIndex:
             del self.entries[rel]
         self.changed |= bool(gone)
 
-    def write(self, fresh: dict[str, tuple[Rows, int]]) -> None:
-        """Replace the index file atomically (readers see the old one or the new one, whole), under a lock
-        that one writer at a time holds: another process writing it now, a folder that cannot be written
-        to, a full disk: the index is left as it is, and nothing is said (the records were read). fresh: the
-        row of each record decoded now (its Rows, the row there). Written, the index is read from what was
-        written (`rows`, `entries`): its readers let go of the rows made by this read (and of the records'
-        blobs, hundreds of MB for a first read of a large folder)."""
+    def append(self, rows: Rows, rels: list[str]) -> bool:
+        """Writes the rows of records decoded now (row i: the file rels[i]) that the index keeps (put), into
+        the new index file, begun on the first. True when they are written: their blobs may be let go (a
+        first read of 100,000 files would otherwise hold ~1.2 GB of them until the end)."""
+        keep = [i for i, rel in enumerate(rels) if rel in self.fresh and self.fresh[rel][1] is None]
+        return bool(keep) and self._part([rels[i] for i in keep], taken(rows.columns(table_schema().names), keep))
+
+    def write(self) -> None:
+        """Finishes the new index file (begun by append, or now): the entries kept from the index read and
+        the files that are no records after the records appended, then replaces the index atomically
+        (readers see the old one or the new one, whole). Written by one process at a time, under a lock:
+        another writing it now, a folder that cannot be written to, a full disk: the index is left as it
+        was, and nothing is said (the records were read). Written, the index is read back (`rows`,
+        `entries`): its readers let go of the rows made by this read."""
+        import pyarrow as pa
+
+        names = table_schema().names
+        kept = list(self.entries)  # (in the order of the index read: taken whole when none was dropped)
+        skipped = sorted(rel for rel, (_, problem) in self.fresh.items() if problem is not None)
+        if not (self._part(kept, taken(self.rows.columns(names), [self.entries[rel][1] for rel in kept]))
+                if kept and self.rows is not None else self._begun()):
+            return
+        if skipped and not self._part(skipped, pa.table([pa.nulls(len(skipped), f.type) for f in table_schema()],
+                                                        schema=table_schema())):
+            return
+        try:
+            self._writer.close()
+            os.replace(self._tmp, index_path(self.folder))
+            self.rows, self.entries, self.problems = _read_entries(index_path(self.folder), self.damaged)
+        except (OSError, IndexDamaged):
+            pass
+        finally:
+            self._writer = None
+            self.abort()
+        self.fresh, self.changed = {}, False
+
+    def abort(self) -> None:
+        """The new index file, unfinished, removed and its lock let go (a read that stops part-way, or a
+        write that fails)."""
+        if self._writer is not None:
+            try:
+                self._writer.close()
+            except (OSError, ValueError):
+                pass
+            self._writer = None
+        if self._tmp is not None:
+            self._tmp.unlink(missing_ok=True)
+            self._tmp = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def _begun(self) -> bool:
+        """The new index file open (a temp file beside the index, under the lock), or False where it cannot
+        be (the lock held by another process, or no folder to write in) and will not be this read."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
         from filelock import FileLock, Timeout
 
+        if self._writer is not None or self._failed:
+            return self._writer is not None
         path = index_path(self.folder)
         try:
             path.parent.mkdir(exist_ok=True)
-            with FileLock(path.parent / "lock", timeout=0, mode=0o666 & ~umask()):  # the team's, as the records
-                data = self._parquet_bytes(fresh)
-                with atomic_file(path, "wb", durable=False) as f:
-                    f.write(data)
-        except (OSError, Timeout):
-            return
-        self.rows, self.entries, self.problems = _entries_of(data, self.damaged)
-        self.fresh, self.changed = {}, False
+            self._lock = FileLock(path.parent / "lock", timeout=0, mode=0o666 & ~umask())  # the team's, as the records
+            self._lock.acquire()
+            for stale in path.parent.glob(f"{INDEX_FILE}.*.tmp"):  # left by a writer killed part-way (none now)
+                stale.unlink(missing_ok=True)
+            self._tmp = path.with_name(f"{INDEX_FILE}.{secrets.token_hex(8)}.tmp")
+            meta = json.dumps({"format": FORMAT, "code": code_version()})
+            # (a dictionary of each column's values is worth it for all but the records', steps' and paths': unique)
+            repeated = [n for n in _schema().names if n not in (FILE_COLUMNS[0], STEPS, RECORD)]
+            self._writer = pq.ParquetWriter(self._tmp, _schema().with_metadata({METADATA_KEY: meta}),
+                                            compression="zstd", use_dictionary=repeated)
+        except (OSError, Timeout, pa.ArrowException):
+            self._failed = True
+            self.abort()
+        return self._writer is not None
 
-    def _parquet_bytes(self, fresh: dict[str, tuple[Rows, int]]) -> bytes:
-        """Every entry, kept and fresh, as the index file: the rows taken from the tables they are in."""
+    def _part(self, rels: list[str], rows: pa.Table) -> bool:
+        """rels' entries (their files' keys and problems, and `rows`, theirs in order) written to the new index
+        file; False where it is not written (and no longer will be)."""
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
-        schema = table_schema()
-        skipped = sorted(rel for rel, (_, problem) in self.fresh.items() if problem is not None)
-        sources = [(rel, self.rows, at) for rel, (_, at) in self.entries.items()]
-        sources += [(rel, *fresh[rel]) for rel, (_, problem) in self.fresh.items() if problem is None]
-        tables: dict[int, tuple[int, Rows | None]] = {}  # id(rows) -> its first row in the tables end to end
-        offset = 0
-        for _, rows, _ in sources:
-            if id(rows) not in tables:
-                tables[id(rows)] = (offset, rows)
-                offset += len(rows.table)
-        where = {rel: tables[id(rows)][0] + at for rel, rows, at in sources}
-        where |= {rel: offset + i for i, rel in enumerate(skipped)}
-        parts = [pa.table(rows.columns(schema.names).columns, schema=schema) for _, rows in tables.values()]
-        parts.append(pa.table([pa.nulls(len(skipped), f.type) for f in schema], schema=schema))
-        rels = sorted(where)
-        keys = {rel: key for rel, (key, _) in self.entries.items()} | {rel: key for rel, (key, _) in self.fresh.items()}
-        problem = {rel: why for rel, (_, why) in self.fresh.items() if why is not None}
-        problem |= {rel: self.problems[at] for rel, (_, at) in self.entries.items() if self.problems[at]}
-        rows = taken(pa.concat_tables(parts), [where[rel] for rel in rels])
-        files = [pa.array(rels, pa.string()), *(pa.array([getattr(keys[r], n) for r in rels], pa.int64())
-                                                for n in FILE_COLUMNS[1:]),
-                 pa.array([problem.get(r) for r in rels], pa.string())]
-        table = pa.table([*files, *rows.columns], schema=_schema())
-        meta = {"format": FORMAT, "code": code_version()}
-        table = table.replace_schema_metadata({METADATA_KEY: json.dumps(meta).encode()})
-        sink = pa.BufferOutputStream()
-        # (a dictionary of each column's values is worth it for all but the records', steps' and paths': unique)
-        pq.write_table(table, sink, compression="zstd", use_dictionary=[n for n in table.column_names
-                                                                       if n not in (FILE_COLUMNS[0], STEPS, RECORD)])
-        return sink.getvalue().to_pybytes()
+        if not self._begun():
+            return False
+        keys = [self.fresh[rel][0] if rel in self.fresh else self.entries[rel][0] for rel in rels]
+        problems = [self.fresh[rel][1] if rel in self.fresh else self.problems[self.entries[rel][1]] for rel in rels]
+        files = [pa.array(rels, pa.string()), *(pa.array([getattr(k, n) for k in keys], pa.int64())
+                                                for n in FILE_COLUMNS[1:]), pa.array(problems, pa.string())]
+        try:
+            self._writer.write_table(pa.table([*files, *rows.columns], schema=_schema()))
+        except (OSError, pa.ArrowException):
+            self._failed = True
+            self.abort()
+            return False
+        return True
 
 
 def _say_damaged(path: Path, why: str) -> None:

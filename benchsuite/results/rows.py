@@ -196,8 +196,18 @@ class Rows:
         if self._more is not None:
             self.table = self.table.drop_columns([n for n in names if self.table.schema.get_field_index(n) >= 0])
 
+    def let_go_records(self) -> None:
+        """The records' blobs let go where the index file holds them and nothing here reads them back (rows
+        made by a read, appended to the index being written): a record asked for meanwhile is read from its
+        file (store.Loaded.record)."""
+        self.table = self.table.drop_columns([RECORD])
+        self._blobs = None
+
     def record(self, at: int) -> Record | None:
-        """The record of row `at`; None when its blob does not decode (the reader reads its file instead)."""
+        """The record of row `at`; None when its blob does not decode, or is let go (the reader reads its
+        file instead)."""
+        if self._more is None and self.table.schema.get_field_index(RECORD) < 0:
+            return None
         try:
             return record_of_blob(self.blob(at))
         except (msgspec.DecodeError, msgspec.ValidationError, TypeError) as e:
@@ -210,6 +220,8 @@ class Rows:
     def blob(self, at: int) -> memoryview | None:
         """Row `at`'s record blob, a view of the column's own buffer (no copy: a reader of every record of a
         large folder would otherwise copy each)."""
+        if self._more is None and self.table.schema.get_field_index(RECORD) < 0:
+            return None  # (let go)
         if self._blobs is None:
             import numpy as np
 

@@ -259,48 +259,53 @@ def _load_records(path: Path, exclude: list[Path], only: Selection | None) -> li
     seen: dict[str, list[Loaded]] = {}  # record id -> the records of that id read so far
     files: set[str] = set()  # the files' paths relative to the folder, as the index names them
     decoded: dict[str, Loaded] = {}  # the files decoded now, by relative path (with an index)
-    pending: list[tuple[Loaded, dict]] = []  # decoded (and as plain values), their rows not made yet
+    pending: list[tuple[str, Loaded, dict]] = []  # decoded (and as plain values), their rows not made yet
     ids = _IndexIds(index)
-    for p, problem in entries:
-        try:
-            if problem:
-                raise RecordError(problem)
-            rel = _relative(p, path) if index is not None else None
-            files.add(rel)
-            key = _key(p) if index is not None else None
-            at = index.hit(rel, key) if index is not None else None
-            if at is not None:  # this very file is in the index: its row, its record decoded only when asked for
-                if index.problems[at] is not None:
-                    raise RecordError(index.problems[at])
-                if only is not None and not only.admits(*ids.filtered(at)):
-                    continue
-                one, ident = Loaded(None, p, index.rows, at), ids.run_key_and_repeat(at)
-            else:
-                one, plain = _decoded(p, rel, key, index)
-                ident = (one.record.run_key, one.record.repeat)
-                kept = only is None or only.admits(one.record.suite, one.record.workload, one.record.started_at)
-                if index is not None:
-                    decoded[rel] = one
-                    pending.append((one, plain))
-                    if len(pending) == BATCH:
-                        _with_rows(*map(list, zip(*pending)), release=True)
-                        pending = []
-                if not kept:
-                    continue
-            same_id = seen.setdefault(record_id(*ident), [])
-            check_not_a_copy(one, same_id, *ident)
-        except RecordError as e:
-            warnings.warn(f"skipping {p}: {e}", stacklevel=3)  # (the caller of load_records)
-            continue
-        same_id.append(one)
-        records.append(one)
+    try:
+        for p, problem in entries:
+            try:
+                if problem:
+                    raise RecordError(problem)
+                rel = _relative(p, path) if index is not None else None
+                files.add(rel)
+                key = _key(p) if index is not None else None
+                at = index.hit(rel, key) if index is not None else None
+                if at is not None:  # this very file is in the index: its row, its record decoded only when asked for
+                    if index.problems[at] is not None:
+                        raise RecordError(index.problems[at])
+                    if only is not None and not only.admits(*ids.filtered(at)):
+                        continue
+                    one, ident = Loaded(None, p, index.rows, at), ids.run_key_and_repeat(at)
+                else:
+                    one, plain = _decoded(p, rel, key, index)
+                    ident = (one.record.run_key, one.record.repeat)
+                    kept = only is None or only.admits(one.record.suite, one.record.workload, one.record.started_at)
+                    if index is not None:
+                        decoded[rel] = one
+                        pending.append((rel, one, plain))
+                        if len(pending) == BATCH:
+                            _indexed_rows(pending, index)
+                            pending.clear()
+                    if not kept:
+                        continue
+                same_id = seen.setdefault(record_id(*ident), [])
+                check_not_a_copy(one, same_id, *ident)
+            except RecordError as e:
+                warnings.warn(f"skipping {p}: {e}", stacklevel=3)  # (the caller of load_records)
+                continue
+            same_id.append(one)
+            records.append(one)
+        if index is not None and pending:
+            _indexed_rows(pending, index)
+    except BaseException:  # (a read stopped part-way: the index left as it was)
+        if index is not None:
+            index.abort()
+        raise
     if index is not None:
-        if pending:
-            _with_rows(*map(list, zip(*pending)), release=True)
         if not exclude:  # (files under an excluded folder are still there: their entries stay)
             index.keep_only(files)
         if index.changed:
-            index.write({rel: (one.rows, one.at) for rel, one in decoded.items()})
+            index.write()
             for rel, one in decoded.items():  # written: each row read from the index, the rows made let go
                 if rel in index.entries:
                     one.rows, one.at = index.rows, index.entries[rel][1]
@@ -331,15 +336,24 @@ class _IndexIds:
         return self._column("run_key")[at], self._column("repeat")[at]
 
 
-def _with_rows(ones: list[Loaded], plain: list[dict] | None = None, release: bool = False) -> None:
+def _with_rows(ones: list[Loaded], plain: list[dict] | None = None) -> Rows:
     """Makes the rows of records decoded now at once (rows.rows_table; plain: the records as plain values,
-    when at hand), each Loaded pointed at its own; with release, the typed records are let go (their rows
-    hold them)."""
+    when at hand), each Loaded pointed at its own."""
     fresh = Rows(rows_table([one.record for one in ones], plain))
     for at, one in enumerate(ones):
         one.rows, one.at = fresh, at
-        if release:
-            one._record = None
+    return fresh
+
+
+def _indexed_rows(pending: list[tuple[str, Loaded, dict]], index: FolderIndex) -> None:
+    """The rows of a batch of records decoded now, made and appended to the index being written; the typed
+    records let go (their rows hold them), and their blobs too once the index file holds them."""
+    rels, ones, plain = map(list, zip(*pending))
+    fresh = _with_rows(ones, plain)
+    for one in ones:
+        one._record = None
+    if index.append(fresh, rels):
+        fresh.let_go_records()
 
 
 def _relative(p: Path, folder: Path) -> str:
@@ -406,8 +420,15 @@ FIGURES = ("duration_s", "tokens_per_s", "mfu", "step_time_median_s", "step_time
 def row_columns(records: list[Loaded], names: list[str]) -> pa.Table:
     """Columns of the records' rows (rows.table_schema), one row per record in their order: taken from the
     tables the rows are in (an index's: nothing is decoded), made for the records that have none yet."""
-    import pyarrow as pa
+    if not records:
+        return table_schema().empty_table().select(names)
+    parts, positions = _row_sources(records)
+    return _taken(parts, names, positions)
 
+
+def _row_sources(records: list[Loaded]) -> tuple[list[Rows], list[int]]:
+    """The tables the records' rows are in (rows made now for the records that have none), and each record's
+    row in those tables put end to end."""
     tables: dict[int, tuple[int, Rows]] = {}  # id(rows) -> (its offset in the tables put end to end, rows)
     rowless = [one for one in records if one.rows is None]
     if rowless:
@@ -418,10 +439,14 @@ def row_columns(records: list[Loaded], names: list[str]) -> pa.Table:
             tables[id(one.rows)] = (offset, one.rows)
             offset += len(one.rows.table)
         positions.append(tables[id(one.rows)][0] + one.at)
-    if not tables:
-        return table_schema().empty_table().select(names)
-    parts = [rows.columns(names) for _, rows in tables.values()]
-    return taken(parts[0] if len(parts) == 1 else pa.concat_tables(parts), positions)
+    return [rows for _, rows in tables.values()], positions
+
+
+def _taken(parts: list[Rows], names: list[str], positions) -> pa.Table:
+    import pyarrow as pa
+
+    tables = [rows.columns(names) for rows in parts]
+    return taken(tables[0] if len(tables) == 1 else pa.concat_tables(tables), positions)
 
 
 def dataframe_of(records: list[Loaded], columns: list[str] | None = None) -> pd.DataFrame:
@@ -433,18 +458,20 @@ def dataframe_of(records: list[Loaded], columns: list[str] | None = None) -> pd.
         import pandas as pd
 
         return pd.DataFrame()
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
     from pandas.errors import PerformanceWarning
 
     names = row_schema().names if columns is None else list(dict.fromkeys([*ORDER, *columns]))
     with cyclic_gc_paused():
-        table = row_columns(records, names)
-        table = table.append_column("path", pa.array([str(one.path) if one.path else None for one in records],
-                                                     pa.string()))
-        table = table.append_column("rec", pa.array(range(len(records)), pa.int64()))
-        # sorted before it is a DataFrame: one take of each column in Arrow (pandas would take each in turn)
-        table = table.take(pc.sort_indices(table.select(ORDER), [(c, "ascending") for c in ORDER]))
+        parts, positions = _row_sources(records)
+        # sorted before it is a DataFrame, on the sort's columns alone: then one take of each column in Arrow,
+        # from the rows where they are (an index's rows are in the order their files were written)
+        order = pc.sort_indices(_taken(parts, list(ORDER), positions), [(c, "ascending") for c in ORDER])
+        table = _taken(parts, names, np.asarray(positions)[order.to_numpy()].tolist())
+        paths = pa.array([str(one.path) if one.path else None for one in records], pa.string())
+        table = table.append_column("path", paths.take(order)).append_column("rec", order.cast(pa.int64()))
         for rows in {id(one.rows): one.rows for one in records}.values():
             rows.let_go(names)
         at = table.schema.get_field_index("flags")
