@@ -398,3 +398,24 @@ def test_json_output_is_written_as_it_is_encoded_and_equals_one_dump(monkeypatch
     print_json(doc)
     assert len(writes) > 1000
     assert "".join(writes) == json.dumps({**doc, "bad": None}, indent=2) + "\n"
+
+
+def test_json_is_written_item_by_item_as_the_standard_library_writes_it_whole(capsys):
+    """print_json streams each item of a list or iterator that no list holds; its text is json.dumps(indent=2)'s
+    of the same document (ASCII escapes, number text), a non-finite figure null, a numpy scalar its value."""
+    import numpy as np
+
+    from benchsuite.commands.common import print_json
+
+    def doc(lazy: bool):
+        runs = [{"label": "dense · w2", "tok/s": 1e16, "mfu": 2.5e-07, "n": np.int64(3), "bad": float("nan"),
+                 "seeds": [0, 1], "none": {}} for _ in range(3)]
+        return {"runs": iter(runs) if lazy else runs, "verdicts": {"pairs": iter([]) if lazy else [], "claims": [[]],
+                "method": "t"}, "empty": {}, "n": 2}
+
+    print_json(doc(lazy=True))
+    plain = json.loads(json.dumps(doc(lazy=False), default=lambda v: v.item()).replace("NaN", "null"))
+    assert capsys.readouterr().out == json.dumps(plain, indent=2) + "\n"
+    for top in ([], {}, [1, [2, {}]], "x"):
+        print_json(top)
+        assert capsys.readouterr().out == json.dumps(top, indent=2) + "\n"

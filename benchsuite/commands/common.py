@@ -10,9 +10,11 @@ import math
 import os
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import msgspec
 from rich.console import Console
 
 from benchsuite.config import MAX_RUNS
@@ -112,13 +114,52 @@ def check_repeat(suite, repeat: int) -> None:
 
 
 def print_json(doc) -> None:
-    """The verb's one JSON document on stdout: strict JSON, a figure that overflowed float range null. Written as
-    it is encoded (a report of 100,000 runs is never one string in memory; a reader piping it sees it start)."""
+    """The verb's one JSON document on stdout, as json.dumps(indent=2) writes it (strict, ASCII), a figure that
+    overflowed float range null. Written as it is made: each item of a list or an iterator that no list holds
+    (a report's runs, its verdicts' pairs) encoded and written in turn, so that a report of 100,000 runs is
+    never one document in memory, as values or as text, and a reader piping it sees it start."""
+    _write_items(doc, 0, sys.stdout.write)
+    sys.stdout.write("\n")
+
+
+def _write_items(value, depth: int, write) -> None:
+    """A dict key by key and a list or iterator an item at a time (each item whole), anything else whole, at
+    this depth of indentation."""
+    pad = "\n" + "  " * depth
+    if isinstance(value, dict) and value:
+        for i, (key, v) in enumerate(value.items()):
+            write(("{" if not i else ",") + pad + "  " + json.dumps(str(key)) + ": ")
+            _write_items(v, depth + 1, write)
+        write(pad + "}")
+    elif isinstance(value, (list, tuple, Iterator)):
+        empty = True
+        for item in value:
+            write(("[" if empty else ",") + pad + "  " + _json_text(item, depth + 1))
+            empty = False
+        write("[]" if empty else pad + "]")
+    else:
+        write(_json_text(value, depth))
+
+
+def _json_text(value, depth: int) -> str:
+    """One value's indented JSON: encoded compact by the standard library's C encoder (its numbers' and
+    escapes' text), laid out by msgspec (whitespace alone); a value with a non-finite figure or an odd key
+    made plain first (finite_or_none)."""
     from benchsuite.record.sanity import finite_or_none
 
-    for chunk in json.JSONEncoder(indent=2, allow_nan=False).iterencode(finite_or_none(doc, str)):
-        sys.stdout.write(chunk)
-    sys.stdout.write("\n")
+    try:
+        text = _COMPACT.encode(value)
+    except (ValueError, TypeError):
+        text = _COMPACT.encode(finite_or_none(value, str))
+    return msgspec.json.format(text, indent=2).replace("\n", "\n" + "  " * depth)
+
+
+def _plain(v):
+    """What the JSON encoder cannot write: a numpy or pandas scalar as its Python value, anything else as text."""
+    return v.item() if hasattr(v, "item") else str(v)
+
+
+_COMPACT = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=_plain)
 
 
 def overflowed(doc: dict, prefix: str = "") -> list[str]:

@@ -9,6 +9,7 @@ dashboard, load_runs() and compare from the same model.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -163,24 +164,31 @@ def plain(v):
     return (v.item() if hasattr(v, "item") else v) if present(v) else None
 
 
-def report_rows(results: Results) -> list[dict]:
-    """The report as plain dicts (for --json): one per run, unformatted, nulls as None, with `per_seed`
-    (each seed's medians over its repeats) and `records` (the name of each record)."""
+def report_rows(results: Results) -> Iterator[dict]:
+    """The report as plain dicts (for --json), one per run, made as they are read: unformatted, nulls as None,
+    with `per_seed` (each seed's medians over its repeats) and `records` (the name of each record)."""
     runs = results.runs
     if runs.empty:
-        return []
-    rows = []
-    by_run = results.df.groupby("identity").indices  # each run's record rows, found once
-    for r in runs.reindex(columns=JSON_COLUMNS).to_dict("records"):
-        row = {k: plain(v) for k, v in r.items()}
-        seeds = results.per_seed.loc[r["identity"]] if r["status"] == "ok" else None
-        row["per_seed"] = [] if seeds is None else [
-            {"seed": int(seed), **{k: plain(v) for k, v in vals.items()}}
-            for seed, vals in seeds.reindex(columns=SEED_COLUMNS).iterrows()]
-        mine = results.df.iloc[by_run[r["identity"]]]
-        row["records"], row["run_keys"] = sorted(mine["record_name"]), sorted(set(mine["run_key"]))
-        rows.append(row)
-    return rows
+        return
+    per_seed = results.per_seed.reindex(columns=SEED_COLUMNS)
+    seeds_of: dict[str, list[dict]] = {}  # identity -> its seeds' rows (each run's found once, not a lookup each)
+    for (identity, seed), *values in zip(per_seed.index, *(per_seed[c].tolist() for c in SEED_COLUMNS)):
+        seeds_of.setdefault(identity, []).append({"seed": int(seed),
+                                                  **{k: plain(v) for k, v in zip(SEED_COLUMNS, values)}})
+    names: dict[str, list[str]] = {}  # identity -> its records' names, and run keys
+    keys: dict[str, set[str]] = {}
+    for identity, name, key in zip(results.df["identity"], results.df["record_name"], results.df["run_key"]):
+        names.setdefault(identity, []).append(name)
+        keys.setdefault(identity, set()).add(key)
+    for start in range(0, len(runs), JSON_BATCH):  # (a run's row as a dict: a few thousand at a time)
+        for r in runs.iloc[start:start + JSON_BATCH].reindex(columns=JSON_COLUMNS).to_dict("records"):
+            row = {k: plain(v) for k, v in r.items()}
+            row["per_seed"] = seeds_of.get(r["identity"], []) if r["status"] == "ok" else []
+            row["records"], row["run_keys"] = sorted(names[r["identity"]]), sorted(keys[r["identity"]])
+            yield row
+
+
+JSON_BATCH = 2000
 
 
 TEXT_HEADERS = ("suite", "workload", "scaling", "status", "router", "source", "intensity source", "schedule",
@@ -335,7 +343,8 @@ def section_rows(results: Results, columns: list[tuple[str, str, str]], when: st
     if when not in df:
         return []
     cols = ["identity", "label", "run_key", "seed", "world_size"] + [c for _, c, _ in columns]
-    part = df.loc[df[when].notna(), [c for c in dict.fromkeys(cols) if c in df]].reindex(columns=list(dict.fromkeys(cols)))
+    cols = list(dict.fromkeys(cols))
+    part = df.loc[df[when].notna(), [c for c in cols if c in df]].reindex(columns=cols)
     return [{k: plain(v) for k, v in r.items()} for r in part.to_dict("records")]
 
 
