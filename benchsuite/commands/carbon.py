@@ -199,7 +199,8 @@ def project(args) -> int:
             intensity = carbon.lookup(args.intensity, args.country, args.region)
         except ValueError as e:
             raise UsageError(str(e)) from None
-    rows = [_run_projection(results, row, args, intensity) for row in results.ok_runs.to_dict("records")]
+    runs = results.ok_runs[["identity", "label", "suite", "workload", "world_size", "seeds"]]  # (its head's columns)
+    rows = [_run_projection(results, row, args, intensity) for row in runs.to_dict("records")]
     if args.json:
         print_json(rows)
         return 0

@@ -291,9 +291,11 @@ def project_from_record(record: dict, tokens: float, devices: int | None = None,
     record's metrics.tokens_per_s_per_device. PUE, intensity and the parts' [carbon] keys (`parts` overrides
     them by key) default to the record's. A record whose
     inputs the sanity guard flagged (record/sanity.py) is refused with the flag's reason: a projection
-    scales a wrong figure by millions of tokens."""
+    scales a wrong figure by millions of tokens. (A record read by a reader carries its flags, judged on
+    reading; a document without any is judged here.)"""
     inputs = _projection_inputs(pue is not None, intensity is not None)
-    flags = [f for f in (record.get("flags") or sanity_flags(record)) if isinstance(f, dict)
+    judged = record.get("flags")
+    flags = [f for f in (judged if isinstance(judged, list) else sanity_flags(record)) if isinstance(f, dict)
              and str(f.get("field", "")).startswith(inputs)]
     if flags:
         raise ValueError(f"flagged input {flags[0]['field']} = {flags[0].get('value')}: {flags[0].get('reason')}; "
