@@ -401,7 +401,10 @@ def ok_record_ids(path: str | Path) -> set[str]:
         return set()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return {record_id(r.record.run_key, r.record.repeat) for r in load_records(path) if r.record.status == "ok"}
+        loaded = load_records(path)
+    ids = row_columns(loaded, ["run_key", "repeat", "status"]).to_pydict()  # (the rows' columns: no record decoded)
+    return {record_id(key, repeat) for key, repeat, status in zip(ids["run_key"], ids["repeat"], ids["status"])
+            if status == "ok"}
 
 
 def flatten(one: Loaded) -> dict:
