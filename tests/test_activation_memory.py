@@ -13,14 +13,11 @@ without and with selective recompute (one gloo spawn at world 2); so are the byt
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 import torch
 
 from benchsuite.config import ModelConfig, TrainConfig
-from helpers import spawn
+from helpers import spawn_gather
 
 CFG = ModelConfig(layers=2, hidden=64, heads=4, vocab=64, seq_len=32, ffn_hidden=256)  # GPT-2 block
 B = 2
@@ -101,7 +98,7 @@ def test_selective_recompute_stores_what_the_formula_says_in_one_process():
     assert not check(measured), "\n".join(check(measured))
 
 
-def _rank(rank: int, world: int, out_dir: str) -> None:
+def _rank(rank: int, world: int) -> list:
     import torch.distributed as dist
 
     from benchsuite.dist import shutdown
@@ -109,14 +106,13 @@ def _rank(rank: int, world: int, out_dir: str) -> None:
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
     results = [[list(layout), measure(*layout, rank=rank)] for layout in LAYOUTS if layout[0] == world]
-    (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(results))
     shutdown()
+    return results
 
 
 @pytest.mark.procs
-def test_sequence_parallel_and_selective_recompute_store_what_the_formula_says(tmp_path):
-    spawn(_rank, 2, str(tmp_path))
-    for rank in range(2):
-        measured = {tuple(layout): got for layout, got in json.loads((tmp_path / f"rank{rank}.json").read_text())}
+def test_sequence_parallel_and_selective_recompute_store_what_the_formula_says():
+    for rank, results in enumerate(spawn_gather(_rank, 2)):
+        measured = {tuple(layout): got for layout, got in results}
         failures = check(measured)
         assert not failures, f"rank {rank}:\n" + "\n".join(failures)

@@ -28,9 +28,6 @@ the stage split and the per-rank parameter counts.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -38,7 +35,7 @@ from msgspec.structs import replace
 
 from benchsuite.config import (CarbonConfig, ConfigError, EnergyConfig, ModelConfig, MoEConfig, ParallelConfig,
                                RunConfig, TrainConfig)
-from helpers import spawn
+from helpers import spawn_gather
 from helpers.parallel import clean_name, full, rel
 
 CFG = ModelConfig(layers=4, hidden=16, heads=2, vocab=32, seq_len=8, ffn_hidden=32)
@@ -229,7 +226,7 @@ def train_and_compare(rank: int, run: RunConfig) -> dict:
     return out
 
 
-def _rank(rank: int, world: int, out_dir: str) -> None:
+def _rank(rank: int, world: int) -> dict:
     import torch.distributed as dist
 
     from benchsuite.dist import shutdown
@@ -239,16 +236,15 @@ def _rank(rank: int, world: int, out_dir: str) -> None:
     results = {}
     for name, spec in CASES.items():
         results[name] = train_and_compare(rank, make_run(*spec))
-    (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(results))
     shutdown()
+    return results
 
 
 @pytest.mark.procs
-def test_moe_layouts_match_single_process(tmp_path):
+def test_moe_layouts_match_single_process():
     from benchsuite.models.transformer import build_model
 
-    spawn(_rank, WORLD, str(tmp_path))
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    ranks = spawn_gather(_rank, WORLD)
     for name, (parallel, moe, *model) in CASES.items():
         run = make_run(parallel, moe, *model)
         all_names = {n for n, _ in build_model(run.model, moe).named_parameters(remove_duplicate=False)}

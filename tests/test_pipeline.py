@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import re
 from msgspec.structs import replace
-from pathlib import Path
 
 import pytest
 import torch
@@ -26,7 +25,7 @@ import torch.nn.functional as F
 from benchsuite.config import (CarbonConfig, ConfigError, EnergyConfig, ModelConfig, ParallelConfig, RunConfig,
                                TrainConfig, parse_suite)
 from benchsuite.dist import shutdown
-from helpers import run_cli, spawn, write_suite
+from helpers import run_cli, spawn_gather, write_suite
 
 CFG = ModelConfig(layers=8, hidden=16, heads=2, vocab=32, seq_len=8, ffn_hidden=32)
 LLAMA = replace(CFG, heads=4, kv_heads=2, activation="swiglu", norm="rmsnorm", position="rope")
@@ -153,7 +152,7 @@ def train_and_compare(run: RunConfig, ctx) -> dict:
     return out
 
 
-def _rank(rank: int, world: int, out_dir: str) -> None:
+def _rank(rank: int, world: int) -> dict:
     import torch.distributed as dist
 
     dist.init_process_group("gloo")
@@ -162,16 +161,15 @@ def _rank(rank: int, world: int, out_dir: str) -> None:
     for name, spec in CASES.items():
         run = make_run(*spec)
         results[name] = train_and_compare(run, make_ctx(rank, run))
-    (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(results))
     shutdown()
+    return results
 
 
 @pytest.mark.procs
-def test_pipeline_matches_single_process(tmp_path):
+def test_pipeline_matches_single_process():
     from benchsuite.metrics.memory import params_per_pipeline_rank
     from benchsuite.models.transformer import build_model
-    spawn(_rank, WORLD, str(tmp_path))
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    ranks = spawn_gather(_rank, WORLD)
     for name, spec in CASES.items():
         run = make_run(*spec)
         all_names = {n for n, _ in build_model(run.model).named_parameters()}

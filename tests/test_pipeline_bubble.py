@@ -16,16 +16,14 @@ taking turns. (D is 1 s: on a shared 2-core box a woken rank can wait tens of ms
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
-from pathlib import Path
 
 import pytest
 import torch
 
 from benchsuite.config import CarbonConfig, EnergyConfig, ModelConfig, ParallelConfig, RunConfig, TrainConfig
-from helpers import spawn
+from helpers import spawn_gather
 
 WORLD, PP, M, ROUNDS, DELAY_S = 4, 4, 4, 3, 1.0
 CFG = ModelConfig(layers=8, hidden=16, heads=2, vocab=32, seq_len=8, ffn_hidden=32)
@@ -117,7 +115,7 @@ def measure(schedule: str, virtual: int, rank: int) -> dict:
     return out
 
 
-def _rank(rank: int, world: int, out_dir: str) -> None:
+def _rank(rank: int, world: int) -> dict:
     import torch.distributed as dist
 
     from benchsuite.dist import shutdown
@@ -125,14 +123,13 @@ def _rank(rank: int, world: int, out_dir: str) -> None:
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
     results = {name: measure(name, virtual, rank) for name, virtual in SCHEDULES.items()}
-    (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(results))
     shutdown()
+    return results
 
 
 @pytest.mark.procs
-def test_every_rank_idles_the_injected_delay_up_to_the_flush(tmp_path):
-    spawn(_rank, WORLD, str(tmp_path))
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
+def test_every_rank_idles_the_injected_delay_up_to_the_flush():
+    ranks = spawn_gather(_rank, WORLD)
     failures = []
     for schedule in SCHEDULES:
         for name, (stage, _, _) in PLACEMENTS.items():

@@ -18,7 +18,6 @@ architectures every matrix split over the ranks and the norms and row-parallel b
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 
 import pytest
@@ -28,7 +27,7 @@ from msgspec.structs import replace
 
 from benchsuite.config import ConfigError, RunConfig, parse_suite
 from benchsuite.dist import shutdown
-from helpers import spawn
+from helpers import spawn_gather
 from helpers.parallel import CFG, MB, STEPS, GradCapture, clean_name, full, global_batch, make_ctx, make_run, rel
 
 TOL = 1e-5
@@ -104,7 +103,7 @@ def train_and_compare(rank: int, world: int, run: RunConfig, ctx) -> dict:
     return out
 
 
-def _rank(rank: int, world: int, cases: list, out_dir: str, device: str = "cpu") -> None:
+def _rank(rank: int, world: int, cases: list, device: str = "cpu") -> dict:
     import torch.distributed as dist
 
     if device == "cuda":
@@ -119,8 +118,8 @@ def _rank(rank: int, world: int, cases: list, out_dir: str, device: str = "cpu")
         ctx = make_ctx(rank, world, dp, tp, device=device)
         ctx.dims = dataclasses.replace(ctx.dims, sequence_parallel=run.parallel.sequence_parallel)
         results[name] = train_and_compare(rank, world, run, ctx)
-    (__import__("pathlib").Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(results))
     shutdown()  # collects FSDP2/mesh cycles first: no gloo abort at exit
+    return results
 
 
 SP = {"sequence_parallel": True}
@@ -136,24 +135,22 @@ CASES = {  # name: (dp, tp, model keys, other keys: recompute, sequence_parallel
 
 @pytest.mark.procs
 @pytest.mark.parametrize("world", [2, 4])
-def test_tensor_parallel_matches_single_process(world, tmp_path):
-    spawn(_rank, world, CASES[world], str(tmp_path))
-    assert_matches_reference(tmp_path, world, CASES[world], TOL)
+def test_tensor_parallel_matches_single_process(world):
+    assert_matches_reference(spawn_gather(_rank, world, CASES[world]), CASES[world], TOL)
 
 
 @pytest.mark.procs
 @pytest.mark.cuda
-def test_tensor_parallel_on_one_gpu_with_gloo(tmp_path):
+def test_tensor_parallel_on_one_gpu_with_gloo():
     """TP 2 with both ranks on the one GPU over gloo (the harness's layout when ranks outnumber GPUs):
     the DTensor collectives on CUDA tensors, against the reference on the same GPU. cuBLAS picks other fp32
     kernels for the sharded shapes than for the whole ones, hence 1e-4; a wrong shard is off by > 1e-2."""
-    spawn(_rank, 2, CASES[2], str(tmp_path), "cuda")
-    assert_matches_reference(tmp_path, 2, CASES[2], 1e-4)
+    assert_matches_reference(spawn_gather(_rank, 2, CASES[2], "cuda"), CASES[2], 1e-4)
 
 
-def assert_matches_reference(out_dir, world: int, cases: list, tol: float) -> None:
-    for rank in range(world):
-        results = json.loads((out_dir / f"rank{rank}.json").read_text())
+def assert_matches_reference(ranks: list, cases: list, tol: float) -> None:
+    world = len(ranks)
+    for rank, results in enumerate(ranks):
         for name, dp, tp, model, keys in cases:
             r = results[name]
             where = f"{name} rank {rank}"

@@ -14,7 +14,6 @@ group), its Ψ counted on the model (metrics.memory and metrics.comm count the G
 
 from __future__ import annotations
 
-import json
 from msgspec.structs import replace
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import torch
 
 from benchsuite.config import ConfigError, ModelConfig, parse_suite
 from benchsuite.dist import shutdown
-from helpers import spawn
+from helpers import spawn_gather
 from helpers.parallel import GradCapture, clean_name, full, global_batch, make_ctx, make_run, rel
 
 STEPS, TOL = 3, 1e-5
@@ -82,7 +81,7 @@ def trained_reference(model: ModelConfig, world: int) -> dict:
     return {n: p.detach() for n, p in ref.named_parameters()}
 
 
-def _rank(rank: int, world: int, out_dir: str) -> None:
+def _rank(rank: int, world: int) -> dict:
     import torch.distributed as dist
 
     dist.init_process_group("gloo")
@@ -92,8 +91,8 @@ def _rank(rank: int, world: int, out_dir: str) -> None:
     results = {str(stage): _stage(rank, world, stage, ref_params, mesh) for stage in (0, 1, 2, 3)}
     if world == 2:
         results["3_llama_tied"] = _stage(rank, world, 3, trained_reference(LLAMA_TIED, world), mesh, LLAMA_TIED)
-    (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(results))
     shutdown()  # collects FSDP2/mesh cycles first: no gloo abort at exit
+    return results
 
 
 IMPL = {"0": "DistributedDataParallel", "1": "ZeroRedundancyOptimizer", "2": "reshard_after_forward=False",
@@ -109,10 +108,9 @@ COMM_RATIO = {"0": (0.98, 1.05), "1": (1.3, 1.6), "2": (0.98, 1.05), "3": (0.95,
 
 @pytest.mark.procs
 @pytest.mark.parametrize("world", [2, 4])
-def test_zero_stages_match_single_process_and_memory_formula(world, tmp_path):
-    spawn(_rank, world, str(tmp_path))
-    for rank in range(world):
-        results = json.loads((tmp_path / f"rank{rank}.json").read_text())
+def test_zero_stages_match_single_process_and_memory_formula(world):
+    ranks = spawn_gather(_rank, world)
+    for rank, results in enumerate(ranks):
         assert ("3_llama_tied" in results) == (world == 2)
         for key, r in results.items():
             stage, where = key.split("_")[0], f"{key}, world {world}, rank {rank}"
@@ -137,13 +135,13 @@ def test_zero_stages_match_single_process_and_memory_formula(world, tmp_path):
                 ratio = r["comm"]["total_bytes"] / r["paper_comm"]
                 assert lo <= ratio <= hi, f"{where}: comm volume {ratio:.3f}× the paper's"
     # stage 3 holds about 1/N of DDP's model state; stage 1 and 2 fall in between
-    r0 = json.loads((tmp_path / "rank0.json").read_text())
+    r0 = ranks[0]
     totals = [r0[s]["measured"]["total"] for s in ("0", "1", "2", "3")]
     assert totals[0] > totals[1] > totals[3] and totals[0] > totals[2] > totals[3]
     assert abs(totals[3] * world / totals[0] - 1) < 0.05
 
 
-def _zero3_bf16_rank(rank: int, world: int, out_dir: str, device: str = "cuda") -> None:
+def _zero3_bf16_rank(rank: int, world: int, device: str = "cuda") -> dict:
     """ZeRO-3 (FSDP2) with bf16 autocast, both ranks on the one GPU over gloo, beside the model on the
     same GPU trained on the concatenated batch: the loss and every gradient of the first step, and
     the parameters after STEPS steps."""
@@ -184,20 +182,18 @@ def _zero3_bf16_rank(rank: int, world: int, out_dir: str, device: str = "cuda") 
         ref_opt.zero_grad(set_to_none=True)
     ref_params = dict(ref.named_parameters())
     out["params"] = max(rel(full(p), ref_params[clean_name(n)]) for n, p in par.model.named_parameters())
-    (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(out))
     shutdown()
+    return out
 
 
 @pytest.mark.procs
 @pytest.mark.cuda
-def test_zero3_bf16_on_one_gpu_matches_the_unsharded_model(tmp_path):
+def test_zero3_bf16_on_one_gpu_matches_the_unsharded_model():
     """FSDP2's gathers and reduce-scatters on CUDA tensors (gloo: NCCL needs a GPU per rank), bf16
     compute as a GPU run has it. bf16 rounding differs between the sharded and the whole batch's
     kernels (on CPU: loss 4e-6, gradients 3e-3, parameters after 3 steps 4e-3); a gradient left unreduced,
     a wrong shard or a skipped update is off by > 0.1 (a zero-initialised bias not updated: 1.0)."""
-    spawn(_zero3_bf16_rank, 2, str(tmp_path))
-    for rank in range(2):
-        r = json.loads((tmp_path / f"rank{rank}.json").read_text())
+    for rank, r in enumerate(spawn_gather(_zero3_bf16_rank, 2)):
         assert "reshard_after_forward=True" in r["impl"] and r["sharded"], r
         assert r["loss"] <= 5e-3 and r["grads"] <= 3e-2 and r["params"] <= 2e-2, f"rank {rank}: {r}"
 

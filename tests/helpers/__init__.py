@@ -1,6 +1,6 @@
 """Helpers shared by the test modules (one place: a test module never imports another): write a suite,
-run the CLI, find stray processes, spawn ranks, read the dashboard's runs table. Themed ones live beside:
-records, launcher, parallel, escaping, meters."""
+run the CLI, find stray processes, spawn ranks and gather their results, read the dashboard's runs table.
+Themed ones live beside: records, launcher, parallel, escaping, meters."""
 
 from __future__ import annotations
 
@@ -85,6 +85,29 @@ def spawn(fn, world: int, *args) -> None:
     import torch.multiprocessing as mp
 
     mp.spawn(_spawn_entry, args=(world, free_port(), fn, args), nprocs=world, join=True)
+
+
+def _gather_entry(rank, world, out_dir, fn, *args):
+    result = fn(rank, world, *args)
+    (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(result))
+
+
+def spawn_gather(fn, world: int, *args) -> list:
+    """Run fn(rank, world, *args) as `spawn` does and return each rank's return value, in rank order.
+
+    The values travel as JSON through a temporary folder (ranks are separate processes), so they come
+    back as JSON makes them: tuples as lists, dict keys as strings. A rank that returned nothing fails
+    here, by name, rather than as a missing file further down the test."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="spawn_gather_") as out_dir:
+        spawn(_gather_entry, world, out_dir, fn, *args)
+        paths = [Path(out_dir) / f"rank{rank}.json" for rank in range(world)]
+        missing = [rank for rank, path in enumerate(paths) if not path.exists()]
+        if missing:
+            raise AssertionError(f"rank {', '.join(map(str, missing))} of {world} returned no result from "
+                                 f"{fn.__name__}: it ended before the function returned (see its output above)")
+        return [json.loads(path.read_text()) for path in paths]
 
 
 def runs_rows(site: Path) -> list:
