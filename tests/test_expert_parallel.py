@@ -14,16 +14,13 @@ a single process reaches from every rank's load. One spawned group per world siz
 runs all its cases.
 """
 
-import tempfile
-from msgspec.structs import replace
-from pathlib import Path
-
+import msgspec
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
+from msgspec.structs import replace
 from torch.testing import assert_close
 
 from benchsuite.config import ModelConfig, MoEConfig
@@ -35,9 +32,9 @@ from benchsuite.models.transformer import build_model
 from benchsuite.parallel.expert import (AllToAllMeter, Exchange, _AllToAll, all_to_all_bytes_by_step,
                                         all_to_all_seconds, apply_expert_parallel, end_all_to_all_step,
                                         ignore_expert_params_in_ddp, sync_expert_grads)
-from benchsuite.results.migrate import upgrade_v2_comm
-import msgspec
 from benchsuite.record.types import Metrics
+from benchsuite.results.migrate import upgrade_v2_comm
+from helpers import spawn
 
 TOL = dict(rtol=1e-5, atol=1e-6)
 EXPERT_PARAMS = ("w_up", "w_gate", "w_down")
@@ -274,9 +271,9 @@ def check_aux_free_bias(rank, world, device, ep):
     assert biases.any()
 
 
-def worker(rank, world, init_file, device, cases):
+def worker(rank, world, device, cases):
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    dist.init_process_group("gloo")  # (torchrun's environment variables: helpers.spawn)
     try:
         for check, *args in cases:
             check(rank, world, device, *args)
@@ -306,15 +303,10 @@ CASES = {  # check_case: (router, ep, activation, expert impl, wrapping: none | 
 }
 
 
-def spawn(world, device, cases):
-    with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(worker, args=(world, str(Path(tmp) / "init"), device, cases), nprocs=world, join=True)
-
-
 @pytest.mark.procs
 @pytest.mark.parametrize("world", [2, 4])
 def test_expert_parallel_matches_single_process(world):
-    spawn(world, "cpu", CASES[world])
+    spawn(worker, world, "cpu", CASES[world])
 
 
 @pytest.mark.procs
@@ -323,7 +315,7 @@ def test_expert_parallel_on_one_gpu_with_gloo():
     """Both ranks on one GPU over gloo (the harness's layout when ranks outnumber GPUs), fp32 (so
     padded_bmm and loop_mm: grouped_mm's CUDA kernel is bf16): fixed splits, then the dropless
     variable-split exchange with its one host read of the counts on CUDA tensors."""
-    spawn(2, "cuda", [(check_case, "switch", 2, "swiglu", "padded_bmm", "ddp"),
+    spawn(worker, 2, "cuda", [(check_case, "switch", 2, "swiglu", "padded_bmm", "ddp"),
                       (check_case, "expert_choice", 2, "gelu", "padded_bmm", "none"),
                       (check_case, "token_choice", 2, "gelu", "loop_mm", "ddp", 0.0),
                       (check_variable_exchange,), (check_dropless_layer, "loop_mm", "swiglu", 1)])
