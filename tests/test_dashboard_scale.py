@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import msgspec
@@ -14,6 +15,7 @@ import pytest
 from benchmarks.bench_dashboard import synthetic_records
 from benchsuite.results.store import load_records
 from benchsuite.dashboard import build_site
+from benchsuite.dashboard.build import MANIFEST
 from benchsuite.dashboard.data import MAX_SERIES, load
 from benchsuite.dashboard.pages import summary_pages
 from helpers import runs_rows
@@ -136,28 +138,95 @@ def test_index_size_does_not_grow_with_the_runs_table(tmp_path):
     assert len(runs_rows(tmp_path / "192")) == 192
 
 
-@pytest.mark.heavy  # in this process, a second or more: the full pass runs it, the fast tier does not
-def test_a_rebuild_renders_only_the_pages_whose_inputs_changed_and_equals_a_fresh_build(tmp_path):
-    """A team's folder gains a few records a day: a rebuild writes the pages of what changed (a new record, a
-    record replaced) and keeps the others as they are; every page then equals a fresh build's."""
-    import shutil
+def _written(site: Path) -> dict[str, tuple[int, int]]:
+    """Each file of a site with what changes whenever a build writes it (atomic_file: a new file every time)."""
+    return {p.relative_to(site).as_posix(): (p.stat().st_ino, p.stat().st_mtime_ns) for p in site.rglob("*")
+            if p.is_file()}
 
-    from benchsuite.record import write_record
-    from helpers.records import make_record
 
-    folder, site = tmp_path / "results", tmp_path / "site"
-    shutil.copytree(Path(__file__).parent / "fixtures" / "results", folder)
+@pytest.fixture()
+def indexed(tmp_path, monkeypatch):
+    """A copy of the fixture folder read through its index (store.MIN_FILES: the small folder indexed too), so each
+    record is a row with its blob, as in a team's large folder."""
+    from benchsuite.results import store
+
+    monkeypatch.setattr(store, "MIN_FILES", 0)
+    shutil.copytree(FIXTURES, tmp_path / "results")
+    return tmp_path / "results"
+
+
+def _rebuilt(folder: Path, site: Path, name: str, rec: dict) -> tuple[str, set[str]]:
+    """The run page a new record file gets, and the files written besides it, when the site is built again."""
+    before = _written(site)
+    (folder / name).write_text(json.dumps(rec))
     build_site(folder, site)
-    pages = {p: p.stat().st_mtime_ns for p in (site / "runs").glob("*.html")}
-    build_site(folder, site)  # nothing new: nothing rendered again
-    assert {p: p.stat().st_mtime_ns for p in (site / "runs").glob("*.html")} == pages
-    write_record(folder, make_record("n000000000000001", workload="newcomer"))
-    result = build_site(folder, site)
-    written = {p for p in (site / "runs").glob("*.html") if pages.get(p) != p.stat().st_mtime_ns}
-    assert written and len(written) < len(pages) / 2, sorted(p.name for p in written)
-    assert any("newcomer" in p.read_text() for p in written)
-    fresh = tmp_path / "fresh"
-    build_site(folder, fresh)
-    assert sorted(result.pages) == sorted(str(p.relative_to(fresh)) for p in fresh.rglob("*.html"))
-    for page in (fresh / "runs").glob("*.html"):
-        assert (site / "runs" / page.name).read_text() == page.read_text(), page.name
+    after = _written(site)
+    (new,) = set(after) - set(before)
+    return new, {f for f in before if after[f] != before[f]}
+
+
+@pytest.mark.heavy  # in this process, a second or more: the full pass runs it, the fast tier does not
+def test_a_rebuild_writes_the_new_records_page_the_pages_whose_run_changed_and_the_index_only(indexed, tmp_path):
+    """A team's folder gains records: a rebuild writes each new record's page, the index and the runs table, and
+    of the other run pages only those whose run's figures moved; every page then equals a fresh build's."""
+    site, fresh = tmp_path / "site", tmp_path / "fresh"
+    build_site(indexed, site)
+    before = _written(site)
+    build_site(indexed, site)  # nothing new: no run page written
+    assert {f: w for f, w in _written(site).items() if f.startswith("runs/")} == \
+        {f: w for f, w in before.items() if f.startswith("runs/")}
+    rec = json.loads((indexed / "make_dvs-dense-w2.json").read_text())
+    rec.update(repeat=1, started_at="2026-11-21T10:01:00+00:00")  # another repeat, measured alike
+    _, written = _rebuilt(indexed, site, "make_dvs-dense-w2-r1.json", rec)
+    assert {"index.html", "assets/runs.js"} <= written and not [f for f in written if f.startswith("runs/")]
+    rec.update(repeat=2, started_at="2026-11-22T10:01:00+00:00")
+    rec["metrics"]["tokens_per_s"] *= 1.3  # its run's repeats now spread: noisy, and its efficiency moves
+    faster, written = _rebuilt(indexed, site, "make_dvs-dense-w2-r2.json", rec)
+    run = load(indexed).df
+    assert {f for f in written if f.startswith("runs/")} == \
+        set(run.loc[run["run_key"] == rec["run_key"], "page"]) - {faster}  # its run's other records' pages
+    build_site(indexed, fresh)
+    files = set(_written(site)) - {MANIFEST}
+    assert {f: (site / f).read_bytes() for f in files} == {f: (fresh / f).read_bytes() for f in files}
+
+
+@pytest.mark.heavy  # in this process, a second or more: the full pass runs it, the fast tier does not
+def test_a_record_read_from_its_file_or_from_the_index_is_one_fingerprint(tmp_path, monkeypatch):
+    """A file as new as the index's racy window is read from itself (its row's blob let go with those of its batch
+    the index kept); once older, from the index: the same record, so its page is not written again."""
+    import time
+
+    from benchsuite.results import index, store
+
+    monkeypatch.setattr(store, "MIN_FILES", 0)
+    monkeypatch.setattr(index, "RACY_NS", 100_000_000)
+    folder, site = tmp_path / "results", tmp_path / "site"
+    folder.mkdir()
+    files = sorted(FIXTURES.glob("*.json"))
+    for i, f in enumerate(files):
+        if i == len(files) // 2:
+            time.sleep(0.15)  # the files after this: too new for the first build's index to keep
+        shutil.copy(f, folder / f.name)
+    build_site(folder, site)
+    before = _written(site)
+    time.sleep(0.15)
+    build_site(folder, site)  # every file read from the index now
+    assert {f: w for f, w in _written(site).items() if f.startswith("runs/")} == \
+        {f: w for f, w in before.items() if f.startswith("runs/")}
+
+
+@pytest.mark.heavy  # in this process, a second or more: the full pass runs it, the fast tier does not
+def test_a_rebuild_writes_again_the_page_of_a_record_that_changed_where_its_row_did_not(indexed, tmp_path):
+    """A step's loss is in no column of the results model: a page's fingerprint holds its record (the record's blob
+    in the folder's index), so the page of that record alone is written again."""
+    site = tmp_path / "site"
+    build_site(indexed, site)
+    before = _written(site)
+    path = indexed / "make_dvs-dense-w2.json"
+    rec = json.loads(path.read_text())
+    rec["steps"][0]["loss"] = 9.87654
+    path.write_text(json.dumps(rec))
+    build_site(indexed, site)
+    after = _written(site)
+    (page,) = [f for f in before if f.startswith("runs/") and after[f] != before[f]]
+    assert "9.8765" in (site / page).read_text(encoding="utf-8")  # its loss figure, drawn again

@@ -187,6 +187,23 @@ def test_the_quality_page_draws_each_seed_faintly_and_the_median_bold_with_its_b
     assert "no significant difference at 3 seeds" in html  # tokens 0.5× but the interval holds 1
 
 
+def test_the_pairs_over_seeds_are_the_first_pairs_with_an_interval_the_one_seed_ones_not_computed(monkeypatch):
+    """The claims page shows the pairs of two or more seeds a side: the same pairs, in the same order, as the whole
+    list filtered, without computing a ratio of one seed."""
+    from benchsuite.results import verdicts as module
+
+    recs = (seeds("dense", [1e5, 1.1e5, 1.2e5]) + seeds("sw", [5e4, 5.5e4, 6e4], router="switch")
+            + seeds("gs", [6e4, 6.6e4], router="gshard") + seeds("one", [7e4], router="switch"))
+    v = verdicts(recs)
+    over_seeds = [p for p in v.pairs if p.ratio.n >= 2]
+    assert len(over_seeds) == 18 and len(v.pairs) == 27  # sw, gs and one against dense, 9 figures each
+    computed, real = [], module.pair_ratio
+    monkeypatch.setattr(module, "pair_ratio", lambda f: computed.append(f.sparse.workload) or real(f))
+    fresh = verdicts(recs)
+    assert fresh.pairs_over_seeds(200) == over_seeds and fresh.pairs_over_seeds(5) == over_seeds[:5]
+    assert "one" not in computed
+
+
 def test_the_claims_page_names_what_is_missing_and_ranks_nothing_it_cannot():
     import plotly.graph_objects as go
 
@@ -322,11 +339,12 @@ def test_the_verdicts_read_the_models_columns_decode_no_record_and_equal_those_r
         decoded, real = [], rows.record_of_blob
         monkeypatch.setattr(rows, "record_of_blob", lambda blob: decoded.append(blob) or real(blob))
         from_columns = verdicts_of(results)
+        columns_doc = verdicts_doc(from_columns)  # (every part computed: Verdicts computes each when first read)
         assert decoded == [], folder.name
         by_records = [dataclasses.replace(g, records=list(g.records), run_facts=None, _values={})
                       for g in seed_groups(results)]
         assert len(decoded) == (results.df["status"] == "ok").sum()  # (the reference decodes every ok record)
-        assert verdicts_doc(verdicts_of_groups(by_records)) == verdicts_doc(from_columns), folder.name
+        assert verdicts_doc(verdicts_of_groups(by_records)) == columns_doc, folder.name
         monkeypatch.setattr(rows, "record_of_blob", real)
     energy = {p.suite: p.ranking for p in from_columns.pairs if p.figure == "j_per_token"}
     assert energy == {"close": Ranking.UNRESOLVABLE, "far": Ranking.LESS, "unbounded": Ranking.LESS}

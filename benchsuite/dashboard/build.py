@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,14 +119,14 @@ def read_fingerprints(site: Path) -> dict[str, str]:
         if isinstance(pages, dict) else {}
 
 
-def page_fingerprint(row: dict, record, prediction) -> str:
-    """What a run page shows is a function of these alone: its row of the results model, its record, its
-    prediction and the code; equal fingerprints, equal pages."""
+def page_fingerprint(row: dict, record: bytes | memoryview, prediction) -> str:
+    """What a run page shows is a function of these alone: its row of the results model, its record (its bytes:
+    SiteData.record_bytes), its prediction and the code; equal fingerprints, equal pages."""
     shown = {k: v for k, v in row.items() if k != "rec"}  # (its place in the folder's list: shown nowhere)
     h = hashlib.sha256(source_digest(("benchsuite",)).encode())  # a page rendered by other code is rendered again
-    # (msgspec: a record is ~10 kB of JSON, json.dumps 10× slower; any value it cannot encode, by its text)
+    # (msgspec: json.dumps is 10× slower; any value it cannot encode, by its text)
     h.update(msgspec.json.encode(shown, order="sorted", enc_hook=str))
-    h.update(msgspec.json.encode(record))
+    h.update(record)
     h.update(msgspec.json.encode(prediction.to_dict() if prediction is not None else None, enc_hook=str))
     return h.hexdigest()[:16]
 
@@ -150,6 +151,20 @@ def check_ownership(site: Path, files: set[str], owned: set[str]) -> None:
         more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
         raise SiteError(f"{site / foreign[0]}{more}: exists and was not written by an earlier build of this site "
                         f"(not in {MANIFEST}); give a new or empty site folder, or move the file away")
+
+
+def file_sizes(folder: Path) -> dict[str, int]:
+    """The regular files in folder (a link followed, as Path.is_file does) by name, with their sizes: one listing,
+    not a stat or two for each of 10,000 pages."""
+    sizes = {}
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            try:
+                if entry.is_file():
+                    sizes[entry.name] = entry.stat().st_size
+            except OSError:  # gone meanwhile, or a link to nothing: not there
+                continue
+    return sizes
 
 
 def remove_stale(site: Path, files: set[str]) -> None:
@@ -181,7 +196,7 @@ def _build(results, out: Path, validate: bool, system) -> BuildResult:
     sections = [p.render(data) for p in summary_pages()]
     data_files = [d for s in sections for d in s.data_files]
     files = {"index.html", *(f"assets/{a}" for a in ASSET_FILES), *(d.path for d in data_files),
-             *([] if data.df.empty else data.df["page"])}
+             *([] if data.df.empty else data.df["page"].tolist())}
     owned = owned_files(out, files)
     check_ownership(out, files, owned)
     before = read_fingerprints(out)
@@ -202,16 +217,18 @@ def _build(results, out: Path, validate: bool, system) -> BuildResult:
     # links all still resolve, instead of a new index linking pages not yet written.
     runs = out / "runs"
     runs.mkdir(exist_ok=True)
+    there = file_sizes(runs)
     run_nav = [(t, f"../index.html{h}") for t, h in NAV]
     fingerprints = {}
-    for row in data.df.reindex(columns=run_page.ROW_COLUMNS).to_dict("records") if not data.df.empty else []:
-        record, prediction = data.record(row), predicted.get(row["identity"])
-        fingerprints[row["page"]] = key = page_fingerprint(row, record, prediction)
+    for row in sitedata.rows_of(data.df, run_page.ROW_COLUMNS):
+        prediction = predicted.get(row["identity"])
+        fingerprints[row["page"]] = key = page_fingerprint(row, data.record_bytes(row), prediction)
         pages.append(row["page"])
-        if before.get(row["page"]) == key and (out / row["page"]).is_file() and not validate:
-            size += (out / row["page"]).stat().st_size
-            continue  # the page this build would write is the one there
-        section = run_page.render(row, record, prediction)
+        name = row["page"][len("runs/"):]
+        if before.get(row["page"]) == key and name in there and not validate:
+            size += there[name]
+            continue  # the page this build would write is the one there (its record never decoded)
+        section = run_page.render(row, data.record(row), prediction)
         if validate:
             _validate(section.figures)
         size += _write(out / row["page"], page_html(section.title, section.html, section.figures, "../", run_nav,

@@ -4,7 +4,9 @@
 both from the model `benchsuite report` reads: the same medians, intervals over seeds, efficiencies
 and flags. The pages add the model family of each row (its colour and marker), each record's page, and `run_label`: a record's name ("dense · w2 · seed 1 ·
 repeat 0") in `df`, a run's ("dense · w2") in `runs`. Lists (steps, per-device energy, expert load)
-are read from the typed records (record/types.py); row `rec` indexes `SiteData.records`.
+are read from the typed records (record/types.py); row `rec` indexes `SiteData.records`. A summary page reads
+columns, a column at a time (a 10,000-record folder is rebuilt after each new record), and of a record only the
+sections no column holds (SummaryPart); only a run page that is written decodes its whole record.
 """
 
 from __future__ import annotations
@@ -13,17 +15,37 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+import msgspec
+import numpy as np
 import pandas as pd
 
+from benchsuite.record.columns import view_columns
 from benchsuite.record.names import record_id, slug
-from benchsuite.record.types import Metrics, MoEMetrics, Record
+from benchsuite.record.types import Metrics, MoEMetrics, Quality, Record
+from benchsuite.record.values import num, present
 from benchsuite.results.model import Results, results_at, results_of
 from benchsuite.results.store import loaded
-from benchsuite.results.verdicts import SeedGroup, Verdicts, seed_groups, verdicts_of
+from benchsuite.results.verdicts import SeedGroup, Verdicts, record_part, seed_groups, verdicts_of
 from benchsuite.dashboard.style import Families, family
 
 # More series than a legend can tell apart: summary figures then draw one trace per model family.
 MAX_SERIES = 12
+MOE_COLUMNS = view_columns("config.moe.capacity_factor", "config.moe.shared_experts")  # what a family reads
+
+
+class _SummaryMetrics(msgspec.Struct, gc=False):
+    quality: Quality | None = None
+    moe: MoEMetrics | None = None
+
+
+class SummaryPart(msgspec.Struct, gc=False):
+    """What the summary pages read of a record beyond the results model's columns (quality curves, the experts'
+    load), under the record's own names and types, so a typed record reads the same: decoded alone from the
+    record's blob (verdicts.record_part), a fifth of the whole record's time."""
+    metrics: _SummaryMetrics | None = None
+
+
+SUMMARY_PART = msgspec.msgpack.Decoder(SummaryPart)
 
 
 @dataclass
@@ -54,15 +76,82 @@ class SiteData:
         """The record of a `df` row; of a `runs` row, the run's latest record."""
         return self.records[int(row["rec"])]
 
-    @property
-    def ok(self) -> pd.DataFrame:
-        return self.df[self.df["status"] == "ok"] if not self.df.empty else self.df
+    def part(self, rec) -> SummaryPart | Record:
+        """What the summary pages read of record `rec` (a row's `rec`) beyond the model's columns (SummaryPart)."""
+        return record_part(self.results.loaded[int(rec)], SUMMARY_PART)
+
+    def record_bytes(self, row) -> bytes | memoryview:
+        """The record of a row as the folder's index holds it, its blob (msgpack of its builtins: results/rows.py),
+        taken from the rows where they hold it (not decoded), else made from the typed record (the same bytes: a
+        record read from its file and then from the index is one fingerprint)."""
+        one = self.results.loaded[int(row["rec"])]
+        blob = one.rows.blob(one.at) if one.rows is not None else None
+        return blob if blob is not None else msgspec.msgpack.encode(msgspec.to_builtins(one.record))
+
+    @cached_property
+    def any_ok(self) -> bool:
+        return bool((self.df["status"] == "ok").any()) if not self.df.empty else False
 
     @property
     def ok_runs(self) -> pd.DataFrame:
         """The ok runs, by series and world size: one bar or point each, its figures the run's medians."""
-        runs = self.runs[self.runs["status"] == "ok"] if not self.runs.empty else self.runs
-        return runs.sort_values(["series", "world_size", "nodes"], kind="stable") if not runs.empty else runs
+        return self.ok_runs_of(list(self.runs.columns))
+
+    def ok_runs_of(self, columns: list[str]) -> pd.DataFrame:
+        """ok_runs with these columns only: a page takes what it reads (the runs frame has ~400 columns, and each
+        step over all of them costs time per column)."""
+        return self.runs.loc[self._ok_order, columns]
+
+    @cached_property
+    def _ok_order(self) -> pd.Index:
+        if self.runs.empty:
+            return self.runs.index
+        order = ["series", "world_size", "nodes"]
+        return self.runs.loc[self.runs["status"] == "ok", order].sort_values(order, kind="stable").index
+
+
+def rows_of(frame: pd.DataFrame, columns: list[str]) -> list[dict]:
+    """`frame.reindex(columns=columns).to_dict("records")`: the same values, made a column at a time
+    (column_values; pandas' own boxes every cell, ~3× slower)."""
+    values = column_values(frame, columns)
+    return [dict(zip(columns, row)) for row in zip(*values.values())]
+
+
+def column_values(frame: pd.DataFrame, columns: list[str]) -> dict[str, list]:
+    """Each column's values as `to_dict("records")` gives them (Python scalars; NaN for a column not there)."""
+    out = {}
+    for c in columns:
+        if c not in frame:
+            out[c] = [float("nan")] * len(frame)
+            continue
+        column = frame[c]
+        cells = column.tolist()  # (a numpy column's: Python scalars already; a text column's: its text or NaN)
+        boxed = column.dtype == object or (isinstance(column.dtype, pd.api.extensions.ExtensionDtype)
+                                           and not isinstance(column.dtype, pd.StringDtype))
+        out[c] = list(map(_native, cells)) if boxed else cells
+    return out
+
+
+def numbers(column: pd.Series) -> list[float | None]:
+    """A column as `num` reads each of its values (a finite float, else None), at once for a numeric column."""
+    if pd.api.types.is_bool_dtype(column.dtype) or not pd.api.types.is_numeric_dtype(column.dtype):
+        return [num(v) for v in column.tolist()]  # (num reads no bool as a figure)
+    values = column.to_numpy(dtype=float, na_value=np.nan)
+    return [v if finite else None for v, finite in zip(values.tolist(), np.isfinite(values).tolist())]
+
+
+def _native(v):
+    """A cell of an object or nullable column as to_dict gives it: a numpy scalar as Python's, NA as None."""
+    if isinstance(v, np.generic):
+        return v.item()
+    return None if v is pd.NA else v
+
+
+def plain(column: pd.Series) -> list:
+    """A column's values as Python values, None where null (NaN, NA)."""
+    if column.dtype.kind == "f":  # (a float is its own figure: numbers, at once)
+        return numbers(column)
+    return [v if isinstance(v, str) or present(v) else None for v in column.tolist()]
 
 
 def page_slug(run_key: str) -> str:
@@ -95,14 +184,18 @@ def tokens_per_expert(moe: MoEMetrics) -> tuple[list[float], str] | None:
     return [sum(col) for col in zip(*table[0])], table[1]
 
 
-def _families(frame: pd.DataFrame, records: list[Record], families: Families | None = None) -> Families:
-    moe = [records[int(i)].config.moe for i in frame["rec"]]
-    frame["family"] = [family(k, r, m.capacity_factor if m is not None else None,
-                              m.shared_experts if m is not None else None)
-                       for k, r, m in zip(frame["kind"], frame["router"], moe)]
-    families = families or Families(frame["family"])
-    frame["kind_label"] = [families[f].name for f in frame["family"]]
-    return families
+def _families(frame: pd.DataFrame) -> None:
+    """Each row's model family and its display name, from the model's columns (config.moe's capacity factor and
+    shared experts: no record decoded), the family computed once per distinct combination."""
+    of: dict[tuple, str] = {}
+    keys = []
+    for key in zip(frame["kind"].tolist(), frame["router"].tolist(), *(plain(frame[c]) for c in MOE_COLUMNS)):
+        if key not in of:
+            of[key] = family(*key)
+        keys.append(of[key])
+    frame["family"] = keys
+    families = Families(of.values())
+    frame["kind_label"] = [families[f].name for f in keys]
 
 
 def site_data(results: Results) -> SiteData:
@@ -112,10 +205,12 @@ def site_data(results: Results) -> SiteData:
         return SiteData(results, df, runs)
     df["run_label"] = df["record_name"]
     runs["run_label"] = runs["label"]
-    families = _families(df, results.records)
-    _families(runs, results.records, families)
+    _families(df)
+    # a run's family: its latest record's
+    by_rec = dict(zip(df["rec"].tolist(), zip(df["family"].tolist(), df["kind_label"].tolist())))
+    runs["family"], runs["kind_label"] = zip(*(by_rec[rec] for rec in runs["rec"].tolist()))
     pages, used = [], set()
-    for key, repeat in zip(df["run_key"], df["repeat"]):
+    for key, repeat in zip(df["run_key"].tolist(), df["repeat"].tolist()):
         name = base = page_slug(record_id(key, int(repeat)))
         n = 1
         while name in used:
@@ -124,7 +219,7 @@ def site_data(results: Results) -> SiteData:
         used.add(name)
         pages.append(f"runs/{name}.html")
     df["page"] = pages
-    runs["page"] = runs["rec"].map(dict(zip(df["rec"], df["page"])))  # a run links its latest record's page
+    runs["page"] = runs["rec"].map(dict(zip(df["rec"].tolist(), pages)))  # a run links its latest record's page
     return SiteData(results, df, runs)
 
 

@@ -45,8 +45,15 @@ _SCRIPT_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\
                               "\u2029": "\\u2029"})
 
 
-def script_json(obj: Any) -> str:
-    """JSON that is safe inside <script type="application/json">…</script>."""
+def script_json(obj: Any, lists: bool = False) -> str:
+    """JSON that is safe inside <script type="application/json">…</script>. lists: obj is lists (and tuples) of
+    text, numbers, bools and None, no dict (a data file's rows): encoded as it is where JSON takes it (the copy
+    `clean` makes would give the same text; a non-finite number or any other value still goes through it)."""
+    if lists:
+        try:
+            return json.dumps(obj, separators=(",", ":"), allow_nan=False).translate(_SCRIPT_SAFE)
+        except (TypeError, ValueError):
+            pass
     return json.dumps(clean(obj), separators=(",", ":"), allow_nan=False).translate(_SCRIPT_SAFE)
 
 
@@ -219,17 +226,18 @@ def series(xs: list, ys: list) -> dict:
 @dataclass
 class DataFile:
     """Data a page script reads, as a script of its own: assets/<name>.js sets window.<var> (pages opened
-    from file:// may not fetch() a JSON file). Keeps long tables out of the page's HTML."""
+    from file:// may not fetch() a JSON file). Keeps long tables out of the page's HTML. payload: rows, lists of
+    text, numbers, bools and None (no dict: script_json's lists)."""
     name: str
     var: str
-    payload: Any
+    payload: list
 
     @property
     def path(self) -> str:
         return f"assets/{self.name}.js"
 
     def js(self) -> str:
-        return f"window.{self.var} = {script_json(self.payload)};\n"
+        return f"window.{self.var} = {script_json(self.payload, lists=True)};\n"
 
 
 @dataclass

@@ -117,6 +117,6 @@ def trace_styles(df, by_family: bool) -> dict[str, SeriesStyle]:
     dense first, then the known routers, then the others) or the series."""
     if not by_family:
         return series_styles(df)
-    keys = set(df["family"])
+    keys = set(df["family"].unique())
     families = Families(keys)
     return {families[k].name: SeriesStyle(families[k], DASHES[0], PATTERNS[0]) for k in families.styles if k in keys}

@@ -115,18 +115,25 @@ class RunRecords(RecordList):
     """A run's ok records in start order (as Results.run_records), each decoded when first read: the verdicts
     read the results model's columns, the dashboard's seed curves the records."""
 
+    def parts(self, decoder: msgspec.msgpack.Decoder) -> list:
+        """Each record's part that `decoder` reads (record_part)."""
+        return [record_part(one, decoder) for one in self._loaded]
+
     def hardware(self) -> list[_Hardware | Record]:
         """Each record's devices and threads per rank, read alone from its blob where the index holds one (a
         claim names the hardware of two runs in every suite: whole records decoded for it would be most of
         `report`'s time on a large folder)."""
-        return [_hardware(one) for one in self._loaded]
+        return self.parts(_HARDWARE)
 
 
-def _hardware(one: Loaded) -> _Hardware | Record:
-    """(A blob that does not decode: the record as its reader reads it, rows.Rows.record.)"""
+def record_part(one: Loaded, decoder: msgspec.msgpack.Decoder):
+    """The part of a record that `decoder`'s type reads (a struct of some of the record's fields, under their
+    names and types: a typed record reads the same), decoded alone from the record's blob where its rows hold
+    one: a few of its sections cost a fraction of the whole record. Without a blob, or with one that does not
+    decode, the record as its reader reads it (rows.Rows.record)."""
     blob = one.rows.blob(one.at) if one.rows is not None else None
     try:
-        return _HARDWARE.decode(blob) if blob is not None else one.record
+        return decoder.decode(blob) if blob is not None else one.record
     except (msgspec.DecodeError, msgspec.ValidationError):
         return one.record
 
@@ -160,7 +167,11 @@ class SeedGroup:
         """Its records as identity.hardware_label reads them (RunRecords.hardware: no record decoded)."""
         return self.records.hardware() if isinstance(self.records, RunRecords) else list(self.records)
 
-    @property
+    def parts(self, decoder: msgspec.msgpack.Decoder) -> list:
+        """Its records' parts that `decoder` reads (record_part; records built in memory: themselves)."""
+        return self.records.parts(decoder) if isinstance(self.records, RunRecords) else list(self.records)
+
+    @cached_property
     def seeds(self) -> list[int]:
         return sorted(self.table)
 
@@ -170,17 +181,22 @@ class SeedGroup:
 
     def reached(self) -> dict[int, bool]:
         """seed → whether every record of the seed reached train.target_loss."""
+        return dict(self._reached)
+
+    @cached_property
+    def _reached(self) -> dict[int, bool]:
         return {s: bool(self.table[s].get("reached")) for s in self.seeds}
 
     def values(self, column: str) -> list[float]:
         """The per-seed values of a column; a to-target figure only from the seeds that reached it (kept: a run
-        is read once per pair it is in)."""
-        if column not in self._values:
-            reached = self.reached()
+        is read once per pair it is in, and once per figure of its summary)."""
+        values = self._values.get(column)
+        if values is None:
+            reached, table = self._reached, self.table
             to_target = column != FINAL_LOSS[1] and column.startswith("quality.")
-            self._values[column] = [v for s, v in self.per_seed(column).items()
-                                    if v is not None and (reached[s] or not to_target)]
-        return self._values[column]
+            values = self._values[column] = [v for s in self.seeds if (v := num(table[s].get(column))) is not None
+                                             and (reached[s] or not to_target)]
+        return values
 
 
 @dataclass(frozen=True)
@@ -213,7 +229,8 @@ def _ok_records(results: Results) -> dict[str, _OkRecords]:
     columns = ["identity", "rec", TARGET, *BOUND, ROUTER, PARAMS, EXPERTS, FLOPS]
     ok = results.df.loc[results.df["status"] == "ok", ["started_at", *columns]]
     by_run: dict[str, list[_Row]] = {}
-    for row in map(_Row._make, ok.sort_values("started_at", kind="stable")[columns].itertuples(index=False, name=None)):
+    ok = ok.sort_values("started_at", kind="stable")
+    for row in map(_Row._make, zip(*(ok[c].tolist() for c in columns))):  # (a column at a time: see seed_groups)
         by_run.setdefault(row.identity, []).append(row)  # in start order, as Results.run_records
     out = {}
     for identity, rows in by_run.items():
@@ -237,9 +254,13 @@ def seed_groups(results: Results) -> list[SeedGroup]:
     # the per-seed figures verdicts read, split by run once (a lookup per run in the whole table is slow)
     figures = [c for c in (*COLUMN.values(), *PER_STEP, "reached") if c in results.per_seed]
     tables: dict[str, dict[int, dict]] = {}
-    for (identity, seed), row in results.per_seed[figures].to_dict("index").items():
-        tables.setdefault(identity, {})[int(seed)] = row
-    for row in results.ok_runs[columns].to_dict("records"):
+    per_seed = results.per_seed
+    # (a column at a time: the frames' rows made into dicts by pandas cost several times more)
+    for (identity, seed), *values in zip(per_seed.index, *(per_seed[c].tolist() for c in figures)):
+        tables.setdefault(identity, {})[int(seed)] = dict(zip(figures, values))
+    ok_runs = results.ok_runs
+    for values in zip(*(ok_runs[c].tolist() for c in columns)):
+        row = dict(zip(columns, values))
         identity = row["identity"]
         run = runs[identity]
         groups.append(SeedGroup(str(row["suite"]), str(row["workload"]), str(row["kind"]), run.router, identity,
@@ -329,21 +350,43 @@ def per_step_ratio(num_group: SeedGroup, den_group: SeedGroup, column: str) -> C
     return welch_ratio(num_group.values(column), den_group.values(column))
 
 
-def pair_ratios(sparse: SeedGroup, dense: SeedGroup) -> list[PairRatio]:
+class PairFigure(NamedTuple):
+    """One figure of a sparse run over a dense one, before its ratio is computed (pair_ratio computes it)."""
+
+    sparse: SeedGroup
+    dense: SeedGroup
+    figure: str  # TO_TARGET's or FINAL_LOSS's name, or a PER_STEP column
+    column: str  # its column of the results model
+
+    @property
+    def n(self) -> int:
+        """The seeds its ratio is over: the smaller side's (stats' ConfidenceInterval.n), known without it."""
+        return min(len(self.sparse.values(self.column)), len(self.dense.values(self.column)))
+
+
+def pair_figures(sparse: SeedGroup, dense: SeedGroup) -> list[PairFigure]:
+    """The figures a sparse run is compared on with a dense one: to target and the final loss where both evaluated,
+    and the per-step figures."""
     names = [(name, column) for name, column, _ in (*TO_TARGET, FINAL_LOSS)] if sparse.quality and dense.quality \
         else []
-    out = [(name, welch_ratio(sparse.values(column), dense.values(column))) for name, column in names]
-    out += [(m, per_step_ratio(sparse, dense, m)) for m in PER_STEP]
-    unmeasured = energy_not_measured(sparse, dense)
-    pairs = []
-    for name, r in out:
-        ranking = rank(r)
-        if name in ENERGY_FIGURES and unmeasured:
-            r, ranking = ConfidenceInterval(r.point, r.lo, r.hi, r.n, unmeasured), Ranking.UNAVAILABLE
-        elif name in ENERGY_FIGURES and (why := unresolvable(r, sparse, dense)):
-            r, ranking = ConfidenceInterval(r.point, r.lo, r.hi, r.n, why), Ranking.UNRESOLVABLE
-        pairs.append(PairRatio(sparse.suite, sparse.label, dense.label, name, r, ranking))
-    return pairs
+    return [PairFigure(sparse, dense, name, column) for name, column in (*names, *((m, m) for m in PER_STEP))]
+
+
+def pair_ratio(pair: PairFigure) -> PairRatio:
+    """The figure's ratio over seeds (Welch), ranked where its interval excludes 1 and its energy can tell."""
+    sparse, dense, name, column = pair
+    r = welch_ratio(sparse.values(column), dense.values(column))
+    ranking = rank(r)
+    unmeasured = energy_not_measured(sparse, dense) if name in ENERGY_FIGURES else None
+    if unmeasured:
+        r, ranking = ConfidenceInterval(r.point, r.lo, r.hi, r.n, unmeasured), Ranking.UNAVAILABLE
+    elif name in ENERGY_FIGURES and (why := unresolvable(r, sparse, dense)):
+        r, ranking = ConfidenceInterval(r.point, r.lo, r.hi, r.n, why), Ranking.UNRESOLVABLE
+    return PairRatio(sparse.suite, sparse.label, dense.label, name, r, ranking)
+
+
+def pair_ratios(sparse: SeedGroup, dense: SeedGroup) -> list[PairRatio]:
+    return [pair_ratio(f) for f in pair_figures(sparse, dense)]
 
 
 def unresolvable(ratio: ConfidenceInterval, sparse: SeedGroup, dense: SeedGroup) -> str | None:
@@ -368,15 +411,16 @@ def energy_not_measured(*groups: SeedGroup) -> str | None:
     return f"energy not measured (energy.source {', '.join(missing)})" if missing else None
 
 
-def pairs(groups: list[SeedGroup]) -> list[PairRatio]:
-    """Each sparse run against each dense one of the same suite run on the same layout and hardware
-    (grouped first: the time grows with the pairs, not with the square of the runs)."""
+def all_pair_figures(groups: list[SeedGroup]) -> list[PairFigure]:
+    """Each sparse run against each dense one of the same suite run on the same layout and hardware, figure by
+    figure, their ratios not computed yet (grouped first: the time grows with the pairs, not with the square of the
+    runs)."""
     dense: dict[tuple, list[SeedGroup]] = {}
     for d in groups:
         if d.kind == "dense":
             dense.setdefault((d.suite, d.layout), []).append(d)
-    return [p for s in groups if s.kind == "moe" for d in dense.get((s.suite, s.layout), [])
-            for p in pair_ratios(s, d)]
+    return [f for s in groups if s.kind == "moe" for d in dense.get((s.suite, s.layout), [])
+            for f in pair_figures(s, d)]
 
 
 # -- the papers' claims --------------------------------------------------------------------
@@ -524,13 +568,43 @@ def check_claim(claim: Claim, groups: list[SeedGroup]) -> list[ClaimCheck]:
     return [ClaimCheck(claim, None, None, Consistency.NOT_TESTABLE, f"paper: {claim.paper_conditions}", reason)]
 
 
-@dataclass(frozen=True)
 class Verdicts:
-    workloads: list[WorkloadSummary]
-    pairs: list[PairRatio]
-    claims: list[ClaimCheck]
+    """Every run over its seeds (workloads), every sparse/dense pair, every claim: each computed when first read
+    (`report` reads all three; the dashboard the pairs and claims), then kept."""
+
     method: str = METHOD
     energy_spread: str = ENERGY_SPREAD
+
+    def __init__(self, groups: list[SeedGroup]):
+        self.groups = groups
+
+    @cached_property
+    def workloads(self) -> list[WorkloadSummary]:
+        return [summarize(g) for g in self.groups]
+
+    @cached_property
+    def pair_figures(self) -> list[PairFigure]:
+        """Every pair's figures (all_pair_figures), their ratios computed when read (pairs, pairs_over_seeds)."""
+        return all_pair_figures(self.groups)
+
+    @cached_property
+    def pairs(self) -> list[PairRatio]:
+        return [pair_ratio(f) for f in self.pair_figures]
+
+    def pairs_over_seeds(self, limit: int) -> list[PairRatio]:
+        """The first `limit` of `pairs` over two or more seeds a side (those with an interval), computing only
+        those (a page that shows them need not compute thousands of ratios of one seed)."""
+        shown = []
+        for f in self.pair_figures:
+            if len(shown) == limit:
+                break
+            if len(f.sparse.seeds) > 1 and len(f.dense.seeds) > 1 and f.n >= 2:  # (one seed a side: n = 1)
+                shown.append(pair_ratio(f))
+        return shown
+
+    @cached_property
+    def claims(self) -> list[ClaimCheck]:
+        return [c for claim in CLAIMS for c in check_claim(claim, self.groups)]
 
 
 def verdicts(results: Results) -> Verdicts:
@@ -540,13 +614,11 @@ def verdicts(results: Results) -> Verdicts:
 
 def verdicts_of(groups: list[SeedGroup]) -> Verdicts:
     """The verdicts of runs already grouped by seed (the dashboard's pages share one grouping)."""
-    return Verdicts([summarize(g) for g in groups], pairs(groups),
-                    [c for claim in CLAIMS for c in check_claim(claim, groups)])
+    return Verdicts(groups)
 
 
 def verdicts_doc(v: Verdicts) -> dict:
     """Plain JSON-able data (enums as their text, each pair's wording included)."""
-    doc = asdict(v)
-    for d, p in zip(doc["pairs"], v.pairs):
-        d["text"] = p.text
+    doc = {"workloads": [asdict(w) for w in v.workloads], "pairs": [asdict(p) | {"text": p.text} for p in v.pairs],
+           "claims": [asdict(c) for c in v.claims], "method": v.method, "energy_spread": v.energy_spread}
     return json.loads(json.dumps(doc, default=str))

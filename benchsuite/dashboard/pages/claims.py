@@ -62,17 +62,12 @@ def claims_table(checks) -> str:
 MAX_PAIR_ROWS = 200  # the index stays small at 10,000 runs; `benchsuite report --json` has every pair
 
 
-def shown_pairs(pairs) -> list:
-    """The pairs with an interval (two or more seeds on the smaller side), at most MAX_PAIR_ROWS."""
-    return [p for p in pairs if p.ratio.n >= 2][:MAX_PAIR_ROWS]
-
-
-def pairs_table(v) -> str:
-    shown = shown_pairs(v.pairs)
+def pairs_table(v, shown: list) -> str:
+    """The pairs with an interval (`shown`: Verdicts.pairs_over_seeds), and how many more there are."""
     rows = [[p.suite, p.sparse, p.dense, p.figure, interval_text(p.ratio), p.text] for p in shown]
     html = table(["Suite", "Sparse workload", "Dense workload", "Figure", "Sparse ÷ dense (95% interval)", "Verdict"],
                  rows)
-    left = len(v.pairs) - len(shown)
+    left = len(v.pair_figures) - len(shown)
     if left:
         html += (f'<p class="note">{left} more pair(s) without an interval (one seed) or past the first '
                  f'{MAX_PAIR_ROWS}: `benchsuite report --json` lists every one.</p>')
@@ -82,7 +77,7 @@ def pairs_table(v) -> str:
 def render(data: SiteData) -> PageSection:
     slug, title = "claims", "Published claims beside these runs"
     v = data.verdicts
-    if not v.workloads:
+    if not v.groups:
         return PageSection(slug, title, missing("Claims", "no run with a quality section: set train.eval_every and "
                                                       "train.target_loss, and sweep train.seed"))
     fig = claims_figure(v.claims)
@@ -92,7 +87,8 @@ def render(data: SiteData) -> PageSection:
         f'time{"s" if len(v.claims) != 1 else ""}: a row per claim and suite that can test it.</p>'
         if v.claims else "") + claims_table(v.claims)
     html += f'<p class="note">{esc(v.method)}. {esc(v.energy_spread)}.</p>'
-    html += "<h3>Sparse ÷ dense over seeds</h3>" + (pairs_table(v) if shown_pairs(v.pairs) else missing(
+    shown = v.pairs_over_seeds(MAX_PAIR_ROWS)  # (two or more seeds on the smaller side: an interval)
+    html += "<h3>Sparse ÷ dense over seeds</h3>" + (pairs_table(v, shown) if shown else missing(
         "Sparse ÷ dense", "no dense and sparse workload of one suite with two or more seeds each (sweep train.seed)"))
     return PageSection(slug, title, html, [fig] if fig else [])
 

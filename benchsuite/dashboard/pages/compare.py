@@ -12,12 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from statistics import median
 
-from benchsuite.dashboard.data import SiteData, metrics_of, per_family, tokens_per_expert
+import numpy as np
+
+from benchsuite.dashboard.data import SiteData, metrics_of, numbers, per_family, rows_of, tokens_per_expert
 from benchsuite.dashboard.page import Page
 from benchsuite.dashboard.render import (Figure, PageSection, esc, f_num, f_pct, f_sig, layout, log_axis, missing, num, ptext,
                               short, table)
 from benchsuite.dashboard.style import trace_styles
-from benchsuite.record.columns import described
+from benchsuite.record.columns import described, view_columns
 
 METRICS = [
     # (column, figure title, axis title, format for hover, tickformat)
@@ -44,7 +46,7 @@ def bar_figure(df, column, title, axis, fmt, tickformat, styles, by_family: bool
     """One bar per world size and trace: a run of a series (its median over seeds, with its interval), or
     (by_family) a family's median over its runs (with their range). Full precision: a bar is the figure
     the report prints."""
-    df = df[df[column].map(lambda v: num(v) is not None)]
+    df = df[[v is not None for v in numbers(df[column])]]
     if df.empty:
         return None
     sizes = sorted({int(n) for n in df["world_size"]})
@@ -97,33 +99,31 @@ def _front(points, minimize_y: bool):
 
 def pareto_figure(df, families) -> tuple[Figure | None, str]:
     """Quality vs energy when validation loss exists, else throughput per device vs energy."""
-    has = lambda c: df[c].map(lambda v: num(v) is not None)  # noqa: E731
+    has = lambda c: np.array([v is not None for v in numbers(df[c])], dtype=bool)  # noqa: E731
     quality = df[has("quality.final_val_loss") & has("j_per_token")]
     if not quality.empty:
         pts, ycol = quality, "quality.final_val_loss"
         ytitle, minimize = "final validation loss (lower is better)", True
         title = "Pareto: validation loss vs energy per token (lower-left is better)"
-        yval = lambda r: num(r[ycol])  # noqa: E731
     else:
-        ycol = "metrics.tokens_per_s_per_device"
+        ycol = "metrics.tokens_per_s_per_device"  # the record's own figure, never divided here
         pts = df[has(ycol) & has("j_per_token")] if ycol in df else df.iloc[0:0]
         if pts.empty:
             return None, "no run has both energy per token and a throughput or validation loss"
         ytitle, minimize = "tokens / s per device (higher is better)", False
         title = "Pareto: throughput per device vs energy per token (upper-left is better; validation loss " \
                 "not measured)"
-        yval = lambda r: num(r[ycol])  # noqa: E731  the record's own figure, never divided here
     data, points = [], []
     for name, style in families.items():  # dense first, then each router in a fixed order
         g = pts[pts["kind_label"] == name]
         if g.empty:
             continue
-        xs = [short(num(v)) for v in g["j_per_token"]]
-        ys = [short(yval(r)) for r in g[[ycol, "world_size"]].to_dict("records")]
+        xs = [short(v) for v in numbers(g["j_per_token"])]
+        ys = [short(v) for v in numbers(g[ycol])]
         points += list(zip(xs, ys))
         data.append({"type": "scatter", "mode": "markers", "name": ptext(name), "x": xs, "y": ys,
                      "marker": {"color": style.color, "symbol": style.symbol, "size": 9, "opacity": 0.85},
-                     "text": [ptext(lbl) for lbl in g["run_label"]],
+                     "text": [ptext(lbl) for lbl in g["run_label"].tolist()],
                      "hovertemplate": f"%{{text}}<br>%{{x:.4g}} J/token<br>{ytitle.split(' (')[0]}: %{{y:.4g}}"
                                       "<extra></extra>"})
     front = _front(points, minimize)
@@ -152,6 +152,10 @@ class RoutingBalance:
         return sum(self.tokens) / len(self.tokens)
 
 
+# What the page reads of a run: the bars' figures with their intervals, the Pareto view's, the load table's.
+COLUMNS = ["rec", "kind", "kind_label", "series", "label", "run_label", "world_size", "seeds", "quality.final_val_loss",
+           "metrics.tokens_per_s_per_device", *(f"{c}{end}" for c, *_ in METRICS for end in ("", "_lo", "_hi"))]
+view_columns(*COLUMNS)
 SHOWN_EXPERTS = 16  # tokens of the first experts in the table; the run page draws every one
 
 
@@ -159,9 +163,10 @@ def expert_loads(data: SiteData, df, by_family: bool) -> list[RoutingBalance]:
     """Every MoE series' load (its run at the smallest world size), or past MAX_SERIES series the
     run of median busiest ÷ mean of each family."""
     loads = []
-    moe = df[df["kind"] == "moe"].sort_values(["series", "world_size"]).drop_duplicates("series")
-    for row in moe[["rec", "series", "kind_label"]].to_dict("records"):
-        section = metrics_of(data.record(row)).moe
+    moe = df.loc[df["kind"] == "moe", ["rec", "series", "kind_label", "world_size"]]
+    moe = moe.sort_values(["series", "world_size"]).drop_duplicates("series")
+    for row in rows_of(moe, ["rec", "series", "kind_label"]):
+        section = metrics_of(data.part(row["rec"])).moe
         per_expert = None if section is None else tokens_per_expert(section)
         if section is not None and per_expert:
             loads.append(RoutingBalance(str(row["series"]), str(row["kind_label"]), *per_expert,
@@ -212,10 +217,11 @@ def routing_table(data: SiteData) -> str:
 
 
 def render(data: SiteData) -> PageSection:
-    if data.ok.empty:
+    if not data.any_ok:
         return PageSection("compare", "Dense vs sparse", missing("Dense vs sparse", "no successful runs"))
-    df = data.ok_runs[data.ok_runs["kind"] != "user"]
-    loops = sorted(set(data.ok_runs.loc[data.ok_runs["kind"] == "user", "label"].astype(str)))
+    runs = data.ok_runs_of(COLUMNS)  # (grouping all ~400 columns would copy each of them for every group)
+    df = runs[runs["kind"] != "user"]
+    loops = sorted(set(runs.loc[runs["kind"] == "user", "label"].astype(str)))
     if df.empty:
         return PageSection("compare", "Dense vs sparse", missing("Dense vs sparse", "no successful run of a model "
                                                                  "benchsuite built (only your own loops)"))
@@ -230,7 +236,7 @@ def render(data: SiteData) -> PageSection:
         else:
             parts.append(missing(title, "not measured for any successful run"))
     html = '<div class="row2">' + "".join(parts) + "</div>"
-    kinds = set(df["kind"])
+    kinds = set(df["kind"].unique())
     if loops:  # measure()'s loops: not a dense or MoE model of benchsuite's, so not among these bars
         html += (f'<p class="note">Your own training loops (benchsuite.measure), on the overview and their run '
                  f'pages, not among these bars: {esc(", ".join(loops))}.</p>')

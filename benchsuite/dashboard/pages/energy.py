@@ -6,17 +6,20 @@ from __future__ import annotations
 
 from statistics import median
 
-from benchsuite.dashboard.data import SiteData, per_family
+from benchsuite.dashboard.data import SiteData, per_family, plain
 from benchsuite.dashboard.page import Page
 from benchsuite.dashboard.render import Figure, PageSection, esc, f_sig, layout, log_axis, missing, ptext, short, table
+from benchsuite.record.columns import view_columns
 from benchsuite.record.kinds import SOURCES, SourceKind
-from benchsuite.record.types import Energy
 
 PARTS = [("gpu", "GPU", "#2f9e44"), ("cpu", "CPU", "#1971c2"), ("dram", "DRAM", "#f08c00")]
 # The sources a bar can have, most to least trustworthy (record/kinds.SOURCES' order).
 DRAWN = [s for s, kind in SOURCES.items() if kind.figure]
 SOLID = [s for s in DRAWN if SOURCES[s].measured]
 OTHER = ("\\", 0.5)  # a part whose source the record does not state
+CARBON = ("pue", "intensity_g_per_kwh", "intensity_source", "kwh", "co2e_g")  # what the carbon table reads
+view_columns(*(f"carbon.{c}" for c in CARBON), "energy.source",
+             *(f"energy.{p}_j" for p, _, _ in PARTS), *(f"energy.sources.{p}" for p, _, _ in PARTS))
 
 
 def look(kind: SourceKind) -> tuple[str, float]:
@@ -27,30 +30,34 @@ def look(kind: SourceKind) -> tuple[str, float]:
     return ("/", 0.8) if kind.metered else ("x", 0.5)
 
 
-def _source(energy: Energy, part: str) -> str:
-    src = (getattr(energy.sources, part) if energy.sources is not None else None) or energy.source or "unknown"
-    return str(src)
+def _source(part_source, source) -> str:
+    """A part's source as the record states it (energy.sources.<part>), else the energy's, else unknown."""
+    return str(part_source or source or "unknown")
 
 
 def stacked_figure(data: SiteData) -> tuple[Figure | None, list[str]]:
     """Traces per (part, source) so the legend tells measured from estimated; runs whose energy
     section is missing (or holds no figure) are returned by label, not drawn as zero. A bar per run,
-    or past MAX_SERIES series one per (model family, world size): the median of its runs."""
+    or past MAX_SERIES series one per (model family, world size): the median of its runs. (Read from the
+    results model's energy columns: no record decoded.)"""
     by_family = per_family(data.df)
     values: dict[tuple, dict[str, list[float]]] = {}  # (part, source) → bar label → values
     labels, unmeasured = [], []
-    for row in data.df[["rec", "run_label", "kind_label", "world_size"]].to_dict("records"):  # not all 200 columns
-        e = data.record(row).energy
-        if e is None or all(getattr(e, f"{p}_j") is None for p, _, _ in PARTS):
-            unmeasured.append(row["run_label"])
+    df = data.df
+    joules = [plain(df[f"energy.{p}_j"]) for p, _, _ in PARTS]
+    sources = [plain(df[f"energy.sources.{p}"]) for p, _, _ in PARTS]
+    for i, (run_label, kind_label, world_size, source) in enumerate(
+            zip(df["run_label"].tolist(), df["kind_label"].tolist(), df["world_size"].tolist(),
+                plain(df["energy.source"]))):
+        if all(j[i] is None for j in joules):
+            unmeasured.append(run_label)
             continue
-        label = ptext(f"{row['kind_label']} · w{row['world_size']}" if by_family else row["run_label"])
+        label = ptext(f"{kind_label} · w{world_size}" if by_family else run_label)
         if label not in labels:
             labels.append(label)
-        for part, _, _ in PARTS:
-            v = getattr(e, f"{part}_j")
-            if v is not None:
-                values.setdefault((part, _source(e, part)), {}).setdefault(label, []).append(v)
+        for (part, _, _), j, part_sources in zip(PARTS, joules, sources):
+            if j[i] is not None:
+                values.setdefault((part, _source(part_sources[i], source)), {}).setdefault(label, []).append(j[i])
     if not values:
         return None, unmeasured
     if by_family:
@@ -85,21 +92,21 @@ def stacked_figure(data: SiteData) -> tuple[Figure | None, list[str]]:
 
 def carbon_table(data: SiteData) -> str:
     """One line per (PUE, intensity, source) used, with the runs and totals under it."""
-    groups: dict[tuple, list] = {}
+    groups: dict[tuple, list[tuple]] = {}  # (PUE, intensity, source) → each record's (kWh, CO2e)
     no_carbon = 0
-    for row in data.df[["rec"]].to_dict("records"):
-        c = data.record(row).carbon
-        if c is None:
+    df = data.df
+    # (a record with a carbon section has a PUE: the section's one field that is never null)
+    for pue, intensity, source, kwh, co2e in zip(*(plain(df[f"carbon.{c}"]) for c in CARBON)):
+        if pue is None:
             no_carbon += 1
             continue
-        key = (c.pue, c.intensity_g_per_kwh, str(c.intensity_source or "—"))
-        groups.setdefault(key, []).append(c)
+        groups.setdefault((pue, intensity, str(source or "—")), []).append((kwh, co2e))
     if not groups:
         return missing("Carbon", "no record has a carbon section")
     rows = []
     for (pue, intensity, source), cs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
-        kwh = [c.kwh for c in cs if c.kwh is not None]
-        co2 = [c.co2e_g for c in cs if c.co2e_g is not None]
+        kwh = [k for k, _ in cs if k is not None]
+        co2 = [c for _, c in cs if c is not None]
         rows.append([f_sig(pue), f_sig(intensity), source, len(cs),
                      f_sig(sum(kwh)) if kwh else "not measured", f_sig(sum(co2)) if co2 else "not measured"])
     html = table(["PUE", "Grid intensity (g CO2e/kWh)", "Intensity source", "Runs", "Energy (kWh)", "CO2e (g)"],

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from benchsuite.record.columns import view_columns
 from benchsuite.results.scaling import BASELINE
-from benchsuite.dashboard.data import SiteData
+from benchsuite.dashboard.data import SiteData, column_values, numbers
 from benchsuite.dashboard.page import Page
 from benchsuite.dashboard.render import DASH, DataFile, PageSection, esc, f_ms, f_num, f_pct, f_sig, num, present
 
@@ -23,59 +23,68 @@ PAGE_SIZE = 100
 ROW_COLUMNS = ["page", "status", "kind_label", "suite", "label", "seed", "repeat", "world_size", "nodes", "scaling",
                "tokens_per_s", "mfu", "metrics.hfu", "step_time_median_s", "step_time_ci95_lo_s", "step_time_ci95_hi_s",
                "scaling_efficiency", "scaling_baseline", "j_per_token", "gco2e_per_mtok", "flagged", "flag_summary",
-               "error_type", "error_message", "error_rank"]  # what _row reads: only these become rows
+               "error_type", "error_message", "error_rank"]  # what runs_rows reads: only these become rows
 view_columns(*ROW_COLUMNS)
+NUMBERS = ["seed", "repeat", "world_size", "nodes", "tokens_per_s", "mfu", "step_time_median_s", "step_time_ci95_lo_s",
+           "step_time_ci95_hi_s", "scaling_efficiency", "j_per_token", "gco2e_per_mtok", "error_rank"]  # as figures
 
 
-def _cell(text: str, sort_value=None) -> list:
+def _cell(text: str, sort_value: float | None = None) -> list:
     """[text] or [text, number to sort by]; the page script shows `text` as text (never as markup)."""
-    v = num(sort_value)
-    return [text] if v is None else [text, v]
+    return [text] if sort_value is None else [text, sort_value]
 
 
-def _note(row) -> str:
+def _note(status, flagged, flag_summary, error_type, error_message, error_rank) -> str:
     """The status cell's second part: the sanity flags of an ok run, or a failed run's error."""
-    if row["status"] == "ok":
-        flagged = row.get("flagged") is True or row.get("flagged") == 1  # record/sanity.py: impossible figures
-        return str(row.get("flag_summary") or "flagged") if flagged else ""
-    kind = row.get("error_type") if present(row.get("error_type")) else "error"
-    msg = str(row.get("error_message")) if present(row.get("error_message")) else ""
-    rank = f" (rank {int(row['error_rank'])})" if num(row.get("error_rank")) is not None else ""
+    if status == "ok":
+        flagged = flagged is True or flagged == 1  # record/sanity.py: impossible figures
+        return str(flag_summary or "flagged") if flagged else ""
+    kind = error_type if present(error_type) else "error"
+    msg = str(error_message) if present(error_message) else ""
+    rank = f" (rank {int(error_rank)})" if error_rank is not None else ""
     return f"{kind}{rank}: {msg}"
 
 
-def _utilisation(row) -> str:
+def _utilisation(mfu, hfu) -> str:
     """MFU (model FLOPs, no recompute) with HFU (hardware FLOPs, recompute included) beside it."""
-    hfu = row.get("metrics.hfu")
-    return f_pct(row.get("mfu")) + (f" ({f_pct(hfu)})" if present(hfu) else "")
+    return f_pct(mfu) + (f" ({f_pct(hfu)})" if present(hfu) else "")
 
 
-def _efficiency(row) -> str:
+def _efficiency(efficiency, baseline) -> str:
     """The run's scaling efficiency (every record of a run shows its run's); 'baseline' on the baseline."""
-    return "baseline" if row.get("scaling_baseline") == BASELINE else f_pct(row.get("scaling_efficiency"))
+    return "baseline" if baseline == BASELINE else f_pct(efficiency)
 
 
-def _row(row) -> list:
-    """One run for assets/runs.js: [page, status, model, note, cells]."""
-    med = row.get("step_time_median_s")
-    cells = [
-        _cell(str(row["suite"])), _cell(str(row["label"])), _cell(str(row["seed"]), row["seed"]),
-        _cell(str(row["repeat"]), row["repeat"]), _cell(str(row["kind_label"])),
-        _cell(str(row["world_size"]), row["world_size"]), _cell(str(row["nodes"]), row["nodes"]),
-        _cell(str(row["scaling"])), _cell(str(row["status"])),
-        _cell(f_num(row.get("tokens_per_s")), row.get("tokens_per_s")),
-        _cell(_utilisation(row), row.get("mfu")),
-        _cell(f_ms(med, row.get("step_time_ci95_lo_s"), row.get("step_time_ci95_hi_s")), med),
-        _cell(_efficiency(row), row.get("scaling_efficiency")),
-        _cell(f_sig(row.get("j_per_token")), row.get("j_per_token")),
-        _cell(f_sig(row.get("gco2e_per_mtok")), row.get("gco2e_per_mtok")),
-    ]
-    return [row["page"], str(row["status"]), str(row["kind_label"]), _note(row), cells]
+def runs_rows(df) -> list[list]:
+    """Every record for assets/runs.js, [page, status, model, note, cells] each; built a column at a time, the
+    figures read once (data.numbers: num of each value) for their sort value and their text."""
+    v = column_values(df, ROW_COLUMNS)
+    n = {c: numbers(df[c]) if c in df else [None] * len(df) for c in NUMBERS}
+    rows = []
+    for i, (page, status, kind_label) in enumerate(zip(v["page"], v["status"], v["kind_label"])):
+        seed, repeat, world_size, nodes = v["seed"][i], v["repeat"][i], v["world_size"][i], v["nodes"][i]
+        med, mfu = n["step_time_median_s"][i], n["mfu"][i]
+        tokens, efficiency = n["tokens_per_s"][i], n["scaling_efficiency"][i]
+        joules, co2e = n["j_per_token"][i], n["gco2e_per_mtok"][i]
+        cells = [
+            _cell(str(v["suite"][i])), _cell(str(v["label"][i])), _cell(str(seed), n["seed"][i]),
+            _cell(str(repeat), n["repeat"][i]), _cell(str(kind_label)),
+            _cell(str(world_size), n["world_size"][i]), _cell(str(nodes), n["nodes"][i]),
+            _cell(str(v["scaling"][i])), _cell(str(status)),
+            _cell(f_num(tokens), tokens), _cell(_utilisation(mfu, v["metrics.hfu"][i]), mfu),
+            _cell(f_ms(med, n["step_time_ci95_lo_s"][i], n["step_time_ci95_hi_s"][i]), med),
+            _cell(_efficiency(efficiency, v["scaling_baseline"][i]), efficiency),
+            _cell(f_sig(joules), joules), _cell(f_sig(co2e), co2e),
+        ]
+        note = _note(status, v["flagged"][i], v["flag_summary"][i], v["error_type"][i], v["error_message"][i],
+                     v["error_rank"][i] if n["error_rank"][i] is not None else None)
+        rows.append([page, str(status), str(kind_label), note, cells])
+    return rows
 
 
 def _best(runs, column: str, largest: bool) -> tuple[float | None, str]:
     """The best run's median of a column, and the run's label."""
-    have = runs[runs[column].map(lambda v: num(v) is not None)]
+    have = runs[[v is not None for v in numbers(runs[column])]]
     if have.empty:
         return None, ""
     row = have.loc[have[column].idxmax() if largest else have[column].idxmin()]
@@ -90,7 +99,7 @@ def _glance(data: SiteData) -> str:
     cards = [("records", f"{len(df)}"), ("ok", f"{n_ok}"), ("failed", f"{len(df) - n_ok}"),
              ("runs (seeds and repeats pooled)", f"{len(data.runs)}"),
              ("suites", f"{df['suite'].nunique()}"), ("most devices", f"{int(df['world_size'].max())}")]
-    ok = data.ok_runs
+    ok = data.ok_runs_of(["kind", "label", "mfu", "j_per_token"])
     for kind in ("dense", "moe"):
         sub = ok[ok["kind"] == kind]
         if sub.empty:
@@ -133,7 +142,7 @@ def render(data: SiteData) -> PageSection:
             "click a run for its record's page. Scaling efficiency is the run's (its median over seeds and "
             "repeats): weak = throughput(N) / (N × throughput(1)), strong = time(1) / (N × time(N)), against the "
             "1-device run of the sweep with the same config, hardware and threads per rank.</p>")
-    rows = DataFile("runs", "BENCHSUITE_RUNS", [_row(r) for r in df.reindex(columns=ROW_COLUMNS).to_dict("records")])
+    rows = DataFile("runs", "BENCHSUITE_RUNS", runs_rows(df))
     return PageSection("overview", "Runs", html, data_files=[rows])
 
 

@@ -17,14 +17,14 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
-from benchsuite.dashboard.data import SiteData, metrics_of, per_family
+from benchsuite.dashboard.data import SUMMARY_PART, SiteData, column_values, metrics_of, numbers, per_family, rows_of
 from benchsuite.dashboard.page import Page
 from benchsuite.dashboard.render import (DASH, Figure, PageSection, esc, f_num, f_sig, layout, missing, num, present, ptext,
                               short, table)
 from benchsuite.dashboard.style import DASHES, router_name, series_styles, trace_styles
 from benchsuite.energy.carbon import J_PER_KWH
 from benchsuite.record.kinds import SOURCES, experts_choose, source_kind
-from benchsuite.record.types import Quality, Record
+from benchsuite.record.types import Quality
 
 NO_EVAL = "no evaluation in these records: set train.eval_every and train.target_loss"
 # (curve key, panel title, axis title, hover unit)
@@ -41,17 +41,21 @@ ENERGY_PANELS = {2, 3}  # the to-target panels whose figure is energy (or CO2e f
 NOT_MEASURED = " or ".join(k.source for k in reversed(SOURCES.values()) if k.figure and not k.measured)
 
 
+ROW = ["series", "kind_label", "run_label", "world_size", "router", "energy.source"]  # what a Run reads of its row
+
+
 class Run:
     """One run's quality figures, with what the page needs to name and colour it. `q`: its latest record's
-    metrics.quality with the run's medians over seeds in place of that record's to-target figures."""
+    metrics.quality with the run's medians over seeds in place of that record's to-target figures; `row`: its
+    row of the results model's runs (ROW: the latest record's router and energy source among them)."""
 
-    def __init__(self, row: dict, rec: Record, q: Quality):
-        self.row, self.rec, self.q = row, rec, q
+    def __init__(self, row: dict, q: Quality):
+        self.row, self.q = row, q
         self.series = row["series"]
         self.label = row["series"]
         self.kind = str(row["kind_label"])
         self.curve = [p for p in q.curve or [] if p.val_loss is not None]
-        src = q.energy_source or (rec.energy.source if rec.energy is not None else None)
+        src = q.energy_source or row["energy.source"]
         self.energy_source = str(src) if present(src) else "unavailable"
 
     @property
@@ -63,8 +67,7 @@ class Run:
     @property
     def experts_choose_tokens(self) -> bool:
         """Its router's experts choose their tokens (record/kinds.ROUTERS), whatever the record's spelling."""
-        moe = self.rec.config.moe
-        return experts_choose(router_name(moe.router if moe is not None else None))
+        return experts_choose(router_name(self.row["router"]))
 
     @property
     def target(self) -> float | None:
@@ -100,21 +103,20 @@ def quality_runs(data: SiteData) -> tuple[list[Run], list[str]]:
     """Runs with a metrics.quality section (past MAX_SERIES sweeps, the median run of each model family
     and world size), and the labels of ok runs without one. A run's to-target figures are its medians
     over seeds (results/model.py, as the report shows them); its curve, its latest record's."""
-    ok = data.ok_runs
+    medians_of = [k for k in data.runs.columns if k.startswith("quality.") and k != "quality.reached"]
+    ok = data.ok_runs_of(["rec", *ROW, *medians_of])  # (only the columns the page reads: the frame has ~400)
     if ok.empty:
         return [], []
-    # only the rows of runs with a quality section, and only the columns the page reads, made into dicts (a wide
-    # frame's rows cost ~0.3 ms each)
-    sections = [metrics_of(data.records[int(i)]).quality for i in ok["rec"]]
+    sections = [metrics_of(data.part(i)).quality for i in ok["rec"].tolist()]
     has = [q is not None for q in sections]
-    without = [str(label) for label, h in zip(ok["run_label"], has) if not h]
+    without = [str(label) for label, h in zip(ok["run_label"].tolist(), has) if not h]
     runs = []
-    medians_of = [k for k in ok.columns if k.startswith("quality.") and k != "quality.reached"]
-    shown = ok.loc[has, ["rec", "series", "kind_label", "run_label", "world_size", *medians_of]]
-    for row, q in zip(shown.to_dict("records"), (q for q in sections if q is not None)):
-        medians = {k[len("quality."):]: row.pop(k) for k in medians_of}
-        medians = {k: v for k, v in medians.items() if num(v) is not None}
-        runs.append(Run(row, data.record(row), msgspec.structs.replace(q, **medians)))
+    shown = ok.loc[has]
+    figures = {k: numbers(shown[k]) for k in medians_of}  # (num of each: whether the run has the median)
+    medians = column_values(shown, medians_of)
+    for i, (row, q) in enumerate(zip(rows_of(shown, ROW), (q for q in sections if q is not None))):
+        runs.append(Run(row, msgspec.structs.replace(q, **{k[len("quality."):]: medians[k][i] for k in medians_of
+                                                           if figures[k][i] is not None})))
     if per_family(data.df):
         return _median_runs(runs), without
     per_series: dict[str, int] = {}
@@ -333,7 +335,7 @@ def seed_curves(data: SiteData) -> tuple[str, list[Figure]]:
     faint, the median over seeds bold, its 95 % interval (t on logs) as a band; and each sparse
     workload's tokens to target over the dense one, ranked only where the interval excludes 1."""
     from benchsuite.results.stats import log_t_interval
-    from benchsuite.results.verdicts import pairs
+    from benchsuite.results.verdicts import all_pair_figures, pair_ratio
 
     groups = [g for g in data.seed_groups if len(g.seeds) > 1 and g.quality]
     if not groups:
@@ -345,7 +347,7 @@ def seed_curves(data: SiteData) -> tuple[str, list[Figure]]:
         style = styles.get(series.get(g.identity))
         color = style.color if style else "#495057"
         by_step: dict[int, list[tuple[float, float]]] = {}
-        for rec in g.records:
+        for rec in g.parts(SUMMARY_PART):
             quality = metrics_of(rec).quality
             curve = (quality.curve or []) if quality is not None else []
             pts = [(num(p.tokens), num(p.val_loss), p.step) for p in curve]
@@ -369,7 +371,7 @@ def seed_curves(data: SiteData) -> tuple[str, list[Figure]]:
     fig = Figure("fig-quality-seeds", traces,
                  layout("Validation loss over seeds: faint per seed, bold the median, band its 95 % interval",
                         "training tokens", "validation loss", height=420, xaxis={"type": "log", "dtick": "D2"}))
-    verdicts = [p for p in pairs(groups) if p.figure == "tokens"]
+    verdicts = [pair_ratio(f) for f in all_pair_figures(groups) if f.figure == "tokens"]
     notes = "".join(f'<p class="note">{esc(p.sparse)} ÷ {esc(p.dense)}, tokens to target: '
                     f"{esc(f_sig(p.ratio.point))}" + (f" ({esc(f_sig(p.ratio.lo))}–{esc(f_sig(p.ratio.hi))})"
                                                     if p.ratio.lo is not None else "")
@@ -379,7 +381,7 @@ def seed_curves(data: SiteData) -> tuple[str, list[Figure]]:
 
 def render(data: SiteData) -> PageSection:
     slug, title = "quality", "Dense vs sparse at equal quality"
-    if data.ok.empty:
+    if not data.any_ok:
         return PageSection(slug, title, missing("Validation loss", "no successful runs"))
     runs, without = quality_runs(data)
     if not runs:

@@ -7,10 +7,15 @@ point has no efficiency is said under the figures."""
 from __future__ import annotations
 
 from benchsuite.results.scaling import BASELINE
-from benchsuite.dashboard.data import SiteData, per_family
+from benchsuite.dashboard.data import SiteData, numbers, per_family
 from benchsuite.dashboard.page import Page
 from benchsuite.dashboard.render import Figure, PageSection, esc, f_num, f_pct, layout, missing, num, present, ptext, short
 from benchsuite.dashboard.style import trace_styles
+
+
+# What the page reads of a run (the runs frame has ~400 columns: grouped whole, each is copied per group).
+COLUMNS = ["series", "kind_label", "scaling", "world_size", "tokens_per_s", "scaling_efficiency", "scaling_baseline",
+           "scaling_efficiency_reason", "flags"]
 
 
 def _hover(label, n, value, what):
@@ -99,10 +104,10 @@ def _notes(curves) -> list[str]:
 
 
 def render(data: SiteData) -> PageSection:
-    if data.ok.empty:
+    if not data.any_ok:
         return PageSection("scaling", "Scaling", missing("Scaling", "no successful runs"))
-    df = data.ok_runs
-    df = df[df["tokens_per_s"].map(lambda v: num(v) is not None)]
+    df = data.ok_runs_of(COLUMNS)
+    df = df[[v is not None for v in numbers(df["tokens_per_s"])]]
     by_family = per_family(data.df)
     styles = trace_styles(data.df, by_family)
     curves, single, no_base = [], [], []
