@@ -52,6 +52,11 @@ def counting(monkeypatch, module, name: str) -> list:
 READERS = (benchsuite.load, benchsuite.load_runs, benchsuite.load_steps)
 
 
+def indexed(folder) -> list[str]:
+    """The files the folder's index holds an entry of (its index file's and its delta's)."""
+    return sorted(index.FolderIndex.read(folder).entries)
+
+
 def read(folder, frames=False):
     """The records of folder, its results model (and with frames, load(), load_runs() and load_steps()), and
     every warning said, in order."""
@@ -146,8 +151,49 @@ def test_only_new_and_changed_files_are_decoded_and_removed_ones_are_dropped(tmp
     assert sorted(p.name for (p,) in decoded) == sorted([changed.name, added.name])
     assert {one.record.run_key: one.record.metrics.tokens_per_s for one in loaded} == {"b": 250.0, "c": 100.0,
                                                                                       "d": 100.0}
-    table = pq.read_table(index_path(tmp_path))
-    assert sorted(table.column("file").to_pylist()) == sorted(p.name for p, _ in record_files(tmp_path))
+    assert indexed(tmp_path) == sorted(p.name for p, _ in record_files(tmp_path))
+
+
+def test_a_few_new_files_go_to_the_delta_and_more_or_a_removal_write_the_index_again(tmp_path, monkeypatch):
+    """A new record is written to the delta file alone (the index file, its records' blobs and steps, is not
+    read and written again); past DELTA_MIN (or a tenth of the index) new entries, or when a file the index
+    file holds is removed, everything is one index file again; every read gives what a read of the files gives."""
+    monkeypatch.setattr(index, "DELTA_MIN", 2)
+    delta = tmp_path / INDEX_DIR / index.DELTA_FILE
+    for key in ("a", "b", "c"):
+        write_record(tmp_path, make_record(key))
+    load_records(tmp_path)
+    base = index_path(tmp_path).read_bytes()
+
+    def same_as_the_files() -> None:
+        cached = read(tmp_path)
+        shutil.copytree(tmp_path, tmp_path.parent / "copy", ignore=shutil.ignore_patterns(INDEX_DIR))
+        try:
+            uncached = read(tmp_path.parent / "copy")
+        finally:
+            shutil.rmtree(tmp_path.parent / "copy")
+        assert [one.record for one in cached[0]] == [one.record for one in uncached[0]]
+        pd.testing.assert_frame_equal(cached[1].df.drop(columns="path"), uncached[1].df.drop(columns="path"))
+
+    write_record(tmp_path, make_record("d"))
+    same_as_the_files()
+    assert index_path(tmp_path).read_bytes() == base and len(pq.read_table(delta)) == 1
+    write_record(tmp_path, make_record("b", tokens_per_s=250.0))  # a changed file: its new entry in the delta
+    same_as_the_files()
+    assert index_path(tmp_path).read_bytes() == base and len(pq.read_table(delta)) == 2
+    decoded = counting(monkeypatch, store, "read_document")
+    load_records(tmp_path)
+    assert decoded == []  # the delta's entries, over the index file's, serve the next read
+    write_record(tmp_path, make_record("e"))  # three in the delta: past DELTA_MIN
+    same_as_the_files()
+    assert not delta.exists() and indexed(tmp_path) == sorted(p.name for p, _ in record_files(tmp_path))
+    base = index_path(tmp_path).read_bytes()
+    write_record(tmp_path, make_record("f"))
+    load_records(tmp_path)
+    assert delta.exists() and index_path(tmp_path).read_bytes() == base
+    (tmp_path / next(p.name for p, _ in record_files(tmp_path) if "__a.json" in p.name)).unlink()
+    same_as_the_files()
+    assert not delta.exists() and indexed(tmp_path) == sorted(p.name for p, _ in record_files(tmp_path))
 
 
 def test_a_file_changed_just_before_a_read_is_decoded_again(tmp_path, monkeypatch):
@@ -191,8 +237,7 @@ def test_a_damaged_or_foreign_index_is_rebuilt_with_one_warning(tmp_path, damage
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # rebuilt: read again without a word
         assert load_records(tmp_path) == expected
-    assert pq.read_table(index_path(tmp_path)).column("file").to_pylist() == sorted(p.name for p in
-                                                                                   tmp_path.glob("*.json"))
+    assert indexed(tmp_path) == sorted(p.name for p in tmp_path.glob("*.json"))
 
 
 def test_an_index_of_other_code_or_deleted_is_rebuilt_without_a_word(tmp_path, monkeypatch):
@@ -247,8 +292,7 @@ def test_a_first_read_written_batch_by_batch_equals_one_whose_index_is_not_writt
     monkeypatch.setattr(index.os, "replace", real_replace)
     written = read(folder)
     assert_same(unwritten, written)
-    files = pq.read_table(index_path(folder)).column("file").to_pylist()
-    assert sorted(files) == sorted(str(p.relative_to(folder)) for p, _ in record_files(folder))
+    assert indexed(folder) == sorted(str(p.relative_to(folder)) for p, _ in record_files(folder))
     decoded = counting(monkeypatch, store, "read_document")
     assert_same(written, read(folder))
     assert decoded == []
@@ -279,7 +323,7 @@ def test_a_read_stopped_part_way_leaves_the_index_as_it_was(tmp_path, monkeypatc
     assert sorted(p.name for p in (tmp_path / INDEX_DIR).iterdir()) == ["lock", index.INDEX_FILE]
     monkeypatch.setattr(store, "read_document", real)
     assert [one.record.run_key for one in load_records(tmp_path)] == list("abcdef")
-    assert len(pq.read_table(index_path(tmp_path)).column("file")) == 6
+    assert len(indexed(tmp_path)) == 6
 
 
 def test_filters_keep_what_they_name_and_decode_nothing_else(tmp_path, monkeypatch):
@@ -392,7 +436,7 @@ def test_processes_appending_and_reading_never_see_a_partial_view(tmp_path):
     assert writer.wait(timeout=120) == 0
     assert reader.wait(timeout=120) == 0, reader.stderr.read().decode()[-2000:]
     decoded = [p for p, _ in record_files(tmp_path)]
-    assert sorted(pq.read_table(index_path(tmp_path)).column("file").to_pylist()) == sorted(p.name for p in decoded)
+    assert indexed(tmp_path) == sorted(p.name for p in decoded)
 
 
 def test_a_small_folder_is_read_without_an_index(tmp_path, monkeypatch):

@@ -10,8 +10,13 @@ file is skipped (when it is), and the record's row (results/rows.py: every colum
 typed by the record's types), its steps (a list of structs: flattened, the steps table of load_steps) and
 the record itself (msgpack). A warm read reads the file columns and the rows, and builds the results
 model's frame from the rows as they are: no record is decoded; the steps and the records are read from the
-same file only for a reader that asks for them. Parquet through pyarrow rather than DuckDB: a reader reads
-one file that a writer replaces atomically (temp file, os.replace), so any number of processes on a shared
+same file only for a reader that asks for them. The files decoded since that file was written go to a second,
+`records.delta.parquet`, whose entries are read over the first's: a new record costs a write of the few new
+entries, not of every record's blob and steps again; past a tenth of the index (DELTA_MIN at least), or when a
+file the index file holds is removed, the two are written again as one. Each entry is trusted only while its
+file's key is unchanged, so a reader that pairs an index file with another's delta (a write between its two
+reads) decodes a few files again, and reads nothing stale. Parquet through pyarrow rather than DuckDB: a reader
+reads files that a writer replaces atomically (temp file, os.replace), so any number of processes on a shared
 file system read while one writes, with no database lock to wait on (a DuckDB file admits one writing
 process and keeps readers of other processes out meanwhile), and a reader needs no query engine: it takes
 every entry whose file is unchanged, and a filter (suite, workload, started_at) is judged on the row's
@@ -30,7 +35,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from benchsuite.atomic import umask
 from benchsuite.record.types import SCHEMA_VERSION
@@ -43,11 +48,17 @@ if TYPE_CHECKING:
 
 INDEX_DIR = ".benchsuite-index"  # hidden: record_files leaves out every name that starts with a dot
 INDEX_FILE = "records.parquet"
+# The files decoded since the index file was written, beside it (written alone while they are a few: a new
+# record rewrites neither the index file nor anything in it); their entries over the index file's.
+DELTA_FILE = "records.delta.parquet"
+DELTA_SHARE = 10  # the delta holds up to this part of the index file's rows (and BATCH_ROWS at least) ...
+DELTA_MIN = 1000  # ... then both are written again as one index file
 FORMAT = 2  # this file's layout; any other is rebuilt quietly, as after an upgrade
 # A folder of fewer record files is read without an index: reading 100 files takes about as long as reading
 # their index (24 ms against 23 ms on the 2-core box), and writing one costs some 60 ms more.
 MIN_FILES = 100
 METADATA_KEY = b"benchsuite.index"
+ROW_GROUP = 1000  # rows per row group of the files written (a row group is what a read of part of a column reads)
 # A file changed within this long before it was read might change again with the same size and mtime (file
 # times tick coarsely): such an entry is decoded again next time rather than trusted (git's racy-clean rule).
 RACY_NS = 1_000_000_000
@@ -80,6 +91,16 @@ class FileKey:
         return cls(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
 
+class Entry(NamedTuple):
+    """What the index holds of one file: its key, and its row (row `at` of `rows`) or why it is no record."""
+
+    key: FileKey
+    rows: Rows
+    at: int
+    problem: str | None
+    delta: bool  # from the delta file (else from the index file)
+
+
 class IndexDamaged(Exception):
     """The index file cannot be read as one (a reader warns once and rebuilds it from the records)."""
 
@@ -108,49 +129,57 @@ def index_path(folder: Path) -> Path:
 
 @dataclass
 class FolderIndex:
-    """A folder's index as read (each file's key and row in `rows`) and the files decoded by this read."""
+    """A folder's index as read (each file's entry: its key and row) and the files decoded by this read."""
 
     folder: Path
-    rows: Rows | None  # the index file's rows (None: no index, or one of other code or damaged)
-    entries: dict[str, tuple[FileKey, int]]  # relative path -> the file's key, its row in `rows`
-    problems: list[str | None] = field(default_factory=list)  # by row: why that file is not a record
+    entries: dict[str, Entry] = field(default_factory=dict)  # relative path -> its entry
+    indexed: int = 0  # rows in the index file (beside the delta's)
     fresh: dict[str, tuple[FileKey, str | None]] = field(default_factory=dict)  # decoded now: why not a record
     changed: bool = False  # an entry was added, replaced or dropped: worth writing
     read_at_ns: int = field(default_factory=time.time_ns)  # before any file of this read was looked at
-    _writer: pq.ParquetWriter | None = None  # the new index file, being written (append, write)
+    _writer: pq.ParquetWriter | None = None  # the new index or delta file, being written (append, write)
     _tmp: Path | None = None
     _lock: FileLock | None = None
-    _failed: bool = False  # the new index file cannot be written this read
+    _failed: bool = False  # the new file cannot be written this read
+    _appended: int = 0  # rows appended to it
+    _dropped: bool = False  # an entry of the index file dropped (its file gone)
 
     @classmethod
     def read(cls, folder: Path) -> FolderIndex:
-        """The folder's index; empty when there is none or it was written by other code, and empty with one
-        warning when the file is damaged or not an index at all."""
-        path = index_path(folder)
-        index = cls(folder, None, {})
-        try:
-            index.rows, index.entries, index.problems = _read_entries(path, index.damaged)
-        except OSError:  # none (yet, or removed), or not this user's to read: the records are read instead
-            pass
-        except IndexDamaged as e:
-            _say_damaged(path, str(e))
-            index.changed = True
+        """The folder's index: its index file's entries, and over them its delta's; none from a file that is
+        missing or was written by other code, and none with one warning from a file that is damaged or not an
+        index at all."""
+        index = cls(folder)
+        index._read_files()
         return index
+
+    def _read_files(self) -> None:
+        self.entries, self.indexed = {}, 0
+        for name in (INDEX_FILE, DELTA_FILE):
+            path = self.folder / INDEX_DIR / name
+            try:
+                rows, entries = _read_entries(path, self.damaged, delta=name == DELTA_FILE)
+            except OSError:  # none (yet, or removed), or not this user's to read: the records are read instead
+                continue
+            except IndexDamaged as e:
+                _say_damaged(path, str(e))
+                self.changed = True
+                continue
+            self.entries.update(entries)
+            if name == INDEX_FILE and rows is not None:
+                self.indexed = len(rows.table)
 
     def damaged(self, why: str) -> None:
         """Part of the index found damaged after it was read (a record that does not decode): said once, and
-        the file removed, so that the next read rebuilds it."""
-        path = index_path(self.folder)
-        _say_damaged(path, why)
-        try:
-            path.unlink()
-        except OSError:
-            pass
+        its files removed, so that the next read rebuilds it."""
+        _say_damaged(index_path(self.folder), why)
+        for name in (INDEX_FILE, DELTA_FILE):
+            (self.folder / INDEX_DIR / name).unlink(missing_ok=True)
 
-    def hit(self, rel: str, key: FileKey | None) -> int | None:
-        """The row of this very file in `rows` (None: not in the index, or changed since)."""
+    def hit(self, rel: str, key: FileKey | None) -> Entry | None:
+        """The entry of this very file (None: not in the index, or changed since)."""
         one = self.entries.get(rel)
-        return one[1] if one is not None and key is not None and one[0] == key else None
+        return one if one is not None and key is not None and one.key == key else None
 
     def put(self, rel: str, key: FileKey, problem: str | None) -> None:
         """A file decoded now (a record, or why it is not one); kept only when its key can be trusted next
@@ -162,8 +191,9 @@ class FolderIndex:
             self.changed = True
 
     def keep_only(self, seen: set[str]) -> None:
-        """Drop the entries of files no longer there."""
+        """Drop the entries of files no longer there (one of the index file's: it is written again whole)."""
         gone = self.entries.keys() - seen
+        self._dropped |= any(not self.entries[rel].delta for rel in gone)
         for rel in gone:
             del self.entries[rel]
         self.changed |= bool(gone)
@@ -176,28 +206,39 @@ class FolderIndex:
         return bool(keep) and self._part([rels[i] for i in keep], taken(rows.columns(table_schema().names), keep))
 
     def write(self) -> None:
-        """Finishes the new index file (begun by append, or now): the entries kept from the index read and
-        the files that are no records after the records appended, then replaces the index atomically
-        (readers see the old one or the new one, whole). Written by one process at a time, under a lock:
-        another writing it now, a folder that cannot be written to, a full disk: the index is left as it
-        was, and nothing is said (the records were read). Written, the index is read back (`rows`,
-        `entries`): its readers let go of the rows made by this read."""
+        """Finishes the new file (begun by append, or now) and puts it in place atomically (readers see the old
+        one or the new one, whole): while the files decoded since the index file was written are few (up to
+        a tenth of its rows, DELTA_MIN at least), the delta file, of those files and the ones decoded now;
+        else the index file, of every entry, and the delta removed. Written by one process at a time, under
+        a lock: another writing now, a folder that cannot be written to, a full disk: the index is left as it
+        was, and nothing is said (the records were read). Written, the index is read back (`entries`): its
+        readers let go of the rows made by this read."""
         import pyarrow as pa
 
-        names = table_schema().names
-        kept = list(self.entries)  # (in the order of the index read: taken whole when none was dropped)
         skipped = sorted(rel for rel, (_, problem) in self.fresh.items() if problem is not None)
-        if not (self._part(kept, taken(self.rows.columns(names), [self.entries[rel][1] for rel in kept]))
-                if kept and self.rows is not None else self._begun()):
-            return
+        in_delta = [rel for rel, entry in self.entries.items() if entry.delta]
+        as_delta = bool(self.indexed) and not self._dropped and \
+            self._appended + len(in_delta) + len(skipped) <= max(DELTA_MIN, self.indexed // DELTA_SHARE)
+        kept = in_delta if as_delta else list(self.entries)
+        by_rows: dict[int, list[str]] = {}  # (the kept entries' rows taken from each table they are in at once)
+        for rel in kept:
+            by_rows.setdefault(id(self.entries[rel].rows), []).append(rel)
+        names = table_schema().names
+        for rels in by_rows.values() or [[]]:
+            rows = self.entries[rels[0]].rows if rels else None
+            if not (self._part(rels, taken(rows.columns(names), [self.entries[rel].at for rel in rels]))
+                    if rows is not None else self._begun()):
+                return
         if skipped and not self._part(skipped, pa.table([pa.nulls(len(skipped), f.type) for f in table_schema()],
                                                         schema=table_schema())):
             return
         try:
             self._writer.close()
-            os.replace(self._tmp, index_path(self.folder))
-            self.rows, self.entries, self.problems = _read_entries(index_path(self.folder), self.damaged)
-        except (OSError, IndexDamaged):
+            os.replace(self._tmp, self.folder / INDEX_DIR / (DELTA_FILE if as_delta else INDEX_FILE))
+            if not as_delta:
+                (self.folder / INDEX_DIR / DELTA_FILE).unlink(missing_ok=True)
+            self._read_files()
+        except OSError:
             pass
         finally:
             self._writer = None
@@ -254,16 +295,17 @@ class FolderIndex:
 
         if not self._begun():
             return False
-        keys = [self.fresh[rel][0] if rel in self.fresh else self.entries[rel][0] for rel in rels]
-        problems = [self.fresh[rel][1] if rel in self.fresh else self.problems[self.entries[rel][1]] for rel in rels]
+        keys = [self.fresh[rel][0] if rel in self.fresh else self.entries[rel].key for rel in rels]
+        problems = [self.fresh[rel][1] if rel in self.fresh else self.entries[rel].problem for rel in rels]
         files = [pa.array(rels, pa.string()), *(pa.array([getattr(k, n) for k in keys], pa.int64())
                                                 for n in FILE_COLUMNS[1:]), pa.array(problems, pa.string())]
         try:
-            self._writer.write_table(pa.table([*files, *rows.columns], schema=_schema()))
+            self._writer.write_table(pa.table([*files, *rows.columns], schema=_schema()), row_group_size=ROW_GROUP)
         except (OSError, pa.ArrowException):
             self._failed = True
             self.abort()
             return False
+        self._appended += len(rels)
         return True
 
 
@@ -292,21 +334,16 @@ def _schema() -> pa.Schema:
     return pa.schema([*files, *table_schema()])
 
 
-def _read_entries(path: Path, damaged) -> tuple[Rows | None, dict[str, tuple[FileKey, int]], list[str | None]]:
-    """The index file's rows (less the steps and records, read when asked for), its entries and their
-    problems; none for an index of other code (rebuilt quietly). OSError when there is none (or it cannot be
+def _read_entries(path: Path, damaged, delta: bool = False) -> tuple[Rows | None, dict[str, Entry]]:
+    """An index or delta file's rows (the columns each file is judged by; the rest read when asked for) and
+    its entries; none for a file of other code (rebuilt quietly). OSError when there is none (or it cannot be
     opened), IndexDamaged when the file is not a whole index."""
-    with open(path, "rb") as f:  # OSError: none, or not readable
-        data = f.read()
-    return _entries_of(data, damaged)
-
-
-def _entries_of(data: bytes, damaged) -> tuple[Rows | None, dict[str, tuple[FileKey, int]], list[str | None]]:
-    """_read_entries of the index file's bytes."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
+    with open(path, "rb") as f:  # OSError: none, or not readable
+        data = f.read()
     try:
         file = pq.ParquetFile(pa.BufferReader(data))
         schema = file.schema_arrow
@@ -318,7 +355,7 @@ def _entries_of(data: bytes, damaged) -> tuple[Rows | None, dict[str, tuple[File
     except (KeyError, TypeError, ValueError):
         raise IndexDamaged("a Parquet file that is not a benchsuite index") from None
     if (fmt, code) != (FORMAT, code_version()):
-        return None, {}, []  # another benchsuite's (or another version of this one's): rebuilt, not an error
+        return None, {}  # another benchsuite's (or another version of this one's): rebuilt, not an error
     if schema.remove_metadata() != _schema():
         raise IndexDamaged(f"columns {schema.names} of other types than an index's")
     try:
@@ -337,6 +374,7 @@ def _entries_of(data: bytes, damaged) -> tuple[Rows | None, dict[str, tuple[File
         # exception") when its columns are still held then
         return pq.ParquetFile(pa.BufferReader(data)).read(columns=names)
 
-    cols = [table.column(name).to_pylist() for name in FILE_COLUMNS]
-    entries = {rel: (FileKey(*key), at) for at, (rel, *key) in enumerate(zip(*cols))}
-    return Rows(table.select(JUDGED), more, damaged), entries, problems.to_pylist()
+    rows = Rows(table.select(JUDGED), more, damaged)
+    cols = [table.column(name).to_pylist() for name in (*FILE_COLUMNS, PROBLEM)]
+    return rows, {rel: Entry(FileKey(*key), rows, at, problem, delta)
+                  for at, (rel, *key, problem) in enumerate(zip(*cols))}

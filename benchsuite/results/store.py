@@ -26,7 +26,7 @@ from benchsuite.record.io import file_kind, read_bytes
 from benchsuite.record.names import record_id
 from benchsuite.record.sanity import with_flags
 from benchsuite.record.types import Flag, Record
-from benchsuite.results.index import MIN_FILES, FileKey, FolderIndex
+from benchsuite.results.index import MIN_FILES, Entry, FileKey, FolderIndex
 from benchsuite.results.migrate import migrate
 from benchsuite.results.rows import Rows, row_schema, rows_table, table_schema, taken
 
@@ -260,7 +260,7 @@ def _load_records(path: Path, exclude: list[Path], only: Selection | None) -> li
     files: set[str] = set()  # the files' paths relative to the folder, as the index names them
     decoded: dict[str, Loaded] = {}  # the files decoded now, by relative path (with an index)
     pending: list[tuple[str, Loaded, dict]] = []  # decoded (and as plain values), their rows not made yet
-    ids = _IndexIds(index)
+    ids = _IndexIds()
     try:
         for p, problem in entries:
             try:
@@ -269,13 +269,13 @@ def _load_records(path: Path, exclude: list[Path], only: Selection | None) -> li
                 rel = _relative(p, path) if index is not None else None
                 files.add(rel)
                 key = _key(p) if index is not None else None
-                at = index.hit(rel, key) if index is not None else None
-                if at is not None:  # this very file is in the index: its row, its record decoded only when asked for
-                    if index.problems[at] is not None:
-                        raise RecordError(index.problems[at])
-                    if only is not None and not only.admits(*ids.filtered(at)):
+                entry = index.hit(rel, key) if index is not None else None
+                if entry is not None:  # this very file is in the index: its row, its record decoded when asked for
+                    if entry.problem is not None:
+                        raise RecordError(entry.problem)
+                    if only is not None and not only.admits(*ids.filtered(entry)):
                         continue
-                    one, ident = Loaded(None, p, index.rows, at), ids.run_key_and_repeat(at)
+                    one, ident = Loaded(None, p, entry.rows, entry.at), ids.run_key_and_repeat(entry)
                 else:
                     one, plain = _decoded(p, rel, key, index)
                     ident = (one.record.run_key, one.record.repeat)
@@ -308,7 +308,7 @@ def _load_records(path: Path, exclude: list[Path], only: Selection | None) -> li
             index.write()
             for rel, one in decoded.items():  # written: each row read from the index, the rows made let go
                 if rel in index.entries:
-                    one.rows, one.at = index.rows, index.entries[rel][1]
+                    one.rows, one.at = index.entries[rel].rows, index.entries[rel].at
     return records
 
 
@@ -320,20 +320,20 @@ BATCH = 1000
 class _IndexIds:
     """The columns of an index's rows a read judges each file by (its filters, its record's id), read once."""
 
-    def __init__(self, index: FolderIndex | None):
-        self.rows = index.rows if index is not None else None
-        self._columns: dict[str, list] = {}
+    def __init__(self):
+        self._columns: dict[tuple[int, str], list] = {}  # (id of the rows, column) -> its values
 
-    def _column(self, name: str) -> list:
-        if name not in self._columns:
-            self._columns[name] = self.rows.column(name).to_pylist()
-        return self._columns[name]
+    def _value(self, entry: Entry, name: str):
+        key = (id(entry.rows), name)
+        if key not in self._columns:
+            self._columns[key] = entry.rows.column(name).to_pylist()
+        return self._columns[key][entry.at]
 
-    def filtered(self, at: int) -> tuple:
-        return tuple(self._column(name)[at] for name in ("suite", "workload", "started_at"))
+    def filtered(self, entry: Entry) -> tuple:
+        return tuple(self._value(entry, name) for name in ("suite", "workload", "started_at"))
 
-    def run_key_and_repeat(self, at: int) -> tuple[str, int]:
-        return self._column("run_key")[at], self._column("repeat")[at]
+    def run_key_and_repeat(self, entry: Entry) -> tuple[str, int]:
+        return self._value(entry, "run_key"), self._value(entry, "repeat")
 
 
 def _with_rows(ones: list[Loaded], plain: list[dict] | None = None) -> Rows:
