@@ -116,6 +116,20 @@ def test_a_pair_whose_interval_holds_1_is_not_ranked_and_one_that_excludes_it_is
     assert tokens.ratio.hi < 1 and tokens.ranking is Ranking.LESS and tokens.text == "switch · w1 lower"
 
 
+def test_a_sparse_run_is_paired_with_the_dense_run_of_its_backbone_else_with_every_dense_one():
+    """In one suite and layout: switch-a (built on dense-a's model) against dense-a alone, not dense-b;
+    switch-c, whose model no dense run has, against both dense runs."""
+    def on(model: dict, recs: list[dict]) -> list[dict]:
+        return [{**r, "config": {**r["config"], "model": model}} for r in recs]
+
+    a, b, c = (dict(layers=2, hidden=64), dict(layers=4, hidden=64), dict(layers=2, hidden=128))
+    recs = (on(a, seeds("dense-a", [100_000, 110_000])) + on(b, seeds("dense-b", [100_000, 110_000]))
+            + on(a, seeds("switch-a", [50_000, 55_000], router="switch"))
+            + on(c, seeds("switch-c", [50_000, 55_000], router="switch")))
+    pairs = {(p.sparse.split(" · ")[0], p.dense.split(" · ")[0]) for p in verdicts(recs).pairs}
+    assert pairs == {("switch-a", "dense-a"), ("switch-c", "dense-a"), ("switch-c", "dense-b")}
+
+
 def test_a_claim_whose_workloads_are_missing_is_not_testable_and_names_them():
     recs = seeds("dense", [100_000, 110_000, 121_000]) + seeds("sw", [50_000, 55_000, 60_500], router="switch")
     checks = {c.claim.key: c for c in verdicts(recs).claims}

@@ -1,5 +1,6 @@
 """Dense vs sparse over seeds: each run's figures with a 95 % interval over its seeds, each sparse run's
-ratio to the dense one of its suite and layout, and the papers' claims set beside those ratios.
+ratio to the dense one of its suite and layout (of its backbone, where the suite has one), and the papers'
+claims set beside those ratios.
 
 One seed does not answer "is sparse cheaper than dense for the same quality": the tokens a run
 needs to reach a validation loss move by ±20 % with the seed, more than dense and sparse differ.
@@ -155,6 +156,7 @@ class SeedGroup:
     records: Sequence[Record]  # (RunRecords from the results model: decoded only when read)
     failed_seeds: list[int] = field(default_factory=list)
     energy_source: str | None = "measured"  # the run's energy.source
+    backbone: tuple = ()  # its config.model, as (key, value) pairs: the dense model a sparse one is compared with
     run_facts: RunRecordFacts | None = field(default=None, repr=False, compare=False)  # None: read from the records
     _values: dict[str, list[float]] = field(default_factory=dict, repr=False, compare=False)
 
@@ -259,7 +261,9 @@ def seed_groups(results: Results) -> list[SeedGroup]:
     for (identity, seed), *values in zip(per_seed.index, *(per_seed[c].tolist() for c in figures)):
         tables.setdefault(identity, {})[int(seed)] = dict(zip(figures, values))
     ok_runs = results.ok_runs
-    for values in zip(*(ok_runs[c].tolist() for c in columns)):
+    model = [c for c in ok_runs.columns if c.startswith("config.model.")]
+    backbones = zip(*(ok_runs[c].tolist() for c in model)) if model else ((),) * len(ok_runs)
+    for values, backbone in zip(zip(*(ok_runs[c].tolist() for c in columns)), backbones):
         row = dict(zip(columns, values))
         identity = row["identity"]
         run = runs[identity]
@@ -269,7 +273,8 @@ def seed_groups(results: Results) -> list[SeedGroup]:
                                  num(row["scaling.threads_per_rank"])),  # NaN (a GPU run) never equals NaN
                                 present(row.get(FINAL_LOSS[1])), tables[identity], run.records,
                                 list(row["failed_seeds"]),
-                                row["energy.source"] if isinstance(row["energy.source"], str) else None, run.facts))
+                                row["energy.source"] if isinstance(row["energy.source"], str) else None,
+                                tuple((c, v if present(v) else None) for c, v in zip(model, backbone)), run.facts))
     return groups
 
 
@@ -412,14 +417,20 @@ def energy_not_measured(*groups: SeedGroup) -> str | None:
 
 
 def all_pair_figures(groups: list[SeedGroup]) -> list[PairFigure]:
-    """Each sparse run against each dense one of the same suite run on the same layout and hardware, figure by
-    figure, their ratios not computed yet (grouped first: the time grows with the pairs, not with the square of the
-    runs)."""
+    """Each sparse run against the dense runs of its suite run on the same layout and hardware that share its
+    backbone (config.model: the dense model whose feed-forward layers it made experts, as Switch is set beside T5
+    at equal FLOPs per token), or, where its suite has none of them, against each dense run of its suite and
+    layout; figure by figure, their ratios not computed yet. Found by key: the time grows with the pairs, not with
+    the square of the runs (a suite of 5,000 dense and 5,000 sparse workloads, each sparse one built on its own
+    dense one, has 5,000 pairs)."""
     dense: dict[tuple, list[SeedGroup]] = {}
+    same_backbone: dict[tuple, list[SeedGroup]] = {}
     for d in groups:
         if d.kind == "dense":
             dense.setdefault((d.suite, d.layout), []).append(d)
-    return [f for s in groups if s.kind == "moe" for d in dense.get((s.suite, s.layout), [])
+            same_backbone.setdefault((d.suite, d.layout, d.backbone), []).append(d)
+    return [f for s in groups if s.kind == "moe"
+            for d in same_backbone.get((s.suite, s.layout, s.backbone)) or dense.get((s.suite, s.layout), [])
             for f in pair_figures(s, d)]
 
 
