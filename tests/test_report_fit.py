@@ -249,3 +249,4 @@ def test_the_dense_vs_sparse_answer_draws_its_first_pairs_and_counts_the_rest():
     assert "more pairs of runs" not in whole
     assert sum(line.startswith("│ ") and "÷" in line for line in whole.splitlines()) == len(pairs)
     assert sum(line.startswith("│ ") and "÷" in line for line in cut.splitlines()) == 2
+

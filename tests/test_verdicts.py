@@ -269,6 +269,33 @@ def test_without_a_target_there_are_no_to_target_rows_and_no_seed_is_said_to_mis
     assert list(w.figures) == ["final_val_loss"] and w.not_reached == [] and w.reached == 0
 
 
+def test_the_claims_table_draws_its_first_checks_and_counts_the_rest():
+    """A check per suite that holds a claim's workloads (thousands on a team's folder): the table draws fit.rows
+    of the testable ones, the whole table's first rows, and counts the rest."""
+    from rich.console import Console
+
+    from benchsuite.results.report import Fit, claims_table
+
+    recs = [r for suite in ("s1", "s2", "s3") for r in
+            seeds("dense", [100_000, 110_000, 121_000], suite=suite)
+            + seeds("switch", [50_000, 55_000, 60_500], router="switch", suite=suite)]
+    for r in recs:
+        r["run_key"] += r["suite"]
+        r["config"]["suite"] = r["suite"]  # (a run is its config: one suite's, not another's)
+    v = verdicts(recs)
+    testable = [c for c in v.claims if c.consistency is not Consistency.NOT_TESTABLE]
+    assert len({c.suite for c in testable}) == 3 and len(testable) >= 3
+
+    def rows(table) -> list[tuple]:
+        return list(zip(*(column.cells for column in table.columns)))
+
+    whole, cut = claims_table(v), claims_table(v, Fit(rows=2))
+    console = Console(record=True, width=400)
+    console.print(cut)
+    assert f"… {len(testable) - 2:,} more checks of claims not shown" in console.export_text()
+    assert len(rows(whole)) == len(testable) and rows(cut) == rows(whole)[:2] and "more checks" not in whole.caption
+
+
 def test_claims_these_runs_cannot_test_are_one_line_each_claim_once(capsys):
     from rich.console import Console
 

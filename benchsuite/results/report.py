@@ -21,7 +21,8 @@ from benchsuite.record.columns import described, view_columns
 from benchsuite.record.kinds import FLAG_KINDS, FlagKind, flags_by_kind
 from benchsuite.record.values import format_step_ms, num, present
 from benchsuite.results.scaling import BASELINE
-from benchsuite.results.verdicts import FINAL_LOSS, PER_STEP, TO_TARGET, Consistency, Verdicts
+from benchsuite.results.verdicts import (FINAL_LOSS, PER_STEP, TO_TARGET, Consistency, Verdicts, pair_ratio,
+                                         summarize)
 from benchsuite.terminal import printable  # every string of a record reaches the terminal through it
 
 if TYPE_CHECKING:
@@ -476,24 +477,24 @@ def answer_table(v: Verdicts, fit: Fit = Fit()) -> Table | None:
     """The dense-vs-sparse answer, first in the report: each sparse run ÷ the dense run of its suite on the
     same devices and scaling (results/verdicts.py pairs), in words (the first fit.rows pairs of runs). None
     without a sparse run."""
-    if not any(w.kind == "moe" for w in v.workloads):
+    if not any(g.kind == "moe" for g in v.groups):
         return None
     table = Table(title="Dense vs sparse: each sparse run ÷ the dense run of its suite on the same devices "
                         "(medians over seeds; 95 % interval, Welch's t on the logs)", header_style="bold")
     table.add_column("sparse run ÷ dense run")
     table.add_column("sparse ÷ dense (× the dense run's figure)")
-    by_run: dict[tuple, list] = {}
-    for p in v.pairs:
-        by_run.setdefault((p.suite, p.sparse, p.dense), []).append(p)
+    by_run: dict[tuple, list] = {}  # (the pairs' figures: only the ratios of the pairs drawn are computed)
+    for f in v.pair_figures:
+        by_run.setdefault((f.sparse.suite, f.sparse.label, f.dense.label), []).append(f)
     if not by_run:
         table.show_header = False
         table.add_row(escape("no suite has a dense and a sparse run on the same devices and scaling: nothing to "
                              "compare (add a dense workload to the suite)"), "")
-    for (_, sparse, dense), pairs in list(by_run.items())[:fit.rows]:
-        table.add_row(_lines(f"{sparse}\n÷ {dense}"), _lines("\n".join(_answer_lines(pairs))))
+    for (_, sparse, dense), figures in list(by_run.items())[:fit.rows]:
+        table.add_row(_lines(f"{sparse}\n÷ {dense}"), _lines("\n".join(_answer_lines(map(pair_ratio, figures)))))
         table.add_section()
     compared = {(suite, sparse) for suite, sparse, _ in by_run}
-    alone = [w.label for w in v.workloads if w.kind == "moe" and (w.suite, w.label) not in compared]
+    alone = [g.label for g in v.groups if g.kind == "moe" and (g.suite, g.label) not in compared]
     if alone and by_run:
         named = ", ".join(alone[:fit.rows]) + (f" and {len(alone) - fit.rows:,} more" if fit.rows and
                                                  len(alone) > fit.rows else "")
@@ -511,9 +512,10 @@ def interval_table(v: Verdicts, fit: Fit = Fit()) -> Table | None:
     """One row per (run of two or more seeds, figure): median over seeds with its 95 % interval, and the
     ratio to the dense run of the suite with its interval, ranked only where that interval excludes 1
     (`report --json` has every run's, one seed or more)."""
-    shown = [w for w in v.workloads if w.n > 1]  # one seed: no interval; the main table has its figures
-    if not shown:
+    several = [g for g in v.groups if len(g.seeds) > 1]  # one seed: no interval; the main table has its figures
+    if not several:
         return None
+    shown = [summarize(g) for g in several[:fit.rows]]  # (the runs drawn alone summed up: the rest counted)
     labels = {name: label for name, _, label in (*TO_TARGET, FINAL_LOSS)} | {"tokens_per_s": "tok/s (per step)",
                                                                                "j_per_token": "J/token (per step)"}
     table = Table(title="Over seeds (median, 95 % interval)", header_style="bold",
@@ -521,9 +523,11 @@ def interval_table(v: Verdicts, fit: Fit = Fit()) -> Table | None:
     for header in ("run", "seeds", "figure", "median (95% interval)", "÷ dense run (95% interval)", "verdict"):
         table.add_column(header, justify="left" if header in ("run", "seeds", "figure", "verdict") else "right")
     by_sparse: dict[tuple, dict] = {}  # (suite, sparse run) -> figure -> its pairs, one per dense run
-    for p in v.pairs:
-        by_sparse.setdefault((p.suite, p.sparse), {}).setdefault(p.figure, []).append(p)
-    for w in shown[:fit.rows]:
+    drawn = {(w.suite, w.label) for w in shown}
+    for f in v.pair_figures:
+        if (f.sparse.suite, f.sparse.label) in drawn:
+            by_sparse.setdefault((f.sparse.suite, f.sparse.label), {}).setdefault(f.figure, []).append(pair_ratio(f))
+    for w in shown:
         reached = (f"{w.n}: {', '.join(map(str, w.seeds))}" + (f"; {w.reached} reached" if w.figures else "")
                    + (f", {len(w.failed)} failed" if w.failed else ""))
         ratios = by_sparse.get((w.suite, w.label), {})
@@ -535,13 +539,14 @@ def interval_table(v: Verdicts, fit: Fit = Fit()) -> Table | None:
                      "\n".join(p.text for p in pairs)]
             table.add_row(*[_lines(c) for c in cells])
         table.add_section()
-    _rest_caption(table, len(shown) - (fit.rows or len(shown)), "runs of several seeds")
+    _rest_caption(table, len(several) - len(shown), "runs of several seeds")
     return table
 
 
-def claims_table(v: Verdicts) -> Table | None:
-    """The papers' claims beside the measured counterpart; a verdict only where the interval carries one."""
-    if not any(w.n > 1 or w.figures for w in v.workloads):
+def claims_table(v: Verdicts, fit: Fit = Fit()) -> Table | None:
+    """The papers' claims beside the measured counterpart (a check per suite that holds both workloads: the first
+    fit.rows drawn); a verdict only where the interval carries one."""
+    if not any(len(g.seeds) > 1 or g.quality for g in v.groups):  # (a run that evaluated has figures over seeds)
         return None
     testable = [c for c in v.claims if c.consistency is not Consistency.NOT_TESTABLE]
     reasons: dict[str, list[str]] = {}  # claim text -> why each of its checks cannot be made (a claim of two routers)
@@ -560,16 +565,17 @@ def claims_table(v: Verdicts) -> Table | None:
         return table
     for header in ("claim", "source", "published", "measured (95% interval)", "n", "verdict", "conditions"):
         table.add_column(header, justify="right" if header == "n" else "left")
-    for c in testable:
+    for c in testable[:fit.rows]:
         measured = _interval_cell(c.measured, "{:.2f}") if c.measured else "—"
         verdict = c.consistency.value + (f": {c.reason}" if c.reason else "")
         cells = [c.claim.text, c.claim.source, c.claim.published, measured,
                  str(c.measured.n) if c.measured else "—", verdict,
                  (f"suite {c.suite}; " if c.suite else "") + c.conditions]
         table.add_row(*[escape(printable(x)) for x in cells])
+    _rest_caption(table, len(testable) - len(testable[:fit.rows]), "checks of claims")
     return table
 
 
 def verdict_tables(v: Verdicts, fit: Fit = Fit()) -> list[Table]:
-    """The tables over seeds (results/verdicts.py), each cut at fit.rows runs."""
-    return [t for t in (interval_table(v, fit), claims_table(v)) if t is not None]
+    """The tables over seeds (results/verdicts.py), each cut at fit.rows rows."""
+    return [t for t in (interval_table(v, fit), claims_table(v, fit)) if t is not None]
