@@ -408,7 +408,7 @@ def test_report_and_dashboard_show_hfu_beside_mfu(tmp_path):
     fixture = json.loads((Path(__file__).parent / "fixtures" / "results" / "make_dvs-dense-w1.json").read_text())
     rec = migrate.migrate(fixture)  # the current version: read as it is, not upgraded (and recomputed) again
     rec["metrics"].update(mfu=0.4123, hfu=0.5234)
-    row = report_rows(results_of(loaded([rec])))[0]
+    row = next(report_rows(results_of(loaded([rec]))))
     assert row["mfu"] == 0.4123 and row["metrics.hfu"] == 0.5234
     console = Console(width=300, record=True)
     console.print(report_table(results_of(loaded([rec]))))

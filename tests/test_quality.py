@@ -197,7 +197,7 @@ def test_tiny_run_evaluates_at_the_right_steps_and_keeps_eval_out_of_time_and_en
     write_record(tmp_path, rec)
     results = results_at(tmp_path)
     df = results.df
-    row = report_rows(results)[0]
+    row = next(report_rows(results))
     assert row["quality.target_loss"] == 4.85 and row["quality.reached"] is True
     assert row["quality.tokens"] == qual["tokens"]
     assert "quality.energy_j" in df and "metrics.quality.eval_seconds" in df
