@@ -58,7 +58,9 @@ FORMAT = 2  # this file's layout; any other is rebuilt quietly, as after an upgr
 # their index (24 ms against 23 ms on the 2-core box), and writing one costs some 60 ms more.
 MIN_FILES = 100
 METADATA_KEY = b"benchsuite.index"
-ROW_GROUP = 1000  # rows per row group of the files written (a row group is what a read of part of a column reads)
+# Rows per row group of the files written, at least: a read decodes each of ~350 columns once per row group (a
+# first read's batches of new records are gathered to this many before they are written).
+ROW_GROUP = 10_000
 # A file changed within this long before it was read might change again with the same size and mtime (file
 # times tick coarsely): such an entry is decoded again next time rather than trusted (git's racy-clean rule).
 RACY_NS = 1_000_000_000
@@ -142,6 +144,7 @@ class FolderIndex:
     _lock: FileLock | None = None
     _failed: bool = False  # the new file cannot be written this read
     _appended: int = 0  # rows appended to it
+    _gathered: list = field(default_factory=list)  # its rows not written yet (Arrow tables)
     _dropped: bool = False  # an entry of the index file dropped (its file gone)
 
     @classmethod
@@ -199,9 +202,10 @@ class FolderIndex:
         self.changed |= bool(gone)
 
     def append(self, rows: Rows, rels: list[str]) -> bool:
-        """Writes the rows of records decoded now (row i: the file rels[i]) that the index keeps (put), into
-        the new index file, begun on the first. True when they are written: their blobs may be let go (a
-        first read of 100,000 files would otherwise hold ~1.2 GB of them until the end)."""
+        """Adds the rows of records decoded now (row i: the file rels[i]) that the index keeps (put) to the new
+        index file, begun on the first (written ROW_GROUP rows at a time). True when the new file has them:
+        the rows' own blobs may be let go (a first read of 100,000 files would otherwise hold ~1.2 GB of them
+        until the end)."""
         keep = [i for i, rel in enumerate(rels) if rel in self.fresh and self.fresh[rel][1] is None]
         return bool(keep) and self._part([rels[i] for i in keep], taken(rows.columns(table_schema().names), keep))
 
@@ -232,6 +236,8 @@ class FolderIndex:
         if skipped and not self._part(skipped, pa.table([pa.nulls(len(skipped), f.type) for f in table_schema()],
                                                         schema=table_schema())):
             return
+        if not self._flush():
+            return
         try:
             self._writer.close()
             os.replace(self._tmp, self.folder / INDEX_DIR / (DELTA_FILE if as_delta else INDEX_FILE))
@@ -248,6 +254,7 @@ class FolderIndex:
     def abort(self) -> None:
         """The new index file, unfinished, removed and its lock let go (a read that stops part-way, or a
         write that fails)."""
+        self._gathered = []
         if self._writer is not None:
             try:
                 self._writer.close()
@@ -299,13 +306,23 @@ class FolderIndex:
         problems = [self.fresh[rel][1] if rel in self.fresh else self.entries[rel].problem for rel in rels]
         files = [pa.array(rels, pa.string()), *(pa.array([getattr(k, n) for k in keys], pa.int64())
                                                 for n in FILE_COLUMNS[1:]), pa.array(problems, pa.string())]
+        self._gathered.append(pa.table([*files, *rows.columns], schema=_schema()))
+        self._appended += len(rels)
+        return sum(len(t) for t in self._gathered) < ROW_GROUP or self._flush()
+
+    def _flush(self) -> bool:
+        """The rows gathered written to the new file as one row group; False where it is not written (and no
+        longer will be)."""
+        import pyarrow as pa
+
+        gathered, self._gathered = self._gathered, []
         try:
-            self._writer.write_table(pa.table([*files, *rows.columns], schema=_schema()), row_group_size=ROW_GROUP)
+            if gathered:
+                self._writer.write_table(pa.concat_tables(gathered))
         except (OSError, pa.ArrowException):
             self._failed = True
             self.abort()
             return False
-        self._appended += len(rels)
         return True
 
 
