@@ -389,7 +389,7 @@ def _read_entries(path: Path, damaged, delta: bool = False) -> tuple[Rows | None
         # the same file's bytes (the snapshot the rows came from), through ParquetFile: read_table's dataset
         # reader leaves an I/O thread that aborts the process at exit ("terminate called without an active
         # exception") when its columns are still held then
-        return pq.ParquetFile(pa.BufferReader(data)).read(columns=names)
+        return pq.ParquetFile(pa.BufferReader(data)).read(columns=names, use_threads=len(names) > 1)
 
     rows = Rows(table.select(JUDGED), more, damaged)
     cols = [table.column(name).to_pylist() for name in (*FILE_COLUMNS, PROBLEM)]
