@@ -22,7 +22,7 @@ import msgspec
 from benchsuite.record.columns import field_columns
 from benchsuite.record.sanity import flag_summary
 from benchsuite.record.types import Record, Step
-from benchsuite.results.identity import routing_identity, run_identity, seed_of
+from benchsuite.results.identity import hardware_label, routing_identity, run_identity, seed_of
 from benchsuite.results.scaling import scaling_identity
 
 if TYPE_CHECKING:  # pyarrow loads with the readers; a rank writing its record never needs it
@@ -59,7 +59,8 @@ def _computed() -> dict[str, str]:
             "flags": "string",  # JSON text of the record's flags (a list of {field, value, reason})
             "flag_summary": "string", "scaling.config": "string", "scaling.hardware": "string",
             "scaling.threads_per_rank": field_columns()["env.threads_per_rank"].dtype, "identity": "string",
-            "routing_identity": "string", "seed": field_columns()["config.train.seed"].dtype}
+            "routing_identity": "string", "seed": field_columns()["config.train.seed"].dtype,
+            "hardware_label": "string"}  # '2× NVIDIA H100 80GB HBM3, 2 threads per rank' (identity.hardware_label)
 
 
 @functools.cache
@@ -131,7 +132,7 @@ def rows_table(records: list[Record], plain: list[dict] | None = None) -> pa.Tab
                   "flags": msgspec.json.encode(doc["flags"]).decode(),
                   "flag_summary": flag_summary(doc["flags"]) or None, **scaling_identity(rec, config),
                   "identity": run_identity(rec, config), "routing_identity": routing_identity(rec, config),
-                  "seed": seed_of(rec)}
+                  "seed": seed_of(rec), "hardware_label": hardware_label([rec])}
         for name, column in own.items():
             column.append(values[name])
     schema = row_schema()

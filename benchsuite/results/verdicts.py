@@ -81,6 +81,7 @@ class RunRecordFacts:
     params: float | None  # the first record's metrics.params.total
     experts: int | None  # its config.moe.experts
     model_flops_per_token: float | None  # its metrics.flops.model_per_token
+    hardware: tuple[str, ...]  # what its records ran on (identity.hardware_label of each), each once, in order
 
     @classmethod
     def of_records(cls, records: Sequence[Record]) -> RunRecordFacts:
@@ -91,25 +92,8 @@ class RunRecordFacts:
         return cls(any(r.metrics and r.metrics.quality and r.metrics.quality.target_loss is not None for r in records),
                    widest_bound([relative_bound(r) for r in records]),
                    num(m.params.total) if m and m.params else None, moe.experts if moe else None,
-                   num(m.flops.model_per_token) if m and m.flops else None)
-
-
-class _Device(msgspec.Struct):
-    name: str | None = None
-
-
-class _Env(msgspec.Struct):
-    devices: list[_Device] | None = None
-    threads_per_rank: int | None = None
-
-
-class _Hardware(msgspec.Struct):
-    """What identity.hardware_label reads of a record (env.devices' names, env.threads_per_rank), alone."""
-
-    env: _Env
-
-
-_HARDWARE = msgspec.msgpack.Decoder(_Hardware)
+                   num(m.flops.model_per_token) if m and m.flops else None,
+                   tuple(dict.fromkeys(hardware_label([r]) for r in records)))
 
 
 class RunRecords(RecordList):
@@ -119,12 +103,6 @@ class RunRecords(RecordList):
     def parts(self, decoder: msgspec.msgpack.Decoder) -> list:
         """Each record's part that `decoder` reads (record_part)."""
         return [record_part(one, decoder) for one in self._loaded]
-
-    def hardware(self) -> list[_Hardware | Record]:
-        """Each record's devices and threads per rank, read alone from its blob where the index holds one (a
-        claim names the hardware of two runs in every suite: whole records decoded for it would be most of
-        `report`'s time on a large folder)."""
-        return self.parts(_HARDWARE)
 
 
 def record_part(one: Loaded, decoder: msgspec.msgpack.Decoder):
@@ -163,11 +141,6 @@ class SeedGroup:
     @cached_property
     def facts(self) -> RunRecordFacts:
         return self.run_facts if self.run_facts is not None else RunRecordFacts.of_records(self.records)
-
-    @cached_property
-    def hardware(self) -> list[_Hardware | Record]:
-        """Its records as identity.hardware_label reads them (RunRecords.hardware: no record decoded)."""
-        return self.records.hardware() if isinstance(self.records, RunRecords) else list(self.records)
 
     def parts(self, decoder: msgspec.msgpack.Decoder) -> list:
         """Its records' parts that `decoder` reads (record_part; records built in memory: themselves)."""
@@ -223,12 +196,13 @@ class _Row(NamedTuple):
     params: float
     experts: int | None
     flops: float
+    hardware: str
 
 
 def _ok_records(results: Results) -> dict[str, _OkRecords]:
     """identity → its ok records' facts, router and records, from the results model's rows (one pass over plain
     values, no record decoded)."""
-    columns = ["identity", "rec", TARGET, *BOUND, ROUTER, PARAMS, EXPERTS, FLOPS]
+    columns = ["identity", "rec", TARGET, *BOUND, ROUTER, PARAMS, EXPERTS, FLOPS, "hardware_label"]
     ok = results.df.loc[results.df["status"] == "ok", ["started_at", *columns]]
     by_run: dict[str, list[_Row]] = {}
     ok = ok.sort_values("started_at", kind="stable")
@@ -239,7 +213,8 @@ def _ok_records(results: Results) -> dict[str, _OkRecords]:
         first = rows[0]
         facts = RunRecordFacts(any(present(r.target) for r in rows), widest_bound([bound_of(r.low, r.high, r.value)
                                                                              for r in rows]),
-                         num(first.params), int(first.experts) if present(first.experts) else None, num(first.flops))
+                         num(first.params), int(first.experts) if present(first.experts) else None, num(first.flops),
+                         tuple(dict.fromkeys(r.hardware for r in rows)))
         out[identity] = _OkRecords(facts, first.router if isinstance(first.router, str) else None,
                                    RunRecords([results.loaded[int(r.rec)] for r in rows]))
     return out
@@ -528,7 +503,7 @@ def _measured_conditions(num_g: SeedGroup, den_g: SeedGroup) -> str:
     tokens = [v for g in (num_g, den_g) for v in g.values(COLUMN["tokens"])]
     told = f"{np.median(tokens):.3g} tokens to target" if tokens else "target not reached"
     return (f"here: {params(num_g)} / {params(den_g)} parameters" + (f", {n_experts} experts" if n_experts else "")
-            + f", {told}, {hardware_label([*num_g.hardware, *den_g.hardware])}")
+            + f", {told}, {'; '.join(dict.fromkeys([*num_g.facts.hardware, *den_g.facts.hardware]))}")
 
 
 def _flops_mismatch(a: SeedGroup, b: SeedGroup) -> str | None:
