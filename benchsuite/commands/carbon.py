@@ -191,7 +191,8 @@ def project(args) -> int:
 
     _check_place(args)
     results = results_of(load_results(args.records))
-    if results.ok_runs.empty:
+    runs = results.ok_runs_of(["identity", "label", "suite", "workload", "world_size", "seeds"])  # (its head's)
+    if runs.empty:
         raise UsageError(f"{args.records}: no ok record to project from")
     intensity = None
     if args.intensity is not None or args.country:
@@ -199,7 +200,6 @@ def project(args) -> int:
             intensity = carbon.lookup(args.intensity, args.country, args.region)
         except ValueError as e:
             raise UsageError(str(e)) from None
-    runs = results.ok_runs[["identity", "label", "suite", "workload", "world_size", "seeds"]]  # (its head's columns)
     rows = [_run_projection(results, row, args, intensity) for row in runs.to_dict("records")]
     if args.json:
         print_json(rows)

@@ -35,14 +35,13 @@ class RoutingPair:
 
 def routing_pairs(results) -> list[RoutingPair]:
     """Every learned/forced pair of ok runs in the results model, in the runs' order."""
-    runs = results.ok_runs
+    runs = results.ok_runs_of(["identity", "label", ROUTING_COLUMN, *FIGURES])  # the columns read, not its ~400
     if runs.empty or ROUTING_COLUMN not in runs:
         return []
     by_key: dict[str, dict[str, dict]] = {}
     moe = runs[runs[ROUTING_COLUMN].isin(("learned", "forced"))]
-    columns = [c for c in ("identity", "label", ROUTING_COLUMN, *FIGURES) if c in moe]
     pair_key = dict(zip(results.df["identity"], results.df["routing_identity"]))  # one per run: no record read
-    for row in moe[columns].to_dict("records"):  # the columns read, not the run's ~300
+    for row in moe.to_dict("records"):
         by_key.setdefault(pair_key[row["identity"]], {})[row[ROUTING_COLUMN]] = row
     pairs = []
     for both in by_key.values():

@@ -134,7 +134,8 @@ class SeedGroup:
     records: Sequence[Record]  # (RunRecords from the results model: decoded only when read)
     failed_seeds: list[int] = field(default_factory=list)
     energy_source: str | None = "measured"  # the run's energy.source
-    backbone: tuple = ()  # its config.model, as (key, value) pairs: the dense model a sparse one is compared with
+    backbone: tuple = ()  # its config.model's values (the results model's columns, in their order): what a sparse
+    # run is compared with a dense one by
     run_facts: RunRecordFacts | None = field(default=None, repr=False, compare=False)  # None: read from the records
     _values: dict[str, list[float]] = field(default_factory=dict, repr=False, compare=False)
 
@@ -223,11 +224,13 @@ def _ok_records(results: Results) -> dict[str, _OkRecords]:
 def seed_groups(results: Results) -> list[SeedGroup]:
     """The ok runs of the results model, each with its seeds (read from its columns: no record decoded)."""
     groups = []
-    if results.ok_runs.empty:
-        return groups
-    runs = _ok_records(results)
+    model = [c for c in results.runs.columns if c.startswith("config.model.")]
     columns = ["identity", "suite", "workload", "kind", "label", "world_size", "nodes", "scaling", "scaling.hardware",
                "scaling.threads_per_rank", FINAL_LOSS[1], "failed_seeds", "energy.source"]
+    ok_runs = results.ok_runs_of([*columns, *model])
+    if ok_runs.empty:
+        return groups
+    runs = _ok_records(results)
     # the per-seed figures verdicts read, split by run once (a lookup per run in the whole table is slow)
     figures = [c for c in (*COLUMN.values(), *PER_STEP, "reached") if c in results.per_seed]
     tables: dict[str, dict[int, dict]] = {}
@@ -235,11 +238,12 @@ def seed_groups(results: Results) -> list[SeedGroup]:
     # (a column at a time: the frames' rows made into dicts by pandas cost several times more)
     for (identity, seed), *values in zip(per_seed.index, *(per_seed[c].tolist() for c in figures)):
         tables.setdefault(identity, {})[int(seed)] = dict(zip(figures, values))
-    ok_runs = results.ok_runs
-    model = [c for c in ok_runs.columns if c.startswith("config.model.")]
     backbones = zip(*(ok_runs[c].tolist() for c in model)) if model else ((),) * len(ok_runs)
+    shared: dict[tuple, tuple] = {}  # (runs share a handful of backbones: one tuple each, not one per run)
     for values, backbone in zip(zip(*(ok_runs[c].tolist() for c in columns)), backbones):
         row = dict(zip(columns, values))
+        backbone = tuple(v if present(v) else None for v in backbone)  # (NaN never equals NaN)
+        backbone = shared.setdefault(backbone, backbone)
         identity = row["identity"]
         run = runs[identity]
         groups.append(SeedGroup(str(row["suite"]), str(row["workload"]), str(row["kind"]), run.router, identity,
@@ -249,7 +253,7 @@ def seed_groups(results: Results) -> list[SeedGroup]:
                                 present(row.get(FINAL_LOSS[1])), tables[identity], run.records,
                                 list(row["failed_seeds"]),
                                 row["energy.source"] if isinstance(row["energy.source"], str) else None,
-                                tuple((c, v if present(v) else None) for c, v in zip(model, backbone)), run.facts))
+                                backbone, run.facts))
     return groups
 
 
