@@ -154,6 +154,7 @@ def test_only_new_and_changed_files_are_decoded_and_removed_ones_are_dropped(tmp
     assert indexed(tmp_path) == sorted(p.name for p, _ in record_files(tmp_path))
 
 
+@pytest.mark.heavy  # in this process, a second or more: the full pass runs it, the fast tier does not
 def test_a_few_new_files_go_to_the_delta_and_more_or_a_removal_write_the_index_again(tmp_path, monkeypatch):
     """A new record is written to the delta file alone (the index file, its records' blobs and steps, is not
     read and written again); past DELTA_MIN (or a tenth of the index) new entries, or when a file the index
