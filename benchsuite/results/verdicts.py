@@ -608,7 +608,14 @@ def verdicts_of(groups: list[SeedGroup]) -> Verdicts:
 
 
 def verdicts_doc(v: Verdicts) -> dict:
-    """Plain JSON-able data (enums as their text, each pair's wording included)."""
-    doc = {"workloads": [asdict(w) for w in v.workloads], "pairs": [asdict(p) | {"text": p.text} for p in v.pairs],
-           "claims": [asdict(c) for c in v.claims], "method": v.method, "energy_spread": v.energy_spread}
+    """Plain JSON-able data (enums as their text, each pair's wording included); the runs' summaries and the pairs
+    made one at a time as they are read (iterators: `report --json` writes each as it comes, so 100,000 runs'
+    summaries are never all held at once)."""
+    return {"workloads": (_plain(asdict(summarize(g))) for g in v.groups),
+            "pairs": (_plain(asdict(p) | {"text": p.text}) for p in map(pair_ratio, v.pair_figures)),
+            "claims": [_plain(asdict(c)) for c in v.claims], "method": v.method, "energy_spread": v.energy_spread}
+
+
+def _plain(doc: dict) -> dict:
+    """doc as JSON values alone: enums their text, anything else JSON has no type for its text."""
     return json.loads(json.dumps(doc, default=str))
