@@ -25,7 +25,7 @@ from benchsuite.record.types import Metrics, MoEMetrics, Quality, Record
 from benchsuite.record.values import num, present
 from benchsuite.results.model import Results, results_at, results_of
 from benchsuite.results.store import loaded
-from benchsuite.results.verdicts import SeedGroup, Verdicts, record_part, seed_groups, verdicts_of
+from benchsuite.results.verdicts import SeedGroup, Verdicts, seed_groups, verdicts_of
 from benchsuite.dashboard.style import Families, family
 
 # More series than a legend can tell apart: summary figures then draw one trace per model family.
@@ -41,7 +41,7 @@ class _SummaryMetrics(msgspec.Struct, gc=False):
 class SummaryPart(msgspec.Struct, gc=False):
     """What the summary pages read of a record beyond the results model's columns (quality curves, the experts'
     load), under the record's own names and types, so a typed record reads the same: decoded alone from the
-    record's blob (verdicts.record_part), a fifth of the whole record's time."""
+    record's blob (store.Loaded.part), a fifth of the whole record's time."""
     metrics: _SummaryMetrics | None = None
 
 
@@ -78,15 +78,12 @@ class SiteData:
 
     def part(self, rec) -> SummaryPart | Record:
         """What the summary pages read of record `rec` (a row's `rec`) beyond the model's columns (SummaryPart)."""
-        return record_part(self.results.loaded[int(rec)], SUMMARY_PART)
+        return self.results.loaded[int(rec)].part(SUMMARY_PART)
 
     def record_bytes(self, row) -> bytes | memoryview:
-        """The record of a row as the folder's index holds it, its blob (msgpack of its builtins: results/rows.py),
-        taken from the rows where they hold it (not decoded), else made from the typed record (the same bytes: a
-        record read from its file and then from the index is one fingerprint)."""
-        one = self.results.loaded[int(row["rec"])]
-        blob = one.rows.blob(one.at) if one.rows is not None else None
-        return blob if blob is not None else msgspec.msgpack.encode(msgspec.to_builtins(one.record))
+        """The record of a row as its blob (store.Loaded.blob: a record read from its file and then from the index
+        is one fingerprint)."""
+        return self.results.loaded[int(row["rec"])].blob()
 
     @cached_property
     def any_ok(self) -> bool:

@@ -161,7 +161,9 @@ class FolderIndex:
         for name in (INDEX_FILE, DELTA_FILE):
             path = self.folder / INDEX_DIR / name
             try:
-                rows, entries = _read_entries(path, self.damaged, delta=name == DELTA_FILE)
+                # (the rows told of damage by the folder alone: no cycle of the index and its rows)
+                rows, entries = _read_entries(path, functools.partial(_remove_damaged, self.folder),
+                                              delta=name == DELTA_FILE)
             except OSError:  # none (yet, or removed), or not this user's to read: the records are read instead
                 continue
             except IndexDamaged as e:
@@ -171,13 +173,6 @@ class FolderIndex:
             self.entries.update(entries)
             if name == INDEX_FILE and rows is not None:
                 self.indexed = len(rows.table)
-
-    def damaged(self, why: str) -> None:
-        """Part of the index found damaged after it was read (a record that does not decode): said once, and
-        its files removed, so that the next read rebuilds it."""
-        _say_damaged(index_path(self.folder), why)
-        for name in (INDEX_FILE, DELTA_FILE):
-            (self.folder / INDEX_DIR / name).unlink(missing_ok=True)
 
     def hit(self, rel: str, key: FileKey | None) -> Entry | None:
         """The entry of this very file (None: not in the index, or changed since)."""
@@ -228,10 +223,11 @@ class FolderIndex:
         for rel in kept:
             by_rows.setdefault(id(self.entries[rel].rows), []).append(rel)
         names = table_schema().names
-        for rels in by_rows.values() or [[]]:
-            rows = self.entries[rels[0]].rows if rels else None
-            if not (self._part(rels, taken(rows.columns(names), [self.entries[rel].at for rel in rels]))
-                    if rows is not None else self._begun()):
+        if not self._begun():
+            return
+        for rels in by_rows.values():
+            if not self._part(rels, taken(self.entries[rels[0]].rows.columns(names),
+                                          [self.entries[rel].at for rel in rels])):
                 return
         if skipped and not self._part(skipped, pa.table([pa.nulls(len(skipped), f.type) for f in table_schema()],
                                                         schema=table_schema())):
@@ -296,8 +292,8 @@ class FolderIndex:
         return self._writer is not None
 
     def _part(self, rels: list[str], rows: pa.Table) -> bool:
-        """rels' entries (their files' keys and problems, and `rows`, theirs in order) written to the new index
-        file; False where it is not written (and no longer will be)."""
+        """rels' entries (their files' keys and problems, and `rows`, theirs in order) added to the new index
+        file (written a row group at a time: _flush); False where it is not written (and no longer will be)."""
         import pyarrow as pa
 
         if not self._begun():
@@ -324,6 +320,14 @@ class FolderIndex:
             self.abort()
             return False
         return True
+
+
+def _remove_damaged(folder: Path, why: str) -> None:
+    """Part of the folder's index found damaged after it was read (a record that does not decode): said once,
+    and its files removed, so that the next read rebuilds it."""
+    _say_damaged(index_path(folder), why)
+    for name in (INDEX_FILE, DELTA_FILE):
+        (folder / INDEX_DIR / name).unlink(missing_ok=True)
 
 
 def _say_damaged(path: Path, why: str) -> None:

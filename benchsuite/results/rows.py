@@ -143,7 +143,7 @@ def rows_table(records: list[Record], plain: list[dict] | None = None) -> pa.Tab
     columns |= {path: array for path, array in flat.items() if path not in columns}
     return pa.table([*(columns[name] for name in schema.names),
                      pa.array([doc["steps"] for doc in docs], steps_type()),
-                     pa.array([_ENCODER.encode(doc) for doc in docs], pa.binary())], schema=table_schema())
+                     pa.array([record_blob(doc) for doc in docs], pa.binary())], schema=table_schema())
 
 
 def _flat(array: pa.StructArray, prefix: str = "") -> dict[str, pa.Array]:
@@ -190,6 +190,7 @@ class Rows:
                  damaged: Callable[[str], None] | None = None):
         self.table, self._more, self._damaged, self._said = table, more, damaged, False
         self._blobs: tuple | None = None  # the record column's chunks as (ends, [(offsets, data, nulls)])
+        self._records_gone = False  # the blobs let go (let_go_records)
 
     def columns(self, names: list[str]) -> pa.Table:
         """These columns, those not read yet read at once."""
@@ -214,12 +215,12 @@ class Rows:
         made by a read, appended to the index being written): a record asked for meanwhile is read from its
         file (store.Loaded.record)."""
         self.table = self.table.drop_columns([RECORD])
-        self._blobs = None
+        self._blobs, self._records_gone = None, True
 
     def record(self, at: int) -> Record | None:
         """The record of row `at`; None when its blob does not decode, or is let go (the reader reads its
         file instead)."""
-        if self._more is None and self.table.schema.get_field_index(RECORD) < 0:
+        if self._records_gone:
             return None
         try:
             return record_of_blob(self.blob(at))
@@ -229,12 +230,11 @@ class Rows:
                 self._damaged(f"a record that does not decode ({e})")
             return None
 
-
     def blob(self, at: int) -> memoryview | None:
         """Row `at`'s record blob, a view of the column's own buffer (no copy: a reader of every record of a
         large folder would otherwise copy each)."""
-        if self._more is None and self.table.schema.get_field_index(RECORD) < 0:
-            return None  # (let go)
+        if self._records_gone:
+            return None
         if self._blobs is None:
             import numpy as np
 
@@ -248,6 +248,12 @@ class Rows:
         offsets, data, null = chunks[k]
         i = at - (int(ends[k - 1]) if k else 0)
         return None if null[i].as_py() else data[offsets[i]:offsets[i + 1]]
+
+
+def record_blob(plain: dict) -> bytes:
+    """A record's blob: msgpack of its plain JSON values (msgspec.to_builtins of the flagged typed record), one
+    record one blob, whichever file or index it was read from."""
+    return _ENCODER.encode(plain)
 
 
 def record_of_blob(blob: bytes | memoryview) -> Record:

@@ -28,7 +28,7 @@ from benchsuite.record.sanity import with_flags
 from benchsuite.record.types import Flag, Record
 from benchsuite.results.index import MIN_FILES, Entry, FileKey, FolderIndex
 from benchsuite.results.migrate import migrate
-from benchsuite.results.rows import Rows, row_schema, rows_table, table_schema, taken
+from benchsuite.results.rows import Rows, record_blob, row_schema, rows_table, table_schema, taken
 
 if TYPE_CHECKING:  # pandas and pyarrow load on first use: a rank writes its record without them
     import pandas as pd
@@ -116,6 +116,22 @@ class Loaded:
             # a record in the index that does not decode (the index says so once): its file read instead
             self._record = self.rows.record(self.at) or read_record(self.path)
         return self._record
+
+    def blob(self) -> bytes | memoryview:
+        """The record's blob (rows.record_blob): its rows' where they hold it (nothing decoded), else made from
+        the typed record (the same bytes)."""
+        held = self.rows.blob(self.at) if self.rows is not None else None
+        return held if held is not None else record_blob(msgspec.to_builtins(self.record))
+
+    def part(self, decoder: msgspec.msgpack.Decoder):
+        """The part of the record that `decoder`'s type reads (a struct of some of its fields, under their names
+        and types: the typed record reads the same), decoded alone from its blob where its rows hold one (a few
+        sections cost a fraction of the whole record); else, or where that blob does not decode, the record."""
+        held = self.rows.blob(self.at) if self.rows is not None else None
+        try:
+            return decoder.decode(held) if held is not None else self.record
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return self.record
 
     def same_record(self, other: Loaded) -> bool:
         """Whether two loaded records are one record: their blobs compared where both are in rows and not
@@ -472,7 +488,7 @@ def dataframe_of(records: list[Loaded], columns: list[str] | None = None) -> pd.
         # sorted before it is a DataFrame, on the sort's columns alone: then one take of each column in Arrow,
         # from the rows where they are (an index's rows are in the order their files were written)
         order = pc.sort_indices(_taken(parts, list(ORDER), positions), [(c, "ascending") for c in ORDER])
-        table = _taken(parts, names, np.asarray(positions)[order.to_numpy()].tolist())
+        table = _taken(parts, names, np.asarray(positions)[order.to_numpy()])
         paths = pa.array([str(one.path) if one.path else None for one in records], pa.string())
         table = table.append_column("path", paths.take(order)).append_column("rec", order.cast(pa.int64()))
         for rows in {id(one.rows): one.rows for one in records}.values():

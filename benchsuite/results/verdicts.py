@@ -45,7 +45,6 @@ from benchsuite.results.stats import ConfidenceInterval, log_t_interval, no_inte
 
 if TYPE_CHECKING:
     from benchsuite.results.model import Results
-    from benchsuite.results.store import Loaded
 
 METHOD = ("median over seeds, each seed the median over its repeats; 95 % interval: Student's t on the log "
           "values over seeds; sparse ÷ dense: Welch's t on the log values (exact degrees of freedom)")
@@ -101,20 +100,8 @@ class RunRecords(RecordList):
     read the results model's columns, the dashboard's seed curves the records."""
 
     def parts(self, decoder: msgspec.msgpack.Decoder) -> list:
-        """Each record's part that `decoder` reads (record_part)."""
-        return [record_part(one, decoder) for one in self._loaded]
-
-
-def record_part(one: Loaded, decoder: msgspec.msgpack.Decoder):
-    """The part of a record that `decoder`'s type reads (a struct of some of the record's fields, under their
-    names and types: a typed record reads the same), decoded alone from the record's blob where its rows hold
-    one: a few of its sections cost a fraction of the whole record. Without a blob, or with one that does not
-    decode, the record as its reader reads it (rows.Rows.record)."""
-    blob = one.rows.blob(one.at) if one.rows is not None else None
-    try:
-        return decoder.decode(blob) if blob is not None else one.record
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return one.record
+        """Each record's part that `decoder` reads (store.Loaded.part)."""
+        return [one.part(decoder) for one in self._loaded]
 
 
 @dataclass(frozen=True)
@@ -144,7 +131,7 @@ class SeedGroup:
         return self.run_facts if self.run_facts is not None else RunRecordFacts.of_records(self.records)
 
     def parts(self, decoder: msgspec.msgpack.Decoder) -> list:
-        """Its records' parts that `decoder` reads (record_part; records built in memory: themselves)."""
+        """Its records' parts that `decoder` reads (store.Loaded.part; records built in memory: themselves)."""
         return self.records.parts(decoder) if isinstance(self.records, RunRecords) else list(self.records)
 
     @cached_property
