@@ -331,16 +331,16 @@ def _group(kind: str, jpt: list[float], share: float) -> "SeedGroup":
 def test_a_sparse_dense_energy_ratio_inside_the_meters_bounds_is_not_resolvable():
     """1 % apart with tight seeds (a significant t-interval) but ±3 % meters: not resolvable; ±0.2 % meters and
     10 % apart: ranked."""
-    from benchsuite.results.verdicts import Ranking, pair_ratios
+    from benchsuite.results.verdicts import Ranking, pair_figures, pair_ratio
 
     dense = [1.0, 1.0005, 0.9995]
-    close = {p.figure: p for p in pair_ratios(_group("moe", [v * 0.99 for v in dense], 0.03),
-                                              _group("dense", dense, 0.03))}
+    close = {p.figure: p for p in map(pair_ratio, pair_figures(_group("moe", [v * 0.99 for v in dense], 0.03),
+                                                               _group("dense", dense, 0.03)))}
     assert close["j_per_token"].ranking is Ranking.UNRESOLVABLE
     assert "cannot tell these runs apart" in close["j_per_token"].text
     assert close["tokens_per_s"].ranking is not Ranking.UNRESOLVABLE  # the bound is the energy meters' alone
-    far = {p.figure: p for p in pair_ratios(_group("moe", [v * 0.9 for v in dense], 0.002),
-                                            _group("dense", dense, 0.002))}
+    far = {p.figure: p for p in map(pair_ratio, pair_figures(_group("moe", [v * 0.9 for v in dense], 0.002),
+                                                             _group("dense", dense, 0.002)))}
     assert far["j_per_token"].ranking is Ranking.LESS
 
 

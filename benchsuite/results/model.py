@@ -160,7 +160,8 @@ def named(loaded: list[Loaded], columns: list[str]) -> pd.DataFrame:
 
 
 # The row's columns a record's name is made of (_with_names, _series_labels).
-NAMED_BY = ("run_key", "suite", "workload", "scaling", *SERIES_KEY, ROUTING_COLUMN, "world_size", "nodes", "identity", "scaling.threads_per_rank", "seed", "repeat")
+NAMED_BY = ("run_key", "suite", "workload", "scaling", *SERIES_KEY, ROUTING_COLUMN, "world_size", "nodes", "identity",
+            "scaling.threads_per_rank", "seed", "repeat")
 
 
 def _with_names(df: pd.DataFrame, records: RecordList) -> pd.DataFrame:

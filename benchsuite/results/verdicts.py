@@ -356,10 +356,6 @@ def pair_ratio(pair: PairFigure) -> PairRatio:
     return PairRatio(sparse.suite, sparse.label, dense.label, name, r, ranking)
 
 
-def pair_ratios(sparse: SeedGroup, dense: SeedGroup) -> list[PairRatio]:
-    return [pair_ratio(f) for f in pair_figures(sparse, dense)]
-
-
 def unresolvable(ratio: ConfidenceInterval, sparse: SeedGroup, dense: SeedGroup) -> str | None:
     """Why an energy ratio cannot be told from 1 by the meters (compare.bounded_ratio: each side moved to the far
     ends of its bound, as compare.meter_ratio does over records), or None when it can or no bound is known."""
