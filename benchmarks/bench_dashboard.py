@@ -33,7 +33,8 @@ from pathlib import Path
 
 from benchsuite.record import to_dict, validate
 from benchsuite.results.index import RACY_NS
-from benchsuite.results.store import load_records, read_record
+from benchsuite.results.decoding import read_record
+from benchsuite.results.store import load_records
 from benchsuite.dashboard import build_site
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "results"

@@ -37,7 +37,8 @@ from benchsuite.record import (NewerRecordError, failed_record, record_filename,
                                write_record)
 from benchsuite.record.io import newer_version_at
 from benchsuite.record.names import record_name
-from benchsuite.results.store import ok_record_ids, read_record
+from benchsuite.results.decoding import read_record
+from benchsuite.results.store import ok_record_ids
 from benchsuite.runlock import Follower, Holder, Leader, LockUnavailable, claim, coordinate, pid_alive
 from benchsuite.sinks import Sender
 

@@ -138,7 +138,7 @@ def test_report_json_and_load_show_the_bound_and_the_parts_the_record_holds(tmp_
     `report --json`, in `load()` and in the record."""
     import benchsuite
     from benchsuite.record import to_dict
-    from benchsuite.results.store import read_record
+    from benchsuite.results.decoding import read_record
 
     fixtures = Path(__file__).parent / "fixtures" / "results"
     rec = to_dict(read_record(fixtures / "make_dvs-dense-w1.json"))  # a document to change by hand
@@ -168,7 +168,7 @@ def test_a_projection_states_the_meters_bound_of_the_energy_it_scales(tmp_path, 
     folder = tmp_path / "results"
     folder.mkdir()
     (folder / "r.json").write_bytes((fixtures / "smoke__dense-tiny__w1n1-weak__ee7bbe62e331231c.json").read_bytes())
-    from benchsuite.results.store import read_record
+    from benchsuite.results.decoding import read_record
 
     share = read_record(folder / "r.json").energy.bounds.total.share
     assert main(["carbon", "project", str(folder), "--tokens", "1e9"]) == 0

@@ -17,7 +17,7 @@ from benchsuite.record import encode, to_dict, write_record
 from benchsuite.record.types import Config, Record
 from benchsuite.results.compare import (DEFAULT_THRESHOLD, ESTIMATED, METRICS, Verdict, compare_folders, compare_run,
                                         identity_key, verdict)
-from benchsuite.results.store import read_record
+from benchsuite.results.decoding import read_record
 from helpers.records import records_of
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"

@@ -33,7 +33,8 @@ from benchsuite.results.migrate import (update_to_2, update_to_3, update_to_4, u
 from benchsuite.record import SCHEMA_VERSION, RecordError, decode, to_dict
 from benchsuite.record.io import MAX_RECORD_BYTES
 from benchsuite.record.types import Record
-from benchsuite.results.store import load_records, ok_record_ids, read_record
+from benchsuite.results.decoding import read_record
+from benchsuite.results.store import load_records, ok_record_ids
 from helpers import REPO, run_cli
 
 FIXTURES = REPO / "tests" / "fixtures" / "results"

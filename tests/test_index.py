@@ -20,7 +20,7 @@ import pytest
 
 import benchsuite
 from benchsuite.record import SCHEMA_VERSION, write_record
-from benchsuite.results import index, rows, store
+from benchsuite.results import decoding, index, rows, store
 from benchsuite.results.index import INDEX_DIR, index_path
 from benchsuite.results.model import results_of
 from benchsuite.results.store import load_records, record_files
@@ -42,7 +42,7 @@ def trust_fresh_files(monkeypatch):
 
 
 def counting(monkeypatch, module, name: str) -> list:
-    """Calls of module.<name> (store.read_document: files decoded; rows.record_of_blob: records decoded from the
+    """Calls of module.<name> (decoding.read_document: files decoded; rows.record_of_blob: records decoded from the
     index)."""
     calls, real = [], getattr(module, name)
     monkeypatch.setattr(module, name, lambda *a: calls.append(a) or real(*a))
@@ -98,7 +98,7 @@ def test_a_read_through_the_index_equals_reading_every_file_warnings_included(tm
     uncached = read(folder, frames)  # no index yet: every file decoded (and the index written)
     assert index_path(folder).is_file()
     assert not [p for p, _ in record_files(folder) if INDEX_DIR in p.parts]  # never read as a record
-    decoded = counting(monkeypatch, store, "read_document")
+    decoded = counting(monkeypatch, decoding, "read_document")
     cached = read(folder, frames)
     assert decoded == []  # every file, the damaged ones too, from the index
     assert_same(uncached, cached)
@@ -117,7 +117,7 @@ def test_a_warm_read_of_the_frames_decodes_no_record(tmp_path, monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         first = [reader(folder) for reader in READERS]
-        decoded, taken = counting(monkeypatch, store, "read_document"), counting(monkeypatch, rows, "record_of_blob")
+        decoded, taken = counting(monkeypatch, decoding, "read_document"), counting(monkeypatch, rows, "record_of_blob")
         again = [reader(folder) for reader in READERS]
         assert decoded == [] and taken == []
         steps = sum(len(one.record.steps) for one in load_records(folder))
@@ -133,7 +133,7 @@ def test_the_rows_are_made_from_the_records_plain_values(fixture):
     documents, gives one frame."""
     for p in sorted((REPO / "tests/fixtures" / fixture).glob("*.json")):
         try:
-            rec, plain = store.read_document(p)
+            rec, plain = decoding.read_document(p)
         except store.RecordError:
             continue
         assert plain == msgspec.to_builtins(rec), p.name
@@ -143,7 +143,7 @@ def test_only_new_and_changed_files_are_decoded_and_removed_ones_are_dropped(tmp
     for key in ("a", "b", "c"):
         write_record(tmp_path, make_record(key))
     load_records(tmp_path)
-    decoded = counting(monkeypatch, store, "read_document")
+    decoded = counting(monkeypatch, decoding, "read_document")
     changed = write_record(tmp_path, make_record("b", tokens_per_s=250.0))  # replaced: a new file
     added = write_record(tmp_path, make_record("d"))
     (tmp_path / next(p.name for p, _ in record_files(tmp_path) if "__a.json" in p.name)).unlink()
@@ -182,7 +182,7 @@ def test_a_few_new_files_go_to_the_delta_and_more_or_a_removal_write_the_index_a
     write_record(tmp_path, make_record("b", tokens_per_s=250.0))  # a changed file: its new entry in the delta
     same_as_the_files()
     assert index_path(tmp_path).read_bytes() == base and len(pq.read_table(delta)) == 2
-    decoded = counting(monkeypatch, store, "read_document")
+    decoded = counting(monkeypatch, decoding, "read_document")
     load_records(tmp_path)
     assert decoded == []  # the delta's entries, over the index file's, serve the next read
     write_record(tmp_path, make_record("e"))  # three in the delta: past DELTA_MIN
@@ -202,7 +202,7 @@ def test_a_file_changed_just_before_a_read_is_decoded_again(tmp_path, monkeypatc
     and times, so it is not trusted from the index until it has been still for RACY_NS."""
     monkeypatch.setattr(index, "RACY_NS", 60 * 10**9)
     write_record(tmp_path, make_record("a"))
-    decoded = counting(monkeypatch, store, "read_document")
+    decoded = counting(monkeypatch, decoding, "read_document")
     load_records(tmp_path)
     load_records(tmp_path)
     assert len(decoded) == 2
@@ -244,7 +244,7 @@ def test_a_damaged_or_foreign_index_is_rebuilt_with_one_warning(tmp_path, damage
 def test_an_index_of_other_code_or_deleted_is_rebuilt_without_a_word(tmp_path, monkeypatch):
     write_record(tmp_path, make_record("a"))
     load_records(tmp_path)
-    decoded = counting(monkeypatch, store, "read_document")
+    decoded = counting(monkeypatch, decoding, "read_document")
     monkeypatch.setattr(index, "code_version", lambda: "another-version")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -280,7 +280,7 @@ def test_a_first_read_written_batch_by_batch_equals_one_whose_index_is_not_writt
     """The rows of each batch of decoded files go to the index file as they are made, and their blobs are let
     go: the records are then those of a read whose index write fails at the end (each record read from its
     file) and of the warm read after it, and the index holds every file once."""
-    monkeypatch.setattr(store, "BATCH", 2)
+    monkeypatch.setattr(decoding, "BATCH", 2)
     folder = folder_with_bad_records(tmp_path, "results")
     real_replace = os.replace
 
@@ -294,22 +294,49 @@ def test_a_first_read_written_batch_by_batch_equals_one_whose_index_is_not_writt
     written = read(folder)
     assert_same(unwritten, written)
     assert indexed(folder) == sorted(str(p.relative_to(folder)) for p, _ in record_files(folder))
-    decoded = counting(monkeypatch, store, "read_document")
+    decoded = counting(monkeypatch, decoding, "read_document")
     assert_same(written, read(folder))
     assert decoded == []
+
+
+@pytest.mark.procs  # worker processes decode most batches
+def test_a_first_read_decoded_by_worker_processes_equals_one_decoded_here(tmp_path, monkeypatch):
+    """Past POOL_MIN new files, batches go round robin to this process and to workers (here two: three cores
+    said): the records, the model and every warning are those of a read that decodes every file here; so are
+    they where the workers cannot start or stop at once (their batches then decoded here)."""
+    monkeypatch.setattr(decoding, "BATCH", 2)
+    monkeypatch.setattr(decoding, "POOL_MIN", 0)
+    monkeypatch.setattr(decoding.os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    folder = folder_with_bad_records(tmp_path, "versions")
+    batches = -(-len(record_files(folder)) // 2)
+    here = counting(monkeypatch, decoding, "decoded_batch")
+    pooled = read(folder)
+    assert len(here) == -(-batches // 3)  # this process's third of the batches, the rest the workers'
+    reads = []
+    for worker in ("/nonexistent/python", "/bin/true", None):  # cannot start; stops at once; no workers at all
+        shutil.rmtree(folder / INDEX_DIR)
+        here.clear()
+        if worker is None:
+            monkeypatch.setattr(decoding, "POOL_MIN", 10**9)
+        else:
+            monkeypatch.setattr(decoding.sys, "executable", worker)
+        reads.append(read(folder))
+        assert len(here) == batches  # every batch decoded here
+    for other in reads:
+        assert_same(pooled, other)
 
 
 def test_a_read_stopped_part_way_leaves_the_index_as_it_was(tmp_path, monkeypatch):
     """Interrupted after a batch of new files went to the new index file: the index is the one before, no
     temp file is left and its lock is free (the next read writes it)."""
-    monkeypatch.setattr(store, "BATCH", 1)
+    monkeypatch.setattr(decoding, "BATCH", 1)
     for key in ("a", "b", "c"):
         write_record(tmp_path, make_record(key))
     load_records(tmp_path)
     before = index_path(tmp_path).read_bytes()
     for key in ("d", "e", "f"):
         write_record(tmp_path, make_record(key))
-    real, calls = store.read_document, []
+    real, calls = decoding.read_document, []
 
     def interrupted(path):
         calls.append(path)
@@ -317,12 +344,12 @@ def test_a_read_stopped_part_way_leaves_the_index_as_it_was(tmp_path, monkeypatc
             raise KeyboardInterrupt
         return real(path)
 
-    monkeypatch.setattr(store, "read_document", interrupted)
+    monkeypatch.setattr(decoding, "read_document", interrupted)
     with pytest.raises(KeyboardInterrupt):
         load_records(tmp_path)
     assert index_path(tmp_path).read_bytes() == before
     assert sorted(p.name for p in (tmp_path / INDEX_DIR).iterdir()) == ["lock", index.INDEX_FILE]
-    monkeypatch.setattr(store, "read_document", real)
+    monkeypatch.setattr(decoding, "read_document", real)
     assert [one.record.run_key for one in load_records(tmp_path)] == list("abcdef")
     assert len(indexed(tmp_path)) == 6
 
@@ -341,7 +368,7 @@ def test_filters_keep_what_they_name_and_decode_nothing_else(tmp_path, monkeypat
         assert {one.record.run_key for one in load_records(tmp_path, only=store.Selection.of(**filters))} == keys
         shutil.rmtree(tmp_path / INDEX_DIR)
     load_records(tmp_path)
-    decoded, taken = counting(monkeypatch, store, "read_document"), counting(monkeypatch, rows, "record_of_blob")
+    decoded, taken = counting(monkeypatch, decoding, "read_document"), counting(monkeypatch, rows, "record_of_blob")
     for filters, keys in cases:
         taken.clear()
         assert {one.record.run_key for one in load_records(tmp_path, only=store.Selection.of(**filters))} == keys
@@ -398,7 +425,7 @@ def test_a_writer_appending_while_readers_read_never_gives_a_partial_view(tmp_pa
 READER = """
 import sys, warnings
 warnings.simplefilter("error")
-from benchsuite.results import index, rows, store
+from benchsuite.results import decoding, index, rows, store
 from benchsuite.results.store import load_records
 index.RACY_NS = -1
 store.MIN_FILES = 0

@@ -45,7 +45,7 @@ def test_a_records_duration_counts_from_the_launch(tmp_path, tiny_suite):
     a tiny run): at least most of what the launcher timed, and started_at is the launcher's start."""
     from benchsuite.config import load_suite
     from benchsuite.launch import run_suite
-    from benchsuite.results.store import read_record
+    from benchsuite.results.decoding import read_record
 
     t0 = datetime.datetime.now(datetime.timezone.utc)
     (outcome,) = run_suite(load_suite(tiny_suite()), tmp_path / "out")

@@ -16,7 +16,7 @@ import pytest
 from benchsuite.config import ConfigError, parse_suite
 from benchsuite.config.sinks import Sinks, TensorBoardSink
 from benchsuite.record.values import dig
-from benchsuite.results.store import read_record
+from benchsuite.results.decoding import read_record
 from benchsuite.sinks import Sender, SinkWarning
 from benchsuite.sinks.figures import figures, params, step_rows
 from helpers import REPO, TINY_SUITE, run_cli

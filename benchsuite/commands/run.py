@@ -216,7 +216,7 @@ def run_name(run, repeat: int) -> str:
 
 def _ok_record(o) -> Record | None:
     """The record an ok outcome wrote, read as every reader reads one (None for the other statuses)."""
-    from benchsuite.results.store import read_record
+    from benchsuite.results.decoding import read_record
 
     return read_record(Path(o.record_path)) if o.status == "ok" else None
 

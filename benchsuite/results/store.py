@@ -14,20 +14,19 @@ import gc
 import os
 import stat
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import msgspec
 
-from benchsuite.record.codec import RecordError, decode, decode_current, parse, to_dict
-from benchsuite.record.io import file_kind, read_bytes
+from benchsuite.record.codec import RecordError
+from benchsuite.record.io import file_kind
 from benchsuite.record.names import record_id
-from benchsuite.record.sanity import with_flags
-from benchsuite.record.types import Flag, Record
+from benchsuite.record.types import Record
+from benchsuite.results.decoding import decoded_batches, read_record, typed
 from benchsuite.results.index import MIN_FILES, Entry, FileKey, FolderIndex
-from benchsuite.results.migrate import migrate
 from benchsuite.results.rows import Rows, record_blob, row_schema, rows_table, table_schema, taken
 
 if TYPE_CHECKING:  # pandas and pyarrow load on first use: a rank writes its record without them
@@ -151,40 +150,6 @@ class Loaded:
         return f"Loaded({self.record!r}, {self.path!r})"
 
 
-def typed(doc: dict) -> Record:
-    """A record document (a file's, or one built in memory) as the types: upgraded to the current schema
-    version, decoded (RecordError names the field that does not fit), then flagged by the sanity guard, which
-    judges only what the types accepted (records written before the guard, or by an older one, are flagged
-    on load too)."""
-    return typed_document(doc)[0]
-
-
-def typed_document(doc: dict) -> tuple[Record, dict]:
-    """typed(doc), and the record as plain JSON values (msgspec.to_builtins of it: the sanity guard made it
-    to judge the record, and a folder's rows are made from it: rows.rows_table)."""
-    return flagged(decode(migrate(doc)))
-
-
-def flagged(rec: Record) -> tuple[Record, dict]:
-    """The typed record flagged by the sanity guard, and as plain JSON values (typed_document)."""
-    plain = with_flags(to_dict(rec))
-    rec = msgspec.structs.replace(rec, flags=msgspec.convert(plain["flags"], list[Flag]))
-    plain["flags"] = msgspec.to_builtins(rec.flags)  # as the types hold them
-    return rec, plain
-
-
-def read_record(path: Path) -> Record:
-    """One record file as the types (typed); RecordError says why not."""
-    return read_document(path)[0]
-
-
-def read_document(path: Path) -> tuple[Record, dict]:
-    """One record file as the types and as plain JSON values (typed_document); RecordError says why not."""
-    data = read_bytes(path)
-    rec = decode_current(data)
-    return flagged(rec) if rec is not None else typed_document(parse(data))
-
-
 def loaded(docs: list[dict]) -> list[Loaded]:
     """Record documents built in memory (a test, `benchsuite.dashboard.load(records)`), read as a folder's
     files are: each a copy, upgraded, flagged and typed."""
@@ -273,37 +238,41 @@ def _load_records(path: Path, exclude: list[Path], only: Selection | None) -> li
     index = FolderIndex.read(path) if folder and len(entries) >= MIN_FILES else None
     records: list[Loaded] = []
     seen: dict[str, list[Loaded]] = {}  # record id -> the records of that id read so far
-    files: set[str] = set()  # the files' paths relative to the folder, as the index names them
+    files: list[tuple[Path, str | None, str | None, Entry | None]] = []  # (file, why not a record, name, entry)
+    new: list[tuple[Path, str, FileKey | None]] = []  # the files the index has no entry for: decoded now
+    for p, problem in entries:
+        rel = _relative(p, path) if index is not None and not problem else None
+        key = _key(p) if rel is not None else None
+        entry = index.hit(rel, key) if rel is not None else None
+        files.append((p, problem, rel, entry))
+        if rel is not None and entry is None:
+            new.append((p, rel, key))
     decoded: dict[str, Loaded] = {}  # the files decoded now, by relative path (with an index)
-    pending: list[tuple[str, Loaded, dict]] = []  # decoded (and as plain values), their rows not made yet
-    ids = _IndexIds()
+    ids = _RowIds()
+    fresh = _decoded_now(new, index)
     try:
-        for p, problem in entries:
+        for p, problem, rel, entry in files:
             try:
                 if problem:
                     raise RecordError(problem)
-                rel = _relative(p, path) if index is not None else None
-                files.add(rel)
-                key = _key(p) if index is not None else None
-                entry = index.hit(rel, key) if index is not None else None
-                if entry is not None:  # this very file is in the index: its row, its record decoded when asked for
+                if index is None:  # a few files: each decoded, the typed record kept
+                    one = Loaded(read_record(p), p)
+                    ident = (one.record.run_key, one.record.repeat)
+                    if only is not None and not only.admits(one.record.suite, one.record.workload,
+                                                            one.record.started_at):
+                        continue
+                else:  # the index's entry of this very file, or the one made now: its row
+                    now = entry is None
+                    if now:
+                        entry = next(fresh)
                     if entry.problem is not None:
                         raise RecordError(entry.problem)
-                    if only is not None and not only.admits(*ids.filtered(entry)):
+                    if only is not None and not only.admits(*ids.filtered(entry.rows, entry.at)):
                         continue
-                    one, ident = Loaded(None, p, entry.rows, entry.at), ids.run_key_and_repeat(entry)
-                else:
-                    one, plain = _decoded(p, rel, key, index)
-                    ident = (one.record.run_key, one.record.repeat)
-                    kept = only is None or only.admits(one.record.suite, one.record.workload, one.record.started_at)
-                    if index is not None:
+                    one = Loaded(None, p, entry.rows, entry.at)
+                    if now:
                         decoded[rel] = one
-                        pending.append((rel, one, plain))
-                        if len(pending) == BATCH:
-                            _indexed_rows(pending, index)
-                            pending.clear()
-                    if not kept:
-                        continue
+                    ident = ids.run_key_and_repeat(entry.rows, entry.at)
                 same_id = seen.setdefault(record_id(*ident), [])
                 check_not_a_copy(one, same_id, *ident)
             except RecordError as e:
@@ -311,15 +280,15 @@ def _load_records(path: Path, exclude: list[Path], only: Selection | None) -> li
                 continue
             same_id.append(one)
             records.append(one)
-        if index is not None and pending:
-            _indexed_rows(pending, index)
     except BaseException:  # (a read stopped part-way: the index left as it was)
         if index is not None:
             index.abort()
         raise
+    finally:
+        fresh.close()  # (its workers stopped, where it has any)
     if index is not None:
         if not exclude:  # (files under an excluded folder are still there: their entries stay)
-            index.keep_only(files)
+            index.keep_only({rel for _, _, rel, _ in files if rel is not None})
         if index.changed:
             index.write()
             for rel, one in decoded.items():  # written: each row read from the index, the rows made let go
@@ -328,68 +297,55 @@ def _load_records(path: Path, exclude: list[Path], only: Selection | None) -> li
     return records
 
 
-# Records decoded before their rows are made (rows.rows_table), and the typed records let go: the rows hold
-# them (decoded again when asked for), so a first read of 100,000 files holds no more than this many at once.
-BATCH = 1000
-
-
-class _IndexIds:
-    """The columns of an index's rows a read judges each file by (its filters, its record's id), read once."""
+class _RowIds:
+    """The columns of rows a read judges each file by (its filters, its record's id), read once per table."""
 
     def __init__(self):
         self._columns: dict[tuple[int, str], list] = {}  # (id of the rows, column) -> its values
 
-    def _value(self, entry: Entry, name: str):
-        key = (id(entry.rows), name)
+    def _value(self, rows: Rows, at: int, name: str):
+        key = (id(rows), name)
         if key not in self._columns:
-            self._columns[key] = entry.rows.column(name).to_pylist()
-        return self._columns[key][entry.at]
+            self._columns[key] = rows.column(name).to_pylist()
+        return self._columns[key][at]
 
-    def filtered(self, entry: Entry) -> tuple:
-        return tuple(self._value(entry, name) for name in ("suite", "workload", "started_at"))
+    def filtered(self, rows: Rows, at: int) -> tuple:
+        return tuple(self._value(rows, at, name) for name in ("suite", "workload", "started_at"))
 
-    def run_key_and_repeat(self, entry: Entry) -> tuple[str, int]:
-        return self._value(entry, "run_key"), self._value(entry, "repeat")
+    def run_key_and_repeat(self, rows: Rows, at: int) -> tuple[str, int]:
+        return self._value(rows, at, "run_key"), self._value(rows, at, "repeat")
 
 
-def _with_rows(ones: list[Loaded], plain: list[dict] | None = None) -> Rows:
-    """Makes the rows of records decoded now at once (rows.rows_table; plain: the records as plain values,
-    when at hand), each Loaded pointed at its own."""
-    fresh = Rows(rows_table([one.record for one in ones], plain))
+def _with_rows(ones: list[Loaded]) -> Rows:
+    """Makes the rows of records decoded now at once (rows.rows_table), each Loaded pointed at its own."""
+    fresh = Rows(rows_table([one.record for one in ones]))
     for at, one in enumerate(ones):
         one.rows, one.at = fresh, at
     return fresh
 
 
-def _indexed_rows(pending: list[tuple[str, Loaded, dict]], index: FolderIndex) -> None:
-    """The rows of a batch of records decoded now, made and appended to the index being written; the typed
-    records let go (their rows hold them), and their blobs too once the index file holds them."""
-    rels, ones, plain = map(list, zip(*pending))
-    fresh = _with_rows(ones, plain)
-    for one in ones:
-        one._record = None
-    if index.append(fresh, rels):
-        fresh.let_go_records()
+def _decoded_now(files: list[tuple[Path, str, FileKey | None]], index: FolderIndex) -> Iterator[Entry]:
+    """Each file decoded (decoding.decoded_batches), in order, as an entry: why it is not a record, or its row
+    (the typed records let go: their rows hold them). Each is put in the index (when its key is known), and
+    each batch's rows appended to the index being written, their blobs let go once its file has them."""
+    done = 0
+    for problems, table in decoded_batches([p for p, _, _ in files]):
+        rows, batch, done = Rows(table), files[done:done + len(problems)], done + len(problems)
+        for (_, rel, key), problem in zip(batch, problems):
+            if key is not None:
+                index.put(rel, key, problem)
+        if index.append(rows, [rel for (_, rel, _), problem in zip(batch, problems) if problem is None]):
+            rows.let_go_records()
+        at = 0
+        for (_, _, key), problem in zip(batch, problems):
+            yield Entry(key, rows if problem is None else None, at if problem is None else -1, problem, False)
+            at += problem is None
 
 
 def _relative(p: Path, folder: Path) -> str:
     """p (a path record_files found under folder) relative to it, as text: the index's name for the file."""
     text, prefix = str(p), os.path.join(str(folder), "")
     return text[len(prefix):] if text.startswith(prefix) and os.sep == "/" else p.relative_to(folder).as_posix()
-
-
-def _decoded(p: Path, rel: str | None, key: FileKey | None, index: FolderIndex | None) -> tuple[Loaded, dict]:
-    """The record at p read and decoded (and as plain values: read_document), and put in the index (when there
-    is one and the file's key is known); RecordError: why it is not a record (the index keeps that too)."""
-    try:
-        rec, plain = read_document(p)
-    except RecordError as e:
-        if key is not None:
-            index.put(rel, key, str(e))
-        raise
-    if key is not None:
-        index.put(rel, key, None)
-    return Loaded(rec, p), plain
 
 
 def _key(p: Path) -> FileKey | None:
