@@ -6,7 +6,7 @@ and flags. The pages add the model family of each row (its colour and marker), e
 repeat 0") in `df`, a run's ("dense · w2") in `runs`. Lists (steps, per-device energy, expert load)
 are read from the typed records (record/types.py); row `rec` indexes `SiteData.records`. A summary page reads
 columns, a column at a time (a 10,000-record folder is rebuilt after each new record), and of a record only the
-sections no column holds (SummaryPart); only a run page that is written decodes its whole record.
+sections no column holds (its summary: results/rows.Summary); only a run page that is written decodes its whole record.
 """
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-import msgspec
 import numpy as np
 import pandas as pd
 
 from benchsuite.record.columns import view_columns
 from benchsuite.record.names import record_id, slug
-from benchsuite.record.types import Metrics, MoEMetrics, Quality, Record
+from benchsuite.record.types import Metrics, MoEMetrics, Record
 from benchsuite.record.values import num, present
 from benchsuite.results.model import Results, results_at, results_of
+from benchsuite.results.rows import Summary
 from benchsuite.results.store import loaded
 from benchsuite.results.verdicts import SeedGroup, Verdicts, seed_groups, verdicts_of
 from benchsuite.dashboard.style import Families, family
@@ -31,21 +31,6 @@ from benchsuite.dashboard.style import Families, family
 # More series than a legend can tell apart: summary figures then draw one trace per model family.
 MAX_SERIES = 12
 MOE_COLUMNS = view_columns("config.moe.capacity_factor", "config.moe.shared_experts")  # what a family reads
-
-
-class _SummaryMetrics(msgspec.Struct, gc=False):
-    quality: Quality | None = None
-    moe: MoEMetrics | None = None
-
-
-class SummaryPart(msgspec.Struct, gc=False):
-    """What the summary pages read of a record beyond the results model's columns (quality curves, the experts'
-    load), under the record's own names and types, so a typed record reads the same: decoded alone from the
-    record's blob (store.Loaded.part), a fifth of the whole record's time."""
-    metrics: _SummaryMetrics | None = None
-
-
-SUMMARY_PART = msgspec.msgpack.Decoder(SummaryPart)
 
 
 @dataclass
@@ -76,9 +61,9 @@ class SiteData:
         """The record of a `df` row; of a `runs` row, the run's latest record."""
         return self.records[int(row["rec"])]
 
-    def part(self, rec) -> SummaryPart | Record:
-        """What the summary pages read of record `rec` (a row's `rec`) beyond the model's columns (SummaryPart)."""
-        return self.results.loaded[int(rec)].part(SUMMARY_PART)
+    def summary(self, rec) -> Summary | Record:
+        """What the summary pages read of record `rec` (a row's `rec`) beyond the model's columns (rows.Summary)."""
+        return self.results.loaded[int(rec)].summary()
 
     def record_bytes(self, row) -> bytes | memoryview:
         """The record of a row as its blob (store.Loaded.blob: a record read from its file and then from the index

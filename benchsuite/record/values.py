@@ -20,6 +20,8 @@ def present(v: Any) -> bool:
         return v is not None
     if isinstance(v, (int, float)):
         return math.isfinite(v)
+    if isinstance(v, str):  # (most text: not worth asking pandas)
+        return True
     pandas = sys.modules.get("pandas")  # a value of pandas' own (NA, NaT) comes only with pandas loaded
     if pandas is None:
         return True

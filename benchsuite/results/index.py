@@ -7,10 +7,10 @@ the records, and a folder that cannot be written to is read from memory as befor
 One Parquet file, `<folder>/.benchsuite-index/records.parquet` (hidden: record_files never walks it), one
 row per record file: the file's identity (relative path, size, mtime_ns, ctime_ns, inode), the reason the
 file is skipped (when it is), and the record's row (results/rows.py: every column the results model reads,
-typed by the record's types), its steps (a list of structs: flattened, the steps table of load_steps) and
-the record itself (msgpack). A warm read reads the file columns and the rows, and builds the results
-model's frame from the rows as they are: no record is decoded; the steps and the records are read from the
-same file only for a reader that asks for them. The files decoded since that file was written go to a second,
+typed by the record's types), its steps (a list of structs: flattened, the steps table of load_steps), the
+record itself (msgpack) and its summary (rows.Summary). A warm read reads the file columns and the rows, and
+builds the results model's frame from the rows as they are: no record is decoded; the steps, the records and
+their summaries are read from the same file only for a reader that asks for them. The files decoded since that file was written go to a second,
 `records.delta.parquet`, whose entries are read over the first's: a new record costs a write of the few new
 entries, not of every record's blob and steps again; past a tenth of the index (DELTA_MIN at least), or when a
 file the index file holds is removed, the two are written again as one. Each entry is trusted only while its
@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from benchsuite.atomic import umask
 from benchsuite.record.types import SCHEMA_VERSION
-from benchsuite.results.rows import RECORD, STEPS, Rows, table_schema, taken
+from benchsuite.results.rows import RECORD, STEPS, SUMMARY, Rows, table_schema, taken
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -66,9 +66,9 @@ ROW_GROUP = 10_000
 RACY_NS = 1_000_000_000
 # The code that shapes an entry (the record's types, migrations, flags, the row): an index written by any
 # other version of it is rebuilt.
-SHAPING_CODE = ("benchsuite/record", "benchsuite/results/store.py", "benchsuite/results/migrate.py",
-                "benchsuite/results/scaling.py", "benchsuite/results/identity.py", "benchsuite/results/rows.py",
-                "benchsuite/results/index.py")
+SHAPING_CODE = ("benchsuite/record", "benchsuite/results/decoding.py", "benchsuite/results/store.py",
+                "benchsuite/results/migrate.py", "benchsuite/results/scaling.py", "benchsuite/results/identity.py",
+                "benchsuite/results/rows.py", "benchsuite/results/index.py")
 FILE_COLUMNS = ("file", "size", "mtime_ns", "ctime_ns", "ino")  # the file's path (relative) and identity
 PROBLEM = "problem"  # why the file is not a record (its row, steps and record are null)
 # Rows none of which a record lacks: null where there is no problem, the index is damaged.
@@ -282,8 +282,8 @@ class FolderIndex:
                 stale.unlink(missing_ok=True)
             self._tmp = path.with_name(f"{INDEX_FILE}.{secrets.token_hex(8)}.tmp")
             meta = json.dumps({"format": FORMAT, "code": code_version()})
-            # (a dictionary of each column's values is worth it for all but the records', steps' and paths': unique)
-            repeated = [n for n in _schema().names if n not in (FILE_COLUMNS[0], STEPS, RECORD)]
+            # (a dictionary of each column's values is worth it for all but the paths' and the blobs': unique)
+            repeated = [n for n in _schema().names if n not in (FILE_COLUMNS[0], STEPS, RECORD, SUMMARY)]
             self._writer = pq.ParquetWriter(self._tmp, _schema().with_metadata({METADATA_KEY: meta}),
                                             compression="zstd", use_dictionary=repeated)
         except (OSError, Timeout, pa.ArrowException):

@@ -4,7 +4,8 @@ The row is what the results model reads of a record: the short names the views u
 tokens_per_s, ...), its run identity and seed (results/identity.py), its flags, what a scaling baseline
 must share (results/scaling.py), the to-target figures under `quality.*`, and every scalar field of the
 types by its dotted path (record/columns.py). Beside the row: the record's measured steps (a list per
-record) and the record itself (msgpack), for the readers that need the typed record.
+record), the record itself (msgpack), for the readers that need the typed record, and its summary (msgpack of
+the parts of it that summary views read beyond the columns: Summary), a small part of the record.
 
 The folder's index (results/index.py) keeps these columns as they are, so a warm read builds the results
 model's frame from them without decoding a record; a record read from its file gets its columns here,
@@ -21,7 +22,7 @@ import msgspec
 
 from benchsuite.record.columns import field_columns
 from benchsuite.record.sanity import flag_summary
-from benchsuite.record.types import Record, Step
+from benchsuite.record.types import MoEMetrics, Quality, Record, Step
 from benchsuite.results.identity import hardware_label, routing_identity, run_identity, seed_of
 from benchsuite.results.scaling import scaling_identity
 
@@ -40,7 +41,8 @@ SHORT = {"run_key": "run_key", "suite": "suite", "workload": "workload", "status
 # The to-target figures (metrics/quality.py) under short names: quality.<key> is metrics.quality.<key>.
 QUALITY = ("target_loss", "reached", "step", "tokens", "seconds", "model_flops", "energy_j", "co2e_g", "reason",
            "best_val_loss", "final_val_loss", "eval_seconds", "eval_energy_j")
-RECORD, STEPS = "record", "steps"  # the record (msgpack of its builtins) and its steps, beside the row
+RECORD, STEPS, SUMMARY = "record", "steps", "summary"  # the record (msgpack of its builtins), its steps and its
+# summary (Summary), beside the row
 
 _ARROW = {"float64": "float64", "Int64": "int64", "boolean": "bool_", "category": "string", "string": "string",
           "datetime64[ns, UTC]": "string"}  # pandas dtype of a field -> Arrow type (times stay RFC 3339 text)
@@ -111,10 +113,11 @@ def steps_type() -> pa.DataType:
 
 
 def table_schema() -> pa.Schema:
-    """The row, then the steps and the record."""
+    """The row, then the steps, the record and its summary."""
     import pyarrow as pa
 
-    return row_schema().append(pa.field(STEPS, steps_type())).append(pa.field(RECORD, pa.binary()))
+    return row_schema().append(pa.field(STEPS, steps_type())).append(pa.field(RECORD, pa.binary())).append(
+        pa.field(SUMMARY, pa.binary()))
 
 
 def rows_table(records: list[Record], plain: list[dict] | None = None) -> pa.Table:
@@ -143,7 +146,8 @@ def rows_table(records: list[Record], plain: list[dict] | None = None) -> pa.Tab
     columns |= {path: array for path, array in flat.items() if path not in columns}
     return pa.table([*(columns[name] for name in schema.names),
                      pa.array([doc["steps"] for doc in docs], steps_type()),
-                     pa.array([record_blob(doc) for doc in docs], pa.binary())], schema=table_schema())
+                     pa.array([record_blob(doc) for doc in docs], pa.binary()),
+                     pa.array([summary_blob(doc) for doc in docs], pa.binary())], schema=table_schema())
 
 
 def _flat(array: pa.StructArray, prefix: str = "") -> dict[str, pa.Array]:
@@ -189,8 +193,8 @@ class Rows:
     def __init__(self, table: pa.Table, more: Callable[[list[str]], pa.Table] | None = None,
                  damaged: Callable[[str], None] | None = None):
         self.table, self._more, self._damaged, self._said = table, more, damaged, False
-        self._blobs: tuple | None = None  # the record column's chunks as (ends, [(offsets, data, nulls)])
-        self._records_gone = False  # the blobs let go (let_go_records)
+        self._blobs: dict[str, tuple] = {}  # a blob column's chunks as (ends, [(offsets, data, nulls)])
+        self._records_gone = False  # the records' blobs let go (let_go_records)
 
     def columns(self, names: list[str]) -> pa.Table:
         """These columns, those not read yet read at once."""
@@ -215,7 +219,8 @@ class Rows:
         made by a read, appended to the index being written): a record asked for meanwhile is read from its
         file (store.Loaded.record)."""
         self.table = self.table.drop_columns([RECORD])
-        self._blobs, self._records_gone = None, True
+        self._blobs.pop(RECORD, None)
+        self._records_gone = True
 
     def record(self, at: int) -> Record | None:
         """The record of row `at`; None when its blob does not decode, or is let go (the reader reads its
@@ -230,20 +235,28 @@ class Rows:
                 self._damaged(f"a record that does not decode ({e})")
             return None
 
-    def blob(self, at: int) -> memoryview | None:
-        """Row `at`'s record blob, a view of the column's own buffer (no copy: a reader of every record of a
-        large folder would otherwise copy each)."""
-        if self._records_gone:
+    def summary(self, at: int) -> Summary | None:
+        """The summary of row `at` (Summary); None when its blob does not decode (the reader reads the record)."""
+        blob = self.blob(at, SUMMARY)
+        try:
+            return _SUMMARY.decode(blob) if blob is not None else None
+        except (msgspec.DecodeError, msgspec.ValidationError):
             return None
-        if self._blobs is None:
+
+    def blob(self, at: int, column: str = RECORD) -> memoryview | None:
+        """Row `at`'s record blob (or its summary's), a view of the column's own buffer (no copy: a reader of
+        every record of a large folder would otherwise copy each)."""
+        if self._records_gone and column == RECORD:
+            return None
+        if column not in self._blobs:
             import numpy as np
 
-            chunks = [c for c in self.column(RECORD).chunks if len(c)]
-            self._blobs = (np.cumsum([len(c) for c in chunks]),
-                           [(np.frombuffer(c.buffers()[1], np.int32, len(c) + 1, c.offset * 4),
-                             memoryview(c.buffers()[2]) if c.buffers()[2] is not None else memoryview(b""),
-                             c.is_null()) for c in chunks])
-        ends, chunks = self._blobs
+            chunks = [c for c in self.column(column).chunks if len(c)]
+            self._blobs[column] = (np.cumsum([len(c) for c in chunks]),
+                                   [(np.frombuffer(c.buffers()[1], np.int32, len(c) + 1, c.offset * 4),
+                                     memoryview(c.buffers()[2]) if c.buffers()[2] is not None else memoryview(b""),
+                                     c.is_null()) for c in chunks])
+        ends, chunks = self._blobs[column]
         k = int(ends.searchsorted(at, side="right"))
         offsets, data, null = chunks[k]
         i = at - (int(ends[k - 1]) if k else 0)
@@ -256,6 +269,25 @@ def record_blob(plain: dict) -> bytes:
     return _ENCODER.encode(plain)
 
 
+class _SummaryMetrics(msgspec.Struct, gc=False):
+    quality: Quality | None = None
+    moe: MoEMetrics | None = None
+
+
+class Summary(msgspec.Struct, gc=False):
+    """What summary views read of a record beyond its row's columns (its quality curve, its experts' load), under
+    the record's own names and types, so that a typed record reads the same: its own blob beside the record's
+    (a tenth of its size or less: the summary pages of 10,000 records read it, not every record)."""
+    metrics: _SummaryMetrics | None = None
+
+
+def summary_blob(plain: dict) -> bytes:
+    """A record's summary blob: msgpack of the parts of its plain values that Summary reads."""
+    metrics = plain.get("metrics")
+    return _ENCODER.encode({"metrics": None if metrics is None else
+                            {"quality": metrics.get("quality"), "moe": metrics.get("moe")}})
+
+
 def record_of_blob(blob: bytes | memoryview) -> Record:
     """A record from its msgpack blob (times are RFC 3339 text with their own offset: the record read back is
     the one read from the file)."""
@@ -263,3 +295,4 @@ def record_of_blob(blob: bytes | memoryview) -> Record:
 
 
 _RECORD = msgspec.msgpack.Decoder(Record)
+_SUMMARY = msgspec.msgpack.Decoder(Summary)

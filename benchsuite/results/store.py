@@ -27,7 +27,7 @@ from benchsuite.record.names import record_id
 from benchsuite.record.types import Record
 from benchsuite.results.decoding import decoded_batches, read_record, typed
 from benchsuite.results.index import MIN_FILES, Entry, FileKey, FolderIndex
-from benchsuite.results.rows import Rows, record_blob, row_schema, rows_table, table_schema, taken
+from benchsuite.results.rows import Rows, Summary, record_blob, row_schema, rows_table, table_schema, taken
 
 if TYPE_CHECKING:  # pandas and pyarrow load on first use: a rank writes its record without them
     import pandas as pd
@@ -122,15 +122,12 @@ class Loaded:
         held = self.rows.blob(self.at) if self.rows is not None else None
         return held if held is not None else record_blob(msgspec.to_builtins(self.record))
 
-    def part(self, decoder: msgspec.msgpack.Decoder):
-        """The part of the record that `decoder`'s type reads (a struct of some of its fields, under their names
-        and types: the typed record reads the same), decoded alone from its blob where its rows hold one (a few
-        sections cost a fraction of the whole record); else, or where that blob does not decode, the record."""
-        held = self.rows.blob(self.at) if self.rows is not None else None
-        try:
-            return decoder.decode(held) if held is not None else self.record
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            return self.record
+    def summary(self) -> Summary | Record:
+        """What summary views read of the record beyond its row (rows.Summary): decoded alone from its own small
+        blob where its rows hold one (nothing else of the record read); else, or where that blob does not
+        decode, the record (which reads the same)."""
+        held = self.rows.summary(self.at) if self.rows is not None else None
+        return held if held is not None else self.record
 
     def same_record(self, other: Loaded) -> bool:
         """Whether two loaded records are one record: their blobs compared where both are in rows and not

@@ -31,7 +31,6 @@ from enum import Enum
 from functools import cached_property
 from typing import TYPE_CHECKING, NamedTuple
 
-import msgspec
 import numpy as np
 
 from benchsuite.record.columns import view_columns
@@ -99,9 +98,9 @@ class RunRecords(RecordList):
     """A run's ok records in start order (as Results.run_records), each decoded when first read: the verdicts
     read the results model's columns, the dashboard's seed curves the records."""
 
-    def parts(self, decoder: msgspec.msgpack.Decoder) -> list:
-        """Each record's part that `decoder` reads (store.Loaded.part)."""
-        return [one.part(decoder) for one in self._loaded]
+    def summaries(self) -> list:
+        """Each record's summary (store.Loaded.summary)."""
+        return [one.summary() for one in self._loaded]
 
 
 @dataclass(frozen=True)
@@ -130,9 +129,10 @@ class SeedGroup:
     def facts(self) -> RunRecordFacts:
         return self.run_facts if self.run_facts is not None else RunRecordFacts.of_records(self.records)
 
-    def parts(self, decoder: msgspec.msgpack.Decoder) -> list:
-        """Its records' parts that `decoder` reads (store.Loaded.part; records built in memory: themselves)."""
-        return self.records.parts(decoder) if isinstance(self.records, RunRecords) else list(self.records)
+    def summaries(self) -> list:
+        """Its records' summaries (store.Loaded.summary; records built in memory: themselves, which read the
+        same)."""
+        return self.records.summaries() if isinstance(self.records, RunRecords) else list(self.records)
 
     @cached_property
     def seeds(self) -> list[int]:

@@ -166,7 +166,7 @@ def expert_loads(data: SiteData, df, by_family: bool) -> list[RoutingBalance]:
     moe = df.loc[df["kind"] == "moe", ["rec", "series", "kind_label", "world_size"]]
     moe = moe.sort_values(["series", "world_size"]).drop_duplicates("series")
     for row in rows_of(moe, ["rec", "series", "kind_label"]):
-        section = metrics_of(data.part(row["rec"])).moe
+        section = metrics_of(data.summary(row["rec"])).moe
         per_expert = None if section is None else tokens_per_expert(section)
         if section is not None and per_expert:
             loads.append(RoutingBalance(str(row["series"]), str(row["kind_label"]), *per_expert,

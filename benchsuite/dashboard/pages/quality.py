@@ -17,7 +17,7 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
-from benchsuite.dashboard.data import SUMMARY_PART, SiteData, column_values, metrics_of, numbers, per_family, rows_of
+from benchsuite.dashboard.data import SiteData, column_values, metrics_of, numbers, per_family, rows_of
 from benchsuite.dashboard.page import Page
 from benchsuite.dashboard.render import (DASH, Figure, PageSection, esc, f_num, f_sig, layout, missing, num, present, ptext,
                               short, table)
@@ -107,7 +107,7 @@ def quality_runs(data: SiteData) -> tuple[list[Run], list[str]]:
     ok = data.ok_runs_of(["rec", *ROW, *medians_of])  # (only the columns the page reads: the frame has ~400)
     if ok.empty:
         return [], []
-    sections = [metrics_of(data.part(i)).quality for i in ok["rec"].tolist()]
+    sections = [metrics_of(data.summary(i)).quality for i in ok["rec"].tolist()]
     has = [q is not None for q in sections]
     without = [str(label) for label, h in zip(ok["run_label"].tolist(), has) if not h]
     runs = []
@@ -347,7 +347,7 @@ def seed_curves(data: SiteData) -> tuple[str, list[Figure]]:
         style = styles.get(series.get(g.identity))
         color = style.color if style else "#495057"
         by_step: dict[int, list[tuple[float, float]]] = {}
-        for rec in g.parts(SUMMARY_PART):
+        for rec in g.summaries():
             quality = metrics_of(rec).quality
             curve = (quality.curve or []) if quality is not None else []
             pts = [(num(p.tokens), num(p.val_loss), p.step) for p in curve]
