@@ -155,8 +155,9 @@ def _with(df: pd.DataFrame, columns: dict) -> pd.DataFrame:
 def named(loaded: list[Loaded], columns: list[str]) -> pd.DataFrame:
     """The records as the results model names them (`record_name`, `label`, `series`), with these columns of
     their rows alone: a reader that shows no figure (load_steps) builds no model of every column."""
-    df = dataframe_of(loaded, [*NAMED_BY, *columns])
-    return df if df.empty else _with_names(df, RecordList(loaded))
+    with cyclic_gc_paused():  # (tens of thousands of labels made beside the records: see store.cyclic_gc_paused)
+        df = dataframe_of(loaded, [*NAMED_BY, *columns])
+        return df if df.empty else _with_names(df, RecordList(loaded))
 
 
 # The row's columns a record's name is made of (_with_names, _series_labels).

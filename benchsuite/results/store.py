@@ -60,7 +60,7 @@ def record_files(path: Path, exclude: list[Path] | None = None) -> list[tuple[Pa
     costs no recursion. The subtrees of the folders in exclude are not searched (compare's B inside A)."""
     root = Path(os.path.realpath(path))
     skipped = {os.path.realpath(p) for p in exclude or ()}
-    found: list[Path] = []
+    found: list[tuple[Path, bool]] = []  # (a file, whether it is to be looked at: not a regular file, as listed)
     refused: list[tuple[Path, str]] = []
     stack = [(Path(path), 0)]
     while stack:
@@ -79,7 +79,7 @@ def record_files(path: Path, exclude: list[Path] | None = None) -> list[tuple[Pa
             except OSError:
                 is_dir = False
             if is_dir and entry.name.endswith(".json"):
-                found.append(Path(entry.path))  # a folder named like a record: said, not searched
+                found.append((Path(entry.path), True))  # a folder named like a record: said, not searched
             elif is_dir and skipped and os.path.realpath(entry.path) in skipped:
                 continue
             elif is_dir and depth >= MAX_FOLDER_DEPTH:
@@ -88,13 +88,20 @@ def record_files(path: Path, exclude: list[Path] | None = None) -> list[tuple[Pa
             elif is_dir:
                 stack.append((Path(entry.path), depth + 1))
             elif entry.name.endswith(".json"):
-                found.append(Path(entry.path))
+                try:  # (a regular file, as the folder's listing says: not looked at again)
+                    regular = entry.is_file(follow_symlinks=False)
+                except OSError:
+                    regular = False
+                found.append((Path(entry.path), not regular))
     result = []
-    for p in sorted(found, key=lambda p: p.parts):  # Path's own order, without its per-comparison cost
-        try:
-            result.append((p, _entry_problem(p, root)))
-        except OSError as e:  # removed meanwhile, permission denied
-            result.append((p, f"cannot be read ({e.strerror or e})"))
+    for p, odd in sorted(found, key=lambda f: f[0].parts):  # Path's own order, without its per-comparison cost
+        if odd:
+            try:
+                result.append((p, _entry_problem(p, root)))
+            except OSError as e:  # removed meanwhile, permission denied
+                result.append((p, f"cannot be read ({e.strerror or e})"))
+        else:
+            result.append((p, None))
     return result + sorted(refused)
 
 
@@ -237,8 +244,9 @@ def _load_records(path: Path, exclude: list[Path], only: Selection | None) -> li
     seen: dict[str, list[Loaded]] = {}  # record id -> the records of that id read so far
     files: list[tuple[Path, str | None, str | None, Entry | None]] = []  # (file, why not a record, name, entry)
     new: list[tuple[Path, str, FileKey | None]] = []  # the files the index has no entry for: decoded now
+    prefix = os.path.join(str(path), "")
     for p, problem in entries:
-        rel = _relative(p, path) if index is not None and not problem else None
+        rel = _relative(p, path, prefix) if index is not None and not problem else None
         key = _key(p) if rel is not None else None
         entry = index.hit(rel, key) if rel is not None else None
         files.append((p, problem, rel, entry))
@@ -339,9 +347,10 @@ def _decoded_now(files: list[tuple[Path, str, FileKey | None]], index: FolderInd
             at += problem is None
 
 
-def _relative(p: Path, folder: Path) -> str:
-    """p (a path record_files found under folder) relative to it, as text: the index's name for the file."""
-    text, prefix = str(p), os.path.join(str(folder), "")
+def _relative(p: Path, folder: Path, prefix: str) -> str:
+    """p (a path record_files found under folder) relative to it, as text: the index's name for the file.
+    prefix: the folder's path with a separator after it."""
+    text = str(p)
     return text[len(prefix):] if text.startswith(prefix) and os.sep == "/" else p.relative_to(folder).as_posix()
 
 
