@@ -3,10 +3,11 @@
 One file: read, upgraded to the current schema, decoded and flagged by the sanity guard (read_document). A first
 read of a large folder decodes every file and makes its rows (rows.rows_table), about 0.35 ms a file on one core
 of the 2-core box: past POOL_MIN files, its batches go round robin to this process and to worker processes, one
-per further core. A worker is a fresh interpreter (`python -m benchsuite.results.decoding`): nothing of the
-caller's is forked (threads) or imported again (a script's unguarded top level, which a spawned multiprocessing
-worker would run). It reads its batches' paths (stdin), then writes each batch back, in order, as its files'
-problems and its rows as Arrow IPC. A worker that cannot start or stops leaves its batches to this process.
+per further core. A worker is a fresh interpreter (WORKER) that imports this module from where the reader did:
+nothing of the caller's is forked (its threads) or imported again (a script's unguarded top level, which a
+spawned multiprocessing worker would run). It reads its batches' paths (stdin), then writes each batch back, in
+order, as its files' problems and its rows as Arrow IPC. A worker that cannot start or stops leaves its batches
+to this process.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ BATCH = 1000  # files decoded before their rows are made: a first read of 100,00
 POOL_MIN = 2 * BATCH  # files to decode, from which workers help (one starts in ~0.3 s: a batch's time)
 MAX_DECODERS = 8  # this process and its workers: past it the reader's own work is the longer part
 
+# A worker's program: this module, imported from where the reader imported it (its sys.path, not the folder it
+# starts in), serving its batches.
+WORKER = ("import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
+          "from benchsuite.results.decoding import serve; serve()")
 Batch = tuple[list[str | None], "pa.Table"]  # each file's problem (None: decoded), the decoded ones' rows in order
 
 
@@ -114,14 +119,12 @@ class _Worker:
 
     @classmethod
     def start(cls, batches: list[list[Path]]) -> _Worker:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parents[2]),
-                                                                         os.environ.get("PYTHONPATH")]))}
         try:
             with tempfile.TemporaryFile() as paths:  # (a file, not a pipe: nothing waits for the worker to start)
                 paths.write(msgspec.json.encode([[str(p) for p in batch] for batch in batches]))
                 paths.seek(0)
-                return cls(subprocess.Popen([sys.executable, "-m", __name__], stdin=paths, stdout=subprocess.PIPE,
-                                            stderr=subprocess.DEVNULL, env=env))
+                return cls(subprocess.Popen([sys.executable, "-c", WORKER, msgspec.json.encode(sys.path).decode()],
+                                            stdin=paths, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL))
         except (OSError, ValueError):
             return cls(None)
 
@@ -160,7 +163,7 @@ def _write_frame(stream: IO[bytes], body: bytes | memoryview) -> None:
     stream.write(body)
 
 
-def _serve() -> None:
+def serve() -> None:
     """A worker: its batches' paths from stdin, each batch's problems and rows to stdout, in order."""
     import gc
 
@@ -176,7 +179,3 @@ def _serve() -> None:
         _write_frame(out, msgspec.json.encode(problems))
         _write_frame(out, sink.getvalue())
         out.flush()
-
-
-if __name__ == "__main__":
-    _serve()

@@ -4,24 +4,23 @@ decodes only the files that are new or changed since. The JSON records stay the 
 is a cache that is never required: missing, unreadable, damaged or written by other code, it is rebuilt from
 the records, and a folder that cannot be written to is read from memory as before.
 
-One Parquet file, `<folder>/.benchsuite-index/records.parquet` (hidden: record_files never walks it), one
-row per record file: the file's identity (relative path, size, mtime_ns, ctime_ns, inode), the reason the
-file is skipped (when it is), and the record's row (results/rows.py: every column the results model reads,
-typed by the record's types), its steps (a list of structs: flattened, the steps table of load_steps), the
-record itself (msgpack) and its summary (rows.Summary). A warm read reads the file columns and the rows, and
-builds the results model's frame from the rows as they are: no record is decoded; the steps, the records and
-their summaries are read from the same file only for a reader that asks for them. The files decoded since that file was written go to a second,
-`records.delta.parquet`, whose entries are read over the first's: a new record costs a write of the few new
-entries, not of every record's blob and steps again; past a tenth of the index (DELTA_MIN at least), or when a
-file the index file holds is removed, the two are written again as one. Each entry is trusted only while its
-file's key is unchanged, so a reader that pairs an index file with another's delta (a write between its two
-reads) decodes a few files again, and reads nothing stale. Parquet through pyarrow rather than DuckDB: a reader
-reads files that a writer replaces atomically (temp file, os.replace), so any number of processes on a shared
-file system read while one writes, with no database lock to wait on (a DuckDB file admits one writing
-process and keeps readers of other processes out meanwhile), and a reader needs no query engine: it takes
-every entry whose file is unchanged, and a filter (suite, workload, started_at) is judged on the row's
-columns, so that a filtered load takes only the rows it keeps.
-"""
+One Parquet file, `<folder>/.benchsuite-index/records.parquet` (hidden: record_files never walks it), one row per
+record file: the file's identity (relative path, size, mtime_ns, ctime_ns, inode), the reason the file is skipped
+(when it is), and the record's row (results/rows.py: every column the results model reads, typed by the record's
+types), its steps (a list of structs: flattened, the steps table of load_steps), the record itself (msgpack) and its
+summary (rows.Summary). A warm read reads the file columns and the rows, and builds the results model's frame from
+the rows as they are: no record is decoded; the steps, the records and their summaries are read from the same file
+only for a reader that asks for them. The files decoded since that file was written go to a second,
+`records.delta.parquet`, whose entries are read over the first's: a new record costs a write of the few new entries,
+not of every record's blob and steps again; past a tenth of the index (DELTA_MIN at least), or when a file the index
+file holds is removed, the two are written again as one. Each entry is trusted only while its file's key is
+unchanged, so a reader that pairs an index file with another's delta (a write between its two reads) decodes a few
+files again, and reads nothing stale. Parquet through pyarrow rather than DuckDB: a reader reads files that a writer
+replaces atomically (temp file, os.replace), so any number of processes on a shared file system read while one
+writes, with no database lock to wait on (a DuckDB file admits one writing process and keeps readers of other
+processes out meanwhile), and a reader needs no query engine: it takes every entry whose file is unchanged, and a
+filter (suite, workload, started_at) is judged on the row's columns, so that a filtered load takes only the rows it
+keeps. """
 
 from __future__ import annotations
 
