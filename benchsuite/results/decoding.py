@@ -6,7 +6,7 @@ of the 2-core box: past POOL_MIN files, its batches go round robin to this proce
 per further core. A worker is a fresh interpreter (WORKER) that imports this module from where the reader did:
 nothing of the caller's is forked (its threads) or imported again (a script's unguarded top level, which a
 spawned multiprocessing worker would run). It reads its batches' paths (stdin), then writes each batch back, in
-order, as its files' problems and its rows as Arrow IPC. A worker that cannot start or stops leaves its batches
+order, as its files' problems, its rows and its records' blobs as Arrow IPC. A worker that cannot start or stops leaves its batches
 to this process.
 """
 
@@ -27,7 +27,7 @@ from benchsuite.record.io import read_bytes
 from benchsuite.record.sanity import with_flags
 from benchsuite.record.types import Flag, Record
 from benchsuite.results.migrate import migrate
-from benchsuite.results.rows import rows_table
+from benchsuite.results.rows import RECORD, rows_table, table_schema
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -135,7 +135,8 @@ class _Worker:
             return None
         try:
             problems = msgspec.json.decode(_frame(self.process.stdout), type=list[str | None])
-            return problems, pa.ipc.open_stream(_frame(self.process.stdout)).read_all()
+            rest, records = (pa.ipc.open_stream(_frame(self.process.stdout)).read_all() for _ in range(2))
+            return problems, rest.add_column(table_schema().get_field_index(RECORD), RECORD, records.column(RECORD))
         except (OSError, EOFError, msgspec.DecodeError, pa.ArrowException):
             self.stop()
             return None
@@ -173,9 +174,12 @@ def serve() -> None:
     out = sys.stdout.buffer
     for batch in msgspec.json.decode(sys.stdin.buffer.read(), type=list[list[str]]):
         problems, table = decoded_batch([Path(p) for p in batch])
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, table.schema) as writer:
-            writer.write_table(table)
         _write_frame(out, msgspec.json.encode(problems))
-        _write_frame(out, sink.getvalue())
+        # the records' blobs apart from the rest: each part is one buffer where it is read, and the blobs, let go
+        # once the index file has them, are then freed (not held by the rows beside them)
+        for part in (table.drop_columns([RECORD]), table.select([RECORD])):
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, part.schema) as writer:
+                writer.write_table(part)
+            _write_frame(out, sink.getvalue())
         out.flush()
