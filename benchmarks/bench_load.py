@@ -18,10 +18,11 @@ takes at most 11× the time of every reader (a little slack over linear for nois
 resident memory stays ≤ 2 GB; `report` over 5,000 dense and 5,000 MoE workloads in one suite takes at most 2× its
 time over the same records in 1,000 suites (each MoE workload paired with the dense one of its backbone, found by
 key). The script prints each figure beside its target and exits 1 when one is missed.
-Measured in one process, one after the other, so the ratios compare like with like; each time is the best of
-ROUNDS at every size (a single timing of a 0.2 s reader moves by half on a shared box). The records are written
-2,000 at a time (at 100,000, 1.7 GB of JSON at once in the temporary folder), so the peak memory is the
-readers'; a first read's decoding workers (results/decoding.py) are measured apart (their peak from /proc).
+Each size is measured in a process of its own, the readers one after the other; each time is the best of ROUNDS
+(a single timing of a 0.2 s reader moves by half on a shared box). The records are written 2,000 at a time (at
+100,000, 1.7 GB of JSON at once in the temporary folder), so a size's peak memory is its readers' (and, up to
+10,000 records, the parse that keeps its documents); a first read's decoding workers (results/decoding.py) are
+measured apart (their peak from /proc).
 """
 
 from __future__ import annotations
@@ -188,6 +189,16 @@ def measure(shape: str, n: int, work: Path) -> dict:
     return figures
 
 
+def measure_apart(shape: str, n: int, work: Path) -> dict:
+    """measure() in a process of its own (--measure-alone), with its peak resident memory and its decoding workers':
+    each size's readers measured on a heap that no other size (or the parse that keeps 10,000 documents) left."""
+    done = subprocess.run([sys.executable, __file__, "--measure-alone", shape, str(n), str(work)], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        sys.exit(f"measuring {n:,} records ({shape}) failed:\n{done.stderr}")
+    return json.loads(done.stdout.splitlines()[-1])
+
+
 def report_alone(folder: Path) -> dict:
     """`report` warm, in a process of its own (its peak memory is the report's, not the writer's or another
     reader's): the best of two runs over the folder's index, the records it decoded and the process's peak
@@ -278,9 +289,15 @@ def main() -> int:
                    help="time `report` alone (warm, each size in a process of its own: its peak memory), not the "
                         "other readers")
     p.add_argument("--report-alone", type=Path, help=argparse.SUPPRESS)  # (the process report_only starts)
+    p.add_argument("--measure-alone", nargs=3, help=argparse.SUPPRESS)  # (the process measure_apart starts)
     args = p.parse_args()
     if args.report_alone:
         print(json.dumps(report_alone(args.report_alone)))
+        return 0
+    if args.measure_alone:
+        shape, n, work = args.measure_alone
+        print(json.dumps({**measure(shape, int(n), Path(work)), "peak_mb": peak_mb(),
+                          "worker_peak_mb": WORKER_PEAK_MB[0]}))
         return 0
     sizes = sorted({*args.records, *([100_000] if args.at_scale else [])})
     print(f"load average {os.getloadavg()[0]:.2f} (1 min) at the start; {os.cpu_count()} CPUs", flush=True)
@@ -295,18 +312,20 @@ def main() -> int:
               f"{PAIRS // 5:,} suites {r['spread_s']:.2f} s: {ratio:.2f}× (target ≤ {ONE_SUITE_VS_SPREAD:.0f}×) "
               + verdict(ratio <= ONE_SUITE_VS_SPREAD, failures, "one suite's report") +
               f" | load average {os.getloadavg()[0]:.2f}", flush=True)
+    every: dict[str, list[dict]] = {}  # shape -> each size's figures
     for shape in args.shapes:
-        results = []
+        results = every[shape] = []
         with tempfile.TemporaryDirectory() as tmp:
             for n in sizes:
-                results.append(r := measure(shape, n, Path(tmp)))
+                results.append(r := measure_apart(shape, n, Path(tmp)))
                 kept_s = "—" if r["parse_kept_s"] is None else f"{r['parse_kept_s']:.2f} s"
                 print(f"{shape:>8} {n:>7} records: stdlib parse {r['parse_s']:6.2f} s (documents kept {kept_s}) | "
                       f"load() cold "
                       f"{r['load_cold_s']:6.2f} s, warm {r['load_warm_s']:6.2f} s (records alone "
                       f"{r['records_warm_s']:5.2f} s, one suite {r['load_suite_s']:5.2f} s) | load_runs() warm "
                       f"{r['runs_warm_s']:5.2f} s | load_steps() warm {r['steps_warm_s']:5.2f} s | report warm "
-                      f"{r['report_s']:6.2f} s | peak memory so far {peak_mb():,.0f} MB | load average "
+                      f"{r['report_s']:6.2f} s | peak memory {r['peak_mb']:,.0f} MB (a decoding worker "
+                      f"{r['worker_peak_mb']:,.0f} MB) | load average "
                       f"{os.getloadavg()[0]:.2f}", flush=True)
         # the targets' ratios: against the plain parse that keeps its documents, at the largest size it is
         # measured at; beside them, against the floor that keeps nothing, at the largest size
@@ -334,9 +353,10 @@ def main() -> int:
                 ratio = large[what] / small[what]
                 print(f"{shape:>8} {what[:-2]:>12}: {ratio:5.2f}× the time for {scale:.0f}× the records "
                       f"(target ≤ {allowed:.1f}×) " + verdict(ratio <= allowed, failures, f"{shape} {what} growth"))
-    peak, worker = peak_mb(), WORKER_PEAK_MB[0]
-    print(f"peak resident memory {peak:,.0f} MB, of a first read's decoding worker {worker:,.0f} MB (target ≤ 2,048 MB "
-          "each) " + verdict(max(peak, worker) <= 2048, failures, "memory"))
+    measured = [r for rs in every.values() for r in rs]
+    peak, worker = max(r["peak_mb"] for r in measured), max(r["worker_peak_mb"] for r in measured)
+    print(f"peak resident memory of the readers {peak:,.0f} MB, of a first read's decoding worker {worker:,.0f} MB "
+          "(target ≤ 2,048 MB each) " + verdict(max(peak, worker) <= 2048, failures, "memory"))
     print(f"load average {os.getloadavg()[0]:.2f} (1 min) at the end")
     if failures:
         print("missed: " + "; ".join(failures))
