@@ -172,21 +172,30 @@ def report_rows(results: Results) -> Iterator[dict]:
     if runs.empty:
         return
     per_seed = results.per_seed.reindex(columns=SEED_COLUMNS)
-    seeds_of: dict[str, list[dict]] = {}  # identity -> its seeds' rows (each run's found once, not a lookup each)
-    for (identity, seed), *values in zip(per_seed.index, *(per_seed[c].tolist() for c in SEED_COLUMNS)):
-        seeds_of.setdefault(identity, []).append({"seed": int(seed),
-                                                  **{k: plain(v) for k, v in zip(SEED_COLUMNS, values)}})
+    values = {c: per_seed[c].tolist() for c in SEED_COLUMNS}  # (a seed's dict made as its run is written)
+    seeds = [int(s) for s in per_seed.index.get_level_values("seed")]
+    seeds_at: dict[str, list[int]] = {}  # identity -> its seeds' rows (each run's found once, not a lookup each)
+    for at, identity in enumerate(per_seed.index.get_level_values("identity")):
+        seeds_at.setdefault(identity, []).append(at)
     names: dict[str, list[str]] = {}  # identity -> its records' names, and run keys
     keys: dict[str, set[str]] = {}
     for identity, name, key in zip(results.df["identity"], results.df["record_name"], results.df["run_key"]):
         names.setdefault(identity, []).append(name)
         keys.setdefault(identity, set()).add(key)
-    for start in range(0, len(runs), JSON_BATCH):  # (a run's row as a dict: a few thousand at a time)
-        for r in runs.iloc[start:start + JSON_BATCH].reindex(columns=JSON_COLUMNS).to_dict("records"):
-            row = {k: plain(v) for k, v in r.items()}
-            row["per_seed"] = seeds_of.get(r["identity"], []) if r["status"] == "ok" else []
-            row["records"], row["run_keys"] = sorted(names[r["identity"]]), sorted(keys[r["identity"]])
-            yield row
+    for row in plain_rows(runs, JSON_COLUMNS):
+        identity = row["identity"]
+        row["per_seed"] = [{"seed": seeds[at], **{c: plain(values[c][at]) for c in SEED_COLUMNS}}
+                           for at in seeds_at.get(identity, [])] if row["status"] == "ok" else []
+        row["records"], row["run_keys"] = sorted(names[identity]), sorted(keys[identity])
+        yield row
+
+
+def plain_rows(frame: pd.DataFrame, columns: list[str]) -> Iterator[dict]:
+    """frame's rows as dicts of plain values (these columns, None where one is absent), made JSON_BATCH rows at a
+    time as they are read (for --json: a dict of each of 100,000 runs at once holds hundreds of MB)."""
+    for start in range(0, len(frame), JSON_BATCH):
+        for r in frame.iloc[start:start + JSON_BATCH].reindex(columns=columns).to_dict("records"):
+            yield {k: plain(v) for k, v in r.items()}
 
 
 JSON_BATCH = 2000
@@ -338,15 +347,14 @@ def _section_table(df: pd.DataFrame, title: str, columns: list[tuple[str, str, s
     return table
 
 
-def section_rows(results: Results, columns: list[tuple[str, str, str]], when: str) -> list[dict]:
-    """A section table's rows for --json: one per run, keyed by record field, typed values, nulls as None."""
+def section_rows(results: Results, columns: list[tuple[str, str, str]], when: str) -> Iterator[dict]:
+    """A section table's rows for --json: one per run, keyed by record field, typed values, nulls as None (made
+    as they are written: plain_rows)."""
     df = results.runs
     if when not in df:
-        return []
-    cols = ["identity", "label", "run_key", "seed", "world_size"] + [c for _, c, _ in columns]
-    cols = list(dict.fromkeys(cols))
-    part = df.loc[df[when].notna(), [c for c in cols if c in df]].reindex(columns=cols)
-    return [{k: plain(v) for k, v in r.items()} for r in part.to_dict("records")]
+        return iter(())
+    cols = list(dict.fromkeys(["identity", "label", "run_key", "seed", "world_size"] + [c for _, c, _ in columns]))
+    return plain_rows(df.loc[df[when].notna(), [c for c in cols if c in df]], cols)
 
 
 MOE_COLUMNS = [("run", "label", "{}"), ("router", "router", "{}"),
