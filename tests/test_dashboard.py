@@ -15,7 +15,8 @@ import pytest
 
 from benchsuite.results.store import load_records
 from benchsuite.dashboard import build_site
-from benchsuite.dashboard.data import load, rows_of
+from benchsuite.dashboard.data import load
+from benchsuite.results.frames import rows_of
 from benchsuite.dashboard.pages import summary_pages
 from benchsuite.dashboard.render import ptext, script_json
 from benchsuite.record.columns import described
@@ -756,17 +757,17 @@ def test_compare_page_says_per_expert_load_is_not_measured_where_no_record_has_i
 
 def test_summary_pages_turn_only_the_columns_they_read_into_rows(tmp_path, monkeypatch):
     """Rows of a frame cost a pass per column (~400): every page makes rows of only the columns it reads (the run
-    pages and the runs table the most), a column at a time (data.column_values), never by pandas' to_dict."""
+    pages and the runs table the most), a column at a time (frames.column_values), never by pandas' to_dict."""
     import pandas as pd
 
-    from benchsuite.dashboard import data as sitedata
     from benchsuite.dashboard.pages import overview, quality, run
+    from benchsuite.results import frames
 
     widths, made = [], []  # the columns of each set of rows made: by pandas, by column_values
-    to_dict, column_values = pd.DataFrame.to_dict, sitedata.column_values
+    to_dict, column_values = pd.DataFrame.to_dict, frames.column_values
     monkeypatch.setattr(pd.DataFrame, "to_dict",
                         lambda self, *a, **k: widths.append(self.shape[1]) or to_dict(self, *a, **k))
-    for module in (sitedata, overview, quality):  # (where it is called)
+    for module in (frames, overview, quality):  # (where it is called)
         monkeypatch.setattr(module, "column_values", lambda frame, columns: made.append(len(columns))
                             or column_values(frame, columns))
     build_site(FIXTURES, tmp_path / "site")

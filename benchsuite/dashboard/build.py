@@ -27,6 +27,7 @@ import msgspec
 
 from benchsuite.atomic import atomic_file
 from benchsuite.record.names import digest
+from benchsuite.results.frames import rows_of
 from benchsuite.results.index import source_digest
 from benchsuite.results.predicted import beside
 from benchsuite.results.store import cyclic_gc_paused
@@ -220,7 +221,7 @@ def _build(results, out: Path, validate: bool, system) -> BuildResult:
     there = file_sizes(runs)
     run_nav = [(t, f"../index.html{h}") for t, h in NAV]
     fingerprints = {}
-    for row in sitedata.rows_of(data.df, run_page.ROW_COLUMNS):
+    for row in rows_of(data.df, run_page.ROW_COLUMNS):
         prediction = predicted.get(row["identity"])
         fingerprints[row["page"]] = key = page_fingerprint(row, data.record_bytes(row), prediction)
         pages.append(row["page"])

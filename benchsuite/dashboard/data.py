@@ -92,41 +92,12 @@ class SiteData:
         return self.runs.loc[self.runs["status"] == "ok", order].sort_values(order, kind="stable").index
 
 
-def rows_of(frame: pd.DataFrame, columns: list[str]) -> list[dict]:
-    """`frame.reindex(columns=columns).to_dict("records")`: the same values, made a column at a time
-    (column_values; pandas' own boxes every cell, ~3× slower)."""
-    values = column_values(frame, columns)
-    return [dict(zip(columns, row)) for row in zip(*values.values())]
-
-
-def column_values(frame: pd.DataFrame, columns: list[str]) -> dict[str, list]:
-    """Each column's values as `to_dict("records")` gives them (Python scalars; NaN for a column not there)."""
-    out = {}
-    for c in columns:
-        if c not in frame:
-            out[c] = [float("nan")] * len(frame)
-            continue
-        column = frame[c]
-        cells = column.tolist()  # (a numpy column's: Python scalars already; a text column's: its text or NaN)
-        boxed = column.dtype == object or (isinstance(column.dtype, pd.api.extensions.ExtensionDtype)
-                                           and not isinstance(column.dtype, pd.StringDtype))
-        out[c] = list(map(_native, cells)) if boxed else cells
-    return out
-
-
 def numbers(column: pd.Series) -> list[float | None]:
     """A column as `num` reads each of its values (a finite float, else None), at once for a numeric column."""
     if pd.api.types.is_bool_dtype(column.dtype) or not pd.api.types.is_numeric_dtype(column.dtype):
         return [num(v) for v in column.tolist()]  # (num reads no bool as a figure)
     values = column.to_numpy(dtype=float, na_value=np.nan)
     return [v if finite else None for v, finite in zip(values.tolist(), np.isfinite(values).tolist())]
-
-
-def _native(v):
-    """A cell of an object or nullable column as to_dict gives it: a numpy scalar as Python's, NA as None."""
-    if isinstance(v, np.generic):
-        return v.item()
-    return None if v is pd.NA else v
 
 
 def plain(column: pd.Series) -> list:

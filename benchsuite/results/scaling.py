@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from benchsuite.record.sanity import flag_summary, scaling_flag
 from benchsuite.record.names import digest
 from benchsuite.record.types import Record
+from benchsuite.results.frames import rows_of
 from benchsuite.results.identity import SEED, TEXT_ONLY, hardware_of, without
 from benchsuite.record.values import num, present
 
@@ -121,14 +122,14 @@ def add_scaling_efficiency(df: pd.DataFrame) -> pd.DataFrame:
                              "step_time_median_s", *(c for c, _ in IDENTITY)) if c in df]]
     ones = narrow[(narrow["status"] == "ok") & (narrow["world_size"] == 1)]
     by_sweep: dict = {}  # sweep id -> its rows in `ones`, as dicts
-    for one in ones.to_dict("records"):
+    for one in rows_of(ones, list(ones.columns)):
         by_sweep.setdefault(_key(one["sweep_id"]), []).append(one)
     baselines: dict[tuple, tuple] = {}  # _baseline_key -> _baseline
     n = len(df)
     found = {"scaling_efficiency": [math.nan] * n, "scaling_baseline_identities": [None] * n,
              "scaling_baseline": [None] * n, "scaling_efficiency_reason": [None] * n}
     flagged = []  # (position, flag): few, added one by one after the columns are written whole
-    for pos, row in enumerate(narrow.to_dict("records")):
+    for pos, row in enumerate(rows_of(narrow, list(narrow.columns))):
         if row["status"] != "ok":
             found["scaling_efficiency_reason"][pos] = "the run failed"
             continue

@@ -14,7 +14,8 @@ from statistics import median
 
 import numpy as np
 
-from benchsuite.dashboard.data import SiteData, metrics_of, numbers, per_family, rows_of, tokens_per_expert
+from benchsuite.dashboard.data import SiteData, metrics_of, numbers, per_family, tokens_per_expert
+from benchsuite.results.frames import rows_of
 from benchsuite.dashboard.page import Page
 from benchsuite.dashboard.render import (Figure, PageSection, esc, f_num, f_pct, f_sig, layout, log_axis, missing, num, ptext,
                               short, table)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from benchsuite.record.columns import view_columns
 from benchsuite.results.scaling import BASELINE
-from benchsuite.dashboard.data import SiteData, column_values, numbers
+from benchsuite.dashboard.data import SiteData, numbers
+from benchsuite.results.frames import column_values
 from benchsuite.dashboard.page import Page
 from benchsuite.dashboard.render import DASH, DataFile, PageSection, esc, f_ms, f_num, f_pct, f_sig, num, present
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
-from benchsuite.dashboard.data import SiteData, column_values, metrics_of, numbers, per_family, rows_of
+from benchsuite.dashboard.data import SiteData, metrics_of, numbers, per_family
+from benchsuite.results.frames import column_values, rows_of
 from benchsuite.dashboard.page import Page
 from benchsuite.dashboard.render import (DASH, Figure, PageSection, esc, f_num, f_sig, layout, missing, num, present, ptext,
                               short, table)
