@@ -14,15 +14,16 @@ Targets: warm load() no slower than the standard-library parse that keeps its do
 report within 2× of it, judged at the largest size that parse is measured at (10,000: 100,000 documents would
 hold ~8 GB), and beside them each reader's time over the floor, a parse that keeps nothing (no target); on this
 reference box, load() ≤ 1 s warm and ≤ 5 s cold, report ≤ 3 s at 10,000 records; each step of 10× the records
-takes at most 11× the time of every reader (a little slack over linear for noise), and the process's peak
-resident memory stays ≤ 2 GB; `report` over 5,000 dense and 5,000 MoE workloads in one suite takes at most 2× its
+takes at most 11× the time of every reader (a little slack over linear for noise), and each reader's peak
+resident memory stays ≤ 2 GB (and each decoding worker's); `report` over 5,000 dense and 5,000 MoE workloads in one suite takes at most 2× its
 time over the same records in 1,000 suites (each MoE workload paired with the dense one of its backbone, found by
 key). The script prints each figure beside its target and exits 1 when one is missed.
-Each size is measured in a process of its own, the readers one after the other; each time is the best of ROUNDS
-(a single timing of a 0.2 s reader moves by half on a shared box). The records are written 2,000 at a time (at
-100,000, 1.7 GB of JSON at once in the temporary folder), so a size's peak memory is its readers' (and, up to
-10,000 records, the parse that keeps its documents); a first read's decoding workers (results/decoding.py) are
-measured apart (their peak from /proc).
+At each size the records are written, parsed and read cold in one process, then each warm reader runs in a
+process of its own, as a command does (its time and peak memory its own, on a heap no other reader left: run one
+after another in one process, they leave it some 10 % larger); each time is the best of ROUNDS (a single timing of
+a 0.2 s reader moves by half on a shared box). The records are written 2,000 at a time (at 100,000, 1.7 GB of JSON
+at once in the temporary folder); a first read's decoding workers (results/decoding.py) are measured apart (their
+peak from /proc).
 """
 
 from __future__ import annotations
@@ -168,59 +169,70 @@ def timed(fn, rounds: int, before=lambda: None) -> float:
     return best
 
 
-def measure(shape: str, n: int, work: Path) -> dict:
+# The warm readers, each timed in a process of its own (reader_alone): what each runs over a folder and its suite.
+WARM = {"load_warm_s": lambda folder, suite: benchsuite.load(folder),
+        "runs_warm_s": lambda folder, suite: benchsuite.load_runs(folder),
+        "steps_warm_s": lambda folder, suite: benchsuite.load_steps(folder),
+        "records_warm_s": lambda folder, suite: load_records(folder),
+        "load_suite_s": lambda folder, suite: benchsuite.load(folder, suite=suite),
+        "report_s": lambda folder, suite: cli.main(["report", str(folder)])}
+
+
+def measure_cold(shape: str, n: int, work: Path) -> dict:
+    """n records written, parsed and read cold (a process of its own: --cold-alone), the folder left with its index
+    complete; the process's peak memory (the writer's and the parse's too) and its decoding workers'."""
     folder = work / f"{shape}{n}"
     suite = write(shape, n, folder)
-    os.environ.setdefault("COLUMNS", "200")
-    rounds = ROUNDS
     no_index = lambda: shutil.rmtree(folder / index.INDEX_DIR, ignore_errors=True)  # noqa: E731
-    figures = {"records": n, "parse_s": timed(lambda: parse_with_the_standard_library(folder), rounds),
-               "parse_kept_s": timed(lambda: parse_keeping_the_documents(folder), rounds) if n <= KEPT_UP_TO else None,
-               "load_cold_s": timed(lambda: benchsuite.load(folder), rounds, before=no_index)}
-    rows = len(benchsuite.load(folder))  # the index complete, and every record read
-    assert rows == n, (rows, n)
-    figures |= {"load_warm_s": timed(lambda: benchsuite.load(folder), rounds),
-                "runs_warm_s": timed(lambda: benchsuite.load_runs(folder), rounds),
-                "steps_warm_s": timed(lambda: benchsuite.load_steps(folder), rounds),
-                "records_warm_s": timed(lambda: load_records(folder), rounds),
-                "load_suite_s": timed(lambda: benchsuite.load(folder, suite=suite), rounds),
-                "report_s": timed(lambda: cli.main(["report", str(folder)]), rounds)}
-    shutil.rmtree(folder)
-    return figures
+    figures = {"records": n, "suite": suite,
+               "parse_s": timed(lambda: parse_with_the_standard_library(folder), ROUNDS),
+               "parse_kept_s": timed(lambda: parse_keeping_the_documents(folder), ROUNDS) if n <= KEPT_UP_TO else None,
+               "load_cold_s": timed(lambda: benchsuite.load(folder), ROUNDS, before=no_index)}
+    rows_read = len(benchsuite.load(folder))  # the index complete, and every record read
+    assert rows_read == n, (rows_read, n)
+    return figures | {"cold_peak_mb": peak_mb(), "worker_peak_mb": WORKER_PEAK_MB[0]}
 
 
-def measure_apart(shape: str, n: int, work: Path) -> dict:
-    """measure() in a process of its own (--measure-alone), with its peak resident memory and its decoding workers':
-    each size's readers measured on a heap that no other size (or the parse that keeps 10,000 documents) left."""
-    done = subprocess.run([sys.executable, __file__, "--measure-alone", shape, str(n), str(work)], capture_output=True,
-                          text=True)
-    if done.returncode != 0:
-        sys.exit(f"measuring {n:,} records ({shape}) failed:\n{done.stderr}")
-    return json.loads(done.stdout.splitlines()[-1])
-
-
-def report_alone(folder: Path) -> dict:
-    """`report` warm, in a process of its own (its peak memory is the report's, not the writer's or another
-    reader's): the best of two runs over the folder's index, the records it decoded and the process's peak
-    resident memory."""
+def reader_alone(name: str, folder: Path, suite: str) -> dict:
+    """One warm reader (WARM) in a process of its own (--reader-alone: its time and peak memory on a heap that no
+    other reader, nor the writer, left): the best of ROUNDS timings, the records it decoded, the peak memory."""
     decoded = []
     real = rows.record_of_blob
     rows.record_of_blob = lambda blob: decoded.append(1) or real(blob)
     os.environ.setdefault("COLUMNS", "200")
-    figures = {"report_s": timed(lambda: cli.main(["report", str(folder)]), 2), "decoded": len(decoded) // 2,
-               "peak_mb": peak_mb()}
-    return figures
+    seconds = timed(lambda: WARM[name](folder, suite), ROUNDS)
+    return {"seconds": seconds, "decoded": len(decoded) // ROUNDS, "peak_mb": peak_mb()}
+
+
+def apart(*args) -> dict:
+    """This script run with args in a process of its own, and the JSON it prints last."""
+    done = subprocess.run([sys.executable, __file__, *map(str, args)], capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"bench_load.py {' '.join(map(str, args))} failed:\n{done.stderr}")
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def measure(shape: str, n: int, work: Path) -> dict:
+    """n records: written, parsed and read cold in one process, then each warm reader in a process of its own;
+    each one's peak memory (`peaks`), and the decoding workers'."""
+    figures = apart("--cold-alone", shape, n, work)
+    peaks = {"load_cold_s": figures.pop("cold_peak_mb")}
+    folder = work / f"{shape}{n}"
+    for name in WARM:
+        r = apart("--reader-alone", name, folder, figures["suite"])
+        figures[name], peaks[name] = r["seconds"], r["peak_mb"]
+    shutil.rmtree(folder)
+    return figures | {"peaks": peaks}
 
 
 def measure_report(shape: str, n: int, work: Path) -> dict:
-    """n records written, their index built (a cold load(), in a process of its own), then report_alone."""
+    """n records written, their index built (a cold load(), in a process of its own), then `report` alone."""
     folder = work / f"{shape}{n}"
     write(shape, n, folder)
     subprocess.run([sys.executable, "-c", f"import benchsuite; benchsuite.load({str(folder)!r})"], check=True)
-    out = subprocess.run([sys.executable, __file__, "--report-alone", str(folder)], check=True, capture_output=True,
-                         text=True).stdout
+    r = apart("--reader-alone", "report_s", folder, "")
     shutil.rmtree(folder)
-    return {"records": n, **json.loads(out.splitlines()[-1])}
+    return {"records": n, "report_s": r["seconds"], "decoded": r["decoded"], "peak_mb": r["peak_mb"]}
 
 
 def report_only(shapes: list[str], sizes: list[int]) -> int:
@@ -288,16 +300,16 @@ def main() -> int:
     p.add_argument("--report-only", action="store_true",
                    help="time `report` alone (warm, each size in a process of its own: its peak memory), not the "
                         "other readers")
-    p.add_argument("--report-alone", type=Path, help=argparse.SUPPRESS)  # (the process report_only starts)
-    p.add_argument("--measure-alone", nargs=3, help=argparse.SUPPRESS)  # (the process measure_apart starts)
+    p.add_argument("--cold-alone", nargs=3, help=argparse.SUPPRESS)  # (the processes measure starts)
+    p.add_argument("--reader-alone", nargs=3, help=argparse.SUPPRESS)
     args = p.parse_args()
-    if args.report_alone:
-        print(json.dumps(report_alone(args.report_alone)))
+    if args.cold_alone:
+        shape, n, work = args.cold_alone
+        print(json.dumps(measure_cold(shape, int(n), Path(work))))
         return 0
-    if args.measure_alone:
-        shape, n, work = args.measure_alone
-        print(json.dumps({**measure(shape, int(n), Path(work)), "peak_mb": peak_mb(),
-                          "worker_peak_mb": WORKER_PEAK_MB[0]}))
+    if args.reader_alone:
+        name, folder, suite = args.reader_alone
+        print(json.dumps(reader_alone(name, Path(folder), suite)))
         return 0
     sizes = sorted({*args.records, *([100_000] if args.at_scale else [])})
     print(f"load average {os.getloadavg()[0]:.2f} (1 min) at the start; {os.cpu_count()} CPUs", flush=True)
@@ -317,15 +329,16 @@ def main() -> int:
         results = every[shape] = []
         with tempfile.TemporaryDirectory() as tmp:
             for n in sizes:
-                results.append(r := measure_apart(shape, n, Path(tmp)))
+                results.append(r := measure(shape, n, Path(tmp)))
                 kept_s = "—" if r["parse_kept_s"] is None else f"{r['parse_kept_s']:.2f} s"
                 print(f"{shape:>8} {n:>7} records: stdlib parse {r['parse_s']:6.2f} s (documents kept {kept_s}) | "
                       f"load() cold "
                       f"{r['load_cold_s']:6.2f} s, warm {r['load_warm_s']:6.2f} s (records alone "
                       f"{r['records_warm_s']:5.2f} s, one suite {r['load_suite_s']:5.2f} s) | load_runs() warm "
                       f"{r['runs_warm_s']:5.2f} s | load_steps() warm {r['steps_warm_s']:5.2f} s | report warm "
-                      f"{r['report_s']:6.2f} s | peak memory {r['peak_mb']:,.0f} MB (a decoding worker "
-                      f"{r['worker_peak_mb']:,.0f} MB) | load average "
+                      f"{r['report_s']:6.2f} s | peak memory: cold {r['peaks']['load_cold_s']:,.0f} MB (a decoding "
+                      f"worker {r['worker_peak_mb']:,.0f} MB), the warm readers up to "
+                      f"{max(r['peaks'][name] for name in WARM):,.0f} MB | load average "
                       f"{os.getloadavg()[0]:.2f}", flush=True)
         # the targets' ratios: against the plain parse that keeps its documents, at the largest size it is
         # measured at; beside them, against the floor that keeps nothing, at the largest size
@@ -353,10 +366,14 @@ def main() -> int:
                 ratio = large[what] / small[what]
                 print(f"{shape:>8} {what[:-2]:>12}: {ratio:5.2f}× the time for {scale:.0f}× the records "
                       f"(target ≤ {allowed:.1f}×) " + verdict(ratio <= allowed, failures, f"{shape} {what} growth"))
-    measured = [r for rs in every.values() for r in rs]
-    peak, worker = max(r["peak_mb"] for r in measured), max(r["worker_peak_mb"] for r in measured)
-    print(f"peak resident memory of the readers {peak:,.0f} MB, of a first read's decoding worker {worker:,.0f} MB "
-          "(target ≤ 2,048 MB each) " + verdict(max(peak, worker) <= 2048, failures, "memory"))
+    for shape, measured in every.items():
+        largest = measured[-1]
+        for name, peak in largest["peaks"].items():
+            print(f"{shape:>8} {name[:-2]:>12} at {largest['records']:,}: peak memory {peak:,.0f} MB (target ≤ "
+                  "2,048 MB) " + verdict(peak <= 2048, failures, f"{shape} {name} memory"))
+        worker = largest["worker_peak_mb"]
+        print(f"{shape:>8} a first read's decoding worker at {largest['records']:,}: peak memory {worker:,.0f} MB "
+              "(target ≤ 2,048 MB) " + verdict(worker <= 2048, failures, f"{shape} decoding worker memory"))
     print(f"load average {os.getloadavg()[0]:.2f} (1 min) at the end")
     if failures:
         print("missed: " + "; ".join(failures))
