@@ -10,16 +10,16 @@ suite) and repeats of one run (one run key, repeat 0 … N−1, as `run --repeat
     python benchmarks/bench_load.py --records 1000 --shapes runs  # quick
     python benchmarks/bench_load.py --report-only --records 10000 100000 --shapes runs  # report alone, each size
 
-Targets: warm load() no slower than the standard-library parse that keeps its documents (a plain reader),
-report within 2× of it, judged at the largest size that parse is measured at (10,000: 100,000 documents would
-hold ~8 GB), and beside them each reader's time over the floor, a parse that keeps nothing (no target); on this
-reference box, load() ≤ 1 s warm and ≤ 5 s cold, report ≤ 3 s at 10,000 records; each step of 10× the records
-takes at most 11× the time of every reader (a little slack over linear for noise), and each reader's peak
-resident memory stays ≤ 2 GB (and each decoding worker's); `report` over 5,000 dense and 5,000 MoE workloads in one suite takes at most 2× its
+Targets: warm load() no slower than the standard-library parse that keeps its documents (a plain reader), report
+within 2× of it, judged at the largest size that parse is measured at (10,000: 100,000 documents would hold ~8 GB),
+and beside them each reader's time over the floor, a parse that keeps nothing (no target); on this reference box,
+load() ≤ 1 s warm and ≤ 5 s cold, report ≤ 3 s at 10,000 records; each step of 10× the records takes at most 11× the
+time of every reader (a little slack over linear for noise), and each reader's peak resident memory stays ≤ 2 GB
+(and each decoding worker's); `report` over 5,000 dense and 5,000 MoE workloads in one suite takes at most 2× its
 time over the same records in 1,000 suites (each MoE workload paired with the dense one of its backbone, found by
 key). The script prints each figure beside its target and exits 1 when one is missed.
-At each size the records are written, parsed and read cold in one process, then each warm reader runs in a
-process of its own, as a command does (its time and peak memory its own, on a heap no other reader left: run one
+At each size the records are written and parsed in one process, then each reader runs in a process of its own
+(the cold one first), as a command does (its time and peak memory its own, on a heap no other reader left: run one
 after another in one process, they leave it some 10 % larger); each time is the best of ROUNDS (a single timing of
 a 0.2 s reader moves by half on a shared box). The records are written 2,000 at a time (at 100,000, 1.7 GB of JSON
 at once in the temporary folder); a first read's decoding workers (results/decoding.py) are measured apart (their
@@ -169,39 +169,38 @@ def timed(fn, rounds: int, before=lambda: None) -> float:
     return best
 
 
-# The warm readers, each timed in a process of its own (reader_alone): what each runs over a folder and its suite.
-WARM = {"load_warm_s": lambda folder, suite: benchsuite.load(folder),
-        "runs_warm_s": lambda folder, suite: benchsuite.load_runs(folder),
-        "steps_warm_s": lambda folder, suite: benchsuite.load_steps(folder),
-        "records_warm_s": lambda folder, suite: load_records(folder),
-        "load_suite_s": lambda folder, suite: benchsuite.load(folder, suite=suite),
-        "report_s": lambda folder, suite: cli.main(["report", str(folder)])}
+# The readers, each timed in a process of its own (reader_alone): what each runs over a folder and its suite; the
+# first with no index before each round, the others over the index it wrote.
+READERS = {"load_cold_s": lambda folder, suite: benchsuite.load(folder),
+           "load_warm_s": lambda folder, suite: benchsuite.load(folder),
+           "runs_warm_s": lambda folder, suite: benchsuite.load_runs(folder),
+           "steps_warm_s": lambda folder, suite: benchsuite.load_steps(folder),
+           "records_warm_s": lambda folder, suite: load_records(folder),
+           "load_suite_s": lambda folder, suite: benchsuite.load(folder, suite=suite),
+           "report_s": lambda folder, suite: cli.main(["report", str(folder)])}
 
 
-def measure_cold(shape: str, n: int, work: Path) -> dict:
-    """n records written, parsed and read cold (a process of its own: --cold-alone), the folder left with its index
-    complete; the process's peak memory (the writer's and the parse's too) and its decoding workers'."""
+def written(shape: str, n: int, work: Path) -> dict:
+    """n records written and parsed by the standard library (a process of its own: --write-alone)."""
     folder = work / f"{shape}{n}"
     suite = write(shape, n, folder)
-    no_index = lambda: shutil.rmtree(folder / index.INDEX_DIR, ignore_errors=True)  # noqa: E731
-    figures = {"records": n, "suite": suite,
-               "parse_s": timed(lambda: parse_with_the_standard_library(folder), ROUNDS),
-               "parse_kept_s": timed(lambda: parse_keeping_the_documents(folder), ROUNDS) if n <= KEPT_UP_TO else None,
-               "load_cold_s": timed(lambda: benchsuite.load(folder), ROUNDS, before=no_index)}
-    rows_read = len(benchsuite.load(folder))  # the index complete, and every record read
-    assert rows_read == n, (rows_read, n)
-    return figures | {"cold_peak_mb": peak_mb(), "worker_peak_mb": WORKER_PEAK_MB[0]}
+    return {"records": n, "suite": suite, "parse_s": timed(lambda: parse_with_the_standard_library(folder), ROUNDS),
+            "parse_kept_s": timed(lambda: parse_keeping_the_documents(folder), ROUNDS) if n <= KEPT_UP_TO else None}
 
 
 def reader_alone(name: str, folder: Path, suite: str) -> dict:
-    """One warm reader (WARM) in a process of its own (--reader-alone: its time and peak memory on a heap that no
-    other reader, nor the writer, left): the best of ROUNDS timings, the records it decoded, the peak memory."""
+    """One reader (READERS) in a process of its own (--reader-alone: its time and peak memory on a heap that no
+    other reader, nor the writer, left): the best of ROUNDS timings, the records it decoded, its peak memory and
+    its decoding workers'."""
     decoded = []
     real = rows.record_of_blob
     rows.record_of_blob = lambda blob: decoded.append(1) or real(blob)
     os.environ.setdefault("COLUMNS", "200")
-    seconds = timed(lambda: WARM[name](folder, suite), ROUNDS)
-    return {"seconds": seconds, "decoded": len(decoded) // ROUNDS, "peak_mb": peak_mb()}
+    no_index = lambda: shutil.rmtree(folder / index.INDEX_DIR, ignore_errors=True)  # noqa: E731
+    seconds = timed(lambda: READERS[name](folder, suite), ROUNDS,
+                    before=no_index if name == "load_cold_s" else lambda: None)
+    return {"seconds": seconds, "decoded": len(decoded) // ROUNDS, "peak_mb": peak_mb(),
+            "worker_peak_mb": WORKER_PEAK_MB[0]}
 
 
 def apart(*args) -> dict:
@@ -213,14 +212,14 @@ def apart(*args) -> dict:
 
 
 def measure(shape: str, n: int, work: Path) -> dict:
-    """n records: written, parsed and read cold in one process, then each warm reader in a process of its own;
-    each one's peak memory (`peaks`), and the decoding workers'."""
-    figures = apart("--cold-alone", shape, n, work)
-    peaks = {"load_cold_s": figures.pop("cold_peak_mb")}
+    """n records written and parsed in one process, then each reader in a process of its own (the cold one first:
+    it leaves the index the others read); each one's peak memory (`peaks`), and the decoding workers'."""
+    figures, peaks = apart("--write-alone", shape, n, work), {}
     folder = work / f"{shape}{n}"
-    for name in WARM:
+    for name in READERS:
         r = apart("--reader-alone", name, folder, figures["suite"])
         figures[name], peaks[name] = r["seconds"], r["peak_mb"]
+        figures["worker_peak_mb"] = max(figures.get("worker_peak_mb", 0.0), r["worker_peak_mb"])
     shutil.rmtree(folder)
     return figures | {"peaks": peaks}
 
@@ -258,9 +257,15 @@ def report_only(shapes: list[str], sizes: list[int]) -> int:
     return 1 if failures else 0
 
 
-def peak_mb() -> float:
-    """This process's peak resident memory (generating the records included: CHUNK documents at a time)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def peak_mb(pid: int | str = "self") -> float:
+    """A process's peak resident memory (this one's: generating the records included, CHUNK documents at a time):
+    VmHWM, its memory's own high-water mark, where Linux says it (ru_maxrss of a process started by another keeps
+    the memory of the process it was forked from: the benchmark's, at the start of each reader's)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        return int(next(line for line in status.splitlines() if line.startswith("VmHWM:")).split()[1]) / 1024
+    except (OSError, StopIteration, ValueError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 if pid == "self" else 0.0
 
 
 WORKER_PEAK_MB = [0.0]  # the largest peak of a first read's decoding workers (results/decoding.py)
@@ -271,10 +276,8 @@ def _worker_peak_noted(next_batch):
     waiting to write then; the kernel's figure for a waited child, RUSAGE_CHILDREN, counts the memory of the
     parent it was forked from)."""
     def noted(worker):
-        with contextlib.suppress(OSError, ValueError, AttributeError, StopIteration):
-            status = Path(f"/proc/{worker.process.pid}/status").read_text()
-            hwm = next(line for line in status.splitlines() if line.startswith("VmHWM:"))
-            WORKER_PEAK_MB[0] = max(WORKER_PEAK_MB[0], int(hwm.split()[1]) / 1024)
+        if worker.process is not None:
+            WORKER_PEAK_MB[0] = max(WORKER_PEAK_MB[0], peak_mb(worker.process.pid))
         return next_batch(worker)
     return noted
 
@@ -300,12 +303,12 @@ def main() -> int:
     p.add_argument("--report-only", action="store_true",
                    help="time `report` alone (warm, each size in a process of its own: its peak memory), not the "
                         "other readers")
-    p.add_argument("--cold-alone", nargs=3, help=argparse.SUPPRESS)  # (the processes measure starts)
+    p.add_argument("--write-alone", nargs=3, help=argparse.SUPPRESS)  # (the processes measure starts)
     p.add_argument("--reader-alone", nargs=3, help=argparse.SUPPRESS)
     args = p.parse_args()
-    if args.cold_alone:
-        shape, n, work = args.cold_alone
-        print(json.dumps(measure_cold(shape, int(n), Path(work))))
+    if args.write_alone:
+        shape, n, work = args.write_alone
+        print(json.dumps(written(shape, int(n), Path(work))))
         return 0
     if args.reader_alone:
         name, folder, suite = args.reader_alone
@@ -338,7 +341,7 @@ def main() -> int:
                       f"{r['runs_warm_s']:5.2f} s | load_steps() warm {r['steps_warm_s']:5.2f} s | report warm "
                       f"{r['report_s']:6.2f} s | peak memory: cold {r['peaks']['load_cold_s']:,.0f} MB (a decoding "
                       f"worker {r['worker_peak_mb']:,.0f} MB), the warm readers up to "
-                      f"{max(r['peaks'][name] for name in WARM):,.0f} MB | load average "
+                      f"{max(r['peaks'][name] for name in READERS if name != 'load_cold_s'):,.0f} MB | load average "
                       f"{os.getloadavg()[0]:.2f}", flush=True)
         # the targets' ratios: against the plain parse that keeps its documents, at the largest size it is
         # measured at; beside them, against the floor that keeps nothing, at the largest size

@@ -345,12 +345,13 @@ def _combine_flags(runs: pd.DataFrame, df: pd.DataFrame) -> None:
     median of), the rest kept from every record that had it, and `flags_in_repeats`: how many records
     carried a flag on each field. A run of one record keeps that record's flags."""
     ok = df.loc[df["status"] == "ok", ["identity", "flags"]]
-    groups = {i: rows for i, rows in ok.groupby("identity").indices.items() if len(rows) > 1}
+    several = ok[ok["identity"].duplicated(keep=False)]  # (the runs of one record, most of a large folder, left out)
+    groups = several.groupby("identity").indices if not several.empty else {}
     figures = set(_figures(df))
     for idx in runs.index[runs["identity"].isin(groups.keys())]:
         row = runs.loc[idx]
         rows = groups[row["identity"]]
-        stored = list(ok["flags"].iloc[rows])  # each record's flags, as its row holds them
+        stored = list(several["flags"].iloc[rows])  # each record's flags, as its row holds them
         flags, counts = _combined_flags(row, stored, figures)
         runs.at[idx, "flags"], runs.at[idx, "flags_in_repeats"] = flags, counts
         runs.at[idx, "flagged"] = bool(flags)
