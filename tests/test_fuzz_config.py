@@ -180,6 +180,7 @@ def _count(kind: str, outcome: str) -> None:
     OUTCOMES.setdefault(kind, {"ok": 0, "error": 0})[outcome] += 1
 
 
+@pytest.mark.heavy  # 200 documents, over a second in this process: the full pass runs it, the fast tier does not
 @FUZZ
 @given(doc=SCHEMA_DOCS | ANY_DOCS)
 def test_random_documents_load_or_raise_config_error(suite_file, doc):

@@ -353,6 +353,7 @@ def _bounded(recs: list[dict], scale: float, share: float | None) -> list[dict]:
     return recs
 
 
+@pytest.mark.heavy  # over a second in this process: the full pass runs it, the fast tier does not
 def test_the_verdicts_read_the_models_columns_decode_no_record_and_equal_those_read_from_the_records(
         tmp_path, monkeypatch):
     """The verdicts of a folder read through its index decode no record (they read the results model's columns:
