@@ -6,7 +6,8 @@ and flags. The pages add the model family of each row (its colour and marker), e
 repeat 0") in `df`, a run's ("dense · w2") in `runs`. Lists (steps, per-device energy, expert load)
 are read from the typed records (record/types.py); row `rec` indexes `SiteData.records`. A summary page reads
 columns, a column at a time (a 10,000-record folder is rebuilt after each new record), and of a record only the
-sections no column holds (its summary: results/rows.Summary); only a run page that is written decodes its whole record.
+sections no column holds (its summary: results/rows.Summary); only a run page that is written decodes its whole
+record.
 """
 
 from __future__ import annotations

@@ -20,7 +20,8 @@ replaces atomically (temp file, os.replace), so any number of processes on a sha
 writes, with no database lock to wait on (a DuckDB file admits one writing process and keeps readers of other
 processes out meanwhile), and a reader needs no query engine: it takes every entry whose file is unchanged, and a
 filter (suite, workload, started_at) is judged on the row's columns, so that a filtered load takes only the rows it
-keeps. """
+keeps.
+"""
 
 from __future__ import annotations
 
