@@ -20,6 +20,7 @@ from rich.table import Table
 from benchsuite.record.columns import described, view_columns
 from benchsuite.record.kinds import FLAG_KINDS, FlagKind, flags_by_kind
 from benchsuite.record.values import format_step_ms, num, present
+from benchsuite.results.frames import rows_of
 from benchsuite.results.scaling import BASELINE
 from benchsuite.results.verdicts import (FINAL_LOSS, PER_STEP, TO_TARGET, Consistency, Verdicts, pair_ratio,
                                          summarize)
@@ -194,7 +195,7 @@ def plain_rows(frame: pd.DataFrame, columns: list[str]) -> Iterator[dict]:
     """frame's rows as dicts of plain values (these columns, None where one is absent), made JSON_BATCH rows at a
     time as they are read (for --json: a dict of each of 100,000 runs at once holds hundreds of MB)."""
     for start in range(0, len(frame), JSON_BATCH):
-        for r in frame.iloc[start:start + JSON_BATCH].reindex(columns=columns).to_dict("records"):
+        for r in rows_of(frame.iloc[start:start + JSON_BATCH], columns):
             yield {k: plain(v) for k, v in r.items()}
 
 
