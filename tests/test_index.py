@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import warnings
+from pathlib import Path
 
 import msgspec
 import pandas as pd
@@ -50,6 +51,11 @@ def counting(monkeypatch, module, name: str) -> list:
 
 
 READERS = (benchsuite.load, benchsuite.load_runs, benchsuite.load_steps)
+
+
+def listed(folder) -> list[Path]:
+    """The record files under folder (record_files lists them as text)."""
+    return [Path(p) for p, _ in record_files(folder)]
 
 
 def indexed(folder) -> list[str]:
@@ -97,7 +103,7 @@ def test_a_read_through_the_index_equals_reading_every_file_warnings_included(tm
     frames = fixture == "results"  # (the API's frames are the model's, typed: once is enough)
     uncached = read(folder, frames)  # no index yet: every file decoded (and the index written)
     assert index_path(folder).is_file()
-    assert not [p for p, _ in record_files(folder) if INDEX_DIR in p.parts]  # never read as a record
+    assert not [p for p in listed(folder) if INDEX_DIR in p.parts]  # never read as a record
     decoded = counting(monkeypatch, decoding, "read_document")
     cached = read(folder, frames)
     assert decoded == []  # every file, the damaged ones too, from the index
@@ -146,12 +152,12 @@ def test_only_new_and_changed_files_are_decoded_and_removed_ones_are_dropped(tmp
     decoded = counting(monkeypatch, decoding, "read_document")
     changed = write_record(tmp_path, make_record("b", tokens_per_s=250.0))  # replaced: a new file
     added = write_record(tmp_path, make_record("d"))
-    (tmp_path / next(p.name for p, _ in record_files(tmp_path) if "__a.json" in p.name)).unlink()
+    (tmp_path / next(p.name for p in listed(tmp_path) if "__a.json" in p.name)).unlink()
     loaded = load_records(tmp_path)
-    assert sorted(p.name for (p,) in decoded) == sorted([changed.name, added.name])
+    assert sorted(Path(p).name for (p,) in decoded) == sorted([changed.name, added.name])
     assert {one.record.run_key: one.record.metrics.tokens_per_s for one in loaded} == {"b": 250.0, "c": 100.0,
                                                                                       "d": 100.0}
-    assert indexed(tmp_path) == sorted(p.name for p, _ in record_files(tmp_path))
+    assert indexed(tmp_path) == sorted(p.name for p in listed(tmp_path))
 
 
 @pytest.mark.heavy  # in this process, a second or more: the full pass runs it, the fast tier does not
@@ -187,14 +193,14 @@ def test_a_few_new_files_go_to_the_delta_and_more_or_a_removal_write_the_index_a
     assert decoded == []  # the delta's entries, over the index file's, serve the next read
     write_record(tmp_path, make_record("e"))  # three in the delta: past DELTA_MIN
     same_as_the_files()
-    assert not delta.exists() and indexed(tmp_path) == sorted(p.name for p, _ in record_files(tmp_path))
+    assert not delta.exists() and indexed(tmp_path) == sorted(p.name for p in listed(tmp_path))
     base = index_path(tmp_path).read_bytes()
     write_record(tmp_path, make_record("f"))
     load_records(tmp_path)
     assert delta.exists() and index_path(tmp_path).read_bytes() == base
-    (tmp_path / next(p.name for p, _ in record_files(tmp_path) if "__a.json" in p.name)).unlink()
+    (tmp_path / next(p.name for p in listed(tmp_path) if "__a.json" in p.name)).unlink()
     same_as_the_files()
-    assert not delta.exists() and indexed(tmp_path) == sorted(p.name for p, _ in record_files(tmp_path))
+    assert not delta.exists() and indexed(tmp_path) == sorted(p.name for p in listed(tmp_path))
 
 
 def test_a_file_changed_just_before_a_read_is_decoded_again(tmp_path, monkeypatch):
@@ -293,7 +299,7 @@ def test_a_first_read_written_batch_by_batch_equals_one_whose_index_is_not_writt
     monkeypatch.setattr(index.os, "replace", real_replace)
     written = read(folder)
     assert_same(unwritten, written)
-    assert indexed(folder) == sorted(str(p.relative_to(folder)) for p, _ in record_files(folder))
+    assert indexed(folder) == sorted(str(p.relative_to(folder)) for p in listed(folder))
     decoded = counting(monkeypatch, decoding, "read_document")
     assert_same(written, read(folder))
     assert decoded == []
@@ -463,7 +469,7 @@ def test_processes_appending_and_reading_never_see_a_partial_view(tmp_path):
                 break
     assert writer.wait(timeout=120) == 0
     assert reader.wait(timeout=120) == 0, reader.stderr.read().decode()[-2000:]
-    decoded = [p for p, _ in record_files(tmp_path)]
+    decoded = listed(tmp_path)
     assert indexed(tmp_path) == sorted(p.name for p in decoded)
 
 

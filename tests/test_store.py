@@ -6,13 +6,14 @@ import subprocess
 import sys
 import time
 import warnings
+from pathlib import Path
 
 import pytest
 
 from benchsuite.record import SCHEMA_VERSION, RecordError
 from benchsuite.record import write_record
 from benchsuite.results.model import results_at
-from benchsuite.results.store import load_records, loaded
+from benchsuite.results.store import load_records, loaded, record_files
 from helpers.records import make_record
 
 
@@ -127,3 +128,23 @@ def test_a_sweep_whose_figures_are_all_null_reads_as_not_measured(tmp_path, caps
     assert cli.main(["report", str(tmp_path), "--json"]) == 0
     assert [r["tokens_per_s"] for r in json.loads(capsys.readouterr().out)["runs"]] == [None, None]
     assert cli.main(["dashboard", str(tmp_path), "-o", str(tmp_path.parent / "site")]) == 0
+
+
+@pytest.mark.parametrize("top", ["absolute", "trailing slash", "."])
+def test_record_files_lists_each_path_as_path_writes_it_in_paths_order(tmp_path, monkeypatch, top):
+    """The folder walked a folder at a time (no Path made per file): the same texts, in the same order, as
+    sorting Path objects of every record file gives; names that sort apart as text and as parts ("a-b" before
+    "a/..." as text, after it as parts) included."""
+    names = ["a", "a-b", "a.b", "A", "a b", "z"]
+    for i, parts in enumerate([(), ("a",), ("a-b",), ("a", "a"), ("a", "a-b"), ("a.b",), ("A", "z"), ("a b",)]):
+        for name in names:
+            folder = tmp_path.joinpath(*parts)
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"{name}{i}.json").write_text("{}")
+    (tmp_path / ".hidden").mkdir()
+    (tmp_path / ".hidden" / "x.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    path = {"absolute": str(tmp_path), "trailing slash": f"{tmp_path}/", ".": "."}[top]
+    listed = [p for p, problem in record_files(Path(path)) if problem is None]
+    assert listed == [str(p) for p in sorted(p for p in Path(path).rglob("*.json") if ".hidden" not in p.parts)]
+    assert len(listed) == 8 * len(names)

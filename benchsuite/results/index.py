@@ -78,10 +78,9 @@ REQUIRED = ("run_key", "status", "identity")
 JUDGED = ("suite", "workload", "started_at", "run_key", "repeat", "status", "identity")
 
 
-@dataclass(frozen=True)
-class FileKey:
+class FileKey(NamedTuple):
     """What says a record file is the one read before: a rewrite (write_record's replace, an edit, a copy
-    over it, a chmod) changes at least one of these."""
+    over it, a chmod) changes at least one of these. (A tuple: a warm read makes two of each file's.)"""
 
     size: int
     mtime_ns: int
@@ -396,6 +395,6 @@ def _read_entries(path: Path, damaged, delta: bool = False) -> tuple[Rows | None
         return pq.ParquetFile(pa.BufferReader(data)).read(columns=names, use_threads=len(names) > 1)
 
     rows = Rows(table.select(JUDGED), more, damaged)
-    cols = [table.column(name).to_pylist() for name in (*FILE_COLUMNS, PROBLEM)]
-    return rows, {rel: Entry(FileKey(*key), rows, at, problem, delta)
-                  for at, (rel, *key, problem) in enumerate(zip(*cols))}
+    rels, *keys, problems = (table.column(name).to_pylist() for name in (*FILE_COLUMNS, PROBLEM))
+    return rows, {rel: Entry(key, rows, at, problem, delta)
+                  for at, (rel, key, problem) in enumerate(zip(rels, map(FileKey, *keys), problems))}
