@@ -79,6 +79,13 @@ def test_load_steps_one_row_per_measured_step():
     assert mine["time_s"].tolist() == [s["time_s"] for s in rec["steps"]]
     assert mine["val_loss"].isna().sum() == sum("val_loss" not in s for s in rec["steps"]) > 0
     assert steps["time_s"].dtype == np.float64 and steps["step"].dtype == pd.Int64Dtype()
+    # the record's columns: categorical (each record's text once), each step's its own record's, as load() has it
+    records = benchsuite.load(FIXTURES).set_index("path")
+    of_record = records.loc[steps["path"].astype(str)]
+    for column in ("run_key", "name", "suite", "workload", "path"):
+        assert steps[column].dtype == "category", column
+    for column in ("run_key", "name", "suite", "workload"):
+        assert steps[column].astype(str).tolist() == of_record[column].astype(str).tolist(), column
 
 
 @pytest.mark.parametrize("loader", [benchsuite.load, benchsuite.load_runs, benchsuite.load_steps])

@@ -138,12 +138,13 @@ RUN_COLUMNS = (  # one row per run: each figure its median over each seed's repe
     Column("flagged", "flagged", "bool"),
     Column("flag_summary", "flag_summary", "string"),
 )
-STEP_COLUMNS = (  # a step's fields (record Step) beside the identity of its record
-    Column("run_key", "run_key"),
-    Column("name", "record_name", "string"),
-    Column("suite", "suite"),
-    Column("workload", "workload"),
-    Column("path", "path", "string"),  # tells repeats of one run apart, and joins with load()
+STEP_COLUMNS = (  # a step's fields (record Step) beside the identity of its record, categorical: each record's
+    # text held once, not once per step (at 100,000 records of 50 steps, ~20 MB a column rather than ~130 MB)
+    Column("run_key", "run_key", "category"),
+    Column("name", "record_name", "category"),
+    Column("suite", "suite", "category"),
+    Column("workload", "workload", "category"),
+    Column("path", "path", "category"),  # tells repeats of one run apart, and joins with load()
     Column("step", "step", "Int64"),
     Column("time_s", "time_s", "float64"),
     Column("loss", "loss", "float64"),
@@ -159,8 +160,9 @@ def _typed(values: pd.Series, col: Column) -> pd.Series:
         return pd.to_numeric(values, errors="coerce").astype("float64")
     if dtype == "Int64":
         return pd.to_numeric(values, errors="coerce").astype("Int64")
-    if dtype == "category":
-        return pd.Series(pd.Categorical(values, categories=categories), index=values.index)
+    if dtype == "category":  # the values the types allow, or (none given) those the column holds
+        return pd.Series(pd.Categorical(values, categories=categories), index=values.index) if categories \
+            else values.astype("category")
     if dtype.startswith("datetime64"):
         # a time the column cannot hold (before 1677 or after 2262: nanoseconds in int64) is NaT, not an error
         t = pd.to_datetime(values, utc=True, format="ISO8601", errors="coerce")
@@ -223,10 +225,14 @@ def load_steps(path: str | Path, *, suite: Names = None, workload: Names = None,
     flat = pc.list_flatten(steps)
     columns = ["run_key", "record_name", "suite", "workload", "path"]  # by the record's position in `loaded`:
     records = pa.Table.from_pandas(named(loaded, [])[["rec", *columns]], preserve_index=False).sort_by("rec")
-    parents = pc.list_parent_indices(steps)  # each step's record
-    own = {c: records.column(c).take(parents) for c in columns}
+    parents = pc.list_parent_indices(steps).combine_chunks()  # each step's record
+    own = {}
+    for c in columns:  # each as its distinct values and, per step, its record's one's place among them
+        distinct = records.column(c).combine_chunks().dictionary_encode()
+        own[c] = pa.DictionaryArray.from_arrays(distinct.indices.take(parents), distinct.dictionary)
     table = pa.table({**own, **{f.name: pc.struct_field(flat, f.name) for f in steps.type.value_type}})
     del own, flat, steps
-    # (at 100,000 records, 5 million rows: each column made in its contract's dtype, each let go as converted)
+    # (at 100,000 records, 5 million rows: each column made in its contract's dtype, each let go as converted;
+    # the record's columns, dictionaries, become categoricals)
     typed = {pa.string(): pd.StringDtype("pyarrow"), pa.int64(): pd.Int64Dtype()}
     return _frame(table.to_pandas(types_mapper=typed.get, self_destruct=True), STEP_COLUMNS)
