@@ -331,22 +331,24 @@ def _load_records(path: Path, exclude: list[Path], only: Selection | None) -> li
 
 
 class _RowIds:
-    """The columns of rows a read judges each file by (its filters, its record's id), read once per table."""
+    """The columns of rows a read judges each file by (its filters, its record's id), read once per table: each
+    row's values as one tuple."""
 
     def __init__(self):
-        self._columns: dict[tuple[int, str], list] = {}  # (id of the rows, column) -> its values
+        self._tuples: dict[tuple[int, tuple[str, ...]], list[tuple]] = {}  # (id of the rows, columns) -> rows' values
 
-    def _value(self, rows: Rows, at: int, name: str):
-        key = (id(rows), name)
-        if key not in self._columns:
-            self._columns[key] = rows.column(name).to_pylist()
-        return self._columns[key][at]
+    def _values(self, rows: Rows, at: int, names: tuple[str, ...]) -> tuple:
+        key = (id(rows), names)
+        values = self._tuples.get(key)
+        if values is None:
+            values = self._tuples[key] = list(zip(*(rows.column(name).to_pylist() for name in names)))
+        return values[at]
 
     def filtered(self, rows: Rows, at: int) -> tuple:
-        return tuple(self._value(rows, at, name) for name in ("suite", "workload", "started_at"))
+        return self._values(rows, at, ("suite", "workload", "started_at"))
 
     def run_key_and_repeat(self, rows: Rows, at: int) -> tuple[str, int]:
-        return self._value(rows, at, "run_key"), self._value(rows, at, "repeat")
+        return self._values(rows, at, ("run_key", "repeat"))
 
 
 def _with_rows(ones: list[Loaded]) -> Rows:
