@@ -187,6 +187,7 @@ def _run_projection(results, row: dict, args, intensity) -> dict:
 
 def project(args) -> int:
     from benchsuite.energy import carbon
+    from benchsuite.results.frames import rows_of
     from benchsuite.results.model import results_of
 
     _check_place(args)
@@ -200,7 +201,7 @@ def project(args) -> int:
             intensity = carbon.lookup(args.intensity, args.country, args.region)
         except ValueError as e:
             raise UsageError(str(e)) from None
-    rows = [_run_projection(results, row, args, intensity) for row in runs.to_dict("records")]
+    rows = [_run_projection(results, row, args, intensity) for row in rows_of(runs, list(runs.columns))]
     if args.json:
         print_json(rows)
         return 0

@@ -16,11 +16,12 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    from benchsuite.results.frames import rows_of
     from benchsuite.results.model import results_of
     from benchsuite.results.report import plain
 
     df = results_of(load_results(args.dir)).df
-    rows = [] if df.empty else [{k: plain(v) for k, v in r.items()} for r in df[COLUMNS].to_dict("records")]
+    rows = [] if df.empty else [{k: plain(v) for k, v in r.items()} for r in rows_of(df, COLUMNS)]
     if args.json:
         print_json(rows)
         return 0

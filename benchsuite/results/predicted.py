@@ -21,6 +21,7 @@ from rich.table import Table
 from benchsuite.config import RunConfig
 from benchsuite.record.types import Kind, Record
 from benchsuite.record.values import num
+from benchsuite.results.frames import rows_of
 from benchsuite.results.identity import hardware_label
 from benchsuite.results.model import Results
 from benchsuite.terminal import printable
@@ -86,15 +87,18 @@ def beside_table(rows: list[Beside]) -> Table:
     return table
 
 
+HEAD = ["identity", "label", "step_time_median_s"]  # what beside() reads of each ok run
+
+
 def beside(results: Results, system) -> list[Beside]:
     """Each ok run's median step time beside its prediction on `system` (benchsuite.predict)."""
     from benchsuite.predict import predict_run
     from benchsuite.predict.step import record_expert_load
 
     out = []
-    for row in results.ok_runs.to_dict("records"):
+    for row in rows_of(results.ok_runs_of(HEAD), HEAD):  # (the columns read, not the runs' ~400)
         recs = results.run_records(row["identity"])
-        rec, hardware, measured = recs[0], hardware_label(recs), num(row.get("step_time_median_s"))
+        rec, hardware, measured = recs[0], hardware_label(recs), num(row["step_time_median_s"])
         head = (row["identity"], str(row["label"]), hardware, measured)
         why = _not_comparable(rec, hardware, system)
         if why is None:

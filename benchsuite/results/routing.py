@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from benchsuite.record.columns import view_columns
 from benchsuite.record.values import num
+from benchsuite.results.frames import rows_of
 from benchsuite.results.stats import ConfidenceInterval, welch_ratio
 
 (ROUTING_COLUMN,) = view_columns("config.moe.routing")
@@ -41,7 +42,7 @@ def routing_pairs(results) -> list[RoutingPair]:
     by_key: dict[str, dict[str, dict]] = {}
     moe = runs[runs[ROUTING_COLUMN].isin(("learned", "forced"))]
     pair_key = dict(zip(results.df["identity"], results.df["routing_identity"]))  # one per run: no record read
-    for row in moe.to_dict("records"):
+    for row in rows_of(moe, list(moe.columns)):
         by_key.setdefault(pair_key[row["identity"]], {})[row[ROUTING_COLUMN]] = row
     pairs = []
     for both in by_key.values():

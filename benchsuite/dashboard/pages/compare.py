@@ -15,12 +15,12 @@ from statistics import median
 import numpy as np
 
 from benchsuite.dashboard.data import SiteData, metrics_of, numbers, per_family, tokens_per_expert
-from benchsuite.results.frames import rows_of
 from benchsuite.dashboard.page import Page
 from benchsuite.dashboard.render import (Figure, PageSection, esc, f_num, f_pct, f_sig, layout, log_axis, missing, num, ptext,
                               short, table)
 from benchsuite.dashboard.style import trace_styles
 from benchsuite.record.columns import described, view_columns
+from benchsuite.results.frames import rows_of
 
 METRICS = [
     # (column, figure title, axis title, format for hover, tickformat)
@@ -60,8 +60,7 @@ def bar_figure(df, column, title, axis, fmt, tickformat, styles, by_family: bool
             ys = [median(per_size[n]) for n in xs]
             spreads = [_spread(per_size[n]) for n in xs]
         else:  # one run per (series, world size): the model's median and interval, as the report shows
-            runs = g.sort_values("world_size")[["world_size", "seeds", column, f"{column}_lo", f"{column}_hi"]] \
-                .to_dict("records")
+            runs = rows_of(g.sort_values("world_size"), ["world_size", "seeds", column, f"{column}_lo", f"{column}_hi"])
             xs, ys = [int(r["world_size"]) for r in runs], [num(r[column]) for r in runs]
             spreads = [_interval(r, column) for r in runs]
         style = styles[name]
