@@ -526,6 +526,7 @@ def test_moe_run_page_draws_the_tokens_the_experts_computed_and_the_imbalance_pe
     assert "MoE load imbalance per step</strong>: not measured" not in page
 
 
+@pytest.mark.heavy  # in this process, a second or more: the full pass runs it, the fast tier does not
 def test_moe_run_page_of_an_older_record_says_its_load_is_routed_and_its_imbalance_not_measured(tmp_path):
     rec = _record("make_dvs-switch-w2.json")
     assert rec["metrics"]["moe"]["tokens_per_expert"] is None and rec["metrics"]["moe"]["imbalance_by_step"] is None

@@ -206,6 +206,7 @@ def _parent(doc, path):
 WRONG = st.sampled_from([None, "delete"]) | SCALARS | st.lists(SCALARS, max_size=2) | st.just({"x": 1})
 
 
+@pytest.mark.heavy  # in this process, a second or more: the full pass runs it, the fast tier does not
 @FUZZ
 @given(data=st.data())
 def test_mutated_shipped_suites_load_or_raise_config_error(suite_file, data):
@@ -247,6 +248,7 @@ COMBO_DOCS = st.fixed_dictionaries({
 })
 
 
+@pytest.mark.heavy  # in this process, a second or more: the full pass runs it, the fast tier does not
 @FUZZ
 @given(doc=COMBO_DOCS)
 def test_parallel_combinations_are_valid_or_refused_before_launch(suite_file, doc):
@@ -381,6 +383,7 @@ def test_defective_suites_are_config_errors_naming_every_defect_within_a_time_bo
         assert any(f".{key}" in k or k.startswith(key) for k in found), (defect, key, found)
 
 
+@pytest.mark.heavy  # in this process, a second or more: the full pass runs it, the fast tier does not
 def test_fuzzing_explored_both_outcomes(suite_file):
     """The generators are not degenerate: some inputs load and many are refused. Unless all four properties
     ran before it in this session, it runs them itself (derandomized: the same counts as a run of the module)."""

@@ -67,6 +67,7 @@ def report_json(folder, capsys) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
+@pytest.mark.heavy  # in this process, a second or more: the full pass runs it, the fast tier does not
 def test_every_view_gives_the_same_medians_intervals_efficiencies_and_flags(folder, capsys, tmp_path):
     from benchsuite.dashboard.data import load as site_load
 
