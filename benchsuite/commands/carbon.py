@@ -201,7 +201,7 @@ def project(args) -> int:
             intensity = carbon.lookup(args.intensity, args.country, args.region)
         except ValueError as e:
             raise UsageError(str(e)) from None
-    rows = [_run_projection(results, row, args, intensity) for row in rows_of(runs, list(runs.columns))]
+    rows = [_run_projection(results, row, args, intensity) for row in rows_of(runs)]
     if args.json:
         print_json(rows)
         return 0

@@ -87,7 +87,7 @@ def beside_table(rows: list[Beside]) -> Table:
     return table
 
 
-HEAD = ["identity", "label", "step_time_median_s"]  # what beside() reads of each ok run
+BESIDE_READS = ["identity", "label", "step_time_median_s"]  # the columns beside() reads of each ok run
 
 
 def beside(results: Results, system) -> list[Beside]:
@@ -96,7 +96,7 @@ def beside(results: Results, system) -> list[Beside]:
     from benchsuite.predict.step import record_expert_load
 
     out = []
-    for row in rows_of(results.ok_runs_of(HEAD), HEAD):  # (the columns read, not the runs' ~400)
+    for row in rows_of(results.ok_runs_of(BESIDE_READS), BESIDE_READS):  # (the columns read, not the runs' ~400)
         recs = results.run_records(row["identity"])
         rec, hardware, measured = recs[0], hardware_label(recs), num(row["step_time_median_s"])
         head = (row["identity"], str(row["label"]), hardware, measured)

@@ -42,7 +42,7 @@ def routing_pairs(results) -> list[RoutingPair]:
     by_key: dict[str, dict[str, dict]] = {}
     moe = runs[runs[ROUTING_COLUMN].isin(("learned", "forced"))]
     pair_key = dict(zip(results.df["identity"], results.df["routing_identity"]))  # one per run: no record read
-    for row in rows_of(moe, list(moe.columns)):
+    for row in rows_of(moe):
         by_key.setdefault(pair_key[row["identity"]], {})[row[ROUTING_COLUMN]] = row
     pairs = []
     for both in by_key.values():

@@ -122,14 +122,14 @@ def add_scaling_efficiency(df: pd.DataFrame) -> pd.DataFrame:
                              "step_time_median_s", *(c for c, _ in IDENTITY)) if c in df]]
     ones = narrow[(narrow["status"] == "ok") & (narrow["world_size"] == 1)]
     by_sweep: dict = {}  # sweep id -> its rows in `ones`, as dicts
-    for one in rows_of(ones, list(ones.columns)):
+    for one in rows_of(ones):
         by_sweep.setdefault(_key(one["sweep_id"]), []).append(one)
     baselines: dict[tuple, tuple] = {}  # _baseline_key -> _baseline
     n = len(df)
     found = {"scaling_efficiency": [math.nan] * n, "scaling_baseline_identities": [None] * n,
              "scaling_baseline": [None] * n, "scaling_efficiency_reason": [None] * n}
     flagged = []  # (position, flag): few, added one by one after the columns are written whole
-    for pos, row in enumerate(rows_of(narrow, list(narrow.columns))):
+    for pos, row in enumerate(rows_of(narrow)):
         if row["status"] != "ok":
             found["scaling_efficiency_reason"][pos] = "the run failed"
             continue
